@@ -1,0 +1,112 @@
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// Defaults. The CRD's default markers must agree with these; a test checks it.
+const (
+	DefaultConcurrency       = 10
+	DefaultParallelism       = 4
+	DefaultMaxAttempts       = 3
+	DefaultInitialBackoff    = time.Second
+	DefaultMaxBackoff        = 60 * time.Second
+	DefaultTimeoutPerSample  = 2 * time.Minute
+	DefaultPromptTemplate    = "{{ .Input }}"
+	DefaultAnthropicMaxToken = 1024
+
+	DefaultOpenAIBaseURL    = "https://api.openai.com/v1"
+	DefaultAnthropicBaseURL = "https://api.anthropic.com"
+	DefaultOpenAIKeyEnv     = "OPENAI_API_KEY"
+	DefaultAnthropicKeyEnv  = "ANTHROPIC_API_KEY"
+)
+
+// SetDefaults fills the unset fields of spec that have a fixed default. Defaults that
+// depend on the environment (a dataset's format from its file name, the controller's
+// shard size) are resolved where that environment is known.
+func SetDefaults(spec *EvaluationSpec) {
+	if spec.Concurrency == nil {
+		spec.Concurrency = ptr.To[int32](DefaultConcurrency)
+	}
+	if spec.Parallelism == nil {
+		spec.Parallelism = ptr.To[int32](DefaultParallelism)
+	}
+	if spec.Retry == nil {
+		spec.Retry = &RetryPolicy{}
+	}
+	if spec.Retry.MaxAttempts == nil {
+		spec.Retry.MaxAttempts = ptr.To[int32](DefaultMaxAttempts)
+	}
+	if spec.Retry.InitialBackoff == nil {
+		spec.Retry.InitialBackoff = &metav1.Duration{Duration: DefaultInitialBackoff}
+	}
+	if spec.Retry.MaxBackoff == nil {
+		spec.Retry.MaxBackoff = &metav1.Duration{Duration: DefaultMaxBackoff}
+	}
+	if spec.TimeoutPerSample == nil {
+		spec.TimeoutPerSample = &metav1.Duration{Duration: DefaultTimeoutPerSample}
+	}
+	if spec.Prompt == nil {
+		spec.Prompt = &Prompt{}
+	}
+	if spec.Prompt.Template == "" {
+		spec.Prompt.Template = DefaultPromptTemplate
+	}
+	if spec.Cache == nil {
+		spec.Cache = &Cache{}
+	}
+	for i := range spec.Models {
+		m := &spec.Models[i]
+		if m.BaseURL == "" {
+			switch m.Provider {
+			case ProviderOpenAI:
+				m.BaseURL = DefaultOpenAIBaseURL
+			case ProviderAnthropic:
+				m.BaseURL = DefaultAnthropicBaseURL
+			}
+		}
+		if m.APIKey != nil && m.APIKey.Env == "" {
+			m.APIKey.Env = DefaultAPIKeyEnv(m.Provider)
+		}
+	}
+	for i := range spec.Scoring {
+		s := &spec.Scoring[i]
+		if s.Type == ScorerToolCall && s.CheckArguments == nil {
+			s.CheckArguments = ptr.To(true)
+		}
+	}
+}
+
+// DefaultAPIKeyEnv is the environment variable a provider's key is read from when
+// the model does not name one; "" for providers that have none.
+func DefaultAPIKeyEnv(p Provider) string {
+	switch p {
+	case ProviderOpenAI:
+		return DefaultOpenAIKeyEnv
+	case ProviderAnthropic:
+		return DefaultAnthropicKeyEnv
+	}
+	return ""
+}
+
+// MetricName is the name of the metric a scorer produces.
+func (s *Scorer) MetricName() string {
+	if s.Name != "" {
+		return s.Name
+	}
+	return string(s.Type)
+}
+
+// JudgeModels returns the names of the models that judge scorers use.
+func (spec *EvaluationSpec) JudgeModels() map[string]bool {
+	judges := map[string]bool{}
+	for _, s := range spec.Scoring {
+		if s.Type == ScorerJudge && s.Judge != nil {
+			judges[s.Judge.Model] = true
+		}
+	}
+	return judges
+}

@@ -1,0 +1,374 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"net/url"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Bounds shared by the CRD markers and ValidateSpec.
+const (
+	MaxConcurrency = 10000
+	MaxParallelism = 1000
+	MaxShardSize   = 10000000
+	MaxAttempts    = 100
+	MaxModelName   = 40
+)
+
+var (
+	supportedProviders = []string{string(ProviderOpenAI), string(ProviderAnthropic), string(ProviderAgent)}
+	supportedFormats   = []string{string(FormatJSONL), string(FormatJSON), string(FormatCSV)}
+	supportedScorers   = []string{
+		string(ScorerExactMatch), string(ScorerContains), string(ScorerRegex), string(ScorerNumeric),
+		string(ScorerJSONMatch), string(ScorerToolCall), string(ScorerJudge),
+	}
+	supportedNormalizers = []string{"trim", "lowercase", "collapse_whitespace", "strip_punctuation"}
+	metricNameRE         = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+	envNameRE            = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	sha256RE             = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+)
+
+// ValidateSpec checks an Evaluation spec the way the API server's schema and CEL
+// rules do, so that a local run rejects what admission would. Errors name the field.
+func ValidateSpec(spec *EvaluationSpec) field.ErrorList {
+	p := field.NewPath("spec")
+	var errs field.ErrorList
+	errs = append(errs, validateDatasets(spec.Datasets, p.Child("datasets"))...)
+	errs = append(errs, validateModels(spec, p.Child("models"))...)
+	errs = append(errs, validateScoring(spec, p.Child("scoring"))...)
+	errs = append(errs, validateBound(spec.Concurrency, 1, MaxConcurrency, p.Child("concurrency"))...)
+	errs = append(errs, validateBound(spec.Parallelism, 1, MaxParallelism, p.Child("parallelism"))...)
+	errs = append(errs, validateBound(spec.ShardSize, 1, MaxShardSize, p.Child("shardSize"))...)
+	if r := spec.Retry; r != nil {
+		rp := p.Child("retry")
+		errs = append(errs, validateBound(r.MaxAttempts, 1, MaxAttempts, rp.Child("maxAttempts"))...)
+		errs = append(errs, validateDuration(r.InitialBackoff, false, rp.Child("initialBackoff"))...)
+		errs = append(errs, validateDuration(r.MaxBackoff, false, rp.Child("maxBackoff"))...)
+		if r.InitialBackoff != nil && r.MaxBackoff != nil && r.InitialBackoff.Duration > r.MaxBackoff.Duration {
+			errs = append(errs, field.Invalid(rp.Child("initialBackoff"), r.InitialBackoff.Duration.String(),
+				"must not be longer than maxBackoff"))
+		}
+	}
+	errs = append(errs, validateDuration(spec.TimeoutPerSample, true, p.Child("timeoutPerSample"))...)
+	return errs
+}
+
+func validateDatasets(datasets []Dataset, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(datasets) == 0 {
+		errs = append(errs, field.Required(p, "at least one dataset is needed"))
+	}
+	seen := sets.New[string]()
+	for i := range datasets {
+		d := &datasets[i]
+		dp := p.Index(i)
+		errs = append(errs, validateName(d.Name, 63, dp.Child("name"))...)
+		if seen.Has(d.Name) {
+			errs = append(errs, field.Duplicate(dp.Child("name"), d.Name))
+		}
+		seen.Insert(d.Name)
+		errs = append(errs, validateSource(&d.Source, dp.Child("source"))...)
+		if d.Format != "" && !sets.New(supportedFormats...).Has(string(d.Format)) {
+			errs = append(errs, field.NotSupported(dp.Child("format"), d.Format, supportedFormats))
+		}
+		if d.Limit < 0 {
+			errs = append(errs, field.Invalid(dp.Child("limit"), d.Limit, "must be 0 (all samples) or more"))
+		}
+	}
+	return errs
+}
+
+func validateSource(s *DatasetSource, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	var set []string
+	if len(s.Inline) > 0 {
+		set = append(set, "inline")
+	}
+	if s.ConfigMap != nil {
+		set = append(set, "configMap")
+		if s.ConfigMap.Name == "" {
+			errs = append(errs, field.Required(p.Child("configMap", "name"), ""))
+		}
+		if s.ConfigMap.Key == "" {
+			errs = append(errs, field.Required(p.Child("configMap", "key"), ""))
+		}
+	}
+	if s.URL != "" {
+		set = append(set, "url")
+		if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, field.Invalid(p.Child("url"), s.URL, "must be an http or https URL"))
+		}
+	}
+	if s.PVC != nil {
+		set = append(set, "pvc")
+		if s.PVC.ClaimName == "" {
+			errs = append(errs, field.Required(p.Child("pvc", "claimName"), ""))
+		}
+		if s.PVC.Path == "" {
+			errs = append(errs, field.Required(p.Child("pvc", "path"), ""))
+		} else if !isLocalPath(s.PVC.Path) {
+			errs = append(errs, field.Invalid(p.Child("pvc", "path"), s.PVC.Path, "must be a relative path inside the volume"))
+		}
+	}
+	if s.File != "" {
+		set = append(set, "file")
+	}
+	switch len(set) {
+	case 0:
+		errs = append(errs, field.Required(p, "exactly one of inline, configMap, url, pvc or file must be set"))
+	case 1:
+	default:
+		errs = append(errs, field.Invalid(p, strings.Join(set, ", "),
+			"exactly one of inline, configMap, url, pvc or file must be set"))
+	}
+	if s.SHA256 != "" {
+		if s.URL == "" {
+			errs = append(errs, field.Forbidden(p.Child("sha256"), "only applies to url"))
+		} else if !sha256RE.MatchString(s.SHA256) {
+			errs = append(errs, field.Invalid(p.Child("sha256"), s.SHA256, "must be 64 hexadecimal digits"))
+		}
+	}
+	return errs
+}
+
+func validateModels(spec *EvaluationSpec, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(spec.Models) == 0 {
+		return append(errs, field.Required(p, "at least one model is needed"))
+	}
+	seen := sets.New[string]()
+	judges := spec.JudgeModels()
+	subjects := 0
+	for i := range spec.Models {
+		m := &spec.Models[i]
+		mp := p.Index(i)
+		errs = append(errs, validateName(m.Name, MaxModelName, mp.Child("name"))...)
+		if seen.Has(m.Name) {
+			errs = append(errs, field.Duplicate(mp.Child("name"), m.Name))
+		}
+		seen.Insert(m.Name)
+		if !judges[m.Name] {
+			subjects++
+		}
+		if !sets.New(supportedProviders...).Has(string(m.Provider)) {
+			if m.Provider == "" {
+				errs = append(errs, field.Required(mp.Child("provider"), "one of openai, anthropic or agent"))
+			} else {
+				errs = append(errs, field.NotSupported(mp.Child("provider"), m.Provider, supportedProviders))
+			}
+			continue
+		}
+		if m.Provider == ProviderAgent {
+			if m.Agent == nil {
+				errs = append(errs, field.Required(mp.Child("agent"), "an agent model needs agent.command"))
+			}
+			if m.Parameters != nil {
+				errs = append(errs, field.Forbidden(mp.Child("parameters"), "agents take no sampling parameters"))
+			}
+			if m.BaseURL != "" {
+				errs = append(errs, field.Forbidden(mp.Child("baseURL"), "agents call no API themselves"))
+			}
+		} else {
+			if m.Agent != nil {
+				errs = append(errs, field.Forbidden(mp.Child("agent"), "only for provider agent"))
+			}
+			if m.Model == "" {
+				errs = append(errs, field.Required(mp.Child("model"), fmt.Sprintf("the %s model identifier", m.Provider)))
+			}
+		}
+		if m.BaseURL != "" {
+			if u, err := url.Parse(m.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				errs = append(errs, field.Invalid(mp.Child("baseURL"), m.BaseURL, "must be an http or https URL"))
+			}
+		}
+		if m.APIKey != nil && m.APIKey.Env != "" && !envNameRE.MatchString(m.APIKey.Env) {
+			errs = append(errs, field.Invalid(mp.Child("apiKey", "env"), m.APIKey.Env, "must be an environment variable name"))
+		}
+		if m.APIKey != nil && m.APIKey.Env == "" && m.Provider == ProviderAgent {
+			errs = append(errs, field.Required(mp.Child("apiKey", "env"), "the variable the agent reads its key from"))
+		}
+		errs = append(errs, validateParameters(m.Parameters, mp.Child("parameters"))...)
+		if r := m.RateLimit; r != nil {
+			rp := mp.Child("rateLimit")
+			for _, f := range []struct {
+				name string
+				v    int64
+			}{{"requestsPerMinute", r.RequestsPerMinute}, {"inputTokensPerMinute", r.InputTokensPerMinute}, {"outputTokensPerMinute", r.OutputTokensPerMinute}} {
+				if f.v < 0 {
+					errs = append(errs, field.Invalid(rp.Child(f.name), f.v, "must be 0 (unlimited) or more"))
+				}
+			}
+		}
+		errs = append(errs, validateBound(m.Concurrency, 1, MaxConcurrency, mp.Child("concurrency"))...)
+		if m.Agent != nil {
+			errs = append(errs, validateAgent(m.Agent, mp.Child("agent"))...)
+		}
+	}
+	if subjects == 0 {
+		errs = append(errs, field.Invalid(p, len(spec.Models), "every model is a judge: at least one model must be evaluated"))
+	}
+	return errs
+}
+
+func validateParameters(prm *Parameters, p *field.Path) field.ErrorList {
+	if prm == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	numberIn := func(n *Number, lo, hi float64, fp *field.Path) {
+		if n == nil {
+			return
+		}
+		f, err := n.Float64()
+		if err != nil {
+			errs = append(errs, field.Invalid(fp, string(*n), err.Error()))
+		} else if f < lo || f > hi {
+			errs = append(errs, field.Invalid(fp, f, fmt.Sprintf("must be between %g and %g", lo, hi)))
+		}
+	}
+	numberIn(prm.Temperature, 0, 2, p.Child("temperature"))
+	numberIn(prm.TopP, 0, 1, p.Child("topP"))
+	if prm.MaxTokens != nil && *prm.MaxTokens < 1 {
+		errs = append(errs, field.Invalid(p.Child("maxTokens"), *prm.MaxTokens, "must be at least 1"))
+	}
+	return errs
+}
+
+func validateAgent(a *Agent, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(a.Command) == 0 || strings.TrimSpace(a.Command[0]) == "" {
+		errs = append(errs, field.Required(p.Child("command"), "the agent's argv, e.g. [\"agent-cli\", \"-p\", \"{{ .Prompt }}\"]"))
+	}
+	for name := range a.Files {
+		if !isLocalPath(name) {
+			errs = append(errs, field.Invalid(p.Child("files").Key(name), name, "must be a relative path inside the workspace"))
+		}
+	}
+	for i, e := range a.Env {
+		if !envNameRE.MatchString(e.Name) {
+			errs = append(errs, field.Invalid(p.Child("env").Index(i).Child("name"), e.Name, "must be an environment variable name"))
+		}
+	}
+	errs = append(errs, validateDuration(a.Timeout, true, p.Child("timeout"))...)
+	return errs
+}
+
+func validateScoring(spec *EvaluationSpec, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	models := map[string]*Model{}
+	for i := range spec.Models {
+		models[spec.Models[i].Name] = &spec.Models[i]
+	}
+	seen := sets.New[string]()
+	for i := range spec.Scoring {
+		s := &spec.Scoring[i]
+		sp := p.Index(i)
+		if !sets.New(supportedScorers...).Has(string(s.Type)) {
+			if s.Type == "" {
+				errs = append(errs, field.Required(sp.Child("type"), ""))
+			} else {
+				errs = append(errs, field.NotSupported(sp.Child("type"), s.Type, supportedScorers))
+			}
+			continue
+		}
+		if s.Name != "" && !metricNameRE.MatchString(s.Name) {
+			errs = append(errs, field.Invalid(sp.Child("name"), s.Name, "must be letters, digits, '-', '_' or '.'"))
+		}
+		if seen.Has(s.MetricName()) {
+			errs = append(errs, field.Duplicate(sp.Child("name"), s.MetricName()))
+		}
+		seen.Insert(s.MetricName())
+		for j, n := range s.Normalize {
+			if !sets.New(supportedNormalizers...).Has(string(n)) {
+				errs = append(errs, field.NotSupported(sp.Child("normalize").Index(j), n, supportedNormalizers))
+			}
+		}
+		if s.Pattern != "" {
+			if s.Type != ScorerRegex {
+				errs = append(errs, field.Forbidden(sp.Child("pattern"), "only applies to the regex scorer"))
+			} else if _, err := regexp.Compile(s.Pattern); err != nil {
+				errs = append(errs, field.Invalid(sp.Child("pattern"), s.Pattern, err.Error()))
+			}
+		}
+		if s.Tolerance != nil {
+			if s.Type != ScorerNumeric {
+				errs = append(errs, field.Forbidden(sp.Child("tolerance"), "only applies to the numeric scorer"))
+			} else if f, err := s.Tolerance.Float64(); err != nil || f < 0 {
+				errs = append(errs, field.Invalid(sp.Child("tolerance"), string(*s.Tolerance), "must be a number, 0 or more"))
+			}
+		}
+		if s.CheckArguments != nil && s.Type != ScorerToolCall {
+			errs = append(errs, field.Forbidden(sp.Child("checkArguments"), "only applies to the tool_call scorer"))
+		}
+		switch {
+		case s.Type == ScorerJudge && s.Judge == nil:
+			errs = append(errs, field.Required(sp.Child("judge"), "a judge scorer needs judge.model"))
+		case s.Type != ScorerJudge && s.Judge != nil:
+			errs = append(errs, field.Forbidden(sp.Child("judge"), "only applies to the judge scorer"))
+		case s.Judge != nil:
+			jp := sp.Child("judge", "model")
+			m, ok := models[s.Judge.Model]
+			switch {
+			case s.Judge.Model == "":
+				errs = append(errs, field.Required(jp, "the name of an entry of spec.models"))
+			case !ok:
+				errs = append(errs, field.Invalid(jp, s.Judge.Model, "must name an entry of spec.models"))
+			case m.Provider == ProviderAgent:
+				errs = append(errs, field.Invalid(jp, s.Judge.Model, "a judge must be an openai or anthropic model, not an agent"))
+			}
+		}
+	}
+	return errs
+}
+
+func validateName(name string, maxLen int, p *field.Path) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(p, "")}
+	}
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Label(name) {
+		errs = append(errs, field.Invalid(p, name, msg))
+	}
+	if len(name) > maxLen && len(errs) == 0 {
+		errs = append(errs, field.TooLong(p, name, maxLen))
+	}
+	return errs
+}
+
+func validateBound(v *int32, lo, hi int32, p *field.Path) field.ErrorList {
+	if v == nil || (*v >= lo && *v <= hi) {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(p, *v, fmt.Sprintf("must be between %d and %d", lo, hi))}
+}
+
+func validateDuration(d *metav1.Duration, positive bool, p *field.Path) field.ErrorList {
+	switch {
+	case d == nil:
+		return nil
+	case positive && d.Duration <= 0:
+		return field.ErrorList{field.Invalid(p, d.Duration.String(), "must be longer than 0s")}
+	case d.Duration < 0:
+		return field.ErrorList{field.Invalid(p, d.Duration.String(), "must not be negative")}
+	case d.Duration > 24*time.Hour:
+		return field.ErrorList{field.Invalid(p, d.Duration.String(), "must be at most 24h")}
+	}
+	return nil
+}
+
+// isLocalPath reports whether p is a clean relative path that stays inside its root.
+func isLocalPath(p string) bool {
+	if p == "" || path.IsAbs(p) || strings.HasPrefix(p, "\\") {
+		return false
+	}
+	c := path.Clean(p)
+	return c != "." && c != ".." && !strings.HasPrefix(c, "../")
+}
