@@ -1,0 +1,355 @@
+package provider
+
+// Shared HTTP plumbing for the hand-written API clients (openai, anthropic).
+// The clients are deliberately thin: one JSON POST, one streaming decode, no
+// retries.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+const (
+	// maxErrorBody bounds how much of an error answer we read: enough for any API's
+	// error JSON, small enough that a misbehaving proxy cannot make us buffer a page.
+	maxErrorBody = 64 << 10
+	// maxErrorMessage bounds HTTPError.Message (in characters) so logs and reports
+	// stay readable.
+	maxErrorMessage = 500
+	// maxErrorCode bounds HTTPError.Code; real codes are short identifiers.
+	maxErrorCode = 100
+	// maxDrain is how much unread response body we discard to keep a connection
+	// reusable; past that, closing the connection is cheaper than reading on.
+	maxDrain = 256 << 10
+	// maxPooledBuffer keeps an occasional huge request from pinning its encoding
+	// buffer in the pool forever.
+	maxPooledBuffer = 1 << 20
+)
+
+// NewHTTPClient returns a client tuned for many concurrent calls to one host.
+//
+// Its Transport is a clone of http.DefaultTransport (so proxies from the
+// environment, dial timeouts and HTTP/2 keep working) that keeps up to
+// maxConnsPerHost idle connections per host: the default of 2 would make a run
+// with more concurrent requests than that open and close connections constantly.
+// It does not cap the number of active connections (MaxConnsPerHost), because a
+// cap would queue requests inside the transport, out of sight of the engine's
+// concurrency control and per-attempt deadlines. There is no Client.Timeout for
+// the same reason: deadlines come with each call's context.
+func NewHTTPClient(maxConnsPerHost int) *http.Client {
+	perHost := max(maxConnsPerHost, 2)
+	var t *http.Transport
+	if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+		t = dt.Clone()
+	} else {
+		// Someone replaced the default transport; start from sane settings.
+		t = &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			MaxIdleConns:          100,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		}
+	}
+	t.ForceAttemptHTTP2 = true
+	t.MaxIdleConnsPerHost = perHost
+	if t.MaxIdleConns != 0 { // 0 already means "no limit"
+		t.MaxIdleConns = max(t.MaxIdleConns, 4*perHost)
+	}
+	return &http.Client{Transport: t}
+}
+
+// ParseRetryAfter returns how long the server asked us to wait.
+//
+// retry-after-ms (milliseconds, integer or decimal; sent by OpenAI and Azure) wins
+// over the standard retry-after (delta-seconds, integer or decimal, or an HTTP-date
+// measured from now). A header that is absent, invalid or negative counts as not
+// sent, so an unusable retry-after-ms falls back to retry-after. The result is
+// never negative; zero means the server did not say.
+func ParseRetryAfter(h http.Header, now time.Time) time.Duration {
+	if v := h.Get("Retry-After-Ms"); v != "" {
+		if ms, ok := parseNonNegativeDecimal(v); ok {
+			return scaleDuration(ms, time.Millisecond)
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if s, ok := parseNonNegativeDecimal(v); ok {
+		return scaleDuration(s, time.Second)
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// parseNonNegativeDecimal accepts only plain decimals ("3", "1.5", ".5"): strconv
+// alone would also take signs, exponents, hex, "Inf" and "NaN", none of which a
+// server means in a retry header.
+func parseNonNegativeDecimal(s string) (float64, bool) {
+	s = strings.TrimSpace(s)
+	digits, dots := 0, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.':
+			dots++
+		default:
+			return 0, false
+		}
+	}
+	if digits == 0 || dots > 1 {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	return f, err == nil
+}
+
+// scaleDuration converts v units to a Duration, saturating instead of overflowing.
+func scaleDuration(v float64, unit time.Duration) time.Duration {
+	ns := v * float64(unit)
+	if ns >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
+}
+
+// Redact replaces every occurrence of each non-empty secret in s with [REDACTED].
+// Longer secrets go first so that a secret containing another is removed whole.
+func Redact(s string, secrets ...string) string {
+	if len(secrets) > 1 {
+		secrets = slices.Clone(secrets)
+		slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
+	}
+	for _, secret := range secrets {
+		if secret != "" {
+			s = strings.ReplaceAll(s, secret, "[REDACTED]")
+		}
+	}
+	return s
+}
+
+// ErrorFromResponse turns a non-2xx answer into an *HTTPError. It reads at most
+// 64 KiB of resp.Body but neither drains nor closes it: that stays the caller's job.
+//
+// It understands OpenAI's {"error":{"message","type","code"}} (code may be a
+// string, a number or null; code is preferred to type) and Anthropic's
+// {"type":"error","error":{"type","message"}}, plus the {"error":"..."},
+// {"message":"..."} and {"detail":"..."} shapes of common compatible servers. When
+// no message can be found, the message is the trimmed raw body. Secrets are
+// removed before the message is truncated, so a secret cut at the limit cannot
+// leak its first characters.
+func ErrorFromResponse(resp *http.Response, secrets ...string) *HTTPError {
+	e := &HTTPError{
+		StatusCode: resp.StatusCode,
+		RetryAfter: ParseRetryAfter(resp.Header, time.Now()),
+	}
+	var raw []byte
+	if resp.Body != nil {
+		// A read error (say, the connection dropped) leaves what we got so far,
+		// which is still the best description available.
+		raw, _ = io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	}
+	msg, code := parseErrorBody(raw)
+	if msg == "" {
+		msg = strings.TrimSpace(string(raw))
+	}
+	e.Message = truncate(Redact(msg, secrets...), maxErrorMessage)
+	e.Code = truncate(Redact(code, secrets...), maxErrorCode)
+	return e
+}
+
+// parseErrorBody extracts a message and a code from the error JSON shapes listed
+// at ErrorFromResponse. Every field is decoded leniently (as raw JSON first) so
+// that one unexpected type does not hide the others.
+func parseErrorBody(raw []byte) (msg, code string) {
+	var top struct {
+		Error   json.RawMessage `json:"error"`
+		Message json.RawMessage `json:"message"`
+		Detail  json.RawMessage `json:"detail"`
+		Code    json.RawMessage `json:"code"`
+	}
+	if json.Unmarshal(raw, &top) != nil {
+		return "", ""
+	}
+	if s, ok := jsonScalar(top.Error); ok {
+		msg = s
+	} else if len(top.Error) > 0 {
+		var inner struct {
+			Message json.RawMessage `json:"message"`
+			Type    json.RawMessage `json:"type"`
+			Code    json.RawMessage `json:"code"`
+		}
+		if json.Unmarshal(top.Error, &inner) == nil {
+			msg, _ = jsonScalar(inner.Message)
+			if code, _ = jsonScalar(inner.Code); code == "" {
+				code, _ = jsonScalar(inner.Type)
+			}
+		}
+	}
+	if msg == "" {
+		msg, _ = jsonScalar(top.Message)
+	}
+	if msg == "" {
+		msg, _ = jsonScalar(top.Detail)
+	}
+	if code == "" {
+		code, _ = jsonScalar(top.Code)
+	}
+	return strings.TrimSpace(msg), strings.TrimSpace(code)
+}
+
+// jsonScalar returns a JSON string's value or a JSON number's text; anything
+// else (null, objects, arrays, booleans) gives false.
+func jsonScalar(raw json.RawMessage) (string, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "", false
+	}
+	switch c := raw[0]; {
+	case c == '"':
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return "", false
+		}
+		return s, true
+	case c == '-' || (c >= '0' && c <= '9'):
+		var n json.Number
+		if json.Unmarshal(raw, &n) != nil {
+			return "", false
+		}
+		return n.String(), true
+	}
+	return "", false
+}
+
+// truncate shortens s to at most n characters, marking the cut with "…".
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	if n <= 0 {
+		return ""
+	}
+	i, count := 0, 0
+	for i = range s {
+		if count == n-1 {
+			break
+		}
+		count++
+	}
+	return s[:i] + "…"
+}
+
+// PostJSON sends in as a JSON POST to url and decodes a 2xx answer's JSON into
+// out. header is cloned, never modified, so callers can build it once; a missing
+// Content-Type is set to application/json.
+//
+// Errors are: an *HTTPError for a non-2xx answer (built by ErrorFromResponse
+// with secrets removed); an error satisfying errors.Is(err, ctx.Err()) when ctx
+// ended; otherwise a transport or decoding error. The response body is always
+// drained (up to a limit) and closed so the connection can be reused. PostJSON
+// never retries.
+func PostJSON(ctx context.Context, c *http.Client, url string, header http.Header, in, out any, secrets ...string) error {
+	data, err := encodeJSON(in)
+	if err != nil {
+		return fmt.Errorf("encoding request: %w", err)
+	}
+	// A *bytes.Reader body gets ContentLength and GetBody from NewRequest. GetBody
+	// lets the transport resend the body on a fresh connection when a pooled
+	// keep-alive connection turns out to be dead before anything was written; that
+	// is not a retry policy, as the server never saw the first attempt.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	req.Header = header.Clone()
+	if req.Header == nil {
+		req.Header = make(http.Header, 1)
+	}
+	if req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+
+	resp, err := c.Do(req)
+	if err != nil {
+		return contextError(ctx, err)
+	}
+	defer drainAndClose(resp.Body)
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return ErrorFromResponse(resp, secrets...)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return contextError(ctx, fmt.Errorf("decoding response: %w", err))
+	}
+	return nil
+}
+
+// encodeBuffers are scratch buffers for encoding request bodies, so that encoding
+// does not grow a fresh buffer through several reallocations on every call.
+var encodeBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// encodeJSON encodes v into a pooled buffer and returns an exact-size copy.
+//
+// The copy is what goes on the wire, not the pooled buffer itself: the transport
+// may still be reading a request body after Client.Do has returned (it writes
+// from another goroutine, and a server may answer before reading everything),
+// and the only completion signal it gives is closing the body. A body type with
+// a Close hook would provide that signal, but net/http recognises only
+// *bytes.Reader-like bodies as in memory; any other type makes it flush the
+// headers in a packet of their own, which measured about 10% slower per call
+// than one allocation of the body's size.
+func encodeJSON(v any) ([]byte, error) {
+	buf := encodeBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= maxPooledBuffer { // do not pin an occasional huge buffer
+			encodeBuffers.Put(buf)
+		}
+	}()
+	enc := json.NewEncoder(buf)
+	// Prompts are full of <, > and &: escaping them as \u003c makes bodies larger
+	// and no server needs it.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(buf.Bytes()), nil
+}
+
+// contextError makes sure an error caused by ctx ending satisfies
+// errors.Is(err, ctx.Err()). net/http reports context.Cause, which is a custom
+// error when the engine cancels with a cause, and a body read cut short by a
+// cancellation may surface as a plain I/O error.
+func contextError(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w: %w", cerr, err)
+	}
+	return err
+}
+
+// drainAndClose discards what is left of a response body (up to maxDrain) and
+// closes it: net/http only returns a connection to the idle pool when its body
+// was read to the end.
+func drainAndClose(body io.ReadCloser) {
+	_, _ = io.CopyN(io.Discard, body, maxDrain)
+	_ = body.Close()
+}
