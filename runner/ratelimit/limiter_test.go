@@ -1,0 +1,274 @@
+package ratelimit
+
+import (
+	"context"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type event struct {
+	at   time.Time
+	cost Cost
+}
+
+// maxInWindow returns, per budget, the largest total of events within any
+// half-open window (t-w, t] — the way a server counting a sliding window sees them.
+func maxInWindow(events []event, w time.Duration) [numDims]int64 {
+	sort.SliceStable(events, func(i, j int) bool { return events[i].at.Before(events[j].at) })
+	var best, sum [numDims]int64
+	lo := 0
+	for hi := range events {
+		for d, v := range events[hi].cost.values() {
+			sum[d] += v
+		}
+		for !events[lo].at.After(events[hi].at.Add(-w)) {
+			for d, v := range events[lo].cost.values() {
+				sum[d] -= v
+			}
+			lo++
+		}
+		for d := range sum {
+			best[d] = max(best[d], sum[d])
+		}
+	}
+	return best
+}
+
+// simulate makes n calls as fast as the limiter allows: each caller reserves when
+// the previous one was admitted, the clock jumps to each reservation's time.
+func simulate(t *testing.T, l *Limiter, clock *clockwork.FakeClock, n int, cost func(i int) Cost) []event {
+	t.Helper()
+	events := make([]event, 0, n)
+	for i := range n {
+		c := cost(i)
+		r := l.Reserve(c)
+		if d := r.At().Sub(clock.Now()); d > 0 {
+			clock.Advance(d)
+		}
+		if err := r.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, event{at: clock.Now(), cost: c})
+	}
+	return events
+}
+
+func TestLimiterNeverExceedsAnyWindow(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	cases := []struct {
+		name   string
+		limits Limits
+		cost   func(i int) Cost
+	}{
+		{
+			name:   "requests",
+			limits: Limits{RequestsPerMinute: 1200},
+			cost:   func(int) Cost { return Cost{Requests: 1} },
+		},
+		{
+			name:   "small request limit",
+			limits: Limits{RequestsPerMinute: 7},
+			cost:   func(int) Cost { return Cost{Requests: 1} },
+		},
+		{
+			name:   "input tokens of random sizes",
+			limits: Limits{InputTokensPerMinute: 30000},
+			cost:   func(int) Cost { return Cost{Requests: 1, InputTokens: 1 + rng.Int64N(4000)} },
+		},
+		{
+			name:   "all three budgets",
+			limits: Limits{RequestsPerMinute: 50, InputTokensPerMinute: 30000, OutputTokensPerMinute: 8000},
+			cost: func(int) Cost {
+				return Cost{Requests: 1, InputTokens: 1 + rng.Int64N(2000), OutputTokens: 1 + rng.Int64N(600)}
+			},
+		},
+		{
+			name:   "bursty sizes near the budget",
+			limits: Limits{InputTokensPerMinute: 10000},
+			cost: func(i int) Cost {
+				if i%10 == 0 {
+					return Cost{Requests: 1, InputTokens: 9000}
+				}
+				return Cost{Requests: 1, InputTokens: 10}
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clockwork.NewFakeClockAt(epoch)
+			l := New(tc.limits, DefaultSlack, clock)
+			events := simulate(t, l, clock, 3000, tc.cost)
+			got := maxInWindow(events, Period)
+			for d, limit := range tc.limits.values() {
+				if limit > 0 && got[d] > limit {
+					t.Errorf("budget %d: %d in one minute, limit %d", d, got[d], limit)
+				}
+			}
+			// The limiter must not waste budget either: over the run, the binding
+			// budget is used at nearly its rate. Two things cost a little: the slack
+			// (under 1%), and granularity: under a strict sliding window a call of
+			// size n waits until n is free, so up to the largest call's share of the
+			// budget can sit idle (for requests, 1 of the limit).
+			elapsed := events[len(events)-1].at.Sub(events[0].at)
+			if elapsed < 2*Period {
+				return
+			}
+			var total, largest [numDims]int64
+			for _, e := range events {
+				for d, v := range e.cost.values() {
+					total[d] += v
+					largest[d] = max(largest[d], v)
+				}
+			}
+			best, want := 0.0, 0.0
+			for d, limit := range tc.limits.values() {
+				if limit == 0 {
+					continue
+				}
+				if used := float64(total[d]) / (float64(limit) * elapsed.Minutes()); used > best {
+					best = used
+					want = 0.97 * (1 - float64(largest[d]-1)/float64(limit))
+				}
+			}
+			t.Logf("binding budget used at %.4f of its rate (floor %.4f)", best, want)
+			if best < want {
+				t.Errorf("binding budget used at %.3f of its rate, want >= %.3f", best, want)
+			}
+		})
+	}
+}
+
+func TestLimiterPacesRequestsPerSecond(t *testing.T) {
+	// Servers may enforce 1,200 per minute as 20 per second: the pacing must too.
+	clock := clockwork.NewFakeClockAt(epoch)
+	l := New(Limits{RequestsPerMinute: 1200}, DefaultSlack, clock)
+	events := simulate(t, l, clock, 2000, func(int) Cost { return Cost{Requests: 1} })
+	if got := maxInWindow(events, time.Second)[0]; got > 20 {
+		t.Errorf("%d requests in one second, want <= 20", got)
+	}
+}
+
+func TestLimiterConcurrentCallers(t *testing.T) {
+	// Many goroutines reserving at once get distinct, FIFO, in-budget times.
+	clock := clockwork.NewFakeClockAt(epoch)
+	l := New(Limits{RequestsPerMinute: 600, InputTokensPerMinute: 6000}, DefaultSlack, clock)
+	var mu sync.Mutex
+	var events []event
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 100 {
+				c := Cost{Requests: 1, InputTokens: int64(1 + (g*31+i*17)%50)}
+				r := l.Reserve(c)
+				mu.Lock()
+				events = append(events, event{at: r.At(), cost: c})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	got := maxInWindow(events, Period)
+	if got[0] > 600 || got[1] > 6000 {
+		t.Errorf("max in a minute = %v, limits 600 requests and 6000 tokens", got)
+	}
+}
+
+func TestLimiterOversizedCostWaitsForEmptyWindow(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(epoch)
+	l := New(Limits{InputTokensPerMinute: 1000}, DefaultSlack, clock)
+	first := l.Reserve(Cost{Requests: 1, InputTokens: 10})
+	big := l.Reserve(Cost{Requests: 1, InputTokens: 5000})
+	if want := first.At().Add(Period + DefaultSlack); big.At().Before(want) {
+		t.Errorf("oversized call at %v, want at or after %v (once the first left the window)", big.At().Sub(epoch), want.Sub(epoch))
+	}
+}
+
+func TestLimiterCancelGivesBudgetBack(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(epoch)
+	l := New(Limits{InputTokensPerMinute: 1000}, DefaultSlack, clock)
+	a := l.Reserve(Cost{InputTokens: 1000})
+	b := l.Reserve(Cost{InputTokens: 1000})
+	if !b.At().After(a.At()) {
+		t.Fatalf("second full-budget reservation not delayed")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := b.Wait(ctx); err == nil {
+		t.Fatal("Wait with a cancelled context returned nil")
+	}
+	a.Cancel()
+	c := l.Reserve(Cost{InputTokens: 900})
+	// Reservations stay FIFO (c goes no earlier than b was placed), but with both
+	// cancelled the sliding log no longer holds c back a whole window beyond b.
+	if c.At().After(b.At().Add(2 * time.Second)) {
+		t.Errorf("after cancelling, next reservation at %v, want near %v", c.At().Sub(epoch), b.At().Sub(epoch))
+	}
+}
+
+func TestLimiterSettleCorrectsEstimates(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(epoch)
+	l := New(Limits{InputTokensPerMinute: 1000}, DefaultSlack, clock)
+	r := l.Reserve(Cost{Requests: 1, InputTokens: 900})
+	r.Settle(Cost{Requests: 1, InputTokens: 100})
+	clock.Advance(time.Second)
+	next := l.Reserve(Cost{Requests: 1, InputTokens: 800})
+	if d := next.At().Sub(clock.Now()); d > 2*time.Second {
+		t.Errorf("after settling 900 down to 100, 800 more waited %v", d)
+	}
+	// And upward: the over-use holds later calls back.
+	clock.Advance(2 * Period)
+	r = l.Reserve(Cost{Requests: 1, InputTokens: 10})
+	r.Settle(Cost{Requests: 1, InputTokens: 1000})
+	next = l.Reserve(Cost{Requests: 1, InputTokens: 10})
+	if d := next.At().Sub(r.At()); d < Period {
+		t.Errorf("after settling 10 up to 1000, the next call waited only %v", d)
+	}
+}
+
+func TestLimiterSetLimitsCountsWhatWasSent(t *testing.T) {
+	// Re-dividing a budget: a shard whose share halves must first let its recent
+	// sends age out, so the shards' sum stays within the model's budget.
+	clock := clockwork.NewFakeClockAt(epoch)
+	l := New(Limits{RequestsPerMinute: 600}, DefaultSlack, clock)
+	events := simulate(t, l, clock, 600, func(int) Cost { return Cost{Requests: 1} })
+	l.SetLimits(Limits{RequestsPerMinute: 300})
+	events = append(events, simulate(t, l, clock, 600, func(int) Cost { return Cost{Requests: 1} })...)
+	tail := events[600:]
+	for i := range tail {
+		// Every window ending after the change holds at most 300 (+ what was sent
+		// before the change and is still in that window, which must be nothing
+		// beyond the new limit).
+		lo := tail[i].at.Add(-Period)
+		n := 0
+		for _, e := range events {
+			if e.at.After(lo) && !e.at.After(tail[i].at) {
+				n++
+			}
+		}
+		if n > 300 {
+			t.Fatalf("window ending %v holds %d requests after the limit dropped to 300", tail[i].at.Sub(epoch), n)
+		}
+	}
+	if got := l.Limits(); got.RequestsPerMinute != 300 {
+		t.Errorf("Limits() = %+v", got)
+	}
+}
+
+func TestLimiterUnlimitedIsImmediate(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(epoch)
+	l := New(Limits{}, DefaultSlack, clock)
+	for range 10000 {
+		if r := l.Reserve(Cost{Requests: 1, InputTokens: 1e6}); !r.At().Equal(epoch) {
+			t.Fatalf("unlimited reservation delayed to %v", r.At())
+		}
+	}
+}
