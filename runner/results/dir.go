@@ -1,0 +1,154 @@
+package results
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// Files in an output directory.
+const (
+	ResultsFile   = "results.jsonl"
+	SummaryFile   = "summary.json"
+	CheckpointDir = "checkpoint"
+)
+
+// Dir is a local output directory: a journal per model and dataset under
+// checkpoint/, and results.jsonl and summary.json assembled from them.
+type Dir struct {
+	root string
+
+	mu       sync.RWMutex
+	journals map[pairKey]*Journal
+}
+
+type pairKey struct{ model, dataset string }
+
+// Pair names one model on one dataset, with what its summary needs.
+type Pair struct {
+	Model, Dataset string
+	Fingerprint    string
+	Total          int
+	Metrics        []string
+}
+
+// OpenDir opens (creating) an output directory.
+func OpenDir(root string) (*Dir, error) {
+	if err := os.MkdirAll(filepath.Join(root, CheckpointDir), 0o755); err != nil {
+		return nil, err
+	}
+	return &Dir{root: root, journals: map[pairKey]*Journal{}}, nil
+}
+
+// Root is the directory's path.
+func (d *Dir) Root() string { return d.root }
+
+func (d *Dir) journalPath(model, dataset string) string {
+	// Model and dataset names are DNS labels, which cannot contain a dot.
+	return filepath.Join(d.root, CheckpointDir, model+"."+dataset+".jsonl")
+}
+
+// Open opens the journal of a pair, loading what an earlier run left.
+func (d *Dir) Open(p Pair, retryErrors bool) (*Journal, error) {
+	j, err := OpenJournal(d.journalPath(p.Model, p.Dataset), p.Model, p.Dataset, p.Fingerprint, p.Total, retryErrors)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.journals[pairKey{p.Model, p.Dataset}] = j
+	d.mu.Unlock()
+	return j, nil
+}
+
+func (d *Dir) journal(model, dataset string) *Journal {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.journals[pairKey{model, dataset}]
+}
+
+// Done reports whether a sample already has a record.
+func (d *Dir) Done(model, dataset string, index int) bool {
+	j := d.journal(model, dataset)
+	return j != nil && j.Done(index)
+}
+
+// Counts returns how many samples of a pair are done, and how many of those errored.
+func (d *Dir) Counts(model, dataset string) (done, errored int) {
+	if j := d.journal(model, dataset); j != nil {
+		return j.Counts()
+	}
+	return 0, 0
+}
+
+// Put appends a record to its pair's journal.
+func (d *Dir) Put(model, dataset string, index int, rec *Record) error {
+	j := d.journal(model, dataset)
+	if j == nil {
+		return fmt.Errorf("no open checkpoint for %s on %s", model, dataset)
+	}
+	return j.Append(index, rec)
+}
+
+// Close flushes and closes every journal.
+func (d *Dir) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for k, j := range d.journals {
+		errs = append(errs, j.Close())
+		delete(d.journals, k)
+	}
+	return errors.Join(errs...)
+}
+
+// Assemble writes results.jsonl (pairs in the order given, samples in dataset
+// order) and summary.json from the journals, each replaced atomically, and returns
+// the summaries.
+func (d *Dir) Assemble(pairs []Pair) ([]Summary, error) {
+	out, err := os.CreateTemp(d.root, ".results-*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(out.Name())
+	summaries := make([]Summary, 0, len(pairs))
+	for _, p := range pairs {
+		agg := NewAggregate(p.Model, p.Dataset, int64(p.Total), p.Metrics)
+		if err := Assemble(d.journalPath(p.Model, p.Dataset), out, agg, p.Total); err != nil {
+			out.Close()
+			return nil, err
+		}
+		summaries = append(summaries, agg.Summary())
+	}
+	if err := out.Close(); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(out.Name(), filepath.Join(d.root, ResultsFile)); err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(struct {
+		Results []Summary `json:"results"`
+	}{summaries}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(filepath.Join(d.root, SummaryFile), append(b, '\n')); err != nil {
+		return nil, err
+	}
+	return summaries, nil
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, werr := f.Write(data)
+	if err := errors.Join(werr, f.Close()); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

@@ -1,0 +1,315 @@
+package results
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+)
+
+// journalVersion is written in every journal's header line.
+const journalVersion = 1
+
+// header is a journal's first line. Fingerprint identifies everything that decides
+// a record (model, prompt, scoring, data), so records of an edited Evaluation are
+// never mixed with new ones.
+type header struct {
+	Checkpoint  int    `json:"checkpoint"`
+	Model       string `json:"model"`
+	Dataset     string `json:"dataset"`
+	Fingerprint string `json:"fingerprint"`
+}
+
+// A journal entry is one line, `{"i":<sample position>,"r":<record>}`, written by
+// Append and split by splitLine without decoding the record.
+const linePrefix, lineInfix, lineSuffix = `{"i":`, `,"r":`, "}\n"
+
+// splitLine returns the position and the record of a whole journal line.
+func splitLine(b []byte) (int, []byte, bool) {
+	if !bytes.HasPrefix(b, []byte(linePrefix)) || !bytes.HasSuffix(b, []byte(lineSuffix)) {
+		return 0, nil, false
+	}
+	b = b[len(linePrefix) : len(b)-len(lineSuffix)]
+	k := bytes.Index(b, []byte(lineInfix))
+	if k <= 0 {
+		return 0, nil, false
+	}
+	i, err := strconv.Atoi(string(b[:k]))
+	rec := b[k+len(lineInfix):]
+	if err != nil || i < 0 || !json.Valid(rec) {
+		return 0, nil, false
+	}
+	return i, rec, true
+}
+
+// ErrMismatch is returned when a journal was written by a different evaluation.
+var ErrMismatch = errors.New("checkpoint belongs to a different evaluation")
+
+// Journal is the crash-safe checkpoint of one model on one dataset: finished records
+// are appended in the order they complete and written to the file promptly, so
+// after a crash (even kill -9) every record that reached the file is kept and its
+// sample is not run again. A torn last line is cut off when the journal is reopened.
+type Journal struct {
+	path string
+
+	mu      sync.Mutex
+	f       *os.File
+	w       *bufio.Writer
+	werr    error
+	done    []bool
+	nDone   int
+	nErrors int
+
+	kick     chan struct{}
+	flushed  chan struct{}
+	closeOne sync.Once
+}
+
+// OpenJournal opens (creating) the journal at path for model and dataset, and loads
+// what it holds for samples below total. With retryErrors, errored records do not
+// count as done, so their samples run again (the newer record wins at assembly).
+func OpenJournal(path, model, dataset, fingerprint string, total int, retryErrors bool) (*Journal, error) {
+	j := &Journal{path: path, done: make([]bool, total), kick: make(chan struct{}, 1), flushed: make(chan struct{})}
+	want := header{Checkpoint: journalVersion, Model: model, Dataset: dataset, Fingerprint: fingerprint}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	end, err := j.load(f, want, retryErrors)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.Truncate(end); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	if _, err := f.Seek(end, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	j.f = f
+	j.w = bufio.NewWriterSize(f, 64<<10)
+	if end == 0 {
+		h, _ := json.Marshal(want)
+		j.w.Write(append(h, '\n'))
+		if err := j.w.Flush(); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+		}
+	}
+	go j.flusher()
+	return j, nil
+}
+
+// load reads the journal, returning the offset where appending must resume (the
+// end of the last whole line).
+func (j *Journal) load(f *os.File, want header, retryErrors bool) (int64, error) {
+	r := bufio.NewReaderSize(f, 64<<10)
+	var off int64
+	first := true
+	for {
+		b, err := r.ReadBytes('\n')
+		if len(b) == 0 || (err == io.EOF && b[len(b)-1] != '\n') {
+			// End of file, or a line the crash cut short: resume before it.
+			return off, nil
+		}
+		if err != nil && err != io.EOF {
+			return 0, fmt.Errorf("checkpoint %s: %w", j.path, err)
+		}
+		off += int64(len(b))
+		if first {
+			first = false
+			var h header
+			if json.Unmarshal(b, &h) != nil || h.Checkpoint != journalVersion {
+				return 0, fmt.Errorf("%s is not a Proctor checkpoint: %w", j.path, ErrMismatch)
+			}
+			if h != want {
+				return 0, fmt.Errorf("%s holds results of model %q on dataset %q from a different version of the evaluation "+
+					"(the model, prompt, scoring or data changed): %w", j.path, h.Model, h.Dataset, ErrMismatch)
+			}
+			continue
+		}
+		i, rec, ok := splitLine(b)
+		if !ok {
+			continue // a corrupt line mid-file: skip it, the sample runs again
+		}
+		if i >= len(j.done) || j.done[i] {
+			continue
+		}
+		failed := recordFailed(rec)
+		if failed && retryErrors {
+			continue
+		}
+		j.done[i] = true
+		j.nDone++
+		if failed {
+			j.nErrors++
+		}
+	}
+}
+
+// recordFailed reports whether a stored record carries an error.
+func recordFailed(raw json.RawMessage) bool {
+	var r struct {
+		Error string `json:"error"`
+	}
+	return json.Unmarshal(raw, &r) == nil && r.Error != ""
+}
+
+// Done reports whether sample i already has a record.
+func (j *Journal) Done(i int) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return i < len(j.done) && j.done[i]
+}
+
+// Counts returns how many samples are done, and how many of those errored.
+func (j *Journal) Counts() (done, errored int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.nDone, j.nErrors
+}
+
+// Append adds sample i's record. It is written to the file promptly by a background
+// flusher, which batches records that arrive together.
+func (j *Journal) Append(i int, rec *Record) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 0, len(b)+24)
+	buf = append(buf, linePrefix...)
+	buf = strconv.AppendInt(buf, int64(i), 10)
+	buf = append(buf, lineInfix...)
+	buf = append(buf, b...)
+	buf = append(buf, lineSuffix...)
+
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.werr != nil {
+		return j.werr
+	}
+	if _, err := j.w.Write(buf); err != nil {
+		j.werr = fmt.Errorf("checkpoint %s: %w", j.path, err)
+		return j.werr
+	}
+	if i < len(j.done) && !j.done[i] {
+		j.done[i] = true
+		j.nDone++
+		if rec.Error != "" {
+			j.nErrors++
+		}
+	}
+	select {
+	case j.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (j *Journal) flusher() {
+	defer close(j.flushed)
+	for range j.kick {
+		j.mu.Lock()
+		if j.werr == nil {
+			if err := j.w.Flush(); err != nil {
+				j.werr = fmt.Errorf("checkpoint %s: %w", j.path, err)
+			}
+		}
+		j.mu.Unlock()
+	}
+}
+
+// Close flushes and closes the journal.
+func (j *Journal) Close() error {
+	j.closeOne.Do(func() { close(j.kick) })
+	<-j.flushed
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	err := j.werr
+	if err == nil {
+		err = j.w.Flush()
+	}
+	return errors.Join(err, j.f.Close())
+}
+
+// Assemble writes the records of the journal at path for samples below total, in
+// sample order and one per sample (the latest, where a sample was run twice), to w,
+// and returns their summary.
+func Assemble(path string, w io.Writer, agg *Aggregate, total int) error {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	defer f.Close()
+
+	// First pass: where each sample's latest record is. Offsets and lengths only,
+	// so a million samples cost a few megabytes.
+	type span struct {
+		off int64
+		n   int32
+	}
+	spans := make([]span, total)
+	r := bufio.NewReaderSize(f, 256<<10)
+	var off int64
+	first := true
+	for {
+		b, err := r.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			// A record longer than the buffer: gather it whole.
+			rest, err2 := r.ReadBytes('\n')
+			b, err = append(append([]byte(nil), b...), rest...), err2
+		}
+		if len(b) == 0 || b[len(b)-1] != '\n' {
+			break
+		}
+		n := int64(len(b))
+		if !first {
+			if i, _, ok := splitLine(b); ok && i < total {
+				spans[i] = span{off: off, n: int32(n)}
+			}
+		}
+		first = false
+		off += n
+		if err != nil {
+			break
+		}
+	}
+
+	// Second pass, in sample order.
+	bw := bufio.NewWriterSize(w, 256<<10)
+	var buf []byte
+	for _, s := range spans {
+		if s.n == 0 {
+			continue
+		}
+		if cap(buf) < int(s.n) {
+			buf = make([]byte, s.n)
+		}
+		buf = buf[:s.n]
+		if _, err := f.ReadAt(buf, s.off); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", path, err)
+		}
+		_, raw, ok := splitLine(buf)
+		if !ok {
+			return fmt.Errorf("checkpoint %s: line at offset %d changed while reading", path, s.off)
+		}
+		var rec Record
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", path, err)
+		}
+		agg.Add(&rec)
+		bw.Write(raw)
+		bw.WriteByte('\n')
+	}
+	return bw.Flush()
+}

@@ -1,0 +1,120 @@
+// Package results defines the per-sample record, its summary, and the local
+// checkpoint: a journal per model and dataset that finished records are appended
+// to as they complete, from which results.jsonl (in sample order) and summary.json
+// are assembled.
+package results
+
+import (
+	"math"
+	"slices"
+
+	"github.com/proctor-dev/proctor/runner/provider"
+)
+
+// Record is the outcome of one sample on one model. Its JSON form is one line of
+// results.jsonl; the field names and their order are part of Proctor's contract.
+type Record struct {
+	ID      string `json:"id"`
+	Model   string `json:"model"`
+	Dataset string `json:"dataset"`
+	// Output is the model's text answer (an agent's standard output).
+	Output string `json:"output"`
+	// Scores maps metric names to scores in [0, 1]; empty when Error is set.
+	Scores map[string]float64 `json:"scores"`
+	// Error says why the sample failed; "" when it did not.
+	Error string `json:"error"`
+	// Attempts counts the calls made; 0 when the answer came from the cache.
+	Attempts int `json:"attempts"`
+	// LatencyMillis is how long the answering call took (the original call's, for a cached answer).
+	LatencyMillis int64 `json:"latencyMillis"`
+	InputTokens   int64 `json:"inputTokens"`
+	OutputTokens  int64 `json:"outputTokens"`
+	// ToolCalls are the tools the model called, when it called any.
+	ToolCalls []provider.ToolCall `json:"toolCalls,omitempty"`
+}
+
+// Summary is the outcome of one model on one dataset: one entry of summary.json's
+// "results", and of an Evaluation's status.results.
+type Summary struct {
+	Model     string `json:"model"`
+	Dataset   string `json:"dataset"`
+	Total     int64  `json:"total"`
+	Completed int64  `json:"completed"`
+	Errored   int64  `json:"errored"`
+	// Metrics maps metric names to means over the completed samples. An errored
+	// sample scores 0 on every metric: failures lower a score visibly instead of
+	// shrinking its denominator.
+	Metrics       map[string]float64 `json:"metrics"`
+	LatencyMillis Latency            `json:"latencyMillis"`
+	Tokens        Tokens             `json:"tokens"`
+}
+
+// Latency summarizes the latencies of successful samples.
+type Latency struct {
+	P50 int64 `json:"p50"`
+	P95 int64 `json:"p95"`
+}
+
+// Tokens totals the tokens of all completed samples.
+type Tokens struct {
+	Input  int64 `json:"input"`
+	Output int64 `json:"output"`
+}
+
+// Aggregate accumulates records into a Summary. The zero value is not usable; use
+// NewAggregate.
+type Aggregate struct {
+	s         Summary
+	metrics   []string
+	sums      []float64
+	latencies []int64
+}
+
+// NewAggregate starts a summary for a model on a dataset of total samples, scored
+// by the named metrics.
+func NewAggregate(model, dataset string, total int64, metrics []string) *Aggregate {
+	return &Aggregate{
+		s:       Summary{Model: model, Dataset: dataset, Total: total},
+		metrics: metrics,
+		sums:    make([]float64, len(metrics)),
+	}
+}
+
+// Add counts one record.
+func (a *Aggregate) Add(r *Record) {
+	a.s.Completed++
+	a.s.Tokens.Input += r.InputTokens
+	a.s.Tokens.Output += r.OutputTokens
+	if r.Error != "" {
+		a.s.Errored++
+		return
+	}
+	for i, m := range a.metrics {
+		a.sums[i] += r.Scores[m]
+	}
+	a.latencies = append(a.latencies, r.LatencyMillis)
+}
+
+// Summary returns the summary so far.
+func (a *Aggregate) Summary() Summary {
+	s := a.s
+	s.Metrics = make(map[string]float64, len(a.metrics))
+	if s.Completed > 0 {
+		for i, m := range a.metrics {
+			s.Metrics[m] = a.sums[i] / float64(s.Completed)
+		}
+	}
+	lat := slices.Clone(a.latencies)
+	slices.Sort(lat)
+	s.LatencyMillis = Latency{P50: percentile(lat, 0.50), P95: percentile(lat, 0.95)}
+	return s
+}
+
+// percentile is the nearest-rank percentile of sorted values; 0 for none.
+func percentile(sorted []int64, q float64) int64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
