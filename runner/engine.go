@@ -1,0 +1,502 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/proctor-dev/proctor/runner/cache"
+	"github.com/proctor-dev/proctor/runner/dataset"
+	"github.com/proctor-dev/proctor/runner/provider"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
+	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/retry"
+	"github.com/proctor-dev/proctor/runner/score"
+)
+
+// Options tune an Engine. Zero values take the defaults.
+type Options struct {
+	Clock clockwork.Clock
+	Log   logr.Logger
+	// Rand returns uniform numbers in [0, 1) for backoff jitter.
+	Rand func() float64
+	// Observer hears of every finished sample (progress displays).
+	Observer Observer
+	// Slack widens rate-limit windows; default ratelimit.DefaultSlack.
+	Slack time.Duration
+	// ThrottleCooldown is the least time between two halvings of a model's window; default 1s.
+	ThrottleCooldown time.Duration
+	// MaxThrottled bounds the 429s one call may meet when its model declares no
+	// limit (they do not count against retry.maxAttempts then); default 50.
+	MaxThrottled int
+}
+
+// Observer hears of finished samples. It must be safe for concurrent use and quick.
+type Observer interface {
+	SampleFinished(model, dataset string, rec *results.Record)
+}
+
+// Sink receives finished records: the checkpoint.
+type Sink interface {
+	// Done reports whether the sample at index already has a record (resume).
+	Done(model, dataset string, index int) bool
+	// Put stores a record. An error stops the run.
+	Put(model, dataset string, index int, rec *results.Record) error
+}
+
+// Engine runs a plan.
+type Engine struct {
+	plan    *Plan
+	opts    Options
+	clock   clockwork.Clock
+	log     logr.Logger
+	models  map[string]*modelRun
+	scorers []score.Scorer
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	randMu   sync.Mutex
+}
+
+// modelRun is a model's runtime state, shared by everything that calls it.
+type modelRun struct {
+	*Model
+	// slots bounds the samples in flight (the sliding window of spec.concurrency).
+	slots chan struct{}
+	// window bounds the calls in flight, shrinking on 429s.
+	window  *ratelimit.Window
+	gate    *ratelimit.Gate
+	limiter *ratelimit.Limiter
+	est     estimator
+}
+
+// New prepares an engine for plan.
+func New(plan *Plan, opts Options) (*Engine, error) {
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
+	if opts.Rand == nil {
+		opts.Rand = rand.Float64
+	}
+	if opts.Slack == 0 {
+		opts.Slack = ratelimit.DefaultSlack
+	}
+	if opts.ThrottleCooldown == 0 {
+		opts.ThrottleCooldown = time.Second
+	}
+	if opts.MaxThrottled == 0 {
+		opts.MaxThrottled = 50
+	}
+	e := &Engine{plan: plan, opts: opts, clock: opts.Clock, log: opts.Log, models: map[string]*modelRun{}, stop: make(chan struct{})}
+	for _, m := range plan.Models {
+		c := max(1, m.Concurrency)
+		e.models[m.Name] = &modelRun{
+			Model:   m,
+			slots:   make(chan struct{}, c),
+			window:  ratelimit.NewWindow(c, opts.ThrottleCooldown, opts.Clock),
+			gate:    ratelimit.NewGate(opts.Clock),
+			limiter: ratelimit.New(m.Limits, opts.Slack, opts.Clock),
+			est:     newEstimator(m.MaxTokens),
+		}
+	}
+	for _, s := range plan.Scorers {
+		var judge score.JudgeFunc
+		if s.JudgeModel != "" {
+			jm := e.models[s.JudgeModel]
+			if jm == nil {
+				return nil, fmt.Errorf("scorer %s: judge model %q is not in the plan", s.Config.Name, s.JudgeModel)
+			}
+			judge = e.judgeFunc(jm)
+		}
+		sc, err := score.New(s.Config, judge)
+		if err != nil {
+			return nil, fmt.Errorf("scorer %s: %w", s.Config.Name, err)
+		}
+		e.scorers = append(e.scorers, sc)
+	}
+	return e, nil
+}
+
+// Stop stops taking new samples; samples in flight run to completion (or until the
+// Run context is cancelled). It may be called more than once.
+func (e *Engine) Stop() { e.stopOnce.Do(func() { close(e.stop) }) }
+
+// SetLimits changes a model's budgets while running (a cluster re-dividing them).
+func (e *Engine) SetLimits(model string, l ratelimit.Limits) error {
+	m := e.models[model]
+	if m == nil {
+		return fmt.Errorf("no model %q", model)
+	}
+	m.limiter.SetLimits(l)
+	return nil
+}
+
+// Run evaluates tasks, putting every finished record into sink. Samples the sink
+// already holds are skipped. Each model works through its tasks in order with its
+// own window; different models run side by side. Run returns when all samples are
+// done, after Stop once the samples in flight are, or when ctx ends (samples cut off
+// then leave no record, so they run again next time). Per-sample failures are
+// records, not errors: Run fails only if data cannot be read or the sink fails.
+func (e *Engine) Run(ctx context.Context, tasks []Task, sink Sink) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	byModel := map[string][]Task{}
+	var order []string
+	for _, t := range tasks {
+		if e.models[t.Model] == nil || e.plan.Dataset(t.Dataset) == nil {
+			return fmt.Errorf("task %s/%s: unknown model or dataset", t.Model, t.Dataset)
+		}
+		if _, ok := byModel[t.Model]; !ok {
+			order = append(order, t.Model)
+		}
+		byModel[t.Model] = append(byModel[t.Model], t)
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, name := range order {
+		wg.Go(func() {
+			if err := e.runModel(ctx, cancel, e.models[name], byModel[name], sink); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		errs = append(errs, cause)
+	}
+	return errors.Join(errs...)
+}
+
+func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *modelRun, tasks []Task, sink Sink) error {
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	var errs []error
+	for _, t := range tasks {
+		if err := e.runTask(ctx, fail, m, t, sink, &inflight); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runTask streams one task's samples into the model's window.
+func (e *Engine) runTask(ctx context.Context, fail context.CancelCauseFunc, m *modelRun, t Task, sink Sink, inflight *sync.WaitGroup) error {
+	ds := e.plan.Dataset(t.Dataset)
+	r, closer, err := ds.Open()
+	if err != nil {
+		return fmt.Errorf("dataset %s: %w", ds.Name, err)
+	}
+	defer closer.Close()
+	if t.Start > 0 {
+		if err := skip(r, t.Start); err != nil {
+			return fmt.Errorf("dataset %s: %w", ds.Name, err)
+		}
+	}
+	for {
+		if e.stopping(ctx) {
+			return nil
+		}
+		s, err := r.Next()
+		if err == io.EOF || (err == nil && s.Index >= t.End) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("dataset %s: %w", ds.Name, err)
+		}
+		if sink.Done(m.Name, ds.Name, s.Index) {
+			continue
+		}
+		select {
+		case m.slots <- struct{}{}:
+		case <-e.stop:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+		inflight.Add(1)
+		go func() {
+			defer inflight.Done()
+			defer func() { <-m.slots }()
+			rec := e.evaluate(ctx, m, ds, &s)
+			if rec == nil {
+				return
+			}
+			if err := sink.Put(m.Name, ds.Name, s.Index, rec); err != nil {
+				fail(fmt.Errorf("saving the result of %s on %s sample %s: %w", m.Name, ds.Name, s.ID, err))
+				return
+			}
+			if e.opts.Observer != nil {
+				e.opts.Observer.SampleFinished(m.Name, ds.Name, rec)
+			}
+		}()
+	}
+}
+
+func (e *Engine) stopping(ctx context.Context) bool {
+	select {
+	case <-e.stop:
+		return true
+	case <-ctx.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// skip advances r past its first n samples.
+func skip(r dataset.Reader, n int) error {
+	if s, ok := r.(dataset.Skipper); ok {
+		return s.Skip(n)
+	}
+	for range n {
+		if _, err := r.Next(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// evaluate runs one sample: render, call, score. It returns nil when the run is
+// stopping and the sample did not finish (it must run again next time).
+func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *dataset.Sample) *results.Record {
+	rec := &results.Record{ID: s.ID, Model: m.Name, Dataset: ds.Name, Scores: map[string]float64{}}
+	if s.Err != nil {
+		rec.Error = s.Err.Error()
+		return rec
+	}
+	req, err := e.plan.Prompt.Request(s)
+	if err != nil {
+		rec.Error = fmt.Sprintf("rendering the prompt: %v", err)
+		return rec
+	}
+	res := e.call(ctx, m, req)
+	if ctx.Err() != nil {
+		return nil
+	}
+	rec.Attempts = res.attempts
+	rec.LatencyMillis = res.latency.Milliseconds()
+	if res.err != nil {
+		rec.Error = e.redact(res.err.Error())
+		return rec
+	}
+	rec.Output = e.redact(res.resp.Text)
+	rec.ToolCalls = res.resp.ToolCalls
+	rec.InputTokens = res.resp.Usage.InputTokens
+	rec.OutputTokens = res.resp.Usage.OutputTokens
+	in := score.Input{
+		Output: res.resp.Text, ToolCalls: res.resp.ToolCalls,
+		Expected: s.Expected, HasExpected: s.HasExpected,
+		Prompt: req.Prompt, Input: s.Input, Sample: s.Fields,
+	}
+	for _, sc := range e.scorers {
+		v, err := sc.Score(ctx, in)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			rec.Scores = map[string]float64{}
+			rec.Error = e.redact(fmt.Sprintf("scorer %s: %v", sc.Name(), err))
+			return rec
+		}
+		rec.Scores[sc.Name()] = v
+	}
+	return rec
+}
+
+// redact removes secrets from text the engine writes out.
+func (e *Engine) redact(s string) string {
+	for _, secret := range e.plan.Secrets {
+		if secret != "" && strings.Contains(s, secret) {
+			s = strings.ReplaceAll(s, secret, "[REDACTED]")
+		}
+	}
+	return s
+}
+
+// judgeFunc lets a judge scorer call its model through the same window, limits,
+// retries and cache as any other call.
+func (e *Engine) judgeFunc(m *modelRun) score.JudgeFunc {
+	return func(ctx context.Context, prompt string) (string, error) {
+		req := &provider.Request{Prompt: prompt, Messages: []provider.Message{{Role: provider.RoleUser, Content: prompt}}}
+		res := e.call(ctx, m, req)
+		if res.err != nil {
+			return "", res.err
+		}
+		return res.resp.Text, nil
+	}
+}
+
+type callResult struct {
+	resp     *provider.Response
+	attempts int
+	latency  time.Duration
+	err      error
+}
+
+// call makes one request to a model, with its cache, window, limits and retries.
+func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) callResult {
+	var key string
+	if c := e.plan.Cache; c != nil {
+		key = e.cacheKey(m, req)
+		if entry, ok := c.Get(key); ok {
+			return callResult{resp: &entry.Response, latency: time.Duration(entry.LatencyMillis) * time.Millisecond}
+		}
+	}
+	timeout := e.plan.Timeout
+	if m.Timeout > 0 {
+		timeout = m.Timeout
+	}
+	policy := e.plan.Retry
+	rawIn := estimateInput(req)
+	var attempts, failures, throttles int
+	for {
+		attempts++
+		resp, latency, res, err := e.attempt(ctx, m, req, rawIn, timeout)
+		if err == nil {
+			m.window.Succeeded()
+			if res != nil {
+				res.Settle(ratelimit.Cost{Requests: 1, InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens})
+			}
+			m.est.observe(rawIn, resp.Usage)
+			if key != "" {
+				if err := e.plan.Cache.Put(key, &cache.Entry{Response: *resp, LatencyMillis: latency.Milliseconds()}); err != nil {
+					e.log.Error(err, "Failed to write a cache entry", "model", m.Name)
+				}
+			}
+			return callResult{resp: resp, attempts: attempts, latency: latency}
+		}
+		if ctx.Err() != nil {
+			return callResult{attempts: attempts, err: ctx.Err()}
+		}
+		class, retryAfter := retry.Classify(err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("timed out after %v", timeout)
+		}
+		var k int // the backoff exponent
+		switch class {
+		case retry.Final:
+			return callResult{attempts: attempts, latency: latency, err: err}
+		case retry.Throttled:
+			if res != nil {
+				// A refused request used no tokens.
+				res.Settle(ratelimit.Cost{Requests: 1})
+			}
+			m.window.Throttled()
+			if retryAfter > 0 {
+				m.gate.CloseUntil(e.clock.Now().Add(retryAfter))
+			}
+			throttles++
+			adaptive := m.limiter.Limits().IsZero()
+			if adaptive && throttles >= e.opts.MaxThrottled {
+				return callResult{attempts: attempts, latency: latency, err: fmt.Errorf("%w (still rate limited after %d attempts)", err, attempts)}
+			}
+			if !adaptive {
+				failures++
+			}
+			// With a retry-after the server said exactly when; without one, back off
+			// exponentially in the number of refusals.
+			k = throttles
+			if retryAfter > 0 {
+				k = 1
+			}
+		default:
+			failures++
+			k = failures
+		}
+		if failures >= policy.MaxAttempts {
+			return callResult{attempts: attempts, latency: latency, err: fmt.Errorf("%w (gave up after %d attempts)", err, attempts)}
+		}
+		e.log.V(1).Info("Retrying a failed call", "model", m.Name, "sample", req.SampleID, "attempt", attempts, "class", class.String(), "error", e.redact(err.Error()))
+		if err := e.sleep(ctx, policy.Backoff(k, e.rand(), retryAfter)); err != nil {
+			return callResult{attempts: attempts, err: err}
+		}
+	}
+}
+
+// attempt makes one call within the model's window, gate and limits.
+func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request, rawIn int64, timeout time.Duration) (*provider.Response, time.Duration, *ratelimit.Reservation, error) {
+	if err := m.window.Acquire(ctx); err != nil {
+		return nil, 0, nil, err
+	}
+	defer m.window.Release()
+	if err := m.gate.Wait(ctx); err != nil {
+		return nil, 0, nil, err
+	}
+	res := m.limiter.Reserve(m.est.cost(rawIn))
+	if err := res.Wait(ctx); err != nil {
+		return nil, 0, nil, err
+	}
+	// A 429 may have closed the gate while we waited for the limiter.
+	if err := m.gate.Wait(ctx); err != nil {
+		res.Cancel()
+		return nil, 0, nil, err
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := e.clock.Now()
+	resp, err := m.Provider.Complete(actx, req)
+	latency := e.clock.Since(start)
+	if err == nil && resp == nil {
+		err = errors.New("provider returned no response")
+	}
+	return resp, latency, res, err
+}
+
+func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := e.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (e *Engine) rand() float64 {
+	e.randMu.Lock()
+	defer e.randMu.Unlock()
+	return e.opts.Rand()
+}
+
+// cacheKeyData is what a cached response is keyed on. Agents render their inputs
+// from the whole sample, so for them the sample is part of the key.
+type cacheKeyData struct {
+	Version  int                `json:"v"`
+	Model    string             `json:"model"`
+	System   string             `json:"system,omitempty"`
+	Messages []provider.Message `json:"messages"`
+	Tools    []provider.Tool    `json:"tools,omitempty"`
+	Prompt   string             `json:"prompt,omitempty"`
+	SampleID string             `json:"sampleID,omitempty"`
+	Sample   map[string]any     `json:"sample,omitempty"`
+}
+
+func (e *Engine) cacheKey(m *modelRun, req *provider.Request) string {
+	d := cacheKeyData{Version: 1, Model: m.Fingerprint, System: req.System, Messages: req.Messages, Tools: req.Tools}
+	if m.Agent {
+		d.Prompt, d.SampleID, d.Sample = req.Prompt, req.SampleID, req.Sample
+	}
+	key, err := cache.Key(d)
+	if err != nil {
+		e.log.Error(err, "Failed to compute a cache key; calling the model", "model", m.Name)
+		return ""
+	}
+	return key
+}

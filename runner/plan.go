@@ -1,0 +1,159 @@
+// Package runner is Proctor's evaluation engine: it streams samples through models
+// within their concurrency and rate limits, retries what can be retried, scores the
+// answers and hands each finished record to a sink (a local checkpoint directory, or
+// a shard's ConfigMaps in a cluster). It has no Kubernetes dependencies: the same
+// engine runs `proctor run` on a laptop and every runner pod.
+package runner
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"time"
+
+	"github.com/proctor-dev/proctor/runner/cache"
+	"github.com/proctor-dev/proctor/runner/dataset"
+	"github.com/proctor-dev/proctor/runner/provider"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
+	"github.com/proctor-dev/proctor/runner/retry"
+	"github.com/proctor-dev/proctor/runner/score"
+)
+
+// Plan is a compiled Evaluation: every reference resolved, every template parsed.
+type Plan struct {
+	Models   []*Model
+	Datasets []*Dataset
+	Prompt   *Prompt
+	Scorers  []Scorer
+	Retry    retry.Policy
+	// Timeout bounds one attempt (a call, or an agent run) unless the model sets its own.
+	Timeout time.Duration
+	// Cache, when set, answers repeated requests without calling the model.
+	Cache *cache.Cache
+	// Secrets are values (API keys) scrubbed from every record the engine writes.
+	Secrets []string
+}
+
+// Model is one model entry, ready to call.
+type Model struct {
+	Name     string
+	Provider provider.Provider
+	// Agent is true for agent models, whose requests depend on the whole sample.
+	Agent bool
+	// Fingerprint identifies what answers a request (provider, endpoint, model,
+	// parameters; an agent's command and files), without secrets. It keys the cache.
+	Fingerprint string
+	Concurrency int
+	Limits      ratelimit.Limits
+	// Timeout overrides Plan.Timeout for this model's attempts.
+	Timeout time.Duration
+	// MaxTokens caps answers; it seeds the output-token estimate.
+	MaxTokens int
+	// JudgeOnly models are used by judge scorers and not evaluated themselves.
+	JudgeOnly bool
+}
+
+// Dataset is one dataset, ready to stream.
+type Dataset struct {
+	Name string
+	// Fingerprint identifies the data and how it is read.
+	Fingerprint string
+	// Total is the number of samples to evaluate (after any limit).
+	Total int
+	// Open starts reading from the first sample.
+	Open func() (dataset.Reader, io.Closer, error)
+}
+
+// Scorer is one scorer of the plan.
+type Scorer struct {
+	Config score.Config
+	// JudgeModel names the judge scorer's model.
+	JudgeModel string
+}
+
+// Model returns the named model, or nil.
+func (p *Plan) Model(name string) *Model {
+	for _, m := range p.Models {
+		if m.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// Dataset returns the named dataset, or nil.
+func (p *Plan) Dataset(name string) *Dataset {
+	for _, d := range p.Datasets {
+		if d.Name == name {
+			return d
+		}
+	}
+	return nil
+}
+
+// Subjects are the models under evaluation, in order.
+func (p *Plan) Subjects() []*Model {
+	var out []*Model
+	for _, m := range p.Models {
+		if !m.JudgeOnly {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// MetricNames lists the metrics, in scorer order.
+func (p *Plan) MetricNames() []string {
+	names := make([]string, len(p.Scorers))
+	for i, s := range p.Scorers {
+		names[i] = s.Config.Name
+		if names[i] == "" {
+			names[i] = s.Config.Type
+		}
+	}
+	return names
+}
+
+// CheckpointFingerprint identifies everything that decides the records of model m
+// on dataset d: the model, the data, the prompt and the scoring (with any judge).
+// Records made under another fingerprint must not be resumed from.
+func (p *Plan) CheckpointFingerprint(m *Model, d *Dataset) string {
+	type scorer struct {
+		Config score.Config
+		Judge  string
+	}
+	v := struct {
+		Model, Dataset, System, Template string
+		Scorers                          []scorer
+	}{Model: m.Fingerprint, Dataset: d.Fingerprint, System: p.Prompt.systemSrc, Template: p.Prompt.userSrc}
+	for _, s := range p.Scorers {
+		sc := scorer{Config: s.Config}
+		if j := p.Model(s.JudgeModel); j != nil {
+			sc.Judge = j.Fingerprint
+		}
+		v.Scorers = append(v.Scorers, sc)
+	}
+	b, _ := json.Marshal(v)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Task is a slice of one dataset for one model: samples at positions [Start, End).
+type Task struct {
+	Model   string
+	Dataset string
+	Start   int
+	End     int
+}
+
+// Tasks covers every model under evaluation on every dataset, in order.
+func (p *Plan) Tasks() []Task {
+	var ts []Task
+	for _, m := range p.Subjects() {
+		for _, d := range p.Datasets {
+			ts = append(ts, Task{Model: m.Name, Dataset: d.Name, Start: 0, End: d.Total})
+		}
+	}
+	return ts
+}

@@ -1,0 +1,87 @@
+package runner
+
+import (
+	"text/template"
+
+	"github.com/proctor-dev/proctor/runner/dataset"
+	"github.com/proctor-dev/proctor/runner/provider"
+	"github.com/proctor-dev/proctor/runner/tmpl"
+)
+
+// Prompt renders a sample into a request.
+type Prompt struct {
+	system *template.Template // nil when there is no system prompt
+	user   *template.Template
+	// The sources, which identify the prompt in checkpoints.
+	systemSrc, userSrc string
+}
+
+// PromptData is what prompt templates see.
+type PromptData struct {
+	// Sample is the record's fields, by their names in the data.
+	Sample map[string]any
+	// Input, Expected and ID are the mapped fields.
+	Input    string
+	Expected any
+	ID       string
+}
+
+// PromptError is a prompt template that failed to parse or render; Field is
+// "system" or "template", the spec.prompt field at fault.
+type PromptError struct {
+	Field string
+	Err   error
+}
+
+func (e *PromptError) Error() string { return e.Err.Error() }
+func (e *PromptError) Unwrap() error { return e.Err }
+
+// NewPrompt parses the system and user templates.
+func NewPrompt(system, user string) (*Prompt, error) {
+	p := &Prompt{systemSrc: system, userSrc: user}
+	var err error
+	if system != "" {
+		if p.system, err = tmpl.Parse("system", system); err != nil {
+			return nil, &PromptError{Field: "system", Err: err}
+		}
+	}
+	if p.user, err = tmpl.Parse("template", user); err != nil {
+		return nil, &PromptError{Field: "template", Err: err}
+	}
+	return p, nil
+}
+
+// Request builds the request for a sample. A sample that carries a conversation is
+// sent as it is (with the system prompt, if any); others get the rendered template
+// as their one user message.
+func (p *Prompt) Request(s *dataset.Sample) (*provider.Request, error) {
+	data := PromptData{Sample: s.Fields, Input: s.Input, Expected: s.Expected, ID: s.ID}
+	if data.Expected == nil {
+		data.Expected = ""
+	}
+	req := &provider.Request{Tools: s.Tools, SampleID: s.ID, Sample: s.Fields}
+	if p.system != nil {
+		sys, err := tmpl.Execute(p.system, data)
+		if err != nil {
+			return nil, &PromptError{Field: "system", Err: err}
+		}
+		req.System = sys
+	}
+	if len(s.Messages) > 0 {
+		req.Messages = s.Messages
+		for i := len(s.Messages) - 1; i >= 0; i-- {
+			if s.Messages[i].Role == provider.RoleUser {
+				req.Prompt = s.Messages[i].Content
+				break
+			}
+		}
+		return req, nil
+	}
+	user, err := tmpl.Execute(p.user, data)
+	if err != nil {
+		return nil, &PromptError{Field: "template", Err: err}
+	}
+	req.Prompt = user
+	req.Messages = []provider.Message{{Role: provider.RoleUser, Content: user}}
+	return req, nil
+}
