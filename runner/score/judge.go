@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/proctor-dev/proctor/runner/tmpl"
 	"slices"
 	"strings"
 	"text/template"
@@ -61,18 +62,18 @@ func newJudge(b base, rubric string, fn JudgeFunc) (*judgeScorer, error) {
 	if rubric == "" {
 		rubric = DefaultRubric
 	}
-	// missingkey=error makes {{ .Sample.typo }} an error instead of "<no value>"
+	// tmpl.Parse makes {{ .Sample.typo }} an error instead of "<no value>"
 	// silently sent to the judge.
-	tmpl, err := template.New("rubric").Option("missingkey=error").Parse(rubric)
+	t, err := tmpl.Parse("rubric", rubric)
 	if err != nil {
 		return nil, fmt.Errorf("rubric: %w", err)
 	}
 	// Unknown top-level fields would only fail when the first sample is scored,
 	// after its model call; catch them now.
-	if err := checkFields(tmpl.Tree.Root, true); err != nil {
+	if err := checkFields(t.Tree.Root, true); err != nil {
 		return nil, fmt.Errorf("rubric: %w", err)
 	}
-	return &judgeScorer{base: b, tmpl: tmpl, ask: fn}, nil
+	return &judgeScorer{base: b, tmpl: t, ask: fn}, nil
 }
 
 func (s *judgeScorer) Score(ctx context.Context, in Input) (float64, error) {

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"github.com/proctor-dev/proctor/runner/tmpl"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -110,11 +111,11 @@ func parseTemplates(cfg Config) (templates, error) {
 }
 
 func parse(name, src string) (*template.Template, error) {
-	tmpl, err := template.New(name).Option("missingkey=error").Parse(src)
+	t, err := tmpl.Parse(name, src)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return tmpl, nil
+	return t, nil
 }
 
 // cleanFilePath checks that a Files key names a file inside the workspace and
