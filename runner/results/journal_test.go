@@ -1,0 +1,243 @@
+package results
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func rec(id string, score float64, errMsg string) *Record {
+	r := &Record{ID: id, Model: "m", Dataset: "d", Output: "out-" + id, Scores: map[string]float64{}, Error: errMsg, Attempts: 1, LatencyMillis: 10, InputTokens: 3, OutputTokens: 1}
+	if errMsg == "" {
+		r.Scores["acc"] = score
+	}
+	return r
+}
+
+func openJ(t *testing.T, path string, total int, retryErrors bool) *Journal {
+	t.Helper()
+	j, err := OpenJournal(path, "m", "d", "fp1", total, retryErrors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+func TestJournalResumesAfterCrash(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	j := openJ(t, path, 10, false)
+	for _, i := range []int{3, 0, 7} {
+		if err := j.Append(i, rec(fmt.Sprint(i), 1, "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A crash mid-write leaves half a line.
+	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"i":5,"r":{"id":"5","mod`)
+	f.Close()
+
+	j = openJ(t, path, 10, false)
+	for i := range 10 {
+		want := i == 0 || i == 3 || i == 7
+		if j.Done(i) != want {
+			t.Errorf("Done(%d) = %v, want %v", i, j.Done(i), want)
+		}
+	}
+	if done, errored := j.Counts(); done != 3 || errored != 0 {
+		t.Errorf("Counts = %d, %d; want 3, 0", done, errored)
+	}
+	// Appending after the torn line must leave a well-formed file.
+	if err := j.Append(5, rec("5", 0, "")); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	lines := readLines(t, path)
+	if len(lines) != 5 {
+		t.Fatalf("journal has %d lines, want header + 4 records:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	for _, l := range lines {
+		if !json.Valid([]byte(l)) {
+			t.Errorf("invalid line %q", l)
+		}
+	}
+}
+
+func TestJournalRefusesAnotherEvaluation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	openJ(t, path, 3, false).Close()
+	_, err := OpenJournal(path, "m", "d", "fp2", 3, false)
+	if !errors.Is(err, ErrMismatch) {
+		t.Fatalf("OpenJournal with another fingerprint = %v, want ErrMismatch", err)
+	}
+	os.WriteFile(path, []byte("hello\n"), 0o644)
+	if _, err := OpenJournal(path, "m", "d", "fp1", 3, false); !errors.Is(err, ErrMismatch) {
+		t.Fatalf("OpenJournal on a foreign file = %v, want ErrMismatch", err)
+	}
+}
+
+func TestJournalRetryErrors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	j := openJ(t, path, 3, false)
+	j.Append(0, rec("0", 1, ""))
+	j.Append(1, rec("1", 0, "HTTP 500"))
+	j.Close()
+
+	j = openJ(t, path, 3, false)
+	if !j.Done(1) {
+		t.Error("an errored sample is not done without --retry-errors")
+	}
+	j.Close()
+	j = openJ(t, path, 3, true)
+	if j.Done(1) || !j.Done(0) {
+		t.Errorf("with retryErrors: Done(0)=%v Done(1)=%v, want true, false", j.Done(0), j.Done(1))
+	}
+	j.Append(1, rec("1", 1, ""))
+	j.Close()
+
+	// Assembly keeps the latest record of a sample run twice.
+	var out bytes.Buffer
+	agg := NewAggregate("m", "d", 3, []string{"acc"})
+	if err := Assemble(path, &out, agg, 3); err != nil {
+		t.Fatal(err)
+	}
+	var got []Record
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var r Record
+		json.Unmarshal(sc.Bytes(), &r)
+		got = append(got, r)
+	}
+	if len(got) != 2 || got[1].Error != "" || got[1].Scores["acc"] != 1 {
+		t.Errorf("assembled %+v, want samples 0 and 1, the retried 1 without error", got)
+	}
+}
+
+func TestAssembleOrdersAndSummarizes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	j := openJ(t, path, 6, false)
+	// Complete out of order, concurrently; sample 4 never finished.
+	var wg sync.WaitGroup
+	for _, i := range []int{5, 2, 0, 3, 1} {
+		wg.Go(func() {
+			errMsg := ""
+			if i == 3 {
+				errMsg = "timed out"
+			}
+			j.Append(i, rec(fmt.Sprint(i), float64(i%2), errMsg))
+		})
+	}
+	wg.Wait()
+	j.Close()
+
+	var out bytes.Buffer
+	agg := NewAggregate("m", "d", 6, []string{"acc"})
+	if err := Assemble(path, &out, agg, 6); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var r Record
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("bad line %q: %v", l, err)
+		}
+		order = append(order, r.ID)
+	}
+	if diff := cmp.Diff([]string{"0", "1", "2", "3", "5"}, order); diff != "" {
+		t.Errorf("order (-want +got):\n%s", diff)
+	}
+	want := Summary{
+		Model: "m", Dataset: "d", Total: 6, Completed: 5, Errored: 1,
+		// acc: 0,1,0,(error→0),1 → 2/5.
+		Metrics:       map[string]float64{"acc": 0.4},
+		LatencyMillis: Latency{P50: 10, P95: 10},
+		Tokens:        Tokens{Input: 15, Output: 5},
+	}
+	if diff := cmp.Diff(want, agg.Summary()); diff != "" {
+		t.Errorf("summary (-want +got):\n%s", diff)
+	}
+}
+
+func TestRecordJSONFields(t *testing.T) {
+	b, _ := json.Marshal(rec("q1", 1, ""))
+	want := `{"id":"q1","model":"m","dataset":"d","output":"out-q1","scores":{"acc":1},"error":"","attempts":1,"latencyMillis":10,"inputTokens":3,"outputTokens":1}`
+	if string(b) != want {
+		t.Errorf("record JSON\n got %s\nwant %s", b, want)
+	}
+}
+
+func TestPercentiles(t *testing.T) {
+	agg := NewAggregate("m", "d", 100, nil)
+	for i := 1; i <= 100; i++ {
+		agg.Add(&Record{LatencyMillis: int64(i)})
+	}
+	if got := agg.Summary().LatencyMillis; got != (Latency{P50: 50, P95: 95}) {
+		t.Errorf("latency = %+v, want p50 50, p95 95", got)
+	}
+	if got := NewAggregate("m", "d", 0, []string{"x"}).Summary(); got.Metrics == nil || got.LatencyMillis != (Latency{}) {
+		t.Errorf("empty summary = %+v", got)
+	}
+}
+
+func TestDirAssemblesEveryPair(t *testing.T) {
+	d, err := OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pairs := []Pair{{Model: "a", Dataset: "x", Fingerprint: "f", Total: 2, Metrics: []string{"acc"}}, {Model: "b", Dataset: "x", Fingerprint: "f", Total: 1, Metrics: []string{"acc"}}}
+	for _, p := range pairs {
+		if _, err := d.Open(p, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Put("b", "x", 0, &Record{ID: "b0", Model: "b", Dataset: "x", Scores: map[string]float64{"acc": 1}})
+	d.Put("a", "x", 1, &Record{ID: "a1", Model: "a", Dataset: "x", Scores: map[string]float64{"acc": 1}})
+	d.Put("a", "x", 0, &Record{ID: "a0", Model: "a", Dataset: "x", Scores: map[string]float64{"acc": 0}})
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ss, err := d.Assemble(pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, l := range readLines(t, filepath.Join(d.Root(), ResultsFile)) {
+		var r Record
+		json.Unmarshal([]byte(l), &r)
+		ids = append(ids, r.ID)
+	}
+	if diff := cmp.Diff([]string{"a0", "a1", "b0"}, ids); diff != "" {
+		t.Errorf("results.jsonl order (-want +got):\n%s", diff)
+	}
+	var sum struct{ Results []Summary }
+	b, _ := os.ReadFile(filepath.Join(d.Root(), SummaryFile))
+	if err := json.Unmarshal(b, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(ss, sum.Results); diff != "" {
+		t.Errorf("summary.json differs from the returned summaries:\n%s", diff)
+	}
+	if ss[0].Metrics["acc"] != 0.5 || ss[1].Metrics["acc"] != 1 {
+		t.Errorf("metrics = %v, %v", ss[0].Metrics, ss[1].Metrics)
+	}
+}
