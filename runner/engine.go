@@ -69,14 +69,15 @@ type Engine struct {
 // modelRun is a model's runtime state, shared by everything that calls it.
 type modelRun struct {
 	*Model
-	// slots bounds the samples in flight (the sliding window of spec.concurrency).
-	slots chan struct{}
 	// window bounds the calls in flight, shrinking on 429s.
 	window  *ratelimit.Window
 	gate    *ratelimit.Gate
 	limiter *ratelimit.Limiter
 	est     estimator
 }
+
+// concurrency is the number of samples the model may have in flight.
+func (m *modelRun) concurrency() int { return max(1, m.Concurrency) }
 
 // New prepares an engine for plan.
 func New(plan *Plan, opts Options) (*Engine, error) {
@@ -97,11 +98,9 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 	}
 	e := &Engine{plan: plan, opts: opts, clock: opts.Clock, log: opts.Log, models: map[string]*modelRun{}, stop: make(chan struct{})}
 	for _, m := range plan.Models {
-		c := max(1, m.Concurrency)
 		e.models[m.Name] = &modelRun{
 			Model:   m,
-			slots:   make(chan struct{}, c),
-			window:  ratelimit.NewWindow(c, opts.ThrottleCooldown, opts.Clock),
+			window:  ratelimit.NewWindow(max(1, m.Concurrency), opts.ThrottleCooldown, opts.Clock),
 			gate:    ratelimit.NewGate(opts.Clock),
 			limiter: ratelimit.New(m.Limits, opts.Slack, opts.Clock),
 			est:     newEstimator(m.MaxTokens),
@@ -180,20 +179,38 @@ func (e *Engine) Run(ctx context.Context, tasks []Task, sink Sink) error {
 	return errors.Join(errs...)
 }
 
+// runModel works through a model's tasks in order. Its concurrency is a pool of
+// that many workers fed one sample at a time: as soon as one finishes the next
+// starts (a sliding window), and workers keep their grown stacks between samples.
 func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *modelRun, tasks []Task, sink Sink) error {
-	var inflight sync.WaitGroup
-	defer inflight.Wait()
+	jobs := make(chan job)
+	var workers sync.WaitGroup
+	for range m.concurrency() {
+		workers.Go(func() {
+			for j := range jobs {
+				e.finish(ctx, fail, m, j, sink)
+			}
+		})
+	}
 	var errs []error
 	for _, t := range tasks {
-		if err := e.runTask(ctx, fail, m, t, sink, &inflight); err != nil {
+		if err := e.dispatch(ctx, m, t, sink, jobs); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	close(jobs)
+	workers.Wait()
 	return errors.Join(errs...)
 }
 
-// runTask streams one task's samples into the model's window.
-func (e *Engine) runTask(ctx context.Context, fail context.CancelCauseFunc, m *modelRun, t Task, sink Sink, inflight *sync.WaitGroup) error {
+// job is one sample of one dataset.
+type job struct {
+	ds *Dataset
+	s  dataset.Sample
+}
+
+// dispatch streams one task's samples to the model's workers.
+func (e *Engine) dispatch(ctx context.Context, m *modelRun, t Task, sink Sink, jobs chan<- job) error {
 	ds := e.plan.Dataset(t.Dataset)
 	r, closer, err := ds.Open()
 	if err != nil {
@@ -220,28 +237,27 @@ func (e *Engine) runTask(ctx context.Context, fail context.CancelCauseFunc, m *m
 			continue
 		}
 		select {
-		case m.slots <- struct{}{}:
+		case jobs <- job{ds: ds, s: s}:
 		case <-e.stop:
 			return nil
 		case <-ctx.Done():
 			return nil
 		}
-		inflight.Add(1)
-		go func() {
-			defer inflight.Done()
-			defer func() { <-m.slots }()
-			rec := e.evaluate(ctx, m, ds, &s)
-			if rec == nil {
-				return
-			}
-			if err := sink.Put(m.Name, ds.Name, s.Index, rec); err != nil {
-				fail(fmt.Errorf("saving the result of %s on %s sample %s: %w", m.Name, ds.Name, s.ID, err))
-				return
-			}
-			if e.opts.Observer != nil {
-				e.opts.Observer.SampleFinished(m.Name, ds.Name, rec)
-			}
-		}()
+	}
+}
+
+// finish evaluates a sample and stores its record.
+func (e *Engine) finish(ctx context.Context, fail context.CancelCauseFunc, m *modelRun, j job, sink Sink) {
+	rec := e.evaluate(ctx, m, j.ds, &j.s)
+	if rec == nil {
+		return
+	}
+	if err := sink.Put(m.Name, j.ds.Name, j.s.Index, rec); err != nil {
+		fail(fmt.Errorf("saving the result of %s on %s sample %s: %w", m.Name, j.ds.Name, j.s.ID, err))
+		return
+	}
+	if e.opts.Observer != nil {
+		e.opts.Observer.SampleFinished(m.Name, j.ds.Name, rec)
 	}
 }
 

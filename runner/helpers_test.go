@@ -97,7 +97,7 @@ func (s *memSink) count() int {
 // planBuilder builds test plans fluently: testPlan().Model(...).Dataset(...).Obj().
 type planBuilder struct{ p *Plan }
 
-func testPlan(t *testing.T) *planBuilder {
+func testPlan(t testing.TB) *planBuilder {
 	t.Helper()
 	prompt, err := NewPrompt("", "{{ .Input }}")
 	if err != nil {

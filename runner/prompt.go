@@ -16,14 +16,16 @@ type Prompt struct {
 	systemSrc, userSrc string
 }
 
-// PromptData is what prompt templates see.
-type PromptData struct {
-	// Sample is the record's fields, by their names in the data.
-	Sample map[string]any
-	// Input, Expected and ID are the mapped fields.
-	Input    string
-	Expected any
-	ID       string
+// promptData is what prompt templates see: .Sample (the record's fields, by their
+// names in the data) and the mapped .Input, .Expected and .ID. It is a map rather
+// than a struct because text/template finds struct fields by reflection on every
+// execution, which costs more than the rest of a sample's bookkeeping.
+func promptData(s *dataset.Sample) map[string]any {
+	expected := s.Expected
+	if expected == nil {
+		expected = ""
+	}
+	return map[string]any{"Sample": s.Fields, "Input": s.Input, "Expected": expected, "ID": s.ID}
 }
 
 // PromptError is a prompt template that failed to parse or render; Field is
@@ -55,10 +57,7 @@ func NewPrompt(system, user string) (*Prompt, error) {
 // sent as it is (with the system prompt, if any); others get the rendered template
 // as their one user message.
 func (p *Prompt) Request(s *dataset.Sample) (*provider.Request, error) {
-	data := PromptData{Sample: s.Fields, Input: s.Input, Expected: s.Expected, ID: s.ID}
-	if data.Expected == nil {
-		data.Expected = ""
-	}
+	data := promptData(s)
 	req := &provider.Request{Tools: s.Tools, SampleID: s.ID, Sample: s.Fields}
 	if p.system != nil {
 		sys, err := tmpl.Execute(p.system, data)

@@ -29,8 +29,18 @@ type header struct {
 // Append and split by splitLine without decoding the record.
 const linePrefix, lineInfix, lineSuffix = `{"i":`, `,"r":`, "}\n"
 
-// splitLine returns the position and the record of a whole journal line.
+// splitLine returns the position and the record of a whole journal line, checking
+// that the record is valid JSON.
 func splitLine(b []byte) (int, []byte, bool) {
+	i, rec, ok := splitLineUnchecked(b)
+	if !ok || !json.Valid(rec) {
+		return 0, nil, false
+	}
+	return i, rec, true
+}
+
+// splitLineUnchecked is splitLine for a line already checked.
+func splitLineUnchecked(b []byte) (int, []byte, bool) {
 	if !bytes.HasPrefix(b, []byte(linePrefix)) || !bytes.HasSuffix(b, []byte(lineSuffix)) {
 		return 0, nil, false
 	}
@@ -40,11 +50,10 @@ func splitLine(b []byte) (int, []byte, bool) {
 		return 0, nil, false
 	}
 	i, err := strconv.Atoi(string(b[:k]))
-	rec := b[k+len(lineInfix):]
-	if err != nil || i < 0 || !json.Valid(rec) {
+	if err != nil || i < 0 {
 		return 0, nil, false
 	}
-	return i, rec, true
+	return i, b[k+len(lineInfix):], true
 }
 
 // ErrMismatch is returned when a journal was written by a different evaluation.
@@ -57,9 +66,12 @@ var ErrMismatch = errors.New("checkpoint belongs to a different evaluation")
 type Journal struct {
 	path string
 
-	mu      sync.Mutex
-	f       *os.File
-	w       *bufio.Writer
+	f *os.File
+
+	mu sync.Mutex
+	// pending holds appended lines not yet written. The flusher swaps it for an
+	// empty buffer and writes outside the lock, so appends never wait for the disk.
+	pending []byte
 	werr    error
 	done    []bool
 	nDone   int
@@ -94,11 +106,9 @@ func OpenJournal(path, model, dataset, fingerprint string, total int, retryError
 		return nil, err
 	}
 	j.f = f
-	j.w = bufio.NewWriterSize(f, 64<<10)
 	if end == 0 {
 		h, _ := json.Marshal(want)
-		j.w.Write(append(h, '\n'))
-		if err := j.w.Flush(); err != nil {
+		if _, err := f.Write(append(h, '\n')); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 		}
@@ -195,10 +205,7 @@ func (j *Journal) Append(i int, rec *Record) error {
 	if j.werr != nil {
 		return j.werr
 	}
-	if _, err := j.w.Write(buf); err != nil {
-		j.werr = fmt.Errorf("checkpoint %s: %w", j.path, err)
-		return j.werr
-	}
+	j.pending = append(j.pending, buf...)
 	if i < len(j.done) && !j.done[i] {
 		j.done[i] = true
 		j.nDone++
@@ -215,28 +222,38 @@ func (j *Journal) Append(i int, rec *Record) error {
 
 func (j *Journal) flusher() {
 	defer close(j.flushed)
+	var spare []byte
 	for range j.kick {
-		j.mu.Lock()
-		if j.werr == nil {
-			if err := j.w.Flush(); err != nil {
-				j.werr = fmt.Errorf("checkpoint %s: %w", j.path, err)
-			}
-		}
-		j.mu.Unlock()
+		spare = j.write(spare)
 	}
 }
 
-// Close flushes and closes the journal.
+// write writes what is pending, returning the emptied buffer for reuse.
+func (j *Journal) write(spare []byte) []byte {
+	j.mu.Lock()
+	buf := j.pending
+	j.pending = spare[:0]
+	failed := j.werr != nil
+	j.mu.Unlock()
+	if len(buf) == 0 || failed {
+		return buf
+	}
+	if _, err := j.f.Write(buf); err != nil {
+		j.mu.Lock()
+		j.werr = fmt.Errorf("checkpoint %s: %w", j.path, err)
+		j.mu.Unlock()
+	}
+	return buf
+}
+
+// Close writes what is pending and closes the journal.
 func (j *Journal) Close() error {
 	j.closeOne.Do(func() { close(j.kick) })
 	<-j.flushed
+	j.write(nil)
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	err := j.werr
-	if err == nil {
-		err = j.w.Flush()
-	}
-	return errors.Join(err, j.f.Close())
+	return errors.Join(j.werr, j.f.Close())
 }
 
 // Assemble writes the records of the journal at path for samples below total, in
@@ -287,19 +304,16 @@ func Assemble(path string, w io.Writer, agg *Aggregate, total int) error {
 
 	// Second pass, in sample order.
 	bw := bufio.NewWriterSize(w, 256<<10)
-	var buf []byte
+	br := blockReader{f: f}
 	for _, s := range spans {
 		if s.n == 0 {
 			continue
 		}
-		if cap(buf) < int(s.n) {
-			buf = make([]byte, s.n)
-		}
-		buf = buf[:s.n]
-		if _, err := f.ReadAt(buf, s.off); err != nil {
+		b, err := br.get(s.off, int(s.n))
+		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
-		_, raw, ok := splitLine(buf)
+		_, raw, ok := splitLineUnchecked(b)
 		if !ok {
 			return fmt.Errorf("checkpoint %s: line at offset %d changed while reading", path, s.off)
 		}
@@ -312,4 +326,39 @@ func Assemble(path string, w io.Writer, agg *Aggregate, total int) error {
 		bw.WriteByte('\n')
 	}
 	return bw.Flush()
+}
+
+// blockReader reads spans of a file through a block cache. Records are appended
+// in completion order, which is sample order give or take the window of samples
+// in flight, so reading in sample order mostly moves forward by short steps; a
+// block starting a little before each miss serves the short steps back too.
+type blockReader struct {
+	f   *os.File
+	off int64
+	buf []byte
+}
+
+const (
+	blockSize   = 1 << 20
+	blockBehind = 64 << 10
+)
+
+func (r *blockReader) get(off int64, n int) ([]byte, error) {
+	if off >= r.off && off+int64(n) <= r.off+int64(len(r.buf)) {
+		return r.buf[off-r.off : off-r.off+int64(n)], nil
+	}
+	start := max(0, off-blockBehind)
+	size := max(blockSize, int(off-start)+n)
+	if cap(r.buf) < size {
+		r.buf = make([]byte, size)
+	}
+	k, err := r.f.ReadAt(r.buf[:size], start)
+	if k < int(off-start)+n {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	r.off, r.buf = start, r.buf[:k]
+	return r.buf[off-start : off-start+int64(n)], nil
 }
