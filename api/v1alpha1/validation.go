@@ -52,7 +52,7 @@ func ValidateSpec(spec *EvaluationSpec) field.ErrorList {
 		errs = append(errs, validateBound(r.MaxAttempts, 1, MaxAttempts, rp.Child("maxAttempts"))...)
 		errs = append(errs, validateDuration(r.InitialBackoff, false, rp.Child("initialBackoff"))...)
 		errs = append(errs, validateDuration(r.MaxBackoff, false, rp.Child("maxBackoff"))...)
-		if r.InitialBackoff != nil && r.MaxBackoff != nil && r.InitialBackoff.Duration > r.MaxBackoff.Duration {
+		if r.InitialBackoff != nil && r.MaxBackoff != nil && r.MaxBackoff.Duration >= 0 && r.InitialBackoff.Duration > r.MaxBackoff.Duration {
 			errs = append(errs, field.Invalid(rp.Child("initialBackoff"), r.InitialBackoff.Duration.String(),
 				"must not be longer than maxBackoff"))
 		}

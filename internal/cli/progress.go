@@ -1,0 +1,190 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+	"golang.org/x/term"
+
+	"github.com/proctor-dev/proctor/runner/results"
+)
+
+// plainInterval is how often plain progress lines are printed.
+const plainInterval = 10 * time.Second
+
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+
+// progress shows how far a run is: a bar per model and dataset on a terminal,
+// a line per model and dataset every few seconds otherwise.
+type progress struct {
+	mode    string // bar, plain or none
+	out     io.Writer
+	started time.Time
+	pairs   []*pairProgress
+	byKey   map[[2]string]*pairProgress
+
+	bars *mpb.Progress
+	quit chan struct{}
+	wg   sync.WaitGroup
+}
+
+type pairProgress struct {
+	label   string
+	total   int64
+	initial int64 // done before this run started
+	done    atomic.Int64
+	errored atomic.Int64
+	printed int64 // what the last plain line showed
+	bar     *mpb.Bar
+	// finished is when the last sample finished (Unix nanoseconds), so a done
+	// pair's rate stops ageing.
+	finished atomic.Int64
+}
+
+func newProgress(mode string, s streams, pairs []results.Pair, dir *results.Dir) *progress {
+	if mode == "auto" {
+		mode = "plain"
+		if s.errIsTerminal {
+			mode = "bar"
+		}
+	}
+	p := &progress{mode: mode, out: s.errOut, byKey: map[[2]string]*pairProgress{}, quit: make(chan struct{})}
+	for _, pr := range pairs {
+		done, errored := dir.Counts(pr.Model, pr.Dataset)
+		pp := &pairProgress{label: pr.Model + "/" + pr.Dataset, total: int64(pr.Total), initial: int64(done), printed: -1}
+		pp.done.Store(int64(done))
+		pp.errored.Store(int64(errored))
+		p.pairs = append(p.pairs, pp)
+		p.byKey[[2]string{pr.Model, pr.Dataset}] = pp
+	}
+	return p
+}
+
+// logWriter is where logs go so they do not tear the bars.
+func (p *progress) logWriter() io.Writer {
+	if p.mode == "bar" {
+		p.ensureBars()
+		return p.bars
+	}
+	return p.out
+}
+
+func (p *progress) ensureBars() {
+	if p.bars != nil {
+		return
+	}
+	p.bars = mpb.New(mpb.WithOutput(p.out), mpb.WithRefreshRate(200*time.Millisecond), mpb.WithWidth(40))
+}
+
+func (p *progress) start() {
+	p.started = time.Now()
+	switch p.mode {
+	case "bar":
+		p.ensureBars()
+		for _, pp := range p.pairs {
+			pp.bar = p.bars.AddBar(pp.total,
+				mpb.PrependDecorators(
+					decor.Name(pp.label, decor.WCSyncSpaceR),
+					decor.CountersNoUnit("%d/%d", decor.WCSyncSpace),
+				),
+				mpb.AppendDecorators(
+					decor.Percentage(decor.WCSyncSpace),
+					decor.Any(func(decor.Statistics) string { return p.detail(pp) }, decor.WCSyncSpace),
+				),
+			)
+			pp.bar.SetCurrent(pp.initial)
+		}
+	case "plain":
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			t := time.NewTicker(plainInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					p.printLines(false)
+				case <-p.quit:
+					return
+				}
+			}
+		}()
+	}
+}
+
+// detail is "N errored, R/s, ETA D" for a pair.
+func (p *progress) detail(pp *pairProgress) string {
+	done := pp.done.Load()
+	s := fmt.Sprintf("%d errored", pp.errored.Load())
+	end := time.Now()
+	if f := pp.finished.Load(); f != 0 && done >= pp.total {
+		end = time.Unix(0, f)
+	}
+	elapsed := end.Sub(p.started).Seconds()
+	if n := done - pp.initial; n > 0 && elapsed > 0 {
+		rate := float64(n) / elapsed
+		s += fmt.Sprintf(", %.1f/s", rate)
+		if left := pp.total - done; left > 0 {
+			s += ", ETA " + (time.Duration(float64(left)/rate) * time.Second).Round(time.Second).String()
+		}
+	}
+	return s
+}
+
+func (p *progress) printLines(final bool) {
+	for _, pp := range p.pairs {
+		done := pp.done.Load()
+		if done == pp.printed && !final {
+			continue
+		}
+		pp.printed = done
+		pct := 100.0
+		if pp.total > 0 {
+			pct = 100 * float64(done) / float64(pp.total)
+		}
+		fmt.Fprintf(p.out, "%s: %d/%d (%.0f%%), %s\n", pp.label, done, pp.total, pct, p.detail(pp))
+	}
+}
+
+// SampleFinished implements runner.Observer.
+func (p *progress) SampleFinished(model, dataset string, rec *results.Record) {
+	pp := p.byKey[[2]string{model, dataset}]
+	if pp == nil {
+		return
+	}
+	pp.done.Add(1)
+	pp.finished.Store(time.Now().UnixNano())
+	if rec.Error != "" {
+		pp.errored.Add(1)
+	}
+	if pp.bar != nil {
+		pp.bar.Increment()
+	}
+}
+
+// note prints a message without disturbing the display.
+func (p *progress) note(msg string) {
+	fmt.Fprintln(p.logWriter(), msg)
+}
+
+func (p *progress) stop() {
+	switch p.mode {
+	case "bar":
+		for _, pp := range p.pairs {
+			if pp.bar != nil && !pp.bar.Completed() {
+				pp.bar.Abort(false)
+			}
+		}
+		p.bars.Wait()
+	case "plain":
+		close(p.quit)
+		p.wg.Wait()
+		p.printLines(true)
+	}
+}

@@ -1,0 +1,255 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/compile"
+	"github.com/proctor-dev/proctor/internal/evalfile"
+	"github.com/proctor-dev/proctor/runner"
+	"github.com/proctor-dev/proctor/runner/results"
+)
+
+type runOptions struct {
+	file           string
+	output         string
+	concurrency    int
+	cacheDir       string
+	retryErrors    bool
+	restart        bool
+	gracePeriod    time.Duration
+	progress       string
+	keepWorkspaces bool
+	verbosity      int
+}
+
+func newRunCommand(s streams) *cobra.Command {
+	o := &runOptions{}
+	cmd := &cobra.Command{
+		Use:   "run -f EVALUATION.yaml [-o DIR]",
+		Short: "Run an Evaluation locally",
+		Long: `Run every model of an Evaluation on every dataset, on this machine, with the same
+engine, limits, retries and cache as in a cluster.
+
+Finished samples are checkpointed in DIR as they complete. Interrupt the run (Ctrl-C
+lets samples in flight finish; a second Ctrl-C stops at once) or kill it, and the same
+command resumes where it stopped. At the end DIR holds results.jsonl (one record per
+sample per model, in sample order) and summary.json, and a summary table is printed.`,
+		Example: `  proctor run -f evaluation.yaml -o out/
+  proctor run -f evaluation.yaml -o out/ --concurrency 32
+  proctor run -f evaluation.yaml -o out/ --retry-errors`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runEvaluation(cmd.Context(), o, s)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.file, "file", "f", "", "the Evaluation manifest (YAML)")
+	f.StringVarP(&o.output, "output", "o", "", "output directory (default results/NAME, NAME being the Evaluation's)")
+	f.IntVar(&o.concurrency, "concurrency", 0, "samples in flight per model, overriding the file")
+	f.StringVar(&o.cacheDir, "cache-dir", "", "response cache directory, used when the Evaluation enables the cache (default: the user cache dir)")
+	f.BoolVar(&o.retryErrors, "retry-errors", false, "run again the samples that ended in an error last time")
+	f.BoolVar(&o.restart, "restart", false, "discard the checkpoint in the output directory and start over")
+	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on interrupt, how long samples in flight may take to finish")
+	f.StringVar(&o.progress, "progress", "auto", "progress display: auto (a bar on a terminal, else lines), bar, plain or none")
+	f.BoolVar(&o.keepWorkspaces, "keep-workspaces", false, "keep agent workspaces for inspection instead of removing them")
+	f.IntVarP(&o.verbosity, "verbosity", "v", 0, "log verbosity: 0 warnings and notes, 1 every retry, 2 debug")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+func runEvaluation(ctx context.Context, o *runOptions, s streams) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	switch o.progress {
+	case "auto", "bar", "plain", "none":
+	default:
+		return invalid(fmt.Errorf("--progress: %q is not one of auto, bar, plain or none", o.progress))
+	}
+	if o.concurrency < 0 || o.concurrency > v1alpha1.MaxConcurrency {
+		return invalid(fmt.Errorf("--concurrency: must be between 1 and %d", v1alpha1.MaxConcurrency))
+	}
+
+	ev, err := evalfile.Load(o.file)
+	if err != nil {
+		return invalid(err)
+	}
+	name := ev.Name
+	if name == "" {
+		name = strings.TrimSuffix(filepath.Base(o.file), filepath.Ext(o.file))
+	}
+	outDir := o.output
+	if outDir == "" {
+		outDir = filepath.Join("results", name)
+	}
+	cacheDir := o.cacheDir
+	if cacheDir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		cacheDir = filepath.Join(base, "proctor", "responses")
+	}
+
+	// Signals: the first stops taking samples and lets those in flight finish
+	// within the grace period; the second, or the period's end, stops at once.
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	dataDir, err := os.MkdirTemp("", "proctor-data-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dataDir)
+	prepCtx, prepDone := context.WithCancel(runCtx)
+	go func() {
+		select {
+		case <-sigs:
+			prepDone()
+		case <-prepCtx.Done():
+		}
+	}()
+	plan, err := compile.Build(prepCtx, ev, compile.Env{
+		BaseDir:        filepath.Dir(o.file),
+		DataDir:        dataDir,
+		CacheDir:       cacheDir,
+		KeepWorkspaces: o.keepWorkspaces,
+		Concurrency:    o.concurrency,
+	})
+	interruptedEarly := prepCtx.Err() != nil
+	prepDone()
+	if err != nil {
+		if interruptedEarly {
+			return &exitError{code: exitInterrupted, err: errors.New("interrupted before the run started")}
+		}
+		return invalid(fmt.Errorf("%s: %w", o.file, err))
+	}
+
+	if o.restart {
+		for _, p := range []string{results.CheckpointDir, results.ResultsFile, results.SummaryFile} {
+			if err := os.RemoveAll(filepath.Join(outDir, p)); err != nil {
+				return err
+			}
+		}
+	}
+	dir, err := results.OpenDir(outDir)
+	if err != nil {
+		return fmt.Errorf("output directory: %w", err)
+	}
+	defer dir.Close()
+
+	tasks := plan.Tasks()
+	pairs := make([]results.Pair, len(tasks))
+	for i, t := range tasks {
+		m, d := plan.Model(t.Model), plan.Dataset(t.Dataset)
+		pairs[i] = results.Pair{Model: m.Name, Dataset: d.Name, Fingerprint: plan.CheckpointFingerprint(m, d), Total: d.Total, Metrics: plan.MetricNames()}
+		if _, err := dir.Open(pairs[i], o.retryErrors); err != nil {
+			if errors.Is(err, results.ErrMismatch) {
+				return invalid(fmt.Errorf("%w; use another output directory, or --restart to discard it", err))
+			}
+			return err
+		}
+	}
+
+	prog := newProgress(o.progress, s, pairs, dir)
+	log := newLogger(prog.logWriter(), o.verbosity)
+	for _, m := range plan.Models {
+		if m.JudgeOnly {
+			log.Info("Using a model as judge only", "model", m.Name)
+		}
+	}
+	eng, err := runner.New(plan, runner.Options{Log: log, Observer: prog})
+	if err != nil {
+		return invalid(err)
+	}
+
+	var interrupted os.Signal
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case sig := <-sigs:
+			interrupted = sig
+			eng.Stop()
+			prog.note(fmt.Sprintf("Stopping: samples in flight may finish within %v (interrupt again to stop now).", o.gracePeriod))
+			t := time.NewTimer(o.gracePeriod)
+			defer t.Stop()
+			select {
+			case <-sigs:
+			case <-t.C:
+			case <-runCtx.Done():
+			}
+			cancel()
+		case <-runCtx.Done():
+		}
+	}()
+
+	prog.start()
+	runErr := eng.Run(runCtx, tasks, dir)
+	cancel()
+	<-stopped
+	prog.stop()
+
+	if err := dir.Close(); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	summaries, err := dir.Assemble(pairs)
+	if err != nil {
+		return &exitError{code: exitFailed, err: fmt.Errorf("writing results: %w", errors.Join(runErr, err))}
+	}
+	printSummary(s.out, summaries, plan.MetricNames())
+	fmt.Fprintf(s.errOut, "Results: %s, %s\n", filepath.Join(outDir, results.ResultsFile), filepath.Join(outDir, results.SummaryFile))
+
+	switch {
+	case runErr != nil:
+		return &exitError{code: exitFailed, err: runErr}
+	case interrupted != nil:
+		done, total := progressTotals(summaries)
+		msg := fmt.Sprintf("interrupted with %d of %d samples done; run the same command again to resume", done, total)
+		code := exitInterrupted
+		if interrupted == syscall.SIGTERM {
+			code = 128 + int(syscall.SIGTERM)
+		}
+		return &exitError{code: code, err: errors.New(msg)}
+	}
+	return nil
+}
+
+func progressTotals(ss []results.Summary) (done, total int64) {
+	for _, s := range ss {
+		done += s.Completed
+		total += s.Total
+	}
+	return done, total
+}
+
+// newLogger logs through slog's text handler; verbosity v enables logr levels up to v.
+func newLogger(w interface{ Write([]byte) (int, error) }, v int) logr.Logger {
+	h := slog.NewTextHandler(w, &slog.HandlerOptions{
+		Level: slog.Level(-v),
+		// A terminal user reads these as they come: the time adds nothing.
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	})
+	return logr.FromSlogHandler(h)
+}

@@ -1,0 +1,611 @@
+// Package compile turns an Evaluation into an engine plan: it resolves datasets,
+// API keys and providers, parses every template, and checks what can only be checked
+// against real data (a template naming a field the samples lack) before any model
+// is called. Errors name the spec field they are about.
+package compile
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/runner"
+	"github.com/proctor-dev/proctor/runner/cache"
+	"github.com/proctor-dev/proctor/runner/dataset"
+	"github.com/proctor-dev/proctor/runner/provider"
+	"github.com/proctor-dev/proctor/runner/provider/agent"
+	"github.com/proctor-dev/proctor/runner/provider/anthropic"
+	"github.com/proctor-dev/proctor/runner/provider/openai"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
+	"github.com/proctor-dev/proctor/runner/retry"
+	"github.com/proctor-dev/proctor/runner/score"
+)
+
+// Env is what a plan is compiled against: the machine it runs on.
+type Env struct {
+	// BaseDir resolves relative file: sources (the Evaluation file's directory).
+	BaseDir string
+	// LookupEnv reads environment variables (API keys, agent variables).
+	LookupEnv func(string) (string, bool)
+	// HTTPClient downloads url: datasets; nil means http.DefaultClient.
+	HTTPClient *http.Client
+	// DataDir is where downloaded datasets are kept.
+	DataDir string
+	// CacheDir holds the response cache, when the spec enables it.
+	CacheDir string
+	// WorkspaceRoot is the parent of agent workspaces; "" means the temp dir.
+	WorkspaceRoot  string
+	KeepWorkspaces bool
+	// Concurrency, when positive, overrides every model's concurrency.
+	Concurrency int
+	// ResolveSource maps a cluster-only source (configMap, pvc) to a local file.
+	// Nil in local runs, where those sources are an error.
+	ResolveSource func(ds *v1alpha1.Dataset) (string, error)
+}
+
+// agentBaseEnv is what an agent inherits from proctor's environment besides what
+// its model declares: enough to find programs and a home, nothing secret.
+var agentBaseEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "TERM", "SHELL", "TZ"}
+
+// Build compiles ev for env.
+func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan, error) {
+	if env.LookupEnv == nil {
+		env.LookupEnv = os.LookupEnv
+	}
+	if env.HTTPClient == nil {
+		env.HTTPClient = http.DefaultClient
+	}
+	spec := &ev.Spec
+	plan := &runner.Plan{
+		Retry: retry.Policy{
+			MaxAttempts: int(*spec.Retry.MaxAttempts),
+			Initial:     spec.Retry.InitialBackoff.Duration,
+			Max:         spec.Retry.MaxBackoff.Duration,
+		},
+		Timeout: spec.TimeoutPerSample.Duration,
+	}
+	var err error
+	if plan.Prompt, err = runner.NewPrompt(spec.Prompt.System, spec.Prompt.Template); err != nil {
+		return nil, promptError(err, "")
+	}
+	judges := spec.JudgeModels()
+	for i := range spec.Models {
+		m, secrets, err := buildModel(spec, &spec.Models[i], fmt.Sprintf("spec.models[%d]", i), env)
+		if err != nil {
+			return nil, err
+		}
+		m.JudgeOnly = judges[m.Name]
+		plan.Models = append(plan.Models, m)
+		plan.Secrets = append(plan.Secrets, secrets...)
+	}
+	for i := range spec.Scoring {
+		s := &spec.Scoring[i]
+		cfg := score.Config{
+			Type:           string(s.Type),
+			Name:           s.MetricName(),
+			Pattern:        s.Pattern,
+			CheckArguments: s.CheckArguments == nil || *s.CheckArguments,
+		}
+		for _, n := range s.Normalize {
+			cfg.Normalize = append(cfg.Normalize, string(n))
+		}
+		if s.Tolerance != nil {
+			cfg.Tolerance, _ = s.Tolerance.Float64()
+		}
+		sc := runner.Scorer{Config: cfg}
+		if s.Judge != nil {
+			sc.JudgeModel = s.Judge.Model
+			sc.Config.Rubric = s.Judge.Rubric
+		}
+		// Build it once now so a bad rubric is reported against its field.
+		noJudge := func(context.Context, string) (string, error) { return "", nil }
+		if _, err := score.New(sc.Config, noJudge); err != nil {
+			return nil, fmt.Errorf("spec.scoring[%d]: %w", i, err)
+		}
+		plan.Scorers = append(plan.Scorers, sc)
+	}
+	// Datasets last: they may be large downloads, and every cheaper mistake
+	// (a missing key, a bad rubric) should be reported before one starts.
+	for i := range spec.Datasets {
+		d, err := buildDataset(ctx, &spec.Datasets[i], fmt.Sprintf("spec.datasets[%d]", i), env)
+		if err != nil {
+			return nil, err
+		}
+		plan.Datasets = append(plan.Datasets, d)
+	}
+	if spec.Cache.Enabled {
+		if plan.Cache, err = cache.New(env.CacheDir); err != nil {
+			return nil, fmt.Errorf("spec.cache: %w", err)
+		}
+	}
+	if err := preflight(spec, plan, env); err != nil {
+		return nil, err
+	}
+	return plan, nil
+}
+
+func buildModel(spec *v1alpha1.EvaluationSpec, m *v1alpha1.Model, path string, env Env) (*runner.Model, []string, error) {
+	concurrency := int(*spec.Concurrency)
+	if m.Concurrency != nil {
+		concurrency = int(*m.Concurrency)
+	}
+	if env.Concurrency > 0 {
+		concurrency = env.Concurrency
+	}
+	out := &runner.Model{
+		Name:        m.Name,
+		Agent:       m.Provider == v1alpha1.ProviderAgent,
+		Concurrency: concurrency,
+	}
+	if r := m.RateLimit; r != nil {
+		out.Limits = ratelimit.Limits{RequestsPerMinute: r.RequestsPerMinute, InputTokensPerMinute: r.InputTokensPerMinute, OutputTokensPerMinute: r.OutputTokensPerMinute}
+	}
+	key, keyEnv, err := apiKey(m, path, env)
+	if err != nil {
+		return nil, nil, err
+	}
+	var secrets []string
+	if key != "" {
+		secrets = append(secrets, key)
+	}
+	params, err := parameters(m)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s.parameters: %w", path, err)
+	}
+	if m.Provider == v1alpha1.ProviderAnthropic && params.MaxTokens == 0 {
+		// The API requires a cap; the default is part of what identifies answers.
+		params.MaxTokens = v1alpha1.DefaultAnthropicMaxToken
+	}
+	out.MaxTokens = params.MaxTokens
+	fp := fingerprint{Provider: string(m.Provider), BaseURL: m.BaseURL, Model: m.Model, Params: params, Headers: m.Headers}
+	switch m.Provider {
+	case v1alpha1.ProviderOpenAI:
+		out.Provider, err = openai.New(openai.Config{
+			BaseURL: m.BaseURL, APIKey: key, Model: m.Model, Params: params, Headers: m.Headers,
+			HTTPClient: provider.NewHTTPClient(concurrency),
+		})
+	case v1alpha1.ProviderAnthropic:
+		out.Provider, err = anthropic.New(anthropic.Config{
+			BaseURL: m.BaseURL, APIKey: key, Model: m.Model, Params: params, Headers: m.Headers,
+			HTTPClient: provider.NewHTTPClient(concurrency),
+		})
+	case v1alpha1.ProviderAgent:
+		a := m.Agent
+		var agentEnv []string
+		agentEnv, secrets, err = agentEnvironment(m, path, key, keyEnv, env)
+		if err != nil {
+			return nil, nil, err
+		}
+		if a.Timeout != nil {
+			out.Timeout = a.Timeout.Duration
+		}
+		fp.Agent = &agentFingerprint{Image: a.Image, Command: a.Command, Stdin: a.Stdin, Files: a.Files}
+		for _, e := range a.Env {
+			fp.Agent.Env = append(fp.Agent.Env, e.Name+"="+e.Value)
+		}
+		out.Provider, err = agent.New(agent.Config{
+			Command: a.Command, Stdin: a.Stdin, Files: a.Files, Env: agentEnv,
+			WorkspaceRoot: env.WorkspaceRoot, KeepWorkspaces: env.KeepWorkspaces,
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s.agent.%w", path, err)
+		}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	out.Fingerprint = hashJSON(fp)
+	return out, secrets, nil
+}
+
+// apiKey reads a model's key from the environment. A model that declares apiKey
+// must find its variable set; one that does not needs a key only when it talks to
+// the provider's own API (a local OpenAI-compatible server usually needs none).
+func apiKey(m *v1alpha1.Model, path string, env Env) (key, name string, err error) {
+	name = v1alpha1.DefaultAPIKeyEnv(m.Provider)
+	required := false
+	switch {
+	case m.APIKey != nil:
+		if m.APIKey.Env != "" {
+			name = m.APIKey.Env
+		}
+		required = true
+	case m.Provider != v1alpha1.ProviderAgent && officialAPI(m.BaseURL):
+		required = true
+	}
+	if !required {
+		return "", "", nil
+	}
+	if name == "" {
+		return "", "", fmt.Errorf("%s.apiKey.env: name the environment variable that holds the key", path)
+	}
+	key, ok := env.LookupEnv(name)
+	if !ok || key == "" {
+		return "", "", fmt.Errorf("%s.apiKey.env: environment variable %s is not set (model %q needs an API key; "+
+			"export it, or for a server that needs no key set baseURL and leave apiKey out)", path, name, m.Name)
+	}
+	return key, name, nil
+}
+
+// officialAPI reports whether baseURL is OpenAI's or Anthropic's own API, which
+// always needs a key (whatever its path or trailing slash).
+func officialAPI(baseURL string) bool {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return false
+	}
+	for _, def := range []string{v1alpha1.DefaultOpenAIBaseURL, v1alpha1.DefaultAnthropicBaseURL} {
+		if d, _ := url.Parse(def); strings.EqualFold(u.Hostname(), d.Hostname()) {
+			return true
+		}
+	}
+	return false
+}
+
+func parameters(m *v1alpha1.Model) (provider.Params, error) {
+	var p provider.Params
+	prm := m.Parameters
+	if prm == nil {
+		return p, nil
+	}
+	for _, f := range []struct {
+		n   *v1alpha1.Number
+		dst **float64
+	}{{prm.Temperature, &p.Temperature}, {prm.TopP, &p.TopP}} {
+		if f.n == nil {
+			continue
+		}
+		v, err := f.n.Float64()
+		if err != nil {
+			return p, err
+		}
+		*f.dst = &v
+	}
+	if prm.MaxTokens != nil {
+		p.MaxTokens = int(*prm.MaxTokens)
+	}
+	p.Seed = prm.Seed
+	p.Stop = prm.Stop
+	return p, nil
+}
+
+// agentEnvironment is the exact environment of an agent process, and the values in
+// it that must never be written out.
+func agentEnvironment(m *v1alpha1.Model, path, key, keyEnv string, env Env) ([]string, []string, error) {
+	var out, secrets []string
+	for _, name := range agentBaseEnv {
+		if v, ok := env.LookupEnv(name); ok {
+			out = append(out, name+"="+v)
+		}
+	}
+	if key != "" {
+		out = append(out, keyEnv+"="+key)
+		secrets = append(secrets, key)
+	}
+	for i, e := range m.Agent.Env {
+		p := fmt.Sprintf("%s.agent.env[%d]", path, i)
+		switch {
+		case e.ValueFrom != nil:
+			return nil, nil, fmt.Errorf("%s.valueFrom: only works in a cluster; in a local run give a value, "+
+				"or no value to pass on proctor's own %s", p, e.Name)
+		case e.Value != "":
+			out = append(out, e.Name+"="+e.Value)
+		default:
+			v, ok := env.LookupEnv(e.Name)
+			if !ok {
+				return nil, nil, fmt.Errorf("%s: %s has no value and is not set in proctor's environment", p, e.Name)
+			}
+			out = append(out, e.Name+"="+v)
+			// Passed-through variables are usually credentials: keep them out of records.
+			if len(v) >= 8 {
+				secrets = append(secrets, v)
+			}
+		}
+	}
+	return out, secrets, nil
+}
+
+// fingerprint is what identifies a model's answers. It holds no secret.
+type fingerprint struct {
+	Provider string            `json:"provider"`
+	BaseURL  string            `json:"baseURL,omitempty"`
+	Model    string            `json:"model,omitempty"`
+	Params   provider.Params   `json:"params"`
+	Headers  map[string]string `json:"headers,omitempty"`
+	Agent    *agentFingerprint `json:"agent,omitempty"`
+}
+
+type agentFingerprint struct {
+	Image   string            `json:"image,omitempty"`
+	Command []string          `json:"command"`
+	Stdin   string            `json:"stdin,omitempty"`
+	Files   map[string]string `json:"files,omitempty"`
+	// Env holds declared values only; passed-through ones are named, not valued.
+	Env []string `json:"env,omitempty"`
+}
+
+func hashJSON(v any) string {
+	b, _ := json.Marshal(v)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// buildDataset resolves a dataset's source, counts its samples and fingerprints
+// its content (a checkpoint must never mix samples of different data).
+func buildDataset(ctx context.Context, d *v1alpha1.Dataset, path string, env Env) (*runner.Dataset, error) {
+	m := dataset.Mapping{}
+	if f := d.Fields; f != nil {
+		m = dataset.Mapping{ID: f.ID, Input: f.Input, Expected: f.Expected, Messages: f.Messages, Tools: f.Tools}
+	}
+	out := &runner.Dataset{Name: d.Name}
+	limit := func(n int) int {
+		if d.Limit > 0 && int64(n) > d.Limit {
+			return int(d.Limit)
+		}
+		return n
+	}
+	src := &d.Source
+	if len(src.Inline) > 0 {
+		items := make([]json.RawMessage, len(src.Inline))
+		for i, x := range src.Inline {
+			items[i] = json.RawMessage(x.Raw)
+		}
+		out.Total = limit(len(items))
+		out.Fingerprint = hashJSON(struct {
+			Items   []json.RawMessage
+			Mapping dataset.Mapping
+		}{items, m})
+		out.Open = func() (dataset.Reader, io.Closer, error) {
+			return dataset.Inline(items, m), io.NopCloser(nil), nil
+		}
+		return out, nil
+	}
+
+	file, name, srcPath, err := localFile(ctx, d, path, env)
+	if err != nil {
+		return nil, err
+	}
+	format := dataset.Format(d.Format)
+	if format == "" {
+		format = dataset.FormatFromName(name)
+	}
+	n, sum, err := countAndHash(file, format)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", srcPath, name, err)
+	}
+	out.Total = limit(n)
+	out.Fingerprint = hashJSON(struct {
+		SHA256  string
+		Format  dataset.Format
+		Mapping dataset.Mapping
+	}{sum, format, m})
+	out.Open = func() (dataset.Reader, io.Closer, error) {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, nil, err
+		}
+		data, err := dataset.Decompress(f)
+		if err != nil {
+			f.Close()
+			return nil, nil, err
+		}
+		r, err := dataset.NewReader(data, format, m)
+		if err != nil {
+			f.Close()
+			return nil, nil, err
+		}
+		return r, f, nil
+	}
+	return out, nil
+}
+
+// localFile returns a local file holding the dataset's data, the name its format
+// is guessed from, and the field path of its source.
+func localFile(ctx context.Context, d *v1alpha1.Dataset, path string, env Env) (file, name, srcPath string, err error) {
+	src := &d.Source
+	switch {
+	case src.File != "":
+		srcPath = path + ".source.file"
+		file = src.File
+		if !filepath.IsAbs(file) {
+			file = filepath.Join(env.BaseDir, file)
+		}
+		f, err := os.Open(file)
+		if err != nil {
+			return "", "", "", fmt.Errorf("%s: %w", srcPath, err)
+		}
+		f.Close()
+		return file, src.File, srcPath, nil
+	case src.URL != "":
+		srcPath = path + ".source.url"
+		file, err := download(ctx, env, src.URL, src.SHA256, path)
+		return file, src.URL, srcPath, err
+	case src.ConfigMap != nil, src.PVC != nil:
+		if src.ConfigMap != nil {
+			srcPath, name = path+".source.configMap", src.ConfigMap.Key
+		} else {
+			srcPath, name = path+".source.pvc", src.PVC.Path
+		}
+		if env.ResolveSource == nil {
+			return "", "", "", fmt.Errorf("%s: only works in a cluster; to run locally use file: or url:", srcPath)
+		}
+		file, err := env.ResolveSource(d)
+		if err != nil {
+			return "", "", "", fmt.Errorf("%s: %w", srcPath, err)
+		}
+		return file, name, srcPath, nil
+	}
+	return "", "", "", fmt.Errorf("%s.source: no source", path)
+}
+
+// download fetches a URL dataset once per run into env.DataDir, checking its
+// SHA-256 when one is given, before anything reads it.
+func download(ctx context.Context, env Env, rawURL, wantSum, path string) (string, error) {
+	urlPath := path + ".source.url"
+	if err := os.MkdirAll(env.DataDir, 0o755); err != nil {
+		return "", fmt.Errorf("%s: %w", urlPath, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", urlPath, err)
+	}
+	resp, err := env.HTTPClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", urlPath, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return "", fmt.Errorf("%s: GET %s: %s", urlPath, rawURL, resp.Status)
+	}
+	f, err := os.CreateTemp(env.DataDir, "dataset-*")
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", urlPath, err)
+	}
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(f, h), resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("%s: GET %s: %w", urlPath, rawURL, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); wantSum != "" && !equalFoldHex(got, wantSum) {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("%s.source.sha256: the data at %s has SHA-256 %s, want %s", path, rawURL, got, wantSum)
+	}
+	return f.Name(), nil
+}
+
+func equalFoldHex(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range len(a) {
+		x, y := a[i]|0x20, b[i]|0x20
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// countAndHash reads a data file once, counting its samples and hashing its bytes.
+func countAndHash(file string, format dataset.Format) (int, string, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	tee := io.TeeReader(f, h)
+	data, err := dataset.Decompress(tee)
+	if err != nil {
+		return 0, "", err
+	}
+	n, err := dataset.Count(data, format)
+	if err != nil {
+		return 0, "", err
+	}
+	// Hash whatever the counter did not need to read (a compressed trailer).
+	if _, err := io.Copy(io.Discard, tee); err != nil {
+		return 0, "", err
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// preflight renders each dataset's first readable sample through every template
+// that will see it, so a template naming a field the data lacks fails now, before
+// any call, rather than on every sample.
+func preflight(spec *v1alpha1.EvaluationSpec, plan *runner.Plan, env Env) error {
+	for i, d := range plan.Datasets {
+		s, ok, err := firstSample(d)
+		if err != nil {
+			return fmt.Errorf("spec.datasets[%d]: %w", i, err)
+		}
+		if !ok {
+			continue
+		}
+		where := fmt.Sprintf("dataset %q sample %q (line %d)", d.Name, s.ID, s.Line)
+		req, err := plan.Prompt.Request(s)
+		if err != nil {
+			return promptError(err, where)
+		}
+		for j := range spec.Models {
+			m := &spec.Models[j]
+			if m.Agent == nil {
+				continue
+			}
+			data := agent.TemplateData{Prompt: req.Prompt, System: req.System, Sample: s.Fields, ID: s.ID, Workspace: env.WorkspaceRoot}
+			cfg := agent.Config{Command: m.Agent.Command, Stdin: m.Agent.Stdin, Files: m.Agent.Files}
+			if err := agent.CheckTemplates(cfg, data); err != nil {
+				return fmt.Errorf("spec.models[%d].agent: %s: %w", j, where, err)
+			}
+		}
+		// Judge rubrics: score the sample with a judge that always agrees, which
+		// renders the rubric without calling anything.
+		for j, sc := range plan.Scorers {
+			if sc.JudgeModel == "" {
+				continue
+			}
+			agree := func(context.Context, string) (string, error) { return "VERDICT: CORRECT", nil }
+			scorer, err := score.New(sc.Config, agree)
+			if err != nil {
+				return fmt.Errorf("spec.scoring[%d]: %w", j, err)
+			}
+			in := score.Input{Prompt: req.Prompt, Input: s.Input, Expected: s.Expected, HasExpected: s.HasExpected, Sample: s.Fields}
+			if _, err := scorer.Score(context.Background(), in); err != nil {
+				return fmt.Errorf("spec.scoring[%d].judge.rubric: %s: %w", j, where, err)
+			}
+		}
+	}
+	return nil
+}
+
+// promptError names the spec.prompt field a template error is about.
+func promptError(err error, where string) error {
+	field := "spec.prompt"
+	var pe *runner.PromptError
+	if errors.As(err, &pe) {
+		field += "." + pe.Field
+	}
+	if where != "" {
+		return fmt.Errorf("%s: %s: %w", field, where, err)
+	}
+	return fmt.Errorf("%s: %w", field, err)
+}
+
+// firstSample returns a dataset's first sample that parsed.
+func firstSample(d *runner.Dataset) (*dataset.Sample, bool, error) {
+	r, c, err := d.Open()
+	if err != nil {
+		return nil, false, err
+	}
+	defer c.Close()
+	for i := 0; i < d.Total; i++ {
+		s, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if s.Err == nil {
+			return &s, true, nil
+		}
+	}
+	return nil, false, nil
+}

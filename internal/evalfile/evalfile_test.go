@@ -1,0 +1,1089 @@
+package evalfile_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/evalfile"
+)
+
+// fileName is the name every test gives Decode; each problem line must start with it.
+const fileName = "evals/smoke.yaml"
+
+// baseManifest is a small valid Evaluation: one inline dataset, a model under
+// evaluation, an anthropic model used as a judge, and two scorers. Every bad case
+// below is this manifest with one change.
+const baseManifest = `apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata:
+  name: smoke
+spec:
+  datasets:
+  - name: arith
+    source:
+      inline:
+      - {id: q1, input: "2+2?", expected: "4"}
+  models:
+  - name: small
+    provider: openai
+    model: gpt-4.1-mini
+  - name: grader
+    provider: anthropic
+    model: claude-sonnet-4
+  scoring:
+  - type: exact_match
+  - type: judge
+    judge:
+      model: grader
+`
+
+// edit changes a manifest held as a generic YAML tree.
+type edit func(t *testing.T, doc map[string]any)
+
+// set sets the value at path ("spec.models[0].rateLimit"), creating missing
+// mappings on the way.
+func set(path string, v any) edit {
+	return func(t *testing.T, doc map[string]any) {
+		t.Helper()
+		segs := parsePath(t, path)
+		parent := walk(t, doc, path, segs[:len(segs)-1], true)
+		put(t, parent, path, segs[len(segs)-1], v)
+	}
+}
+
+// del removes the key at path.
+func del(path string) edit {
+	return func(t *testing.T, doc map[string]any) {
+		t.Helper()
+		segs := parsePath(t, path)
+		parent := walk(t, doc, path, segs[:len(segs)-1], false)
+		m, ok := parent.(map[string]any)
+		last := segs[len(segs)-1]
+		if !ok || last.index >= 0 {
+			t.Fatalf("del(%q): can only delete a key of a mapping", path)
+		}
+		if _, ok := m[last.key]; !ok {
+			t.Fatalf("del(%q): no such key", path)
+		}
+		delete(m, last.key)
+	}
+}
+
+// seg is one step of a path: a mapping key, or a list index (index >= 0).
+type seg struct {
+	key   string
+	index int
+}
+
+func parsePath(t *testing.T, path string) []seg {
+	t.Helper()
+	var segs []seg
+	for part := range strings.SplitSeq(path, ".") {
+		key, rest, _ := strings.Cut(part, "[")
+		if key != "" {
+			segs = append(segs, seg{key: key, index: -1})
+		}
+		for rest != "" {
+			num, after, ok := strings.Cut(rest, "]")
+			i, err := strconv.Atoi(num)
+			if !ok || err != nil {
+				t.Fatalf("bad path %q", path)
+			}
+			segs = append(segs, seg{index: i})
+			rest = strings.TrimPrefix(after, "[")
+		}
+	}
+	return segs
+}
+
+// walk follows segs from doc and returns the node reached; with create it adds
+// missing mappings and lists.
+func walk(t *testing.T, doc any, path string, segs []seg, create bool) any {
+	t.Helper()
+	cur := doc
+	for i, s := range segs {
+		var next any
+		switch c := cur.(type) {
+		case map[string]any:
+			if s.index >= 0 {
+				t.Fatalf("path %q: indexing a mapping", path)
+			}
+			next = c[s.key]
+			if next == nil && create {
+				next = newNode(segs, i)
+				c[s.key] = next
+			}
+		case []any:
+			if s.index < 0 || s.index >= len(c) {
+				t.Fatalf("path %q: index %d out of range", path, s.index)
+			}
+			next = c[s.index]
+		default:
+			t.Fatalf("path %q: cannot step into %T", path, cur)
+		}
+		if next == nil {
+			t.Fatalf("path %q: nothing at step %d", path, i)
+		}
+		cur = next
+	}
+	return cur
+}
+
+func newNode(segs []seg, i int) any {
+	if i+1 < len(segs) && segs[i+1].index >= 0 {
+		return []any{}
+	}
+	return map[string]any{}
+}
+
+func put(t *testing.T, parent any, path string, s seg, v any) {
+	t.Helper()
+	switch p := parent.(type) {
+	case map[string]any:
+		p[s.key] = v
+		return
+	case []any:
+		if s.index >= 0 && s.index < len(p) {
+			p[s.index] = v
+			return
+		}
+		t.Fatalf("path %q: index %d out of range (use appendTo to add an item)", path, s.index)
+	}
+	t.Fatalf("path %q: cannot set a value in %T", path, parent)
+}
+
+// appendTo appends v to the list at path.
+func appendTo(path string, v any) edit {
+	return func(t *testing.T, doc map[string]any) {
+		t.Helper()
+		segs := parsePath(t, path)
+		parent := walk(t, doc, path, segs[:len(segs)-1], true)
+		last := segs[len(segs)-1]
+		var list []any
+		switch p := parent.(type) {
+		case map[string]any:
+			list, _ = p[last.key].([]any)
+			p[last.key] = append(list, v)
+		case []any:
+			list, _ = p[last.index].([]any)
+			p[last.index] = append(list, v)
+		}
+	}
+}
+
+// manifest returns baseManifest with the edits applied, as YAML.
+func manifest(t *testing.T, edits ...edit) []byte {
+	t.Helper()
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(baseManifest), &doc); err != nil {
+		t.Fatalf("base manifest: %v", err)
+	}
+	for _, e := range edits {
+		e(t, doc)
+	}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatalf("marshal edited manifest: %v", err)
+	}
+	return out
+}
+
+// obj is shorthand for YAML mappings in edits.
+type obj = map[string]any
+
+// agentModel returns a new agent model entry for edits to add to spec.models.
+func agentModel() obj {
+	return obj{"name": "coder", "provider": "agent", "agent": obj{"command": []any{"coder-cli", "-p", "{{ .Prompt }}"}}}
+}
+
+// asEvalfileError checks err is an *evalfile.Error for fileName whose text has
+// exactly one line per problem, each starting with the file name.
+func asEvalfileError(t *testing.T, err error) *evalfile.Error {
+	t.Helper()
+	if err == nil {
+		t.Fatal("Decode succeeded, want an error")
+	}
+	var fe *evalfile.Error
+	if !errors.As(err, &fe) {
+		t.Fatalf("Decode error is %T (%v), want *evalfile.Error", err, err)
+	}
+	if fe.File != fileName {
+		t.Errorf("Error.File = %q, want %q", fe.File, fileName)
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != len(fe.Problems) {
+		t.Errorf("error has %d lines for %d problems, want one line per problem:\n%s", len(lines), len(fe.Problems), err)
+	}
+	for i, l := range lines {
+		if !strings.HasPrefix(l, fileName+": ") {
+			t.Errorf("error line %d does not start with %q: %q", i+1, fileName+": ", l)
+		}
+	}
+	return fe
+}
+
+func TestDecodeRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		// Either edits of the base manifest, or raw YAML.
+		edits []edit
+		raw   string
+		// want are substrings of the error; problems is how many problems (lines)
+		// it must report, 1 when 0.
+		want     []string
+		problems int
+	}{
+		// YAML itself.
+		{
+			name: "YAML syntax error names the line",
+			raw:  baseManifest + "  concurrency: [\n",
+			want: []string{"yaml: line 23: did not find expected node content"},
+		},
+		{
+			name: "tab indentation names the line",
+			raw:  "apiVersion: proctor.dev/v1alpha1\n\tkind: Evaluation\n",
+			want: []string{"yaml: line 2: found a tab character"},
+		},
+		{
+			name: "duplicate top-level key of spec",
+			raw:  baseManifest + "  scoring: []\n",
+			want: []string{`line 23: key "scoring" already set in map`},
+		},
+		{
+			name: "duplicate nested key",
+			raw:  strings.Replace(baseManifest, "model: gpt-4.1-mini\n", "model: gpt-4.1-mini\n    model: gpt-4.1\n", 1),
+			want: []string{`line 15: key "model" already set in map`},
+		},
+		{
+			name: "two YAML documents",
+			raw:  baseManifest + "---\n" + baseManifest,
+			want: []string{"holds 2 documents"},
+		},
+		{
+			name: "empty file",
+			raw:  "",
+			want: []string{"no Evaluation in the file"},
+		},
+		{
+			name: "only comments",
+			raw:  "# nothing here yet\n---\n  # still nothing\n",
+			want: []string{"no Evaluation in the file"},
+		},
+		{
+			name: "a list, not a mapping",
+			raw:  "- apiVersion: proctor.dev/v1alpha1\n- kind: Evaluation\n",
+			want: []string{"not a YAML mapping"},
+		},
+		{
+			name: "a scalar, not a mapping",
+			raw:  "hello\n",
+			want: []string{"not a YAML mapping"},
+		},
+
+		// apiVersion and kind.
+		{
+			name:  "wrong apiVersion",
+			edits: []edit{set("apiVersion", "proctor.dev/v1")},
+			want:  []string{`apiVersion and kind must be proctor.dev/v1alpha1 and Evaluation (got "proctor.dev/v1" and "Evaluation")`},
+		},
+		{
+			name:  "wrong kind",
+			edits: []edit{set("kind", "ConfigMap")},
+			want:  []string{`(got "proctor.dev/v1alpha1" and "ConfigMap")`},
+		},
+		{
+			name:  "missing kind",
+			edits: []edit{del("kind")},
+			want:  []string{`(got "proctor.dev/v1alpha1" and "")`},
+		},
+
+		// Unknown fields and wrong types.
+		{
+			name:  "misspelt model field",
+			edits: []edit{set("spec.models[0].rateLimt", obj{"requestsPerMinute": 60})},
+			want:  []string{`unknown field "spec.models[0].rateLimt"`},
+		},
+		{
+			name:  "unknown top-level field",
+			edits: []edit{set("specs", obj{})},
+			want:  []string{`unknown field "specs"`},
+		},
+		{
+			name:  "unknown dataset source",
+			edits: []edit{set("spec.datasets[0].source.s3", "s3://bucket/data.jsonl")},
+			want:  []string{`unknown field "spec.datasets[0].source.s3"`},
+		},
+		{
+			name:  "unknown judge field",
+			edits: []edit{set("spec.scoring[1].judge.prompt", "grade it")},
+			want:  []string{`unknown field "spec.scoring[1].judge.prompt"`},
+		},
+		{
+			name:     "two unknown fields, one line each",
+			edits:    []edit{set("spec.foo", 1), set("spec.models[1].temprature", 0.5)},
+			want:     []string{`unknown field "spec.foo"`, `unknown field "spec.models[1].temprature"`},
+			problems: 2,
+		},
+		{
+			name:  "string concurrency",
+			edits: []edit{set("spec.concurrency", "ten")},
+			want:  []string{"spec.concurrency: must be an integer, not a string"},
+		},
+		{
+			name:  "string model concurrency names the list",
+			edits: []edit{set("spec.models[0].concurrency", "ten")},
+			want:  []string{"concurrency: must be an integer, not a string"},
+		},
+		{
+			name:  "string model concurrency names the model's index",
+			edits: []edit{set("spec.models[1].concurrency", "ten")},
+			want:  []string{"spec.models[1].concurrency: must be an integer, not a string"},
+		},
+		{
+			name:  "string dataset limit names the dataset's index",
+			edits: []edit{set("spec.datasets[0].limit", "all")},
+			want:  []string{"spec.datasets[0].limit: must be an integer, not a string"},
+		},
+		{
+			name:  "fractional maxAttempts",
+			edits: []edit{set("spec.retry.maxAttempts", 1.5)},
+			want:  []string{"spec.retry.maxAttempts: must be an integer, not a number 1.5"},
+		},
+		{
+			name:  "models as a mapping",
+			edits: []edit{set("spec.models", obj{"name": "small"})},
+			want:  []string{"spec.models: must be a list"},
+		},
+		{
+			name:  "duration without a unit",
+			edits: []edit{set("spec.timeoutPerSample", "5 minutes")},
+			want:  []string{`spec.timeoutPerSample: time: unknown unit " minutes" in duration "5 minutes"`},
+		},
+		{
+			name:  "bad agent timeout",
+			edits: []edit{appendTo("spec.models", obj{"name": "coder", "provider": "agent", "agent": obj{"command": []any{"x"}, "timeout": "soon"}})},
+			want:  []string{"spec.models[2].agent.timeout: time: invalid duration"},
+		},
+		{
+			name:  "temperature not a number",
+			edits: []edit{set("spec.models[0].parameters", obj{"temperature": "hot"})},
+			want:  []string{`spec.models[0].parameters.temperature: "hot" is not a number`},
+		},
+		{
+			name:  "status block",
+			edits: []edit{set("status", obj{"phase": "Succeeded"})},
+			want:  []string{"status: set by Proctor"},
+		},
+		{
+			name:  "status block with results",
+			edits: []edit{set("status", obj{"results": []any{obj{"model": "small", "dataset": "arith", "total": 1, "completed": 1, "errored": 0}}})},
+			want:  []string{"status: set by Proctor"},
+		},
+
+		// Datasets.
+		{
+			name:  "two dataset sources",
+			edits: []edit{set("spec.datasets[0].source.file", "data.jsonl")},
+			want:  []string{`spec.datasets[0].source: Invalid value: "inline, file": exactly one of inline, configMap, url, pvc or file must be set`},
+		},
+		{
+			name:  "three dataset sources",
+			edits: []edit{set("spec.datasets[0].source.file", "data.jsonl"), set("spec.datasets[0].source.url", "https://example.com/d.jsonl")},
+			want:  []string{`spec.datasets[0].source: Invalid value: "inline, url, file"`},
+		},
+		{
+			name:  "no dataset source",
+			edits: []edit{del("spec.datasets[0].source.inline")},
+			want:  []string{"spec.datasets[0].source: Required value: exactly one of"},
+		},
+		{
+			name:  "no datasets",
+			edits: []edit{del("spec.datasets")},
+			want:  []string{"spec.datasets: Required value"},
+		},
+		{
+			name:  "duplicate dataset names",
+			edits: []edit{appendTo("spec.datasets", obj{"name": "arith", "source": obj{"file": "a.jsonl"}})},
+			want:  []string{`spec.datasets[1].name: Duplicate value: "arith"`},
+		},
+		{
+			name:  "bad dataset name",
+			edits: []edit{set("spec.datasets[0].name", "Arith_1")},
+			want:  []string{`spec.datasets[0].name: Invalid value: "Arith_1"`},
+		},
+		{
+			name:  "unknown format",
+			edits: []edit{set("spec.datasets[0].format", "parquet")},
+			want:  []string{`spec.datasets[0].format: Unsupported value: "parquet"`},
+		},
+		{
+			name:  "negative limit",
+			edits: []edit{set("spec.datasets[0].limit", -1)},
+			want:  []string{"spec.datasets[0].limit: Invalid value: -1"},
+		},
+		{
+			name:  "URL that is not http",
+			edits: []edit{del("spec.datasets[0].source.inline"), set("spec.datasets[0].source.url", "ftp://example.com/d.jsonl")},
+			want:  []string{`spec.datasets[0].source.url: Invalid value: "ftp://example.com/d.jsonl": must be an http or https URL`},
+		},
+		{
+			name:  "URL without a host",
+			edits: []edit{del("spec.datasets[0].source.inline"), set("spec.datasets[0].source.url", "data.jsonl")},
+			want:  []string{`spec.datasets[0].source.url: Invalid value: "data.jsonl"`},
+		},
+		{
+			name: "bad sha256",
+			edits: []edit{
+				del("spec.datasets[0].source.inline"),
+				set("spec.datasets[0].source.url", "https://example.com/d.jsonl"),
+				set("spec.datasets[0].source.sha256", "abc123"),
+			},
+			want: []string{`spec.datasets[0].source.sha256: Invalid value: "abc123": must be 64 hexadecimal digits`},
+		},
+		{
+			name: "sha256 of 64 non-hex characters",
+			edits: []edit{
+				del("spec.datasets[0].source.inline"),
+				set("spec.datasets[0].source.url", "https://example.com/d.jsonl"),
+				set("spec.datasets[0].source.sha256", strings.Repeat("g", 64)),
+			},
+			want: []string{"spec.datasets[0].source.sha256: Invalid value"},
+		},
+		{
+			name:  "sha256 without url",
+			edits: []edit{set("spec.datasets[0].source.sha256", strings.Repeat("a", 64))},
+			want:  []string{"spec.datasets[0].source.sha256: Forbidden: only applies to url"},
+		},
+		{
+			name:  "configMap without key",
+			edits: []edit{del("spec.datasets[0].source.inline"), set("spec.datasets[0].source.configMap", obj{"name": "data"})},
+			want:  []string{"spec.datasets[0].source.configMap.key: Required value"},
+		},
+		{
+			name:  "pvc path escaping the volume",
+			edits: []edit{del("spec.datasets[0].source.inline"), set("spec.datasets[0].source.pvc", obj{"claimName": "data", "path": "../etc/passwd"})},
+			want:  []string{`spec.datasets[0].source.pvc.path: Invalid value: "../etc/passwd"`},
+		},
+
+		// Models.
+		{
+			name:     "no models",
+			edits:    []edit{del("spec.models"), del("spec.scoring")},
+			want:     []string{"spec.models: Required value"},
+			problems: 1,
+		},
+		{
+			name:  "no models, judge reported too",
+			edits: []edit{set("spec.models", []any{})},
+			want: []string{
+				"spec.models: Required value",
+				`spec.scoring[1].judge.model: Invalid value: "grader": must name an entry of spec.models`,
+			},
+			problems: 2,
+		},
+		{
+			name:  "unknown provider",
+			edits: []edit{set("spec.models[0].provider", "gemini")},
+			want:  []string{`spec.models[0].provider: Unsupported value: "gemini": supported values: "openai", "anthropic", "agent"`},
+		},
+		{
+			name:  "no provider",
+			edits: []edit{del("spec.models[0].provider")},
+			want:  []string{"spec.models[0].provider: Required value"},
+		},
+		{
+			name:  "no model identifier",
+			edits: []edit{del("spec.models[0].model")},
+			want:  []string{"spec.models[0].model: Required value: the openai model identifier"},
+		},
+		{
+			name:  "bad model name",
+			edits: []edit{set("spec.models[0].name", "GPT_4")},
+			want:  []string{`spec.models[0].name: Invalid value: "GPT_4": a lowercase RFC 1123 label`},
+		},
+		{
+			name:  "model name too long",
+			edits: []edit{set("spec.models[0].name", strings.Repeat("m", 41))},
+			want:  []string{"spec.models[0].name: Too long: may not be more than 40"},
+		},
+		{
+			name:  "empty model name",
+			edits: []edit{set("spec.models[0].name", "")},
+			want:  []string{"spec.models[0].name: Required value"},
+		},
+		{
+			name:  "duplicate model names",
+			edits: []edit{appendTo("spec.models", obj{"name": "small", "provider": "openai", "model": "gpt-4.1"})},
+			want:  []string{`spec.models[2].name: Duplicate value: "small"`},
+		},
+		{
+			name:  "negative requests per minute",
+			edits: []edit{set("spec.models[0].rateLimit", obj{"requestsPerMinute": -5})},
+			want:  []string{"spec.models[0].rateLimit.requestsPerMinute: Invalid value: -5: must be 0 (unlimited) or more"},
+		},
+		{
+			name:     "negative token rates",
+			edits:    []edit{set("spec.models[1].rateLimit", obj{"inputTokensPerMinute": -1, "outputTokensPerMinute": -2})},
+			want:     []string{"spec.models[1].rateLimit.inputTokensPerMinute: Invalid value: -1", "spec.models[1].rateLimit.outputTokensPerMinute: Invalid value: -2"},
+			problems: 2,
+		},
+		{
+			name:  "zero model concurrency",
+			edits: []edit{set("spec.models[0].concurrency", 0)},
+			want:  []string{"spec.models[0].concurrency: Invalid value: 0: must be between 1 and 10000"},
+		},
+		{
+			name:  "temperature out of range",
+			edits: []edit{set("spec.models[0].parameters", obj{"temperature": 2.5})},
+			want:  []string{"spec.models[0].parameters.temperature: Invalid value: 2.5: must be between 0 and 2"},
+		},
+		{
+			name:  "topP out of range",
+			edits: []edit{set("spec.models[0].parameters", obj{"topP": -0.1})},
+			want:  []string{"spec.models[0].parameters.topP: Invalid value: -0.1: must be between 0 and 1"},
+		},
+		{
+			name:  "zero maxTokens",
+			edits: []edit{set("spec.models[1].parameters", obj{"maxTokens": 0})},
+			want:  []string{"spec.models[1].parameters.maxTokens: Invalid value: 0: must be at least 1"},
+		},
+		{
+			name:  "baseURL without scheme",
+			edits: []edit{set("spec.models[0].baseURL", "localhost:8080/v1")},
+			want:  []string{`spec.models[0].baseURL: Invalid value: "localhost:8080/v1": must be an http or https URL`},
+		},
+		{
+			name:  "bad apiKey env name",
+			edits: []edit{set("spec.models[0].apiKey", obj{"env": "MY-KEY"})},
+			want:  []string{`spec.models[0].apiKey.env: Invalid value: "MY-KEY": must be an environment variable name`},
+		},
+		{
+			name:  "agent set on an openai model",
+			edits: []edit{set("spec.models[0].agent", obj{"command": []any{"coder-cli"}})},
+			want:  []string{"spec.models[0].agent: Forbidden: only for provider agent"},
+		},
+		{
+			name:  "provider agent without agent",
+			edits: []edit{set("spec.models[0].provider", "agent"), del("spec.models[0].model")},
+			want:  []string{"spec.models[0].agent: Required value"},
+		},
+		{
+			name:  "agent with sampling parameters",
+			edits: []edit{appendTo("spec.models", agentModel()), set("spec.models[2].parameters", obj{"temperature": 0})},
+			want:  []string{"spec.models[2].parameters: Forbidden: agents take no sampling parameters"},
+		},
+		{
+			name:  "agent with baseURL",
+			edits: []edit{appendTo("spec.models", agentModel()), set("spec.models[2].baseURL", "http://localhost:1")},
+			want:  []string{"spec.models[2].baseURL: Forbidden: agents call no API themselves"},
+		},
+		{
+			name:  "agent with empty command",
+			edits: []edit{appendTo("spec.models", agentModel()), set("spec.models[2].agent.command", []any{" "})},
+			want:  []string{"spec.models[2].agent.command: Required value"},
+		},
+		{
+			name:  "agent apiKey without env",
+			edits: []edit{appendTo("spec.models", agentModel()), set("spec.models[2].apiKey", obj{})},
+			want:  []string{"spec.models[2].apiKey.env: Required value"},
+		},
+		{
+			name:  "agent env with a bad name",
+			edits: []edit{appendTo("spec.models", agentModel()), set("spec.models[2].agent.env", []any{obj{"name": "1TOKEN", "value": "x"}})},
+			want:  []string{`spec.models[2].agent.env[0].name: Invalid value: "1TOKEN"`},
+		},
+		{
+			name:  "agent file outside the workspace",
+			edits: []edit{appendTo("spec.models", agentModel()), set("spec.models[2].agent.files", obj{"../notes.md": "x"})},
+			want:  []string{`spec.models[2].agent.files[../notes.md]: Invalid value: "../notes.md"`},
+		},
+		{
+			name:  "every model is a judge",
+			edits: []edit{appendTo("spec.scoring", obj{"type": "judge", "name": "judge2", "judge": obj{"model": "small"}})},
+			want:  []string{"spec.models: Invalid value: 2: every model is a judge"},
+		},
+
+		// Scoring.
+		{
+			name:  "unknown scorer",
+			edits: []edit{set("spec.scoring[0].type", "bleu")},
+			want:  []string{`spec.scoring[0].type: Unsupported value: "bleu"`},
+		},
+		{
+			name:  "scorer without type",
+			edits: []edit{set("spec.scoring[0]", obj{"name": "acc"})},
+			want:  []string{"spec.scoring[0].type: Required value"},
+		},
+		{
+			name:  "duplicate metric names by type",
+			edits: []edit{appendTo("spec.scoring", obj{"type": "exact_match", "normalize": []any{"trim"}})},
+			want:  []string{`spec.scoring[2].name: Duplicate value: "exact_match"`},
+		},
+		{
+			name:  "duplicate metric names by name",
+			edits: []edit{set("spec.scoring[1].name", "exact_match")},
+			want:  []string{`spec.scoring[1].name: Duplicate value: "exact_match"`},
+		},
+		{
+			name:  "bad metric name",
+			edits: []edit{set("spec.scoring[0].name", "exact match")},
+			want:  []string{`spec.scoring[0].name: Invalid value: "exact match"`},
+		},
+		{
+			name:  "unknown normalizer",
+			edits: []edit{set("spec.scoring[0].normalize", []any{"trim", "stem"})},
+			want:  []string{`spec.scoring[0].normalize[1]: Unsupported value: "stem"`},
+		},
+		{
+			name:  "pattern on a non-regex scorer",
+			edits: []edit{set("spec.scoring[0].pattern", "4")},
+			want:  []string{"spec.scoring[0].pattern: Forbidden: only applies to the regex scorer"},
+		},
+		{
+			name:  "bad regex",
+			edits: []edit{appendTo("spec.scoring", obj{"type": "regex", "pattern": "(yes"})},
+			want:  []string{`spec.scoring[2].pattern: Invalid value: "(yes": error parsing regexp: missing closing )`},
+		},
+		{
+			name:  "tolerance on a non-numeric scorer",
+			edits: []edit{set("spec.scoring[0].tolerance", 0.1)},
+			want:  []string{"spec.scoring[0].tolerance: Forbidden: only applies to the numeric scorer"},
+		},
+		{
+			name:  "negative tolerance",
+			edits: []edit{appendTo("spec.scoring", obj{"type": "numeric", "tolerance": -0.5})},
+			want:  []string{`spec.scoring[2].tolerance: Invalid value: "-0.5": must be a number, 0 or more`},
+		},
+		{
+			name:  "checkArguments on a non-tool_call scorer",
+			edits: []edit{set("spec.scoring[0].checkArguments", false)},
+			want:  []string{"spec.scoring[0].checkArguments: Forbidden: only applies to the tool_call scorer"},
+		},
+		{
+			name:  "judge scorer without judge",
+			edits: []edit{del("spec.scoring[1].judge")},
+			want:  []string{"spec.scoring[1].judge: Required value"},
+		},
+		{
+			name:  "judge block on another scorer",
+			edits: []edit{set("spec.scoring[0].judge", obj{"model": "grader"})},
+			want:  []string{"spec.scoring[0].judge: Forbidden: only applies to the judge scorer"},
+		},
+		{
+			name:  "judge naming a missing model",
+			edits: []edit{set("spec.scoring[1].judge.model", "gpt-5")},
+			want:  []string{`spec.scoring[1].judge.model: Invalid value: "gpt-5": must name an entry of spec.models`},
+		},
+		{
+			name:  "judge naming an agent model",
+			edits: []edit{appendTo("spec.models", agentModel()), set("spec.scoring[1].judge.model", "coder")},
+			want:  []string{`spec.scoring[1].judge.model: Invalid value: "coder": a judge must be an openai or anthropic model, not an agent`},
+		},
+
+		// Spec-wide settings.
+		{
+			name:  "initialBackoff longer than maxBackoff",
+			edits: []edit{set("spec.retry", obj{"initialBackoff": "2m", "maxBackoff": "30s"})},
+			want:  []string{`spec.retry.initialBackoff: Invalid value: "2m0s": must not be longer than maxBackoff`},
+		},
+		{
+			name:  "initialBackoff longer than the default maxBackoff",
+			edits: []edit{set("spec.retry", obj{"initialBackoff": "90s"})},
+			want:  []string{`spec.retry.initialBackoff: Invalid value: "1m30s": must not be longer than maxBackoff`},
+		},
+		{
+			name:  "negative backoff",
+			edits: []edit{set("spec.retry", obj{"maxBackoff": "-1s"})},
+			// Only the field the user set is reported, not the defaulted initialBackoff.
+			want:     []string{`spec.retry.maxBackoff: Invalid value: "-1s": must not be negative`},
+			problems: 1,
+		},
+		{
+			name:  "maxAttempts 0",
+			edits: []edit{set("spec.retry", obj{"maxAttempts": 0})},
+			want:  []string{"spec.retry.maxAttempts: Invalid value: 0: must be between 1 and 100"},
+		},
+		{
+			name:  "zero timeout",
+			edits: []edit{set("spec.timeoutPerSample", "0s")},
+			want:  []string{`spec.timeoutPerSample: Invalid value: "0s": must be longer than 0s`},
+		},
+		{
+			name:  "timeout over a day",
+			edits: []edit{set("spec.timeoutPerSample", "25h")},
+			want:  []string{`spec.timeoutPerSample: Invalid value: "25h0m0s": must be at most 24h`},
+		},
+		{
+			name:  "spec concurrency too high",
+			edits: []edit{set("spec.concurrency", 10001)},
+			want:  []string{"spec.concurrency: Invalid value: 10001: must be between 1 and 10000"},
+		},
+		{
+			name:  "zero parallelism",
+			edits: []edit{set("spec.parallelism", 0)},
+			want:  []string{"spec.parallelism: Invalid value: 0: must be between 1 and 1000"},
+		},
+
+		// Several problems at once: every one reported, one line each.
+		{
+			name: "three validation problems",
+			edits: []edit{
+				set("spec.models[0].provider", "gemini"),
+				set("spec.scoring[0].type", "bleu"),
+				set("spec.models[1].rateLimit", obj{"requestsPerMinute": -5}),
+			},
+			want: []string{
+				`spec.models[0].provider: Unsupported value: "gemini"`,
+				`spec.scoring[0].type: Unsupported value: "bleu"`,
+				"spec.models[1].rateLimit.requestsPerMinute: Invalid value: -5",
+			},
+			problems: 3,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := []byte(tt.raw)
+			if tt.edits != nil {
+				data = manifest(t, tt.edits...)
+			}
+			ev, err := evalfile.Decode(fileName, data)
+			if ev != nil {
+				t.Errorf("Decode returned an Evaluation along with error %v", err)
+			}
+			fe := asEvalfileError(t, err)
+			problems := tt.problems
+			if problems == 0 {
+				problems = 1
+			}
+			if len(fe.Problems) != problems {
+				t.Errorf("got %d problems, want %d:\n%s", len(fe.Problems), problems, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not contain %q:\n%s\nmanifest:\n%s", w, err, data)
+				}
+			}
+		})
+	}
+}
+
+// TestDecodeOneLinePerProblem covers values that carry line breaks into a
+// message: each problem must still be one line.
+func TestDecodeOneLinePerProblem(t *testing.T) {
+	tests := []struct {
+		name  string
+		edits []edit
+		raw   string
+		want  string
+	}{
+		{
+			name:  "model name with a line break",
+			edits: []edit{set("spec.models[0].name", "small\nmodel")},
+			want:  `spec.models[0].name: Invalid value: "small\nmodel"`,
+		},
+		{
+			name:  "unknown field with a line break",
+			edits: []edit{set("spec.models[0].rate\nlimit", 1)},
+			want:  `unknown field "spec.models[0].rate\nlimit"`,
+		},
+		{
+			name: "several YAML problems",
+			raw:  baseManifest + "  scoring: []\n  models: []\n",
+			want: `line 23: key "scoring" already set in map`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := []byte(tt.raw)
+			if tt.edits != nil {
+				data = manifest(t, tt.edits...)
+			}
+			_, err := evalfile.Decode(fileName, data)
+			asEvalfileError(t, err)
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error does not contain %q:\n%s", tt.want, err)
+			}
+		})
+	}
+}
+
+func TestDecodeRegexWithLineBreakIsOneLine(t *testing.T) {
+	data := manifest(t, appendTo("spec.scoring", obj{"type": "regex", "pattern": "(yes\nno"}))
+	_, err := evalfile.Decode(fileName, data)
+	fe := asEvalfileError(t, err)
+	if len(fe.Problems) != 1 || !strings.Contains(err.Error(), "spec.scoring[2].pattern") {
+		t.Errorf("want one problem naming spec.scoring[2].pattern, got:\n%s", err)
+	}
+}
+
+func TestDecodeRejectsAnyStatus(t *testing.T) {
+	for name, status := range map[string]obj{
+		"progress":   {"progress": obj{"total": 1, "completed": 0, "errored": 0}},
+		"score":      {"score": "0.5000"},
+		"conditions": {"conditions": []any{obj{"type": "Complete", "status": "True", "reason": "Done", "message": "", "lastTransitionTime": "2025-01-01T00:00:00Z"}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := evalfile.Decode(fileName, manifest(t, set("status", status)))
+			asEvalfileError(t, err)
+			if !strings.Contains(err.Error(), "status") {
+				t.Errorf("error does not name status: %v", err)
+			}
+		})
+	}
+}
+
+// rawJSON compares RawExtensions by their decoded JSON, not their bytes.
+var rawJSON = cmp.Transformer("rawJSON", func(r runtime.RawExtension) any {
+	var v any
+	if err := json.Unmarshal(r.Raw, &v); err != nil {
+		return fmt.Sprintf("invalid JSON %q: %v", r.Raw, err)
+	}
+	return v
+})
+
+func ptr[T any](v T) *T { return &v }
+
+func dur(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+
+func TestDecodeBaseAppliesDefaults(t *testing.T) {
+	ev, err := evalfile.Decode(fileName, []byte(baseManifest))
+	if err != nil {
+		t.Fatalf("Decode(base): %v", err)
+	}
+	want := &v1alpha1.Evaluation{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "proctor.dev/v1alpha1", Kind: "Evaluation"},
+		ObjectMeta: metav1.ObjectMeta{Name: "smoke"},
+		Spec: v1alpha1.EvaluationSpec{
+			Datasets: []v1alpha1.Dataset{{
+				Name: "arith",
+				Source: v1alpha1.DatasetSource{Inline: []runtime.RawExtension{
+					{Raw: []byte(`{"id":"q1","input":"2+2?","expected":"4"}`)},
+				}},
+			}},
+			Models: []v1alpha1.Model{
+				{Name: "small", Provider: "openai", Model: "gpt-4.1-mini", BaseURL: "https://api.openai.com/v1"},
+				{Name: "grader", Provider: "anthropic", Model: "claude-sonnet-4", BaseURL: "https://api.anthropic.com"},
+			},
+			Prompt: &v1alpha1.Prompt{Template: "{{ .Input }}"},
+			Scoring: []v1alpha1.Scorer{
+				{Type: "exact_match"},
+				{Type: "judge", Judge: &v1alpha1.Judge{Model: "grader"}},
+			},
+			Concurrency: ptr[int32](10),
+			Parallelism: ptr[int32](4),
+			Retry: &v1alpha1.RetryPolicy{
+				MaxAttempts:    ptr[int32](3),
+				InitialBackoff: dur(time.Second),
+				MaxBackoff:     dur(60 * time.Second),
+			},
+			TimeoutPerSample: dur(2 * time.Minute),
+			Cache:            &v1alpha1.Cache{},
+		},
+	}
+	if diff := cmp.Diff(want, ev, rawJSON); diff != "" {
+		t.Errorf("Decode(base) mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestDecodeDefaults(t *testing.T) {
+	tests := []struct {
+		name  string
+		edits []edit
+		// got extracts the part of the decoded Evaluation the test is about.
+		got  func(ev *v1alpha1.Evaluation) any
+		want any
+	}{
+		{
+			name:  "apiKey without env takes the provider's variable",
+			edits: []edit{set("spec.models[0].apiKey", obj{}), set("spec.models[1].apiKey", obj{})},
+			got: func(ev *v1alpha1.Evaluation) any {
+				return []*v1alpha1.APIKey{ev.Spec.Models[0].APIKey, ev.Spec.Models[1].APIKey}
+			},
+			want: []*v1alpha1.APIKey{{Env: "OPENAI_API_KEY"}, {Env: "ANTHROPIC_API_KEY"}},
+		},
+		{
+			name:  "no apiKey stays unset",
+			edits: nil,
+			got:   func(ev *v1alpha1.Evaluation) any { return ev.Spec.Models[0].APIKey },
+			want:  (*v1alpha1.APIKey)(nil),
+		},
+		{
+			name:  "explicit apiKey env is kept",
+			edits: []edit{set("spec.models[0].apiKey", obj{"env": "MY_KEY"})},
+			got:   func(ev *v1alpha1.Evaluation) any { return ev.Spec.Models[0].APIKey },
+			want:  &v1alpha1.APIKey{Env: "MY_KEY"},
+		},
+		{
+			name:  "custom baseURL is kept",
+			edits: []edit{set("spec.models[0].baseURL", "http://localhost:8080/v1")},
+			got:   func(ev *v1alpha1.Evaluation) any { return ev.Spec.Models[0].BaseURL },
+			want:  "http://localhost:8080/v1",
+		},
+		{
+			name:  "agent gets no baseURL",
+			edits: []edit{appendTo("spec.models", agentModel())},
+			got:   func(ev *v1alpha1.Evaluation) any { return ev.Spec.Models[2].BaseURL },
+			want:  "",
+		},
+		{
+			name:  "tool_call checks arguments by default",
+			edits: []edit{appendTo("spec.scoring", obj{"type": "tool_call"})},
+			got:   func(ev *v1alpha1.Evaluation) any { return ev.Spec.Scoring[2].CheckArguments },
+			want:  ptr(true),
+		},
+		{
+			name:  "tool_call checkArguments false is kept",
+			edits: []edit{appendTo("spec.scoring", obj{"type": "tool_call", "checkArguments": false})},
+			got:   func(ev *v1alpha1.Evaluation) any { return ev.Spec.Scoring[2].CheckArguments },
+			want:  ptr(false),
+		},
+		{
+			name:  "other scorers get no checkArguments",
+			edits: nil,
+			got:   func(ev *v1alpha1.Evaluation) any { return ev.Spec.Scoring[0].CheckArguments },
+			want:  (*bool)(nil),
+		},
+		{
+			name:  "a prompt with only a system part gets the default template",
+			edits: []edit{set("spec.prompt", obj{"system": "Answer briefly."})},
+			got:   func(ev *v1alpha1.Evaluation) any { return ev.Spec.Prompt },
+			want:  &v1alpha1.Prompt{System: "Answer briefly.", Template: "{{ .Input }}"},
+		},
+		{
+			name:  "partial retry is completed",
+			edits: []edit{set("spec.retry", obj{"maxAttempts": 5})},
+			got:   func(ev *v1alpha1.Evaluation) any { return ev.Spec.Retry },
+			want:  &v1alpha1.RetryPolicy{MaxAttempts: ptr[int32](5), InitialBackoff: dur(time.Second), MaxBackoff: dur(time.Minute)},
+		},
+		{
+			name:  "quoted temperature is accepted",
+			edits: []edit{set("spec.models[0].parameters", obj{"temperature": "0.7", "topP": 0.9})},
+			got:   func(ev *v1alpha1.Evaluation) any { return ev.Spec.Models[0].Parameters },
+			want:  &v1alpha1.Parameters{Temperature: ptr(v1alpha1.Number("0.7")), TopP: ptr(v1alpha1.Number("0.9"))},
+		},
+		{
+			name:  "explicit values are not overridden",
+			edits: []edit{set("spec.concurrency", 3), set("spec.timeoutPerSample", "45s"), set("spec.prompt", obj{"template": "Q: {{ .Input }}"})},
+			got: func(ev *v1alpha1.Evaluation) any {
+				return []any{*ev.Spec.Concurrency, ev.Spec.TimeoutPerSample.Duration, ev.Spec.Prompt.Template}
+			},
+			want: []any{int32(3), 45 * time.Second, "Q: {{ .Input }}"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ev, err := evalfile.Decode(fileName, manifest(t, tt.edits...))
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, tt.got(ev)); diff != "" {
+				t.Errorf("mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDecodeAccepts(t *testing.T) {
+	tests := []struct {
+		name string
+		raw  string
+	}{
+		{"comment-only documents are ignored", "# header comment\n---\n" + baseManifest + "---\n# trailing notes\n---\n"},
+		{"leading document separator", "---\n" + baseManifest},
+		{"quoted temperature", strings.Replace(baseManifest, "model: gpt-4.1-mini\n", "model: gpt-4.1-mini\n    parameters:\n      temperature: \"0.2\"\n", 1)},
+		{"comments between fields", strings.Replace(baseManifest, "  models:\n", "  # the models\n  models:\n", 1)},
+		{"all scorer types", baseManifest + `  - type: contains
+  - type: regex
+    pattern: "^4$"
+  - type: numeric
+    tolerance: 0.01
+  - type: json_match
+  - type: tool_call
+`},
+		{"every source kind", strings.Replace(baseManifest, "  models:\n", `  - name: from-file
+    source: {file: data/q.csv}
+  - name: from-url
+    source:
+      url: https://example.com/q.jsonl.gz
+      sha256: `+strings.Repeat("aB", 32)+`
+  - name: from-configmap
+    source: {configMap: {name: data, key: q.jsonl}}
+  - name: from-pvc
+    source: {pvc: {claimName: data, path: sets/q.json}}
+  models:
+`, 1)},
+		{"agent model", strings.Replace(baseManifest, "  scoring:\n", `  - name: coder
+    provider: agent
+    apiKey: {env: CODER_KEY}
+    agent:
+      command: [coder-cli, -p, "{{ .Prompt }}"]
+      files: {"notes/task.md": "{{ .Input }}"}
+      env: [{name: CODER_HOME, value: /tmp}, {name: GITHUB_TOKEN}]
+      timeout: 10m
+  scoring:
+`, 1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ev, err := evalfile.Decode(fileName, []byte(tt.raw))
+			if err != nil {
+				t.Fatalf("Decode: %v\nmanifest:\n%s", err, tt.raw)
+			}
+			if ev.Name != "smoke" {
+				t.Errorf("Name = %q, want smoke", ev.Name)
+			}
+		})
+	}
+}
+
+func TestDecodeQuotedTemperature(t *testing.T) {
+	for _, v := range []any{"0.7", 0.7} {
+		ev, err := evalfile.Decode(fileName, manifest(t, set("spec.models[0].parameters", obj{"temperature": v})))
+		if err != nil {
+			t.Fatalf("temperature %#v: Decode: %v", v, err)
+		}
+		got, err := ev.Spec.Models[0].Parameters.Temperature.Float64()
+		if err != nil || got != 0.7 {
+			t.Errorf("temperature %#v: Float64() = %v, %v; want 0.7", v, got, err)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte(baseManifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := evalfile.Load(good); err != nil {
+		t.Errorf("Load(%s): %v", good, err)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, manifest(t, set("spec.models[0].provider", "gemini")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := evalfile.Load(bad)
+	if err == nil || !strings.HasPrefix(err.Error(), bad+": spec.models[0].provider: Unsupported value") {
+		t.Errorf("Load(bad) error = %v, want it to start with the path and name the field", err)
+	}
+
+	missing := filepath.Join(dir, "missing.yaml")
+	_, err = evalfile.Load(missing)
+	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("Load(missing) error = %v, want a not-exist error naming the file", err)
+	}
+}
