@@ -388,7 +388,11 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 			}
 			m.est.observe(rawIn, resp.Usage)
 			if key != "" {
-				if err := e.plan.Cache.Put(key, &cache.Entry{Response: *resp, LatencyMillis: latency.Milliseconds()}); err != nil {
+				// Scrub before storing: a cache outlives its keys, and an echoed key
+				// must not come back in a later run that no longer knows it.
+				stored := *resp
+				stored.Text = e.redact(stored.Text)
+				if err := e.plan.Cache.Put(key, &cache.Entry{Response: stored, LatencyMillis: latency.Milliseconds()}); err != nil {
 					e.log.Error(err, "Failed to write a cache entry", "model", m.Name)
 				}
 			}

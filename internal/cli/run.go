@@ -106,53 +106,56 @@ func runEvaluation(ctx context.Context, o *runOptions, s streams) error {
 
 	// Signals: the first stops taking samples and lets those in flight finish
 	// within the grace period; the second, or the period's end, stops at once.
+	// Before the run starts, the first stops the preparation.
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	dataDir, err := os.MkdirTemp("", "proctor-data-")
+	dir, err := results.OpenDir(outDir)
 	if err != nil {
-		return err
+		return invalid(fmt.Errorf("output directory: %w", err))
 	}
-	defer os.RemoveAll(dataDir)
+	defer dir.Unlock()
+	defer dir.Close()
+	if o.restart {
+		if err := dir.Reset(); err != nil {
+			return fmt.Errorf("--restart: %w", err)
+		}
+	}
+	scratch, err := dir.Scratch()
+	if err != nil {
+		return fmt.Errorf("output directory: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+
+	var prepSig os.Signal
 	prepCtx, prepDone := context.WithCancel(runCtx)
+	watched := make(chan struct{})
 	go func() {
+		defer close(watched)
 		select {
-		case <-sigs:
+		case prepSig = <-sigs:
 			prepDone()
 		case <-prepCtx.Done():
 		}
 	}()
 	plan, err := compile.Build(prepCtx, ev, compile.Env{
 		BaseDir:        filepath.Dir(o.file),
-		DataDir:        dataDir,
+		DataDir:        scratch,
 		CacheDir:       cacheDir,
 		KeepWorkspaces: o.keepWorkspaces,
 		Concurrency:    o.concurrency,
 	})
-	interruptedEarly := prepCtx.Err() != nil
 	prepDone()
+	<-watched
+	if prepSig != nil {
+		return &exitError{code: signalExitCode(prepSig), err: errors.New("interrupted before the run started; nothing was run")}
+	}
 	if err != nil {
-		if interruptedEarly {
-			return &exitError{code: exitInterrupted, err: errors.New("interrupted before the run started")}
-		}
 		return invalid(fmt.Errorf("%s: %w", o.file, err))
 	}
-
-	if o.restart {
-		for _, p := range []string{results.CheckpointDir, results.ResultsFile, results.SummaryFile} {
-			if err := os.RemoveAll(filepath.Join(outDir, p)); err != nil {
-				return err
-			}
-		}
-	}
-	dir, err := results.OpenDir(outDir)
-	if err != nil {
-		return fmt.Errorf("output directory: %w", err)
-	}
-	defer dir.Close()
 
 	tasks := plan.Tasks()
 	pairs := make([]results.Pair, len(tasks))
@@ -222,13 +225,17 @@ func runEvaluation(ctx context.Context, o *runOptions, s streams) error {
 	case interrupted != nil:
 		done, total := progressTotals(summaries)
 		msg := fmt.Sprintf("interrupted with %d of %d samples done; run the same command again to resume", done, total)
-		code := exitInterrupted
-		if interrupted == syscall.SIGTERM {
-			code = 128 + int(syscall.SIGTERM)
-		}
-		return &exitError{code: code, err: errors.New(msg)}
+		return &exitError{code: signalExitCode(interrupted), err: errors.New(msg)}
 	}
 	return nil
+}
+
+// signalExitCode is the shell's convention: 128 + the signal's number.
+func signalExitCode(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return exitInterrupted
 }
 
 func progressTotals(ss []results.Summary) (done, total int64) {
@@ -245,8 +252,17 @@ func newLogger(w interface{ Write([]byte) (int, error) }, v int) logr.Logger {
 		Level: slog.Level(-v),
 		// A terminal user reads these as they come: the time adds nothing.
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && a.Key == slog.TimeKey {
+			if len(groups) > 0 {
+				return a
+			}
+			switch a.Key {
+			case slog.TimeKey:
 				return slog.Attr{}
+			case slog.LevelKey:
+				// logr's V(n) becomes slog level -n: call all of them DEBUG.
+				if l, ok := a.Value.Any().(slog.Level); ok && l < slog.LevelInfo {
+					return slog.String(slog.LevelKey, "DEBUG")
+				}
 			}
 			return a
 		},

@@ -380,7 +380,7 @@ func buildDataset(ctx context.Context, d *v1alpha1.Dataset, path string, env Env
 	if format == "" {
 		format = dataset.FormatFromName(name)
 	}
-	n, sum, err := countAndHash(file, format)
+	n, sum, err := countAndHash(ctx, file, format)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", srcPath, name, err)
 	}
@@ -504,14 +504,15 @@ func equalFoldHex(a, b string) bool {
 }
 
 // countAndHash reads a data file once, counting its samples and hashing its bytes.
-func countAndHash(file string, format dataset.Format) (int, string, error) {
+// Reading a large file takes a while: ctx stops it.
+func countAndHash(ctx context.Context, file string, format dataset.Format) (int, string, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return 0, "", err
 	}
 	defer f.Close()
 	h := sha256.New()
-	tee := io.TeeReader(f, h)
+	tee := io.TeeReader(ctxReader{ctx, f}, h)
 	data, err := dataset.Decompress(tee)
 	if err != nil {
 		return 0, "", err
@@ -525,6 +526,19 @@ func countAndHash(file string, format dataset.Format) (int, string, error) {
 		return 0, "", err
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ctxReader stops reading once its context is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // preflight renders each dataset's first readable sample through every template

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 )
 
 // Files in an output directory.
@@ -17,9 +18,11 @@ const (
 )
 
 // Dir is a local output directory: a journal per model and dataset under
-// checkpoint/, and results.jsonl and summary.json assembled from them.
+// checkpoint/, and results.jsonl and summary.json assembled from them. One process
+// at a time may use it: OpenDir locks it until Unlock.
 type Dir struct {
 	root string
+	lock *os.File
 
 	mu       sync.RWMutex
 	journals map[pairKey]*Journal
@@ -35,12 +38,68 @@ type Pair struct {
 	Metrics        []string
 }
 
-// OpenDir opens (creating) an output directory.
+// ErrLocked is returned when another process is using an output directory.
+var ErrLocked = errors.New("output directory is in use by another run")
+
+// OpenDir opens (creating) an output directory and locks it.
 func OpenDir(root string) (*Dir, error) {
 	if err := os.MkdirAll(filepath.Join(root, CheckpointDir), 0o755); err != nil {
 		return nil, err
 	}
-	return &Dir{root: root, journals: map[pairKey]*Journal{}}, nil
+	lock, err := os.OpenFile(filepath.Join(root, CheckpointDir, ".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	// An advisory lock, released by the kernel when the process dies however it dies.
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s: %w", root, ErrLocked)
+		}
+		return nil, fmt.Errorf("%s: locking: %w", root, err)
+	}
+	return &Dir{root: root, lock: lock, journals: map[pairKey]*Journal{}}, nil
+}
+
+// Unlock releases the directory; call it last.
+func (d *Dir) Unlock() error {
+	if d.lock == nil {
+		return nil
+	}
+	err := d.lock.Close()
+	d.lock = nil
+	return err
+}
+
+// Reset discards everything an earlier run left: journals and results.
+func (d *Dir) Reset() error {
+	entries, err := os.ReadDir(filepath.Join(d.root, CheckpointDir))
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if filepath.Ext(e.Name()) == ".jsonl" {
+			if err := os.Remove(filepath.Join(d.root, CheckpointDir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	for _, f := range []string{ResultsFile, SummaryFile} {
+		if err := os.Remove(filepath.Join(d.root, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Scratch returns an empty directory for this run's temporary files (downloaded
+// datasets), emptied of whatever a killed run left there.
+func (d *Dir) Scratch() (string, error) {
+	p := filepath.Join(d.root, CheckpointDir, "scratch")
+	if err := os.RemoveAll(p); err != nil {
+		return "", err
+	}
+	return p, os.MkdirAll(p, 0o755)
 }
 
 // Root is the directory's path.

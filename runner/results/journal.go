@@ -88,7 +88,8 @@ type Journal struct {
 func OpenJournal(path, model, dataset, fingerprint string, total int, retryErrors bool) (*Journal, error) {
 	j := &Journal{path: path, done: make([]bool, total), kick: make(chan struct{}, 1), flushed: make(chan struct{})}
 	want := header{Checkpoint: journalVersion, Model: model, Dataset: dataset, Fingerprint: fingerprint}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	// O_APPEND: every write lands at the end, whatever else has the file open.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -100,10 +101,6 @@ func OpenJournal(path, model, dataset, fingerprint string, total int, retryError
 	if err := f.Truncate(end); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
-	}
-	if _, err := f.Seek(end, io.SeekStart); err != nil {
-		f.Close()
-		return nil, err
 	}
 	j.f = f
 	if end == 0 {
@@ -282,9 +279,11 @@ func Assemble(path string, w io.Writer, agg *Aggregate, total int) error {
 	for {
 		b, err := r.ReadSlice('\n')
 		if err == bufio.ErrBufferFull {
-			// A record longer than the buffer: gather it whole.
+			// A record longer than the buffer: gather it whole. b points into the
+			// reader's buffer, which the next read reuses, so copy it first.
+			head := append([]byte(nil), b...)
 			rest, err2 := r.ReadBytes('\n')
-			b, err = append(append([]byte(nil), b...), rest...), err2
+			b, err = append(head, rest...), err2
 		}
 		if len(b) == 0 || b[len(b)-1] != '\n' {
 			break
