@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/proctor-dev/proctor/runner/cache"
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/retry"
 	"github.com/proctor-dev/proctor/runner/score"
 )
 
@@ -471,5 +473,98 @@ func TestSetLimitsTakesEffect(t *testing.T) {
 	}
 	if err := e.SetLimits("nope", ratelimit.Limits{}); err == nil {
 		t.Error("SetLimits on an unknown model succeeded")
+	}
+}
+
+func TestRetryScheduleOnInjectedClock(t *testing.T) {
+	// With the jitter pinned at 0.5 and a fake clock, the sleeps between attempts
+	// are exactly half of Initial·2^(n-1), capped at Max, or the server's
+	// retry-after when longer.
+	cases := []struct {
+		name    string
+		errs    []error
+		wantGap []time.Duration
+	}{
+		{
+			name:    "exponential with full jitter",
+			errs:    []error{&provider.HTTPError{StatusCode: 503}, &provider.HTTPError{StatusCode: 502}, &provider.HTTPError{StatusCode: 500}, &provider.HTTPError{StatusCode: 504}},
+			wantGap: []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second},
+		},
+		{
+			name:    "capped at maxBackoff",
+			errs:    []error{&provider.HTTPError{StatusCode: 500}, &provider.HTTPError{StatusCode: 500}, &provider.HTTPError{StatusCode: 500}, &provider.HTTPError{StatusCode: 500}, &provider.HTTPError{StatusCode: 500}},
+			wantGap: []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second},
+		},
+		{
+			name:    "retry-after wins when longer",
+			errs:    []error{&provider.HTTPError{StatusCode: 503, RetryAfter: 7 * time.Second}, &provider.HTTPError{StatusCode: 503, RetryAfter: 100 * time.Millisecond}},
+			wantGap: []time.Duration{7 * time.Second, time.Second},
+		},
+		{
+			name:    "429 waits as asked, for the whole model",
+			errs:    []error{&provider.HTTPError{StatusCode: 429, RetryAfter: 3 * time.Second}},
+			wantGap: []time.Duration{3 * time.Second},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			var mu sync.Mutex
+			var at []time.Time
+			p := &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
+				mu.Lock()
+				at = append(at, clock.Now())
+				mu.Unlock()
+				if int(n) <= len(tc.errs) {
+					return nil, tc.errs[n-1]
+				}
+				return echo(ctx, req, n)
+			}}
+			plan := testPlan(t).Model("m", p, 1).Dataset("d", 1).
+				Retry(retry.Policy{MaxAttempts: 10, Initial: time.Second, Max: 8 * time.Second}).Obj()
+			e, err := New(plan, Options{Clock: clock, Rand: func() float64 { return 0.5 }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sink := newMemSink()
+			done := make(chan error)
+			go func() { done <- e.Run(context.Background(), plan.Tasks(), sink) }()
+			// Each sleep is one timer on the fake clock. Stop 1ms short of the
+			// expected deadline: no call may happen; the last millisecond brings it.
+			for i, gap := range tc.wantGap {
+				if err := clock.BlockUntilContext(context.Background(), 1); err != nil {
+					t.Fatal(err)
+				}
+				before := p.calls.Load()
+				clock.Advance(gap - time.Millisecond)
+				time.Sleep(20 * time.Millisecond)
+				if p.calls.Load() != before {
+					t.Fatalf("retry %d came before its %v backoff", i+1, gap)
+				}
+				clock.Advance(time.Millisecond)
+				deadline := time.Now().Add(5 * time.Second)
+				for p.calls.Load() == before {
+					if time.Now().After(deadline) {
+						t.Fatalf("retry %d did not come after its %v backoff", i+1, gap)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			var gaps []time.Duration
+			mu.Lock()
+			for i := 1; i < len(at); i++ {
+				gaps = append(gaps, at[i].Sub(at[i-1]))
+			}
+			mu.Unlock()
+			if diff := cmp.Diff(tc.wantGap, gaps); diff != "" {
+				t.Errorf("gaps between attempts (-want +got):\n%s", diff)
+			}
+			if r := sink.get("m", "d", 0); r.Error != "" || r.Attempts != len(tc.errs)+1 {
+				t.Errorf("record: attempts %d, error %q; want %d attempts and success", r.Attempts, r.Error, len(tc.errs)+1)
+			}
+		})
 	}
 }

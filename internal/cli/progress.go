@@ -18,7 +18,16 @@ import (
 // plainInterval is how often plain progress lines are printed.
 const plainInterval = 10 * time.Second
 
-func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+// isTerminal reports whether f is a terminal a bar can be drawn on: some
+// pseudo-terminals (CI runners, script(1) without a tty) report no size, and a
+// bar drawn on zero columns shows nothing at all.
+func isTerminal(f *os.File) bool {
+	if !term.IsTerminal(int(f.Fd())) {
+		return false
+	}
+	w, _, err := term.GetSize(int(f.Fd()))
+	return err == nil && w > 0
+}
 
 // progress shows how far a run is: a bar per model and dataset on a terminal,
 // a line per model and dataset every few seconds otherwise.
