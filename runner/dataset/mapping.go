@@ -105,6 +105,13 @@ func nested(v any) (any, error) {
 // parseMessages reads an OpenAI-style conversation. Absent, null and empty
 // mean no messages.
 func parseMessages(v any) ([]provider.Message, error) {
+	return parseList(v, "message", parseMessage)
+}
+
+// parseList reads a field holding a list (or, see nested, JSON text of one),
+// parsing each element; errors name the element ("message 2: ..."). Absent,
+// null and empty mean none.
+func parseList[T any](v any, what string, parse func(any) (T, error)) ([]T, error) {
 	v, err := nested(v)
 	if err != nil || v == nil {
 		return nil, err
@@ -116,13 +123,13 @@ func parseMessages(v any) ([]provider.Message, error) {
 	if len(arr) == 0 {
 		return nil, nil
 	}
-	msgs := make([]provider.Message, len(arr))
+	out := make([]T, len(arr))
 	for i, e := range arr {
-		if msgs[i], err = parseMessage(e); err != nil {
-			return nil, fmt.Errorf("message %d: %w", i+1, err)
+		if out[i], err = parse(e); err != nil {
+			return nil, fmt.Errorf("%s %d: %w", what, i+1, err)
 		}
 	}
-	return msgs, nil
+	return out, nil
 }
 
 func parseMessage(v any) (provider.Message, error) {
@@ -295,24 +302,7 @@ func parseArguments(v any) (json.RawMessage, error) {
 
 // parseTools reads tool definitions. Absent, null and empty mean no tools.
 func parseTools(v any) ([]provider.Tool, error) {
-	v, err := nested(v)
-	if err != nil || v == nil {
-		return nil, err
-	}
-	arr, ok := v.([]any)
-	if !ok {
-		return nil, ErrNotArray
-	}
-	if len(arr) == 0 {
-		return nil, nil
-	}
-	tools := make([]provider.Tool, len(arr))
-	for i, e := range arr {
-		if tools[i], err = parseTool(e); err != nil {
-			return nil, fmt.Errorf("tool %d: %w", i+1, err)
-		}
-	}
-	return tools, nil
+	return parseList(v, "tool", parseTool)
 }
 
 // parseTool reads one tool in the OpenAI shape {type: "function", function:

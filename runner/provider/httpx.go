@@ -13,6 +13,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -352,4 +353,47 @@ func contextError(ctx context.Context, err error) error {
 func drainAndClose(body io.ReadCloser) {
 	_, _ = io.CopyN(io.Discard, body, maxDrain)
 	_ = body.Close()
+}
+
+// BaseURL validates a provider's base URL (def when raw is empty) and returns it
+// without a trailing slash. kind names the provider in errors.
+func BaseURL(kind, raw, def string) (*url.URL, error) {
+	base := raw
+	if base == "" {
+		base = def
+	}
+	u, err := url.Parse(strings.TrimRight(base, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%s: invalid base URL %q: want an absolute http or https URL", kind, raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		// The endpoint path is appended to the base URL, which a query would break.
+		return nil, fmt.Errorf("%s: invalid base URL %q: it must not have a query or fragment", kind, raw)
+	}
+	return u, nil
+}
+
+// JSONHeaders are the headers of a JSON API call: content negotiation, the
+// provider's fixed headers, then the user's extra ones (applied last, so they can
+// override). The fixed headers may carry the API key; pass it as secret so errors
+// never show it.
+func JSONHeaders(fixed, extra map[string]string) http.Header {
+	h := make(http.Header, 2+len(fixed)+len(extra))
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "application/json")
+	for k, v := range fixed {
+		h.Set(k, v)
+	}
+	for k, v := range extra {
+		h.Set(k, v)
+	}
+	return h
+}
+
+// ClientOrDefault returns c, or a pooled client when c is nil.
+func ClientOrDefault(c *http.Client) *http.Client {
+	if c == nil {
+		return NewHTTPClient(16)
+	}
+	return c
 }

@@ -11,9 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/proctor-dev/proctor/runner/provider"
@@ -63,51 +61,32 @@ var _ provider.Provider = (*Provider)(nil)
 
 // New validates cfg and returns a Provider.
 func New(cfg Config) (*Provider, error) {
-	base := cfg.BaseURL
-	if base == "" {
-		base = DefaultBaseURL
-	}
-	base = strings.TrimRight(base, "/")
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("anthropic: invalid base URL %q: want an absolute http or https URL", cfg.BaseURL)
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		// The endpoint path is appended to the base URL, which a query would break.
-		return nil, fmt.Errorf("anthropic: invalid base URL %q: it must not have a query or fragment", cfg.BaseURL)
+	u, err := provider.BaseURL("anthropic", cfg.BaseURL, DefaultBaseURL)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Model == "" {
 		return nil, errors.New("anthropic: model is required")
 	}
+	base := u.String()
 	endpoint := base + "/v1/messages"
 	if strings.HasSuffix(base, "/v1") {
 		endpoint = base + "/messages"
 	}
-
 	version := cfg.Version
 	if version == "" {
 		version = DefaultVersion
 	}
-	h := make(http.Header, 4+len(cfg.Headers))
-	h.Set("Content-Type", "application/json")
-	h.Set("Accept", "application/json")
-	h.Set("Anthropic-Version", version)
+	fixed := map[string]string{"Anthropic-Version": version}
 	var secrets []string
 	if cfg.APIKey != "" {
-		h.Set("X-Api-Key", cfg.APIKey)
+		fixed["X-Api-Key"] = cfg.APIKey
 		secrets = []string{cfg.APIKey}
 	}
-	for k, v := range cfg.Headers {
-		h.Set(k, v)
-	}
-	client := cfg.HTTPClient
-	if client == nil {
-		client = provider.NewHTTPClient(16)
-	}
 	return &Provider{
-		client:  client,
+		client:  provider.ClientOrDefault(cfg.HTTPClient),
 		url:     endpoint,
-		header:  h,
+		header:  provider.JSONHeaders(fixed, cfg.Headers),
 		model:   cfg.Model,
 		params:  cfg.Params,
 		secrets: secrets,

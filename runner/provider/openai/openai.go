@@ -12,7 +12,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -57,42 +56,23 @@ var _ provider.Provider = (*Provider)(nil)
 
 // New validates cfg and returns a Provider.
 func New(cfg Config) (*Provider, error) {
-	base := cfg.BaseURL
-	if base == "" {
-		base = DefaultBaseURL
-	}
-	base = strings.TrimRight(base, "/")
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("openai: invalid base URL %q: want an absolute http or https URL", cfg.BaseURL)
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		// The endpoint path is appended to the base URL, which a query would break.
-		return nil, fmt.Errorf("openai: invalid base URL %q: it must not have a query or fragment", cfg.BaseURL)
+	u, err := provider.BaseURL("openai", cfg.BaseURL, DefaultBaseURL)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Model == "" {
 		return nil, errors.New("openai: model is required")
 	}
-
-	h := make(http.Header, 3+len(cfg.Headers))
-	h.Set("Content-Type", "application/json")
-	h.Set("Accept", "application/json")
+	fixed := map[string]string{}
 	var secrets []string
 	if cfg.APIKey != "" {
-		h.Set("Authorization", "Bearer "+cfg.APIKey)
+		fixed["Authorization"] = "Bearer " + cfg.APIKey
 		secrets = []string{cfg.APIKey}
 	}
-	for k, v := range cfg.Headers {
-		h.Set(k, v)
-	}
-	client := cfg.HTTPClient
-	if client == nil {
-		client = provider.NewHTTPClient(16)
-	}
 	return &Provider{
-		client:              client,
-		url:                 base + "/chat/completions",
-		header:              h,
+		client:              provider.ClientOrDefault(cfg.HTTPClient),
+		url:                 u.String() + "/chat/completions",
+		header:              provider.JSONHeaders(fixed, cfg.Headers),
 		model:               cfg.Model,
 		params:              cfg.Params,
 		secrets:             secrets,
