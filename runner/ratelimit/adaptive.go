@@ -112,16 +112,30 @@ func (w *Window) Limit() int {
 	return int(w.limit)
 }
 
-// Gate holds back every call to a model until the time a server's retry-after names.
+// Gate holds back every call to a model until the time a server's retry-after
+// names, or while it is held (a shard with no share of the budget yet).
 type Gate struct {
 	clock clockwork.Clock
 
-	mu    sync.Mutex
-	until time.Time
+	mu      sync.Mutex
+	until   time.Time
+	held    bool
+	changed chan struct{} // closed and replaced whenever held changes
 }
 
 // NewGate returns an open gate.
-func NewGate(clock clockwork.Clock) *Gate { return &Gate{clock: clock} }
+func NewGate(clock clockwork.Clock) *Gate { return &Gate{clock: clock, changed: make(chan struct{})} }
+
+// Hold closes the gate until Hold(false).
+func (g *Gate) Hold(held bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held != held {
+		g.held = held
+		close(g.changed)
+		g.changed = make(chan struct{})
+	}
+}
 
 // CloseUntil keeps the gate closed until t (or later, if already closed longer).
 func (g *Gate) CloseUntil(t time.Time) {
@@ -137,7 +151,16 @@ func (g *Gate) Wait(ctx context.Context) error {
 	for {
 		g.mu.Lock()
 		d := g.until.Sub(g.clock.Now())
+		held, changed := g.held, g.changed
 		g.mu.Unlock()
+		if held {
+			select {
+			case <-changed:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		if d <= 0 {
 			return ctx.Err()
 		}

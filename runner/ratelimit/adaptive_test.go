@@ -89,3 +89,21 @@ func TestGateHoldsUntilRetryAfter(t *testing.T) {
 		t.Fatal("gate did not open at its time")
 	}
 }
+
+func TestGateHold(t *testing.T) {
+	g := NewGate(clockwork.NewFakeClock())
+	g.Hold(true)
+	done := make(chan struct{})
+	go func() { g.Wait(context.Background()); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("a held gate let a call through")
+	case <-time.After(20 * time.Millisecond):
+	}
+	g.Hold(false)
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("releasing the gate did not let the call through")
+	}
+}

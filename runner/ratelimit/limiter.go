@@ -103,9 +103,17 @@ func New(limits Limits, slack time.Duration, clock clockwork.Clock) *Limiter {
 func (l *Limiter) SetLimits(limits Limits) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.clock.Now()
+	// Reservations may reach into the future; a pacing bucket changed at an
+	// earlier time would count that stretch twice and grant a burst.
+	at := l.clock.Now()
+	if l.last.After(at) {
+		at = l.last
+	}
 	for i, v := range limits.values() {
 		d := &l.dims[i]
+		if d.limit == max(v, 0) && (v <= 0 || d.pace != nil) {
+			continue // unchanged: leave the pacing state alone
+		}
 		d.limit = v
 		if v <= 0 {
 			for _, e := range d.log[d.head:] {
@@ -123,8 +131,8 @@ func (l *Limiter) SetLimits(limits Limits) {
 		if d.pace == nil {
 			d.pace = rate.NewLimiter(r, burst)
 		} else {
-			d.pace.SetLimitAt(now, r)
-			d.pace.SetBurstAt(now, burst)
+			d.pace.SetLimitAt(at, r)
+			d.pace.SetBurstAt(at, burst)
 		}
 	}
 }

@@ -272,3 +272,22 @@ func TestLimiterUnlimitedIsImmediate(t *testing.T) {
 		}
 	}
 }
+
+func TestSetLimitsRepeatedDoesNotGrantBursts(t *testing.T) {
+	// Runners re-apply their share every time they read the budget; doing so must
+	// not change the pace, even with reservations queued into the future.
+	clock := clockwork.NewFakeClockAt(epoch)
+	l := New(Limits{RequestsPerMinute: 600}, DefaultSlack, clock)
+	var events []event
+	for i := range 300 {
+		if i%3 == 0 {
+			l.SetLimits(Limits{RequestsPerMinute: 600})
+		}
+		r := l.Reserve(Cost{Requests: 1})
+		events = append(events, event{at: r.At(), cost: Cost{Requests: 1}})
+		clock.Advance(10 * time.Millisecond) // callers reserve faster than the pace
+	}
+	if got := maxInWindow(events, time.Second)[0]; got > 10 {
+		t.Errorf("%d requests in one second at 600/min with repeated SetLimits, want <= 10", got)
+	}
+}
