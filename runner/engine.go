@@ -138,6 +138,17 @@ func (e *Engine) SetLimits(model string, l ratelimit.Limits) error {
 	return nil
 }
 
+// Pause holds every call to a model (a cluster shard waiting for its share of
+// the model's budget) until Pause(model, false).
+func (e *Engine) Pause(model string, paused bool) error {
+	m := e.models[model]
+	if m == nil {
+		return fmt.Errorf("no model %q", model)
+	}
+	m.gate.Hold(paused)
+	return nil
+}
+
 // Run evaluates tasks, putting every finished record into sink. Samples the sink
 // already holds are skipped. Each model works through its tasks in order with its
 // own window; different models run side by side. Run returns when all samples are
