@@ -110,3 +110,11 @@ func (spec *EvaluationSpec) JudgeModels() map[string]bool {
 	}
 	return judges
 }
+
+// Limited applies the dataset's limit to a count of its records.
+func (d *Dataset) Limited(n int) int {
+	if d.Limit > 0 && int64(n) > d.Limit {
+		return int(d.Limit)
+	}
+	return n
+}

@@ -8,6 +8,9 @@ import (
 
 // EvaluationSpec declares what to evaluate: every model on every dataset, scored by
 // every scorer.
+// +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || !has(self.models) || self.scoring.all(s, s.type != 'judge' || !has(s.judge) || self.models.exists(m, m.name == s.judge.model))`,message="a judge scorer's judge.model must name an entry of spec.models",fieldPath=".scoring"
+// +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || !has(self.models) || self.scoring.all(s, s.type != 'judge' || !has(s.judge) || !self.models.exists(m, m.name == s.judge.model && m.provider == 'agent'))`,message="a judge scorer's judge.model must name an openai or anthropic model, not an agent",fieldPath=".scoring"
+// +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || !has(self.models) || self.models.exists(m, !self.scoring.exists(s, s.type == 'judge' && has(s.judge) && s.judge.model == m.name))`,message="every model is a judge: at least one entry of spec.models must not be a judge scorer's judge.model, or there is nothing to evaluate",fieldPath=".models"
 type EvaluationSpec struct {
 	// Datasets to evaluate every model on. Names must be unique.
 	// +kubebuilder:validation:MinItems=1
@@ -17,7 +20,8 @@ type EvaluationSpec struct {
 	Datasets []Dataset `json:"datasets"`
 
 	// Models to evaluate. A model that a judge scorer names is used as the judge
-	// and is not itself evaluated. Names must be unique.
+	// and is not itself evaluated, so at least one model must not be a judge.
+	// Names must be unique.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=map
@@ -32,6 +36,7 @@ type EvaluationSpec struct {
 	// Metric names (a scorer's name, or its type) must be unique.
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule=`self.all(s, self.exists_one(t, (has(t.name) && t.name != '' ? t.name : t.type) == (has(s.name) && s.name != '' ? s.name : s.type)))`,message="metric names must be unique: give scorers of the same type distinct names (a scorer's metric is its name, else its type)"
 	Scoring []Scorer `json:"scoring,omitempty"`
 
 	// Concurrency is the number of samples in flight at once per model (a sliding
@@ -62,8 +67,12 @@ type EvaluationSpec struct {
 
 	// TimeoutPerSample bounds one attempt at a sample: one model call, or one agent
 	// process. Time spent waiting for the rate limiter or backing off between
-	// attempts does not count. Default 2m.
+	// attempts does not count. A duration such as 90s or 2m, at most 24h. Default 2m.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="timeoutPerSample must be a duration such as 90s, 2m or 1h30m"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))`,message="timeoutPerSample must be longer than 0s and at most 24h"
 	TimeoutPerSample *metav1.Duration `json:"timeoutPerSample,omitempty"`
 
 	// Cache reuses responses to identical requests across runs.
@@ -87,7 +96,8 @@ type Dataset struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Name string `json:"name"`
 
-	// Source says where the samples come from: exactly one of its fields.
+	// Source says where the samples come from: exactly one of inline, configMap,
+	// url or pvc (or file, in local runs only).
 	Source DatasetSource `json:"source"`
 
 	// Format of the data: jsonl, json (an array of objects) or csv (with a header
@@ -117,9 +127,13 @@ const (
 )
 
 // DatasetSource is where a dataset's samples come from. Exactly one field is set.
+// +kubebuilder:validation:XValidation:rule=`(has(self.inline) && size(self.inline) > 0 ? 1 : 0) + (has(self.configMap) ? 1 : 0) + (has(self.url) && size(self.url) != 0 ? 1 : 0) + (has(self.pvc) ? 1 : 0) + (has(self.file) && size(self.file) != 0 ? 1 : 0) == 1`,message="exactly one of inline, configMap, url, pvc or file must be set"
+// +kubebuilder:validation:XValidation:rule=`!has(self.sha256) || size(self.sha256) == 0 || (has(self.url) && size(self.url) != 0)`,message="sha256 only applies to a url source"
 type DatasetSource struct {
-	// Inline samples, each an object such as {id: q1, input: "2+2?", expected: "4"}.
+	// Inline samples, at least one, each an object such as
+	// {id: q1, input: "2+2?", expected: "4"}.
 	// +optional
+	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=10000
 	Inline []runtime.RawExtension `json:"inline,omitempty"`
 
@@ -129,37 +143,47 @@ type DatasetSource struct {
 
 	// URL of the data (http or https), downloaded once per run.
 	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule=`self == '' || (isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHost() != '')`,message="url must be an http or https URL"
 	URL string `json:"url,omitempty"`
 
-	// SHA256 is the expected hex SHA-256 of the data at URL; a mismatch stops the run
-	// before any model call.
+	// SHA256 is the expected hex SHA-256 of the data at url (64 hexadecimal digits);
+	// a mismatch stops the run before any model call. Only with url.
 	// +optional
-	// +kubebuilder:validation:Pattern=`^[0-9a-fA-F]{64}$`
+	// +kubebuilder:validation:Pattern=`^([0-9a-fA-F]{64})?$`
 	SHA256 string `json:"sha256,omitempty"`
 
 	// PVC reads the data from a file on a PersistentVolumeClaim (cluster mode).
 	// +optional
 	PVC *PVCSource `json:"pvc,omitempty"`
 
-	// File is a local path, relative to the Evaluation file (local mode only).
+	// File is a local path, relative to the Evaluation file, for local runs
+	// (proctor run) only: the API server refuses it.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule=`self == ''`,message="file is for local runs (proctor run) only: in a cluster, use configMap, url or pvc"
 	File string `json:"file,omitempty"`
 }
 
 // ConfigMapSource selects a key of a ConfigMap in the Evaluation's namespace.
 type ConfigMapSource struct {
+	// Name of the ConfigMap, in the Evaluation's namespace.
 	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`
+	// Key of the ConfigMap's data that holds the samples.
 	// +kubebuilder:validation:MinLength=1
 	Key string `json:"key"`
 }
 
 // PVCSource selects a file on a PersistentVolumeClaim in the Evaluation's namespace.
 type PVCSource struct {
+	// ClaimName is the name of the PersistentVolumeClaim, in the Evaluation's namespace.
 	// +kubebuilder:validation:MinLength=1
 	ClaimName string `json:"claimName"`
-	// Path of the file relative to the volume's root.
+	// Path of the file relative to the volume's root, e.g. data/qs.jsonl; it must
+	// stay inside the volume.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule=`self != '' && !self.startsWith('/') && !self.startsWith('\\') && !self.matches('(^|/)[.][.](/|$)') && self.matches('(^|/)([^/.]|[.][^/])')`,message="pvc.path must be a relative path inside the volume, without '..'"
 	Path string `json:"path"`
 }
 
@@ -194,6 +218,12 @@ const (
 )
 
 // Model is one model (or agent) to evaluate, or to judge with.
+// +kubebuilder:validation:XValidation:rule=`self.provider != 'agent' || has(self.agent)`,message="a model with provider agent needs agent.command"
+// +kubebuilder:validation:XValidation:rule=`self.provider == 'agent' || !has(self.agent)`,message="agent only applies to provider agent"
+// +kubebuilder:validation:XValidation:rule=`self.provider == 'agent' || (has(self.model) && size(self.model) != 0)`,message="model is required for provider openai or anthropic: the provider's model identifier, e.g. gpt-4.1-mini"
+// +kubebuilder:validation:XValidation:rule=`self.provider != 'agent' || !has(self.parameters)`,message="parameters do not apply to an agent model: agents take no sampling parameters"
+// +kubebuilder:validation:XValidation:rule=`self.provider != 'agent' || !has(self.baseURL) || size(self.baseURL) == 0`,message="baseURL does not apply to an agent model: agents call no API themselves"
+// +kubebuilder:validation:XValidation:rule=`self.provider != 'agent' || !has(self.apiKey) || (has(self.apiKey.env) && size(self.apiKey.env) != 0)`,message="an agent model's apiKey needs env, the variable the agent reads its key from: it has no default for agents"
 type Model struct {
 	// Name identifies the model in results, status and the names of its Jobs.
 	// +kubebuilder:validation:MinLength=1
@@ -210,12 +240,15 @@ type Model struct {
 	// +optional
 	Model string `json:"model,omitempty"`
 
-	// BaseURL of the API. Default https://api.openai.com/v1 for openai and
-	// https://api.anthropic.com for anthropic.
+	// BaseURL of the API, http or https. Default https://api.openai.com/v1 for openai
+	// and https://api.anthropic.com for anthropic; not for agents.
 	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule=`self == '' || (isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHost() != '')`,message="baseURL must be an http or https URL"
 	BaseURL string `json:"baseURL,omitempty"`
 
 	// APIKey says where the API key comes from. Omit it for servers that need none.
+	// An agent model's apiKey must name env.
 	// +optional
 	APIKey *APIKey `json:"apiKey,omitempty"`
 
@@ -223,12 +256,14 @@ type Model struct {
 	// +optional
 	Headers map[string]string `json:"headers,omitempty"`
 
-	// Parameters are the sampling parameters.
+	// Parameters are the sampling parameters (openai and anthropic only).
 	// +optional
 	Parameters *Parameters `json:"parameters,omitempty"`
 
-	// RateLimit is this model's budget for the whole Evaluation, shared by all of
-	// its shards. Unset limits are discovered: on 429 answers Proctor backs off as the
+	// RateLimit is this model's per-minute budget of requests, input tokens and
+	// output tokens for the whole Evaluation, shared by all of its shards (and by
+	// judge calls when the model is a judge). A limit that is unset or 0 is not
+	// enforced up front but discovered: on 429 answers Proctor backs off as the
 	// server asks and shrinks its window instead of failing samples.
 	// +optional
 	RateLimit *RateLimit `json:"rateLimit,omitempty"`
@@ -239,7 +274,8 @@ type Model struct {
 	// +kubebuilder:validation:Maximum=10000
 	Concurrency *int32 `json:"concurrency,omitempty"`
 
-	// Agent configures an agent model; required exactly when provider is agent.
+	// Agent configures an agent model: required when provider is agent, and
+	// refused otherwise.
 	// +optional
 	Agent *Agent `json:"agent,omitempty"`
 }
@@ -247,13 +283,15 @@ type Model struct {
 // APIKey locates an API key. The key itself never appears in the spec.
 type APIKey struct {
 	// Env is the environment variable that holds the key: read from proctor's own
-	// environment in a local run, and set from SecretKeyRef in runner pods. Default
-	// OPENAI_API_KEY for openai and ANTHROPIC_API_KEY for anthropic.
+	// environment in a local run, and set from secretKeyRef in runner pods. Default
+	// OPENAI_API_KEY for openai and ANTHROPIC_API_KEY for anthropic; required for
+	// an agent.
 	// +optional
-	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +kubebuilder:validation:Pattern=`^([A-Za-z_][A-Za-z0-9_]*)?$`
 	Env string `json:"env,omitempty"`
 
-	// SecretKeyRef is the Secret key holding the API key (cluster mode).
+	// SecretKeyRef is the key of a Secret, in the Evaluation's namespace, that
+	// holds the API key (cluster mode).
 	// +optional
 	SecretKeyRef *corev1.SecretKeySelector `json:"secretKeyRef,omitempty"`
 }
@@ -262,10 +300,14 @@ type APIKey struct {
 type Parameters struct {
 	// Temperature, between 0 and 2.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2
 	Temperature *Number `json:"temperature,omitempty"`
 
 	// TopP (nucleus sampling), between 0 and 1.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1
 	TopP *Number `json:"topP,omitempty"`
 
 	// MaxTokens caps the answer's length. Anthropic requires one: default 1024 there.
@@ -277,7 +319,7 @@ type Parameters struct {
 	// +optional
 	Seed *int64 `json:"seed,omitempty"`
 
-	// Stop sequences.
+	// Stop sequences: the model stops generating at the first of them. At most 16.
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	Stop []string `json:"stop,omitempty"`
@@ -285,18 +327,21 @@ type Parameters struct {
 
 // RateLimit is a per-minute budget; 0 means unlimited.
 type RateLimit struct {
-	// RequestsPerMinute across the whole Evaluation.
+	// RequestsPerMinute caps the model calls per minute across the whole
+	// Evaluation. 0 or unset: no fixed limit.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	RequestsPerMinute int64 `json:"requestsPerMinute,omitempty"`
 
-	// InputTokensPerMinute across the whole Evaluation. Input tokens are estimated
-	// before each call and corrected from the usage the server reports.
+	// InputTokensPerMinute caps the input (prompt) tokens sent per minute across
+	// the whole Evaluation. Input tokens are estimated before each call and
+	// corrected from the usage the server reports. 0 or unset: no fixed limit.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	InputTokensPerMinute int64 `json:"inputTokensPerMinute,omitempty"`
 
-	// OutputTokensPerMinute across the whole Evaluation.
+	// OutputTokensPerMinute caps the output (completion) tokens received per
+	// minute across the whole Evaluation. 0 or unset: no fixed limit.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	OutputTokensPerMinute int64 `json:"outputTokensPerMinute,omitempty"`
@@ -310,16 +355,22 @@ type Agent struct {
 	Image string `json:"image,omitempty"`
 
 	// Command is the argv; each element is a Go template over .Prompt, .System,
-	// .Sample, .ID and .Workspace. No shell is involved.
+	// .Sample, .ID and .Workspace. No shell is involved. The first element, the
+	// program, must not be empty.
 	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:items:MaxLength=131072
+	// +kubebuilder:validation:XValidation:rule=`self.size() == 0 || self[0].trim() != ''`,message="agent.command's first element, the program to run, must not be empty"
 	Command []string `json:"command"`
 
 	// Stdin is a template written to the agent's standard input.
 	// +optional
 	Stdin string `json:"stdin,omitempty"`
 
-	// Files maps workspace-relative paths to templates of their content.
+	// Files maps workspace-relative paths, such as task.md or src/input.txt, to
+	// templates of their content. A path must stay inside the workspace.
 	// +optional
+	// +kubebuilder:validation:MaxProperties=256
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, k != '' && !k.startsWith('/') && !k.startsWith('\\') && !k.matches('(^|/)[.][.](/|$)') && k.matches('(^|/)([^/.]|[.][^/])'))`,message="agent.files keys must be relative paths inside the workspace, without '..'"
 	Files map[string]string `json:"files,omitempty"`
 
 	// Env is the agent's environment, besides PATH, HOME and the model's API key
@@ -329,8 +380,13 @@ type Agent struct {
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
 	// Timeout bounds one agent run, overriding spec.timeoutPerSample. When it
-	// expires the agent's whole process group is killed.
+	// expires the agent's whole process group is killed. A duration such as 10m, at
+	// most 24h.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="agent.timeout must be a duration such as 90s, 2m or 1h30m"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))`,message="agent.timeout must be longer than 0s and at most 24h"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
@@ -367,14 +423,21 @@ const (
 type Normalizer string
 
 // Scorer turns each answer into a score between 0 and 1; a metric is the mean.
+// +kubebuilder:validation:XValidation:rule=`self.type != 'judge' || has(self.judge)`,message="a judge scorer needs judge.model"
+// +kubebuilder:validation:XValidation:rule=`self.type == 'judge' || !has(self.judge)`,message="judge only applies to the judge scorer"
+// +kubebuilder:validation:XValidation:rule=`self.type == 'regex' || !has(self.pattern) || size(self.pattern) == 0`,message="pattern only applies to the regex scorer"
+// +kubebuilder:validation:XValidation:rule=`self.type == 'numeric' || !has(self.tolerance)`,message="tolerance only applies to the numeric scorer"
+// +kubebuilder:validation:XValidation:rule=`self.type == 'tool_call' || !has(self.checkArguments)`,message="checkArguments only applies to the tool_call scorer"
 type Scorer struct {
-	// Type of scorer.
+	// Type of scorer: exact_match, contains, regex (pattern), numeric (tolerance),
+	// json_match, tool_call (checkArguments) or judge (judge).
 	Type ScorerType `json:"type"`
 
-	// Name of the metric; default the type.
+	// Name of the metric: letters, digits, '-', '_' and '.'. Default the type.
+	// Metric names must be unique across spec.scoring.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	// +kubebuilder:validation:Pattern=`^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`
 	Name string `json:"name,omitempty"`
 
 	// Normalize the answer and the expected text, in order, before comparing.
@@ -383,27 +446,32 @@ type Scorer struct {
 	Normalize []Normalizer `json:"normalize,omitempty"`
 
 	// Pattern is the regex scorer's RE2 pattern; unset uses each sample's expected
-	// value as the pattern.
+	// value as the pattern. Only for the regex scorer.
 	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule=`self == '' || ''.matches(self) || !''.matches(self)`,message="pattern must be a valid RE2 regular expression"
 	Pattern string `json:"pattern,omitempty"`
 
-	// Tolerance is the numeric scorer's absolute tolerance; default 0.
+	// Tolerance is the numeric scorer's absolute tolerance, 0 or more; default 0.
+	// Only for the numeric scorer.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	Tolerance *Number `json:"tolerance,omitempty"`
 
 	// CheckArguments makes tool_call require the expected arguments too (a subset
-	// match), not only the tool's name. Default true.
+	// match), not only the tool's name. Default true. Only for the tool_call scorer.
 	// +optional
 	CheckArguments *bool `json:"checkArguments,omitempty"`
 
-	// Judge configures the judge scorer.
+	// Judge configures the judge scorer: required for it, refused for the others.
 	// +optional
 	Judge *Judge `json:"judge,omitempty"`
 }
 
 // Judge has a model grade each answer.
 type Judge struct {
-	// Model names the entry of spec.models used as the judge. Its calls share that
+	// Model names the entry of spec.models used as the judge: an openai or
+	// anthropic model, which is then not itself evaluated. Its calls share that
 	// model's limits, retries and cache.
 	// +kubebuilder:validation:MinLength=1
 	Model string `json:"model"`
@@ -418,6 +486,9 @@ type Judge struct {
 // RetryPolicy retries failed calls with exponential backoff and full jitter, on
 // connection errors, timeouts, 408, 429 and 5xx answers; other 4xx answers are
 // final. A server's retry-after is always honoured.
+// An unset backoff counts as its default (initialBackoff 1s, maxBackoff 60s) when
+// the two are compared.
+// +kubebuilder:validation:XValidation:rule=`!(has(self.initialBackoff) ? self.initialBackoff : '1s').matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || !(has(self.maxBackoff) ? self.maxBackoff : '60s').matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || duration(has(self.maxBackoff) ? self.maxBackoff : '60s') < duration('0s') || duration(has(self.initialBackoff) ? self.initialBackoff : '1s') <= duration(has(self.maxBackoff) ? self.maxBackoff : '60s')`,message="retry.initialBackoff must not be longer than retry.maxBackoff (default 1s and 60s)"
 type RetryPolicy struct {
 	// MaxAttempts per call, the first included. Default 3.
 	// +optional
@@ -425,12 +496,21 @@ type RetryPolicy struct {
 	// +kubebuilder:validation:Maximum=100
 	MaxAttempts *int32 `json:"maxAttempts,omitempty"`
 
-	// InitialBackoff is the cap of the first backoff; it doubles per attempt. Default 1s.
+	// InitialBackoff is the cap of the first backoff; it doubles per attempt. A
+	// duration between 0s and 24h, not longer than maxBackoff. Default 1s.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="retry.initialBackoff must be a duration such as 90s, 2m or 1h30m"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) >= duration('0s') && duration(self) <= duration('24h'))`,message="retry.initialBackoff must be 0s or more and at most 24h"
 	InitialBackoff *metav1.Duration `json:"initialBackoff,omitempty"`
 
-	// MaxBackoff caps the backoff. Default 60s.
+	// MaxBackoff caps the backoff: a duration between 0s and 24h. Default 60s.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="retry.maxBackoff must be a duration such as 90s, 2m or 1h30m"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) >= duration('0s') && duration(self) <= duration('24h'))`,message="retry.maxBackoff must be 0s or more and at most 24h"
 	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
 }
 
@@ -476,8 +556,14 @@ const (
 
 // EvaluationStatus is the observed state of an Evaluation.
 type EvaluationStatus struct {
+	// Phase: Pending (waiting for references or planning), Running, Succeeded,
+	// Failed or Suspended.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
+	// Run identifies the current run: a hash of the spec fields that decide the
+	// results. Editing any of them starts a new run.
+	// +optional
+	Run string `json:"run,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Conditions: Progressing, Complete, Failed, Suspended.
@@ -492,9 +578,13 @@ type EvaluationStatus struct {
 	// Results has one entry per model and dataset.
 	// +optional
 	Results []ModelResult `json:"results,omitempty"`
-	// Score is the first model's first metric, for `kubectl get`.
+	// Score is the first model's first metric over all its datasets so far, for
+	// `kubectl get`.
 	// +optional
 	Score string `json:"score,omitempty"`
+	// Message explains the phase: what is missing, which shards failed.
+	// +optional
+	Message string `json:"message,omitempty"`
 	// ResultsConfigMap holds the summary and the per-sample records.
 	// +optional
 	ResultsConfigMap string `json:"resultsConfigMap,omitempty"`

@@ -1,0 +1,632 @@
+// Package validation holds one table of Evaluation manifests for the two places
+// that validate them: a local run (evalfile.Decode, which defaults the spec and
+// runs v1alpha1.ValidateSpec) and the API server (the CRD's schema and CEL rules).
+// Cases must be refused by both, Accepted accepted by both, and Differences are the
+// known disagreements. local_test.go runs the table against the loader;
+// test/integration runs it against a real kube-apiserver.
+package validation
+
+import (
+	"fmt"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Case is one Evaluation manifest and what each side says of it.
+type Case struct {
+	// Name identifies the case; it is also the manifest's metadata.name.
+	Name string
+	// Manifest is a whole Evaluation in YAML: Valid with a small edit.
+	Manifest string
+	// Local is a substring of the local loader's error; empty means that the local
+	// loader accepts the manifest (in Cases only for a dataset file, which is for
+	// local runs only).
+	Local string
+	// Admission is a substring of the API server's refusal; empty means that the
+	// API server accepts the manifest.
+	Admission string
+}
+
+// Valid is an Evaluation that both the local loader and the API server accept. Every
+// other manifest is Valid with small edits.
+const Valid = `apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata:
+  name: valid
+spec:
+  datasets:
+  - name: arithmetic
+    source:
+      inline:
+      - {id: q1, input: "What is 2 + 2?", expected: "4"}
+      - {id: q2, input: "What is 3 * 3?", expected: "9"}
+  models:
+  - name: gpt
+    provider: openai
+    model: gpt-4.1-mini
+  scoring:
+  - type: exact_match
+    normalize: [trim]
+`
+
+// Accepted are more manifests that both must accept: the edges of the rules that
+// Cases tests from the other side. Local and Admission are empty.
+var Accepted []Case
+
+// Cases are the invalid manifests: both sides refuse them, with an error naming
+// the field and the problem.
+var Cases []Case
+
+// Fragments used by several cases.
+const (
+	agentModel = `{name: coder, provider: agent, agent: {command: [coder-cli, -p, "{{ .Prompt }}"]}}`
+	judgeModel = `{name: judge, provider: anthropic, model: claude-sonnet-4-5}`
+	judgeScore = `{type: judge, judge: {model: judge}}`
+)
+
+func init() {
+	Accepted = []Case{
+		ok("valid-everything",
+			set("spec.datasets[1]", `{name: from-url, source: {url: "https://example.com/qs.jsonl#v2", sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}, format: jsonl, limit: 10}`),
+			set("spec.datasets[2]", `{name: from-configmap, source: {configMap: {name: qs, key: qs.csv}}, format: csv, fields: {input: question, expected: answer}}`),
+			set("spec.datasets[3]", `{name: from-pvc, source: {pvc: {claimName: data, path: ./sets/qs.json}}}`),
+			set("spec.models[0].baseURL", `http://fakellm.default.svc:8080/v1`),
+			set("spec.models[0].apiKey", `{env: "", secretKeyRef: {name: keys, key: openai}}`),
+			set("spec.models[0].parameters", `{temperature: 0, topP: 1, maxTokens: 1, seed: -3, stop: ["\n"]}`),
+			set("spec.models[0].rateLimit", `{requestsPerMinute: 0, inputTokensPerMinute: 100000}`),
+			set("spec.models[1]", judgeModel),
+			set("spec.models[2]", `{name: coder, provider: agent, apiKey: {env: CODER_KEY}, concurrency: 1, agent: {image: coder:1, command: [" coder-cli", "{{ .Prompt }}"], files: {task.md: "{{ .Input }}", "src/./in.txt": x, "...": "yes", ".hidden": z}, env: [{name: _TOKEN_2, value: x}], timeout: 10m}}`),
+			set("spec.scoring[1]", `{type: regex, name: re, pattern: "^[0-9]+$"}`),
+			set("spec.scoring[2]", `{type: numeric, tolerance: 0.5}`),
+			set("spec.scoring[3]", `{type: tool_call, checkArguments: false}`),
+			set("spec.scoring[4]", judgeScore),
+			set("spec.scoring[5]", `{type: exact_match, name: exact.strict, normalize: [trim, lowercase]}`),
+			set("spec.retry", `{maxAttempts: 100, initialBackoff: 0s, maxBackoff: 0s}`),
+			set("spec.timeoutPerSample", `24h`),
+			set("spec.concurrency", `10000`),
+			set("spec.parallelism", `1`),
+			set("spec.shardSize", `1`),
+		),
+		ok("valid-durations",
+			set("spec.retry", `{initialBackoff: 1.5s, maxBackoff: 1m30s}`),
+			set("spec.timeoutPerSample", `1h30m`),
+		),
+		ok("valid-backoff-defaults", set("spec.retry", `{initialBackoff: 60s}`)),
+		ok("valid-edges",
+			set("spec.datasets[0].source", `{url: "HTTP://[::1]:8080/qs.jsonl?v=2"}`),
+			set("spec.datasets[1]", `{name: pvc, source: {pvc: {claimName: data, path: "sets//qs.jsonl/"}}}`),
+			set("spec.models[1]", agentModel),
+			set("spec.models[1].agent.files", `{"./.hidden": x, "a//b/": x, "..x/x..": x}`),
+			set("spec.models[1].agent.timeout", `.5s`),
+			set("spec.retry", `{initialBackoff: "0", maxBackoff: 1µs}`),
+			set("spec.timeoutPerSample", `1h0m0.5s`),
+			set("spec.scoring[1]", `{type: regex, pattern: "(?<n>[0-9]+)\\p{Greek}*"}`),
+		),
+		ok("valid-empty-optional-strings",
+			set("spec.datasets[0].source.sha256", `""`),
+			set("spec.models[0].baseURL", `""`),
+			set("spec.models[0].apiKey", `{env: ""}`),
+			set("spec.scoring[0].name", `""`),
+			set("spec.scoring[1]", `{type: regex, pattern: ""}`),
+		),
+		ok("valid-judge-also-rated-by-others",
+			set("spec.models[1]", judgeModel),
+			set("spec.scoring[1]", judgeScore),
+			set("spec.scoring[2]", `{type: judge, name: judge-again, judge: {model: judge}}`),
+		),
+	}
+
+	Cases = []Case{
+		// Datasets.
+		bad("no-datasets", "spec.datasets: Required value: at least one dataset is needed",
+			"spec.datasets in body should have at least 1 items", set("spec.datasets", `[]`)),
+		bad("datasets-missing", "spec.datasets: Required value",
+			"spec.datasets: Required value", del("spec.datasets")),
+		bad("duplicate-dataset-names", `spec.datasets[1].name: Duplicate value: "arithmetic"`,
+			"spec.datasets[1]: Duplicate value", set("spec.datasets[1]", `{name: arithmetic, source: {url: "https://example.com/qs.jsonl"}}`)),
+		bad("bad-dataset-name", "spec.datasets[0].name: Invalid value",
+			"spec.datasets[0].name in body should match", set("spec.datasets[0].name", `Arithmetic`)),
+		bad("dataset-name-too-long", "spec.datasets[0].name: Invalid value",
+			"spec.datasets[0].name: Too long", set("spec.datasets[0].name", strings.Repeat("d", 64))),
+		bad("unknown-dataset-format", `spec.datasets[0].format: Unsupported value: "xml"`,
+			`spec.datasets[0].format: Unsupported value: "xml"`, set("spec.datasets[0].format", `xml`)),
+		bad("negative-dataset-limit", "spec.datasets[0].limit: Invalid value: -1: must be 0 (all samples) or more",
+			"spec.datasets[0].limit in body should be greater than or equal to 0", set("spec.datasets[0].limit", `-1`)),
+		bad("no-source", "spec.datasets[0].source: Required value: exactly one of inline, configMap, url, pvc or file must be set",
+			"spec.datasets[0].source: Invalid value: exactly one of inline, configMap, url, pvc or file must be set",
+			set("spec.datasets[0].source", `{}`)),
+		bad("two-sources", "spec.datasets[0].source: Invalid value: \"inline, url\": exactly one of inline, configMap, url, pvc or file must be set",
+			"spec.datasets[0].source: Invalid value: exactly one of inline, configMap, url, pvc or file must be set",
+			set("spec.datasets[0].source.url", `https://example.com/qs.jsonl`)),
+		bad("configmap-and-pvc", "exactly one of inline, configMap, url, pvc or file must be set",
+			"exactly one of inline, configMap, url, pvc or file must be set",
+			set("spec.datasets[0].source", `{configMap: {name: qs, key: qs.jsonl}, pvc: {claimName: data, path: qs.jsonl}}`)),
+		bad("empty-inline", "spec.datasets[0].source: Required value: exactly one of inline, configMap, url, pvc or file must be set",
+			"spec.datasets[0].source.inline in body should have at least 1 items", set("spec.datasets[0].source.inline", `[]`)),
+		{
+			// A file source is what local runs read; a cluster cannot, so only the API
+			// server refuses it.
+			Name:      "file-source-in-cluster",
+			Manifest:  build("file-source-in-cluster", set("spec.datasets[0].source", `{file: data/qs.jsonl}`)),
+			Admission: "spec.datasets[0].source.file: Invalid value: \"data/qs.jsonl\": file is for local runs (proctor run) only: in a cluster, use configMap, url or pvc",
+		},
+		bad("file-and-url", "exactly one of inline, configMap, url, pvc or file must be set",
+			"exactly one of inline, configMap, url, pvc or file must be set",
+			set("spec.datasets[0].source", `{file: qs.jsonl, url: "https://example.com/qs.jsonl"}`)),
+		bad("sha256-without-url", "spec.datasets[0].source.sha256: Forbidden: only applies to url",
+			"spec.datasets[0].source: Invalid value: sha256 only applies to a url source",
+			set("spec.datasets[0].source.sha256", strings.Repeat("ab", 32))),
+		bad("sha256-not-hex", "spec.datasets[0].source.sha256: Invalid value: \"abc\": must be 64 hexadecimal digits",
+			"spec.datasets[0].source.sha256 in body should match",
+			set("spec.datasets[0].source", `{url: "https://example.com/qs.jsonl", sha256: abc}`)),
+		bad("url-not-http", `spec.datasets[0].source.url: Invalid value: "ftp://example.com/qs.jsonl": must be an http or https URL`,
+			"spec.datasets[0].source.url: Invalid value: \"ftp://example.com/qs.jsonl\": url must be an http or https URL",
+			set("spec.datasets[0].source", `{url: "ftp://example.com/qs.jsonl"}`)),
+		bad("url-relative", "spec.datasets[0].source.url: Invalid value: \"data/qs.jsonl\": must be an http or https URL",
+			"url must be an http or https URL", set("spec.datasets[0].source", `{url: data/qs.jsonl}`)),
+		bad("url-without-host", "spec.datasets[0].source.url: Invalid value: \"https:///qs.jsonl\": must be an http or https URL",
+			"url must be an http or https URL", set("spec.datasets[0].source", `{url: "https:///qs.jsonl"}`)),
+		bad("url-scheme-relative", `spec.datasets[0].source.url: Invalid value: "//example.com/qs.jsonl": must be an http or https URL`,
+			"url must be an http or https URL", set("spec.datasets[0].source", `{url: "//example.com/qs.jsonl"}`)),
+		bad("configmap-without-key", "spec.datasets[0].source.configMap.key: Required value",
+			"spec.datasets[0].source.configMap.key: Required value", set("spec.datasets[0].source", `{configMap: {name: qs}}`)),
+		bad("pvc-without-claim", "spec.datasets[0].source.pvc.claimName: Required value",
+			"spec.datasets[0].source.pvc.claimName: Required value", set("spec.datasets[0].source", `{pvc: {path: qs.jsonl}}`)),
+		bad("pvc-absolute-path", "spec.datasets[0].source.pvc.path: Invalid value: \"/data/qs.jsonl\": must be a relative path inside the volume",
+			"spec.datasets[0].source.pvc.path: Invalid value: \"/data/qs.jsonl\": pvc.path must be a relative path inside the volume",
+			set("spec.datasets[0].source", `{pvc: {claimName: data, path: /data/qs.jsonl}}`)),
+		bad("pvc-path-escapes", "spec.datasets[0].source.pvc.path: Invalid value: \"sets/../../qs.jsonl\": must be a relative path inside the volume",
+			"pvc.path must be a relative path inside the volume",
+			set("spec.datasets[0].source", `{pvc: {claimName: data, path: sets/../../qs.jsonl}}`)),
+		bad("pvc-path-is-the-root", "spec.datasets[0].source.pvc.path: Invalid value: \"./\": must be a relative path inside the volume",
+			"pvc.path must be a relative path inside the volume",
+			set("spec.datasets[0].source", `{pvc: {claimName: data, path: ./}}`)),
+
+		// Models.
+		bad("no-models", "spec.models: Required value: at least one model is needed",
+			"spec.models in body should have at least 1 items", set("spec.models", `[]`)),
+		bad("models-missing", "spec.models: Required value",
+			"spec.models: Required value", del("spec.models")),
+		bad("duplicate-model-names", `spec.models[1].name: Duplicate value: "gpt"`,
+			"spec.models[1]: Duplicate value", set("spec.models[1]", `{name: gpt, provider: anthropic, model: claude-sonnet-4-5}`)),
+		bad("bad-model-name", `spec.models[0].name: Invalid value: "GPT_4"`,
+			"spec.models[0].name in body should match", set("spec.models[0].name", `GPT_4`)),
+		bad("model-name-too-long", "spec.models[0].name: Too long",
+			"spec.models[0].name: Too long", set("spec.models[0].name", strings.Repeat("m", 41))),
+		bad("unknown-provider", `spec.models[0].provider: Unsupported value: "gemini"`,
+			`spec.models[0].provider: Unsupported value: "gemini"`, set("spec.models[0].provider", `gemini`)),
+		bad("provider-missing", "spec.models[0].provider: Required value",
+			"spec.models[0].provider: Required value", del("spec.models[0].provider")),
+		bad("openai-without-model", "spec.models[0].model: Required value: the openai model identifier",
+			"spec.models[0]: Invalid value: model is required for provider openai or anthropic",
+			del("spec.models[0].model")),
+		bad("anthropic-without-model", "spec.models[0].model: Required value: the anthropic model identifier",
+			"model is required for provider openai or anthropic",
+			set("spec.models[0]", `{name: claude, provider: anthropic, model: ""}`)),
+		bad("agent-without-agent", "spec.models[0].agent: Required value: an agent model needs agent.command",
+			"spec.models[0]: Invalid value: a model with provider agent needs agent.command",
+			set("spec.models[0]", `{name: coder, provider: agent}`)),
+		bad("agent-on-openai", "spec.models[0].agent: Forbidden: only for provider agent",
+			"spec.models[0]: Invalid value: agent only applies to provider agent",
+			set("spec.models[0].agent", `{command: [coder-cli]}`)),
+		bad("agent-with-parameters", "spec.models[0].parameters: Forbidden: agents take no sampling parameters",
+			"parameters do not apply to an agent model: agents take no sampling parameters",
+			set("spec.models[0]", agentModel), set("spec.models[0].parameters", `{temperature: 0}`)),
+		bad("agent-with-base-url", "spec.models[0].baseURL: Forbidden: agents call no API themselves",
+			"baseURL does not apply to an agent model: agents call no API themselves",
+			set("spec.models[0]", agentModel), set("spec.models[0].baseURL", `https://api.openai.com/v1`)),
+		bad("agent-api-key-without-env", "spec.models[0].apiKey.env: Required value: the variable the agent reads its key from",
+			"an agent model's apiKey needs env",
+			set("spec.models[0]", agentModel), set("spec.models[0].apiKey", `{secretKeyRef: {name: keys, key: coder}}`)),
+		bad("agent-api-key-empty-env", "spec.models[0].apiKey.env: Required value",
+			"an agent model's apiKey needs env",
+			set("spec.models[0]", agentModel), set("spec.models[0].apiKey", `{env: ""}`)),
+		bad("base-url-not-http", `spec.models[0].baseURL: Invalid value: "api.openai.com/v1": must be an http or https URL`,
+			"spec.models[0].baseURL: Invalid value: \"api.openai.com/v1\": baseURL must be an http or https URL",
+			set("spec.models[0].baseURL", `api.openai.com/v1`)),
+		bad("base-url-unix", `spec.models[0].baseURL: Invalid value: "unix:///run/llm.sock": must be an http or https URL`,
+			"baseURL must be an http or https URL", set("spec.models[0].baseURL", `unix:///run/llm.sock`)),
+		bad("api-key-env-not-a-name", `spec.models[0].apiKey.env: Invalid value: "OPENAI-KEY": must be an environment variable name`,
+			"spec.models[0].apiKey.env in body should match", set("spec.models[0].apiKey", `{env: OPENAI-KEY}`)),
+		bad("temperature-too-high", "spec.models[0].parameters.temperature: Invalid value: 2.5: must be between 0 and 2",
+			"spec.models[0].parameters.temperature in body should be less than or equal to 2",
+			set("spec.models[0].parameters", `{temperature: 2.5}`)),
+		bad("temperature-negative", "spec.models[0].parameters.temperature: Invalid value: -0.1: must be between 0 and 2",
+			"spec.models[0].parameters.temperature in body should be greater than or equal to 0",
+			set("spec.models[0].parameters", `{temperature: -0.1}`)),
+		bad("top-p-too-high", "spec.models[0].parameters.topP: Invalid value: 1.01: must be between 0 and 1",
+			"spec.models[0].parameters.topP in body should be less than or equal to 1",
+			set("spec.models[0].parameters", `{topP: 1.01}`)),
+		bad("max-tokens-zero", "spec.models[0].parameters.maxTokens: Invalid value: 0: must be at least 1",
+			"spec.models[0].parameters.maxTokens in body should be greater than or equal to 1",
+			set("spec.models[0].parameters", `{maxTokens: 0}`)),
+		bad("negative-rate", "spec.models[0].rateLimit.requestsPerMinute: Invalid value: -60: must be 0 (unlimited) or more",
+			"spec.models[0].rateLimit.requestsPerMinute in body should be greater than or equal to 0",
+			set("spec.models[0].rateLimit", `{requestsPerMinute: -60}`)),
+		bad("negative-token-rate", "spec.models[0].rateLimit.outputTokensPerMinute: Invalid value: -1: must be 0 (unlimited) or more",
+			"spec.models[0].rateLimit.outputTokensPerMinute in body should be greater than or equal to 0",
+			set("spec.models[0].rateLimit", `{outputTokensPerMinute: -1}`)),
+		bad("model-concurrency-zero", "spec.models[0].concurrency: Invalid value: 0: must be between 1 and 10000",
+			"spec.models[0].concurrency in body should be greater than or equal to 1",
+			set("spec.models[0].concurrency", `0`)),
+		bad("agent-command-empty", "spec.models[0].agent.command: Required value",
+			"spec.models[0].agent.command in body should have at least 1 items",
+			set("spec.models[0]", agentModel), set("spec.models[0].agent.command", `[]`)),
+		bad("agent-command-missing", "spec.models[0].agent.command: Required value",
+			"spec.models[0].agent.command: Required value",
+			set("spec.models[0]", agentModel), del("spec.models[0].agent.command")),
+		bad("agent-command-blank-program", "spec.models[0].agent.command: Required value",
+			"spec.models[0].agent.command: Invalid value: agent.command's first element, the program to run, must not be empty",
+			set("spec.models[0]", agentModel), set("spec.models[0].agent.command", `[" ", "{{ .Prompt }}"]`)),
+		bad("agent-file-absolute", `spec.models[0].agent.files[/etc/task.md]: Invalid value: "/etc/task.md": must be a relative path inside the workspace`,
+			"spec.models[0].agent.files: Invalid value: agent.files keys must be relative paths inside the workspace",
+			set("spec.models[0]", agentModel), set("spec.models[0].agent.files", `{/etc/task.md: x}`)),
+		bad("agent-file-escapes", `spec.models[0].agent.files[../task.md]: Invalid value: "../task.md": must be a relative path inside the workspace`,
+			"agent.files keys must be relative paths inside the workspace",
+			set("spec.models[0]", agentModel), set("spec.models[0].agent.files", `{task.md: x, ../task.md: x}`)),
+		bad("agent-file-escapes-deeper", `must be a relative path inside the workspace`,
+			"agent.files keys must be relative paths inside the workspace",
+			set("spec.models[0]", agentModel), set("spec.models[0].agent.files", `{"src/../../task.md": x}`)),
+		bad("agent-file-is-the-workspace", `spec.models[0].agent.files[.]: Invalid value: ".": must be a relative path inside the workspace`,
+			"agent.files keys must be relative paths inside the workspace",
+			set("spec.models[0]", agentModel), set("spec.models[0].agent.files", `{".": x}`)),
+		bad("agent-file-empty-name", `must be a relative path inside the workspace`,
+			"agent.files keys must be relative paths inside the workspace",
+			set("spec.models[0]", agentModel), set("spec.models[0].agent.files", `{"": x}`)),
+		bad("agent-file-backslash", `must be a relative path inside the workspace`,
+			"agent.files keys must be relative paths inside the workspace",
+			set("spec.models[0]", agentModel), set("spec.models[0].agent.files", `{"\\tmp\\task.md": x}`)),
+		bad("agent-timeout-zero", `spec.models[0].agent.timeout: Invalid value: "0s": must be longer than 0s`,
+			"spec.models[0].agent.timeout: Invalid value: \"0s\": agent.timeout must be longer than 0s and at most 24h",
+			set("spec.models[0]", agentModel), set("spec.models[0].agent.timeout", `0s`)),
+		bad("agent-timeout-too-long", `spec.models[0].agent.timeout: Invalid value: "25h0m0s": must be at most 24h`,
+			"agent.timeout must be longer than 0s and at most 24h",
+			set("spec.models[0]", agentModel), set("spec.models[0].agent.timeout", `25h`)),
+		bad("agent-timeout-not-a-duration", `spec.models[0].agent.timeout: time: invalid duration "ten minutes"`,
+			"spec.models[0].agent.timeout: Invalid value: \"ten minutes\": agent.timeout must be a duration such as 90s, 2m or 1h30m",
+			set("spec.models[0]", agentModel), set("spec.models[0].agent.timeout", `ten minutes`)),
+
+		// Scoring.
+		bad("unknown-scorer-type", `spec.scoring[0].type: Unsupported value: "fuzzy"`,
+			`spec.scoring[0].type: Unsupported value: "fuzzy"`, set("spec.scoring[0].type", `fuzzy`)),
+		bad("scorer-type-missing", "spec.scoring[0].type: Required value",
+			"spec.scoring[0].type: Required value", set("spec.scoring[0]", `{name: exact}`)),
+		bad("unknown-normalizer", `spec.scoring[0].normalize[0]: Unsupported value: "stem"`,
+			`spec.scoring[0].normalize[0]: Unsupported value: "stem"`, set("spec.scoring[0].normalize", `[stem]`)),
+		bad("bad-metric-name", `spec.scoring[0].name: Invalid value: "-exact": must be letters, digits, '-', '_' or '.'`,
+			"spec.scoring[0].name in body should match", set("spec.scoring[0].name", `-exact`)),
+		bad("duplicate-metric-types", `spec.scoring[1].name: Duplicate value: "exact_match"`,
+			"spec.scoring: Invalid value: metric names must be unique",
+			set("spec.scoring[1]", `{type: exact_match, normalize: [lowercase]}`)),
+		bad("duplicate-metric-name-and-type", `spec.scoring[1].name: Duplicate value: "exact_match"`,
+			"metric names must be unique", set("spec.scoring[1]", `{type: contains, name: exact_match}`)),
+		bad("duplicate-metric-names", `spec.scoring[1].name: Duplicate value: "score"`,
+			"metric names must be unique",
+			set("spec.scoring[0].name", `score`), set("spec.scoring[1]", `{type: contains, name: score}`)),
+		bad("judge-scorer-without-judge", "spec.scoring[0].judge: Required value: a judge scorer needs judge.model",
+			"spec.scoring[0]: Invalid value: a judge scorer needs judge.model",
+			set("spec.models[1]", judgeModel), set("spec.scoring[0]", `{type: judge}`)),
+		bad("judge-without-model", "spec.scoring[0].judge.model: Required value",
+			"spec.scoring[0].judge.model: Required value",
+			set("spec.models[1]", judgeModel), set("spec.scoring[0]", `{type: judge, judge: {rubric: "Is it right?"}}`)),
+		bad("judge-on-exact-match", "spec.scoring[0].judge: Forbidden: only applies to the judge scorer",
+			"spec.scoring[0]: Invalid value: judge only applies to the judge scorer",
+			set("spec.models[1]", judgeModel), set("spec.scoring[0].judge", `{model: judge}`)),
+		bad("judge-model-unknown", `spec.scoring[0].judge.model: Invalid value: "grader": must name an entry of spec.models`,
+			"spec.scoring: Invalid value: a judge scorer's judge.model must name an entry of spec.models",
+			set("spec.scoring[0]", `{type: judge, judge: {model: grader}}`)),
+		bad("judge-model-is-agent", `spec.scoring[0].judge.model: Invalid value: "coder": a judge must be an openai or anthropic model, not an agent`,
+			"spec.scoring: Invalid value: a judge scorer's judge.model must name an openai or anthropic model, not an agent",
+			set("spec.models[1]", agentModel), set("spec.scoring[0]", `{type: judge, judge: {model: coder}}`)),
+		bad("every-model-is-a-judge", "spec.models: Invalid value: 1: every model is a judge: at least one model must be evaluated",
+			"spec.models: Invalid value: every model is a judge",
+			set("spec.scoring[1]", `{type: judge, judge: {model: gpt}}`)),
+		bad("pattern-on-contains", "spec.scoring[0].pattern: Forbidden: only applies to the regex scorer",
+			"spec.scoring[0]: Invalid value: pattern only applies to the regex scorer",
+			set("spec.scoring[0].pattern", `^4$`)),
+		bad("pattern-not-a-regex", "spec.scoring[1].pattern: Invalid value: \"([0-9]+\": error parsing regexp: missing closing )",
+			"spec.scoring[1].pattern: Invalid value: \"string\": error parsing regexp: missing closing ): `([0-9]+` evaluating rule: pattern must be a valid RE2 regular expression",
+			set("spec.scoring[1]", `{type: regex, pattern: "([0-9]+"}`)),
+		bad("pattern-not-re2", "spec.scoring[1].pattern: Invalid value: \"(?=x)\": error parsing regexp: invalid or unsupported Perl syntax",
+			"pattern must be a valid RE2 regular expression",
+			set("spec.scoring[1]", `{type: regex, pattern: "(?=x)"}`)),
+		bad("tolerance-on-exact-match", "spec.scoring[0].tolerance: Forbidden: only applies to the numeric scorer",
+			"spec.scoring[0]: Invalid value: tolerance only applies to the numeric scorer",
+			set("spec.scoring[0].tolerance", `0.1`)),
+		bad("negative-tolerance", "spec.scoring[1].tolerance: Invalid value: \"-0.5\": must be a number, 0 or more",
+			"spec.scoring[1].tolerance in body should be greater than or equal to 0",
+			set("spec.scoring[1]", `{type: numeric, tolerance: -0.5}`)),
+		bad("check-arguments-on-exact-match", "spec.scoring[0].checkArguments: Forbidden: only applies to the tool_call scorer",
+			"spec.scoring[0]: Invalid value: checkArguments only applies to the tool_call scorer",
+			set("spec.scoring[0].checkArguments", `true`)),
+
+		// Spec-wide settings.
+		bad("concurrency-zero", "spec.concurrency: Invalid value: 0: must be between 1 and 10000",
+			"spec.concurrency in body should be greater than or equal to 1", set("spec.concurrency", `0`)),
+		bad("concurrency-too-high", "spec.concurrency: Invalid value: 10001: must be between 1 and 10000",
+			"spec.concurrency in body should be less than or equal to 10000", set("spec.concurrency", `10001`)),
+		bad("parallelism-zero", "spec.parallelism: Invalid value: 0: must be between 1 and 1000",
+			"spec.parallelism in body should be greater than or equal to 1", set("spec.parallelism", `0`)),
+		bad("shard-size-zero", "spec.shardSize: Invalid value: 0: must be between 1 and 10000000",
+			"spec.shardSize in body should be greater than or equal to 1", set("spec.shardSize", `0`)),
+		bad("max-attempts-zero", "spec.retry.maxAttempts: Invalid value: 0: must be between 1 and 100",
+			"spec.retry.maxAttempts in body should be greater than or equal to 1", set("spec.retry", `{maxAttempts: 0}`)),
+		bad("max-attempts-101", "spec.retry.maxAttempts: Invalid value: 101: must be between 1 and 100",
+			"spec.retry.maxAttempts in body should be less than or equal to 100", set("spec.retry", `{maxAttempts: 101}`)),
+		bad("initial-backoff-longer-than-max", `spec.retry.initialBackoff: Invalid value: "5s": must not be longer than maxBackoff`,
+			"spec.retry: Invalid value: retry.initialBackoff must not be longer than retry.maxBackoff",
+			set("spec.retry", `{initialBackoff: 5s, maxBackoff: 2s}`)),
+		bad("initial-backoff-longer-than-default-max", `spec.retry.initialBackoff: Invalid value: "2m0s": must not be longer than maxBackoff`,
+			"retry.initialBackoff must not be longer than retry.maxBackoff", set("spec.retry", `{initialBackoff: 2m}`)),
+		bad("max-backoff-shorter-than-default-initial", `spec.retry.initialBackoff: Invalid value: "1s": must not be longer than maxBackoff`,
+			"retry.initialBackoff must not be longer than retry.maxBackoff", set("spec.retry", `{maxBackoff: 500ms}`)),
+		bad("negative-initial-backoff", `spec.retry.initialBackoff: Invalid value: "-1s": must not be negative`,
+			"spec.retry.initialBackoff: Invalid value: \"-1s\": retry.initialBackoff must be 0s or more and at most 24h",
+			set("spec.retry", `{initialBackoff: -1s}`)),
+		bad("negative-max-backoff", `spec.retry.maxBackoff: Invalid value: "-1m0s": must not be negative`,
+			"retry.maxBackoff must be 0s or more and at most 24h", set("spec.retry", `{initialBackoff: 0s, maxBackoff: -1m}`)),
+		bad("max-backoff-too-long", `spec.retry.maxBackoff: Invalid value: "25h0m0s": must be at most 24h`,
+			"retry.maxBackoff must be 0s or more and at most 24h", set("spec.retry", `{maxBackoff: 25h}`)),
+		bad("backoff-not-a-duration", `spec.retry.initialBackoff: time: unknown unit " second" in duration "1 second"`,
+			"retry.initialBackoff must be a duration such as 90s, 2m or 1h30m", set("spec.retry", `{initialBackoff: 1 second}`)),
+		bad("timeout-zero", `spec.timeoutPerSample: Invalid value: "0s": must be longer than 0s`,
+			"spec.timeoutPerSample: Invalid value: \"0\": timeoutPerSample must be longer than 0s and at most 24h",
+			set("spec.timeoutPerSample", `"0"`)),
+		bad("timeout-negative", `spec.timeoutPerSample: Invalid value: "-2m0s": must be longer than 0s`,
+			"timeoutPerSample must be longer than 0s and at most 24h", set("spec.timeoutPerSample", `-2m`)),
+		bad("timeout-too-long", `spec.timeoutPerSample: Invalid value: "24h0m0.001s": must be at most 24h`,
+			"timeoutPerSample must be longer than 0s and at most 24h", set("spec.timeoutPerSample", `24h1ms`)),
+		bad("timeout-in-days", `spec.timeoutPerSample: time: unknown unit "d" in duration "1d"`,
+			"timeoutPerSample must be a duration such as 90s, 2m or 1h30m", set("spec.timeoutPerSample", `1d`)),
+		bad("timeout-without-unit", `spec.timeoutPerSample: time: missing unit in duration "120"`,
+			"timeoutPerSample must be a duration such as 90s, 2m or 1h30m", set("spec.timeoutPerSample", `"120"`)),
+	}
+}
+
+// Differences are manifests on which the local loader and the API server knowingly
+// disagree: an empty Local or Admission means that side accepts the manifest.
+// They are tested as they are so that a change on either side shows; each says
+// why it cannot (or does not yet) agree.
+var Differences = []Case{
+	// CEL has no path.Clean: the rules refuse any ".." element, where the local
+	// check cleans the path first and refuses only what ends up outside.
+	{
+		Name:      "pvc-path-dotdot-inside",
+		Manifest:  build("pvc-path-dotdot-inside", set("spec.datasets[0].source", `{pvc: {claimName: data, path: sets/../qs.jsonl}}`)),
+		Admission: "pvc.path must be a relative path inside the volume, without '..'",
+	},
+	{
+		Name: "agent-file-dotdot-inside",
+		Manifest: build("agent-file-dotdot-inside",
+			set("spec.models[1]", agentModel), set("spec.models[1].agent.files", `{src/../task.md: x}`)),
+		Admission: "agent.files keys must be relative paths inside the workspace, without '..'",
+	},
+	// Locally an empty inline list counts as unset; the schema's minItems refuses it
+	// even beside another source.
+	{
+		Name: "empty-inline-beside-url",
+		Manifest: build("empty-inline-beside-url",
+			set("spec.datasets[0].source", `{inline: [], url: "https://example.com/qs.jsonl"}`)),
+		Admission: "spec.datasets[0].source.inline in body should have at least 1 items",
+	},
+	// An empty format counts as unset locally; the schema's enum has no "".
+	{
+		Name:      "empty-format",
+		Manifest:  build("empty-format", set("spec.datasets[0].format", `""`)),
+		Admission: `spec.datasets[0].format: Unsupported value: ""`,
+	},
+	// Number accepts a quoted number (YAML users quote now and then); the schema
+	// says type: number.
+	{
+		Name:      "quoted-temperature",
+		Manifest:  build("quoted-temperature", set("spec.models[0].parameters", `{temperature: "0.5"}`)),
+		Admission: `spec.models[0].parameters.temperature: Invalid value: "string": spec.models[0].parameters.temperature in body must be of type number`,
+	},
+	// Inline samples are objects in the schema; ValidateSpec does not look inside
+	// them (the local dataset reader refuses a non-object later, when it reads them).
+	{
+		Name:      "inline-sample-not-an-object",
+		Manifest:  build("inline-sample-not-an-object", set("spec.datasets[0].source.inline", `[42]`)),
+		Admission: `spec.datasets[0].source.inline[0]: Invalid value: "integer": spec.datasets[0].source.inline[0] in body must be of type object`,
+	},
+	// Size caps exist only in the schema; most bound the cost of CEL rules (the
+	// API server refuses rules it estimates could cost too much). The others: every
+	// list and map a rule iterates (spec.datasets 64, spec.models 32, spec.scoring
+	// 32, agent.files 256) and every string a rule reads (urls and paths 4096,
+	// patterns 4096, durations 64, agent.command items 131072).
+	{
+		Name:      "too-many-stop-sequences",
+		Manifest:  build("too-many-stop-sequences", set("spec.models[0].parameters", "{stop: ["+strings.Repeat("STOP, ", 16)+"STOP]}")),
+		Admission: "spec.models[0].parameters.stop: Too many: 17: must have at most 16 items",
+	},
+	{
+		Name:      "url-too-long",
+		Manifest:  build("url-too-long", set("spec.datasets[0].source", `{url: "https://example.com/`+strings.Repeat("q", 4077)+`"}`)),
+		Admission: "spec.datasets[0].source.url: Too long: may not be more than 4096 bytes",
+	},
+	{
+		Name:      "metric-name-too-long",
+		Manifest:  build("metric-name-too-long", set("spec.scoring[0].name", strings.Repeat("n", 64))),
+		Admission: "spec.scoring[0].name: Too long",
+	},
+	// A Secret key selector needs its key in the schema (core/v1's own); ValidateSpec
+	// does not look at secretKeyRef.
+	{
+		Name:      "secret-key-ref-without-key",
+		Manifest:  build("secret-key-ref-without-key", set("spec.models[0].apiKey", `{secretKeyRef: {name: keys}}`)),
+		Admission: "spec.models[0].apiKey.secretKeyRef.key: Required value",
+	},
+	// corev1.EnvVar's name has no maxLength, and the API server will not run a regex
+	// over a string of unbounded length in a list of unbounded length (the CEL cost
+	// budget), so only the local check sees agent.env names.
+	{
+		Name: "agent-env-not-a-name",
+		Manifest: build("agent-env-not-a-name",
+			set("spec.models[0]", agentModel), set("spec.models[0].agent.env", `[{name: 1PASSWORD, value: x}]`)),
+		Local: `spec.models[0].agent.env[0].name: Invalid value: "1PASSWORD": must be an environment variable name`,
+	},
+	// The status is Proctor's: a local file must not set it, and the API server drops
+	// it on create (the status subresource).
+	{
+		Name:     "status-set",
+		Manifest: build("status-set", set("status", `{phase: Succeeded}`)),
+		Local:    "status: set by Proctor, not by the file; remove it",
+	},
+	// metadata is the API server's business; the local loader does not check it.
+	{
+		Name:      "bad-metadata-name",
+		Manifest:  build("bad-metadata-name", set("metadata.name", `Not_A_Name`)),
+		Admission: "metadata.name: Invalid value",
+	},
+}
+
+// bad is a case: Valid with edits, rejected locally with local and at admission
+// with admission.
+func bad(name, local, admission string, edits ...edit) Case {
+	return Case{Name: name, Manifest: build(name, edits...), Local: local, Admission: admission}
+}
+
+// ok is a manifest both must accept: Valid with edits.
+func ok(name string, edits ...edit) Case {
+	return Case{Name: name, Manifest: build(name, edits...)}
+}
+
+// An edit changes the decoded Valid manifest.
+type edit func(doc any) (any, error)
+
+// set sets the value at path (keys between dots, [i] for a list's items; the item
+// just past a list's end appends) to value, a YAML fragment. Missing maps and lists
+// on the way are created.
+func set(path, value string) edit {
+	return func(doc any) (any, error) {
+		var v any
+		if err := yaml.Unmarshal([]byte(value), &v); err != nil {
+			return nil, fmt.Errorf("%s: value %q: %w", path, value, err)
+		}
+		return update(doc, path, steps(path), func(any, bool) (any, bool, error) { return v, true, nil })
+	}
+}
+
+// del removes the map key at path.
+func del(path string) edit {
+	return func(doc any) (any, error) {
+		return update(doc, path, steps(path), func(_ any, present bool) (any, bool, error) {
+			if !present {
+				return nil, false, fmt.Errorf("%s: nothing to delete", path)
+			}
+			return nil, false, nil
+		})
+	}
+}
+
+// A step of a path: a map key, or a list index when key is "".
+type step struct {
+	key   string
+	index int
+}
+
+func steps(path string) []step {
+	var out []step
+	for _, part := range strings.Split(path, ".") {
+		key, rest, _ := strings.Cut(part, "[")
+		out = append(out, step{key: key})
+		for rest != "" {
+			i := step{index: -1}
+			idx, after, _ := strings.Cut(rest, "]")
+			if _, err := fmt.Sscan(idx, &i.index); err != nil {
+				i.index = -1
+			}
+			out = append(out, i)
+			_, rest, _ = strings.Cut(after, "[")
+		}
+	}
+	return out
+}
+
+// update returns cur with the value at path changed by op, which gets the old
+// value and whether it is there, and returns the new value and whether to keep it
+// (false deletes a map key).
+func update(cur any, path string, s []step, op func(old any, present bool) (any, bool, error)) (any, error) {
+	if s[0].key == "" {
+		l, ok := cur.([]any)
+		if cur != nil && !ok {
+			return nil, fmt.Errorf("%s: not a list", path)
+		}
+		i := s[0].index
+		if i < 0 || i > len(l) {
+			return nil, fmt.Errorf("%s: index out of range", path)
+		}
+		var old any
+		present := i < len(l)
+		if present {
+			old = l[i]
+		}
+		var v any
+		var err error
+		if len(s) == 1 {
+			var keep bool
+			v, keep, err = op(old, present)
+			if err == nil && !keep {
+				err = fmt.Errorf("%s: only map keys can be deleted", path)
+			}
+		} else {
+			v, err = update(old, path, s[1:], op)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if present {
+			l[i] = v
+		} else {
+			l = append(l, v)
+		}
+		return l, nil
+	}
+	m, ok := cur.(map[string]any)
+	if cur == nil {
+		m = map[string]any{}
+	} else if !ok {
+		return nil, fmt.Errorf("%s: %q is not in a mapping", path, s[0].key)
+	}
+	old, present := m[s[0].key]
+	if len(s) == 1 {
+		v, keep, err := op(old, present)
+		if err != nil {
+			return nil, err
+		}
+		if keep {
+			m[s[0].key] = v
+		} else {
+			delete(m, s[0].key)
+		}
+		return m, nil
+	}
+	v, err := update(old, path, s[1:], op)
+	if err != nil {
+		return nil, err
+	}
+	m[s[0].key] = v
+	return m, nil
+}
+
+// build returns Valid with metadata.name set to name and the edits applied. It
+// panics on a bad edit: the table is fixed, and a typo must not pass unnoticed.
+func build(name string, edits ...edit) string {
+	var doc any
+	if err := yaml.Unmarshal([]byte(Valid), &doc); err != nil {
+		panic(err)
+	}
+	edits = append([]edit{set("metadata.name", name)}, edits...)
+	for _, e := range edits {
+		var err error
+		if doc, err = e(doc); err != nil {
+			panic(fmt.Sprintf("case %s: %v", name, err))
+		}
+	}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		panic(err)
+	}
+	return string(out)
+}
