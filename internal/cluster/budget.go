@@ -1,0 +1,228 @@
+package cluster
+
+import (
+	"slices"
+
+	"github.com/proctor-dev/proctor/runner/ratelimit"
+)
+
+// Budget is the content of an Evaluation's budget ConfigMap: for each model with a
+// rate limit, the share of it each running shard may use. A model's limits are the
+// limits of the whole Evaluation, so the controller divides them among the shards
+// that call the model, and re-divides as shards start and finish.
+//
+// The protocol keeps the sum of what shards actually use within the limit at every
+// moment, although runners read the budget only every few seconds:
+//   - runners apply the grant of the newest version they read and acknowledge that
+//     version (in their head ConfigMap); a runner that has no grant, or has not
+//     read the budget for FenceAfter, sends nothing;
+//   - the controller lowers grants at once, but counts a lowered grant at its old
+//     value until the shard acknowledges the version that lowered it, and raises
+//     or creates grants only from what is left.
+//
+// A new shard therefore waits a few seconds for its grant while the others slow
+// down, and a lone last shard ends up with the whole limit.
+type Budget struct {
+	Version int64                   `json:"version"`
+	Models  map[string]*ModelBudget `json:"models,omitempty"`
+}
+
+// ModelBudget is one model's limits and grants, by shard key (Shard.Key).
+type ModelBudget struct {
+	Limits ratelimit.Limits `json:"limits"`
+	Grants map[string]Grant `json:"grants,omitempty"`
+}
+
+// Grant is one shard's share.
+type Grant struct {
+	Share ratelimit.Limits `json:"share"`
+	// Since is the version that set Share.
+	Since int64 `json:"since"`
+	// Previous bounds what the shard may still use until it acknowledges Since.
+	Previous ratelimit.Limits `json:"previous"`
+	// Acked is the version the shard had acknowledged when this budget was
+	// written, so the document alone says what each shard may be using (Use).
+	Acked int64 `json:"acked"`
+}
+
+// Use bounds what the shard holding g may be using, as the controller counted it
+// when it wrote the budget. The grants of a budget never use more than its limits.
+func (g Grant) Use() ratelimit.Limits { return undims(effectiveOf(g, g.Acked)) }
+
+// Lookup is what a runner learns from a budget for one model: whether the model is
+// limited, and if so the shard's share, or paused when it has none yet.
+func (b *Budget) Lookup(model, key string) (share ratelimit.Limits, limited, paused bool) {
+	mb := b.Models[model]
+	if mb == nil || mb.Limits.IsZero() {
+		return ratelimit.Limits{}, false, false
+	}
+	g, ok := mb.Grants[key]
+	if !ok {
+		return ratelimit.Limits{}, true, true
+	}
+	lim, sh := dims(mb.Limits), dims(g.Share)
+	for d := range lim {
+		if lim[d] > 0 && sh[d] <= 0 {
+			return g.Share, true, true
+		}
+	}
+	return g.Share, true, false
+}
+
+// Divide computes the next budget from the previous one. limits are the models'
+// current limits (unlimited models omitted); users maps each limited model to the
+// keys of the running shards that call it; acked maps shard keys to the budget
+// version each last acknowledged. It reports whether anything changed (then the
+// version is incremented).
+func Divide(prev *Budget, limits map[string]ratelimit.Limits, users map[string][]string, acked map[string]int64) (*Budget, bool) {
+	if prev == nil {
+		prev = &Budget{}
+	}
+	next := &Budget{Version: prev.Version + 1, Models: map[string]*ModelBudget{}}
+	changed := false
+	for model, lim := range limits {
+		if lim.IsZero() {
+			continue
+		}
+		old := prev.Models[model]
+		if old == nil {
+			old = &ModelBudget{}
+		}
+		mb, c := divideModel(old, lim, users[model], acked, next.Version)
+		next.Models[model] = mb
+		changed = changed || c
+	}
+	for model := range prev.Models {
+		if _, ok := next.Models[model]; !ok {
+			changed = true // a model's limit was removed
+		}
+	}
+	if !changed {
+		return prev, false
+	}
+	return next, true
+}
+
+func divideModel(old *ModelBudget, lim ratelimit.Limits, users []string, acked map[string]int64, version int64) (*ModelBudget, bool) {
+	keys := slices.Clone(users)
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	changed := old.Limits != lim || len(old.Grants) != len(keys)
+
+	// What each running shard may be using now; shards no longer running use nothing.
+	grants := map[string]Grant{}
+	effective := map[string][3]int64{}
+	for _, k := range keys {
+		g, ok := old.Grants[k]
+		if !ok {
+			changed = true
+		}
+		if g.Acked < g.Since && acked[k] >= g.Since {
+			// A lowered share took effect: rewrite, so the document's own account
+			// of use (Grant.Use) drops too.
+			changed = true
+		}
+		grants[k] = g
+		effective[k] = effectiveOf(g, acked[k])
+	}
+
+	limit := dims(lim)
+	n := int64(len(keys))
+	desired := func(i int, d int) int64 {
+		if limit[d] == 0 {
+			return 0
+		}
+		share := limit[d] / n
+		if int64(i) < limit[d]%n {
+			share++ // spread the remainder so a small limit still reaches some shards
+		}
+		return share
+	}
+
+	// Lower what is above its fair share, at once.
+	for i, k := range keys {
+		g := grants[k]
+		share := dims(g.Share)
+		lowered := false
+		for d := range share {
+			if want := desired(i, d); share[d] > want {
+				share[d] = want
+				lowered = true
+			}
+		}
+		if lowered {
+			grants[k] = Grant{Share: undims(share), Since: version, Previous: undims(effective[k])}
+			changed = true
+		}
+	}
+
+	// Raise the rest from what is left, counting lowered grants at their old value
+	// until acknowledged.
+	var used [3]int64
+	for _, k := range keys {
+		e := effectiveOf(grants[k], acked[k])
+		for d := range used {
+			used[d] += e[d]
+		}
+	}
+	for i, k := range keys {
+		g := grants[k]
+		share := dims(g.Share)
+		before := effectiveOf(g, acked[k])
+		raised := false
+		for d := range share {
+			want := desired(i, d)
+			if share[d] >= want || limit[d] == 0 {
+				continue
+			}
+			avail := limit[d] - used[d]
+			inc := min(want-share[d], avail)
+			if inc <= 0 {
+				continue
+			}
+			share[d] += inc
+			// The shard's use may grow from before[d] to share[d].
+			used[d] += max(0, share[d]-before[d])
+			raised = true
+		}
+		if raised {
+			prevUse := before
+			if g.Since == version {
+				// Lowered in another budget just now: keep what it may still use.
+				prevUse = dims(g.Previous)
+			}
+			grants[k] = Grant{Share: undims(share), Since: version, Previous: undims(prevUse)}
+			changed = true
+		}
+	}
+	if changed {
+		for _, k := range keys {
+			g := grants[k]
+			g.Acked = acked[k]
+			grants[k] = g
+		}
+	}
+	return &ModelBudget{Limits: lim, Grants: grants}, changed
+}
+
+// effectiveOf bounds what a shard holding g may be using, given the newest budget
+// version it acknowledged.
+func effectiveOf(g Grant, acked int64) [3]int64 {
+	share := dims(g.Share)
+	if acked >= g.Since {
+		return share
+	}
+	prev := dims(g.Previous)
+	for d := range share {
+		share[d] = max(share[d], prev[d])
+	}
+	return share
+}
+
+func dims(l ratelimit.Limits) [3]int64 {
+	return [3]int64{l.RequestsPerMinute, l.InputTokensPerMinute, l.OutputTokensPerMinute}
+}
+
+func undims(v [3]int64) ratelimit.Limits {
+	return ratelimit.Limits{RequestsPerMinute: v[0], InputTokensPerMinute: v[1], OutputTokensPerMinute: v[2]}
+}

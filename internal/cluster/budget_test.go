@@ -1,0 +1,227 @@
+package cluster
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/proctor-dev/proctor/runner/ratelimit"
+)
+
+// runnerSim is a runner: the budget it last read, if any.
+type runnerSim struct {
+	read *Budget
+}
+
+// using is the share the runner applies: that of the newest budget it read.
+func (r *runnerSim) using(model, key string) [3]int64 {
+	if r.read == nil {
+		return [3]int64{}
+	}
+	share, limited, paused := r.read.Lookup(model, key)
+	if !limited || paused {
+		return [3]int64{}
+	}
+	return dims(share)
+}
+
+func TestDivideNeverOverCommits(t *testing.T) {
+	// A randomized walk of shards starting and finishing, runners reading the
+	// budget late and in any order, the controller re-dividing, and the user
+	// editing the limit: what runners actually use never sums above the limit,
+	// and once everyone has caught up, shares are fair and use the whole limit.
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		const model = "m"
+		lim := ratelimit.Limits{RequestsPerMinute: 100 + rng.Int64N(1000), InputTokensPerMinute: rng.Int64N(2) * 50000}
+		budget := &Budget{}
+		// highWater is the highest limit in force since the system last had no
+		// lowered grant awaiting acknowledgement.
+		highWater := dims(lim)
+		runners := map[string]*runnerSim{}
+		acked := map[string]int64{}
+		next := 0
+		for step := range 300 {
+			switch rng.IntN(6) {
+			case 0: // a shard starts
+				k := fmt.Sprintf("%s/%d", model, next)
+				next++
+				runners[k] = &runnerSim{}
+			case 1: // a shard finishes (it stops sending)
+				for k := range runners {
+					delete(runners, k)
+					delete(acked, k)
+					break
+				}
+			case 2: // the user edits the limit
+				if rng.IntN(4) == 0 {
+					lim.RequestsPerMinute = 1 + rng.Int64N(1000)
+				}
+			default: // some runners read the newest budget
+				for _, r := range runners {
+					if rng.IntN(2) == 0 {
+						r.read = budget
+					}
+				}
+			}
+			for k, r := range runners {
+				if r.read != nil {
+					acked[k] = r.read.Version
+				}
+			}
+			var users []string
+			for k := range runners {
+				users = append(users, k)
+			}
+			budget, _ = Divide(budget, map[string]ratelimit.Limits{model: lim}, map[string][]string{model: users}, acked)
+
+			var sum [3]int64
+			for k, r := range runners {
+				u := r.using(model, k)
+				for d := range sum {
+					sum[d] += u[d]
+				}
+			}
+			// The document's own account of use is what the controller counted.
+			if mb := budget.Models[model]; mb != nil && !docAwaitingAck(mb) {
+				var docUse [3]int64
+				for _, g := range mb.Grants {
+					u := dims(g.Use())
+					for d := range docUse {
+						docUse[d] += u[d]
+					}
+				}
+				for d, v := range docUse {
+					if l := dims(mb.Limits)[d]; l > 0 && v > l {
+						t.Fatalf("seed %d step %d: the budget document accounts %v, over its limit %v", seed, step, docUse, mb.Limits)
+					}
+				}
+			}
+			// After a user lowers the limit, runners still on the old one may be over
+			// the new limit until they read: they must still be within the highest
+			// limit in force recently, and never above what the controller counted.
+			counted := [3]int64{}
+			for k := range runners {
+				if mb := budget.Models[model]; mb != nil {
+					e := effectiveOf(mb.Grants[k], acked[k])
+					for d := range counted {
+						counted[d] += e[d]
+					}
+				}
+			}
+			for d, v := range sum {
+				if v > counted[d] {
+					t.Fatalf("seed %d step %d: runners use %v in dimension %d, more than the controller counts (%v)", seed, step, sum, d, counted)
+				}
+			}
+			cur := dims(lim)
+			catching := awaitingAck(budget, model, acked)
+			for d := range highWater {
+				if catching {
+					highWater[d] = max(highWater[d], cur[d])
+				} else {
+					highWater[d] = cur[d]
+				}
+				if cur[d] > 0 && counted[d] > highWater[d] {
+					t.Fatalf("seed %d step %d: counted use %v over the limit in force %v (now %v)", seed, step, counted, highWater, cur)
+				}
+			}
+		}
+	}
+}
+
+// docAwaitingAck reports whether, by the budget's own record, a lowered grant
+// awaits acknowledgement.
+func docAwaitingAck(mb *ModelBudget) bool {
+	for _, g := range mb.Grants {
+		if g.Acked < g.Since && g.Previous != g.Share {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitingAck reports whether some grant was lowered and its shard has not yet
+// acknowledged it: until then its old share may still be in use.
+func awaitingAck(b *Budget, model string, acked map[string]int64) bool {
+	for k, g := range b.Models[model].Grants {
+		if acked[k] < g.Since && g.Previous != g.Share {
+			return true
+		}
+	}
+	return false
+}
+
+func TestDivideConvergesToFairShares(t *testing.T) {
+	lim := ratelimit.Limits{RequestsPerMinute: 1000}
+	limits := map[string]ratelimit.Limits{"m": lim}
+	acked := map[string]int64{}
+	users := map[string][]string{"m": {"m/0"}}
+
+	// A lone shard gets everything at once.
+	b, changed := Divide(nil, limits, users, acked)
+	if !changed {
+		t.Fatal("first division changed nothing")
+	}
+	if got, _, paused := b.Lookup("m", "m/0"); paused || got.RequestsPerMinute != 1000 {
+		t.Fatalf("lone shard: %+v paused=%v, want all 1000", got, paused)
+	}
+	acked["m/0"] = b.Version
+
+	// A second shard: the first is lowered, the second waits for the ack.
+	users["m"] = []string{"m/0", "m/1"}
+	b, _ = Divide(b, limits, users, acked)
+	if got, _, _ := b.Lookup("m", "m/0"); got.RequestsPerMinute != 500 {
+		t.Errorf("first shard after the second arrived: %d, want 500", got.RequestsPerMinute)
+	}
+	if _, _, paused := b.Lookup("m", "m/1"); !paused {
+		t.Errorf("second shard granted before the first acknowledged its lower share")
+	}
+	// Re-dividing without acks changes nothing.
+	if _, changed := Divide(b, limits, users, acked); changed {
+		t.Error("a division without new acks changed the budget")
+	}
+	acked["m/0"] = b.Version
+	b, _ = Divide(b, limits, users, acked)
+	if got, _, paused := b.Lookup("m", "m/1"); paused || got.RequestsPerMinute != 500 {
+		t.Errorf("second shard after the ack: %+v paused=%v, want 500", got, paused)
+	}
+
+	// The first finishes: the second gets everything.
+	acked["m/1"] = b.Version
+	users["m"] = []string{"m/1"}
+	b, _ = Divide(b, limits, users, acked)
+	if got, _, _ := b.Lookup("m", "m/1"); got.RequestsPerMinute != 1000 {
+		t.Errorf("lone last shard: %d, want 1000", got.RequestsPerMinute)
+	}
+	if _, ok := b.Models["m"].Grants["m/0"]; ok {
+		t.Error("the finished shard kept its grant")
+	}
+}
+
+func TestDivideRemainderAndSmallLimits(t *testing.T) {
+	users := map[string][]string{"m": {"m/0", "m/1", "m/2"}}
+	b, _ := Divide(nil, map[string]ratelimit.Limits{"m": {RequestsPerMinute: 10}}, users, nil)
+	var got []int64
+	for _, k := range users["m"] {
+		s, _, _ := b.Lookup("m", k)
+		got = append(got, s.RequestsPerMinute)
+	}
+	if diff := cmp.Diff([]int64{4, 3, 3}, got); diff != "" {
+		t.Errorf("shares of 10 among 3 (-want +got):\n%s", diff)
+	}
+	b, _ = Divide(nil, map[string]ratelimit.Limits{"m": {RequestsPerMinute: 2}}, users, nil)
+	_, _, paused := b.Lookup("m", "m/2")
+	if !paused {
+		t.Error("with 2 rpm among 3 shards, the third should wait")
+	}
+}
+
+func TestLookupUnlimitedModel(t *testing.T) {
+	b := &Budget{Models: map[string]*ModelBudget{}}
+	if _, limited, paused := b.Lookup("free", "free/0"); limited || paused {
+		t.Errorf("unlimited model: limited=%v paused=%v", limited, paused)
+	}
+}

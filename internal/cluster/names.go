@@ -1,0 +1,114 @@
+// Package cluster holds what the controller and the runner pods share: child
+// names and labels, the run identity, the shard plan, the rate-limit budget
+// protocol, and the ConfigMaps shards write their records to.
+package cluster
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// Label keys and values on everything Proctor creates, and on runner pods.
+const (
+	LabelManagedBy      = "app.kubernetes.io/managed-by"
+	ManagedBy           = "proctor"
+	LabelEvaluation     = "proctor.dev/evaluation"
+	LabelRun            = "proctor.dev/run"
+	LabelModel          = "proctor.dev/model"
+	LabelComponent      = "proctor.dev/component"
+	ComponentRunner     = "runner"      // Jobs and their pods
+	ComponentPlanner    = "planner"     // the Job that counts url and pvc datasets
+	ComponentPlan       = "plan"        // the plan ConfigMap
+	ComponentShard      = "shard"       // a shard's head ConfigMap
+	ComponentRecords    = "records"     // a shard's sealed record chunks
+	ComponentBudget     = "budget"      // the budget ConfigMap
+	ComponentResults    = "results"     // NAME-results
+	ComponentPermission = "permissions" // the runner's ServiceAccount, Role, RoleBinding
+)
+
+// Annotation keys.
+const (
+	// AnnotationProgress is a shard head's progress (ShardProgress as JSON).
+	AnnotationProgress = "proctor.dev/progress"
+	// AnnotationPlan is the plan ConfigMap's plan (Plan as JSON).
+	AnnotationPlan = "proctor.dev/plan"
+	// AnnotationRun is the run a results ConfigMap was written for.
+	AnnotationRun = "proctor.dev/run"
+)
+
+// Name lengths: Jobs become pod labels (63); other objects are DNS subdomains.
+const (
+	MaxJobName = 63
+	MaxName    = 253
+)
+
+// ChildName joins parts with dashes; when the result is longer than max, its end
+// is cut and replaced by a hash of the whole, so names stay unique and stable.
+func ChildName(max int, parts ...string) string {
+	name := strings.Join(parts, "-")
+	if len(name) <= max {
+		return name
+	}
+	h := shortHash(name, 8)
+	cut := strings.TrimRight(name[:max-len(h)-1], "-.")
+	return cut + "-" + h
+}
+
+// LabelValue fits a name into a label value (63 characters).
+func LabelValue(name string) string { return ChildName(63, name) }
+
+func shortHash(s string, n int) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])[:n]
+}
+
+// Names of an Evaluation's children.
+func RunnerName(eval string) string  { return ChildName(MaxName, eval, "runner") }
+func BudgetName(eval string) string  { return ChildName(MaxName, eval, "budget") }
+func ResultsName(eval string) string { return ChildName(MaxName, eval, "results") }
+func PlanName(eval, run string) string {
+	return ChildName(MaxName, eval, run, "plan")
+}
+func PlannerJobName(eval, run string) string {
+	return ChildName(MaxJobName, eval, run, "plan")
+}
+func JobName(eval, model, run string) string {
+	return ChildName(MaxJobName, eval, model, run)
+}
+
+// HeadName is a shard's head ConfigMap: its progress, done set and pending records.
+func HeadName(eval, run, model string, index int) string {
+	return ChildName(MaxName-8, eval, run, model, itoa(index))
+}
+
+// ChunkName is the k-th sealed chunk of records of a shard.
+func ChunkName(head string, k int) string { return head + "-" + itoa(k) }
+
+func itoa(i int) string {
+	const digits = "0123456789"
+	if i == 0 {
+		return "0"
+	}
+	var b [20]byte
+	n := len(b)
+	for i > 0 {
+		n--
+		b[n] = digits[i%10]
+		i /= 10
+	}
+	return string(b[n:])
+}
+
+// Labels are the labels of an Evaluation's children of a component.
+func Labels(eval, run, component string) map[string]string {
+	l := map[string]string{
+		LabelManagedBy:  ManagedBy,
+		LabelEvaluation: LabelValue(eval),
+		LabelComponent:  component,
+	}
+	if run != "" {
+		l[LabelRun] = run
+	}
+	return l
+}

@@ -1,0 +1,91 @@
+package cluster
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+)
+
+// RunID identifies a run of an Evaluation: a hash of every spec field that decides
+// its results. Editing any of them starts a new run; editing the others (suspend,
+// parallelism, rate limits) changes the running one in place.
+func RunID(spec *v1alpha1.EvaluationSpec) string {
+	s := spec.DeepCopy()
+	s.Suspend = nil
+	s.Parallelism = nil
+	for i := range s.Models {
+		s.Models[i].RateLimit = nil
+	}
+	b, _ := json.Marshal(s)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:8]
+}
+
+// Plan is how a run is divided: the number of samples of each dataset (after its
+// limit) and the number of samples per shard.
+type Plan struct {
+	ShardSize int            `json:"shardSize"`
+	Totals    map[string]int `json:"totals"`
+}
+
+// Shard is one unit of work: a slice [Start, End) of one dataset for one model.
+// Shards of a model are numbered from 0 in dataset order: Index is the model's
+// Job completion index.
+type Shard struct {
+	Model   string `json:"model"`
+	Dataset string `json:"dataset"`
+	Index   int    `json:"index"`
+	Start   int    `json:"start"`
+	End     int    `json:"end"`
+}
+
+// Key is the shard's name in budgets: model/index.
+func (s Shard) Key() string { return fmt.Sprintf("%s/%d", s.Model, s.Index) }
+
+// DefaultShardSize is used when spec.shardSize is unset: 100 samples (a runner pod
+// of a few minutes at usual concurrency), growing for big datasets so a model has at
+// most about a thousand shards.
+func DefaultShardSize(totals map[string]int) int {
+	sum := 0
+	for _, t := range totals {
+		sum += t
+	}
+	return max(100, (sum+999)/1000)
+}
+
+// Shards lists a model's shards, in dataset order. Every model of a run has the
+// same shards: its Job's completions are len(Shards(...)).
+func (p Plan) Shards(spec *v1alpha1.EvaluationSpec, model string) []Shard {
+	var out []Shard
+	for _, d := range spec.Datasets {
+		total := p.Totals[d.Name]
+		for start := 0; start < total; start += p.ShardSize {
+			out = append(out, Shard{Model: model, Dataset: d.Name, Index: len(out), Start: start, End: min(start+p.ShardSize, total)})
+		}
+	}
+	return out
+}
+
+// Total is the number of samples of one model over all datasets.
+func (p Plan) Total() int {
+	n := 0
+	for _, t := range p.Totals {
+		n += t
+	}
+	return n
+}
+
+// Subjects are the models a run evaluates (judges only judge).
+func Subjects(spec *v1alpha1.EvaluationSpec) []string {
+	judges := spec.JudgeModels()
+	var out []string
+	for _, m := range spec.Models {
+		if !judges[m.Name] {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}

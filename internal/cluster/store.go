@@ -1,0 +1,494 @@
+package cluster
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/runner/results"
+)
+
+// A shard's records live in ConfigMaps, the checkpoint that survives its pod:
+//
+//   - its head (HeadName) holds its progress (annotation AnnotationProgress, so the
+//     controller can follow every shard from a metadata-only cache), the set of
+//     samples done, and the records not yet sealed (key pending.jsonl.gz);
+//   - sealed chunks (ChunkName-like names, labelled ComponentRecords, immutable)
+//     hold the rest, gzipped JSON lines {"i": position, "r": record}.
+//
+// The runner only creates chunks and reads and updates its head, which is all
+// its Role allows. The head's done set, not the chunks, is what a restarted shard
+// resumes from; chunks are read once, by the controller, which keeps one record
+// per sample even when a crash between sealing and updating the head stored some
+// twice.
+
+// Keys of a head ConfigMap.
+const (
+	KeyPending = "pending.jsonl.gz"
+	KeyDone    = "done"
+	KeyRecords = "records.jsonl.gz"
+)
+
+// Shard states.
+const (
+	StateRunning   = "running"
+	StateSucceeded = "succeeded"
+)
+
+// Size bounds. ConfigMaps must stay well under etcd's 1.5 MiB object limit.
+const (
+	// MaxChunkBytes bounds a sealed chunk's compressed records.
+	MaxChunkBytes = 512 << 10
+	// MaxHeadPendingBytes is when pending records are sealed into chunks.
+	MaxHeadPendingBytes = 256 << 10
+	// FlushPendingRaw asks for an early flush when this much accumulates between flushes.
+	FlushPendingRaw = 1 << 20
+	// MaxOutputBytes caps one record's output in a cluster, so that any record fits
+	// a chunk; longer outputs are cut and marked.
+	MaxOutputBytes = 256 << 10
+)
+
+// ShardProgress is a head's progress annotation.
+type ShardProgress struct {
+	State   string `json:"state"`
+	Total   int    `json:"total"`
+	Done    int    `json:"done"`
+	Errored int    `json:"errored"`
+	// Scores sums each metric over done samples (errored ones count 0).
+	Scores map[string]float64 `json:"scores,omitempty"`
+	Tokens results.Tokens     `json:"tokens"`
+	// Budget is the newest budget version the runner applied.
+	Budget int64 `json:"budget"`
+	// Chunks counts the chunks this shard sealed.
+	Chunks int    `json:"chunks"`
+	Pod    string `json:"pod,omitempty"`
+}
+
+// ParseProgress reads a head's progress annotation.
+func ParseProgress(annotations map[string]string) (ShardProgress, bool) {
+	var p ShardProgress
+	v, ok := annotations[AnnotationProgress]
+	if !ok || json.Unmarshal([]byte(v), &p) != nil {
+		return p, false
+	}
+	return p, true
+}
+
+// Store is a shard's record sink (a runner.Sink) backed by its ConfigMaps.
+type Store struct {
+	c      client.Client
+	ns     string
+	head   string
+	shard  Shard
+	labels map[string]string
+	owner  metav1.OwnerReference
+	// writer distinguishes this process's chunks from those of an earlier pod.
+	writer string
+
+	mu       sync.Mutex
+	obj      *corev1.ConfigMap
+	done     []bool // by position - shard.Start
+	progress ShardProgress
+	pending  [][]byte // journal lines not yet sealed
+	raw      int      // bytes in pending
+	dirty    bool
+	wake     chan struct{}
+}
+
+// OpenStore opens (creating) a shard's head and loads what an earlier pod of the
+// shard left in it.
+func OpenStore(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, shard Shard, pod string) (*Store, error) {
+	s := &Store{
+		c:     c,
+		ns:    ev.Namespace,
+		head:  HeadName(ev.Name, run, shard.Model, shard.Index),
+		shard: shard,
+		labels: withModel(Labels(ev.Name, run, ComponentShard), shard.Model),
+		owner: metav1.OwnerReference{
+			APIVersion: v1alpha1.GroupVersion.String(), Kind: "Evaluation", Name: ev.Name, UID: ev.UID,
+			Controller: ptr.To(true),
+		},
+		writer:   randomID(),
+		done:     make([]bool, shard.End-shard.Start),
+		progress: ShardProgress{State: StateRunning, Total: shard.End - shard.Start, Pod: pod},
+		wake:     make(chan struct{}, 1),
+	}
+	var cm corev1.ConfigMap
+	err := c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: s.head}, &cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		s.obj = s.newHead()
+		if err := c.Create(ctx, s.obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating shard head %s: %w", s.head, err)
+		} else if err != nil {
+			return OpenStore(ctx, c, ev, run, shard, pod) // a concurrent create: load it
+		}
+		return s, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading shard head %s: %w", s.head, err)
+	}
+	if err := s.load(&cm); err != nil {
+		return nil, fmt.Errorf("shard head %s: %w", s.head, err)
+	}
+	s.progress.State, s.progress.Pod = StateRunning, pod
+	return s, nil
+}
+
+func withModel(l map[string]string, model string) map[string]string {
+	l[LabelModel] = model
+	return l
+}
+
+func randomID() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (s *Store) newHead() *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Namespace: s.ns, Name: s.head, Labels: s.labels,
+		OwnerReferences: []metav1.OwnerReference{s.owner},
+	}}
+}
+
+// load restores the done set, progress and pending records from a head.
+func (s *Store) load(cm *corev1.ConfigMap) error {
+	s.obj = cm
+	if p, ok := ParseProgress(cm.Annotations); ok {
+		s.progress = p
+	}
+	if err := parseRanges(cm.Data[KeyDone], s.shard.Start, s.done); err != nil {
+		return err
+	}
+	if gz := cm.BinaryData[KeyPending]; len(gz) > 0 {
+		lines, err := gunzipLines(gz)
+		if err != nil {
+			return fmt.Errorf("pending records: %w", err)
+		}
+		s.pending = lines
+		for _, l := range lines {
+			s.raw += len(l)
+		}
+	}
+	return nil
+}
+
+// Done implements runner.Sink.
+func (s *Store) Done(_, _ string, index int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := index - s.shard.Start
+	return i >= 0 && i < len(s.done) && s.done[i]
+}
+
+// Put implements runner.Sink: the record is kept in memory and written by the next
+// Flush (soon, if a lot accumulates).
+func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
+	if len(rec.Output) > MaxOutputBytes {
+		rec.Output = rec.Output[:MaxOutputBytes] + "\n[output cut by proctor: longer than 256 KiB]"
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	line := fmt.Appendf(nil, `{"i":%d,"r":%s}`, index, b)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := index - s.shard.Start
+	if i < 0 || i >= len(s.done) {
+		return fmt.Errorf("sample %d is outside shard [%d, %d)", index, s.shard.Start, s.shard.End)
+	}
+	if !s.done[i] {
+		s.done[i] = true
+		s.progress.Done++
+		if rec.Error != "" {
+			s.progress.Errored++
+		} else {
+			if s.progress.Scores == nil {
+				s.progress.Scores = map[string]float64{}
+			}
+			for k, v := range rec.Scores {
+				s.progress.Scores[k] += v
+			}
+		}
+		s.progress.Tokens.Input += rec.InputTokens
+		s.progress.Tokens.Output += rec.OutputTokens
+	}
+	s.pending = append(s.pending, line)
+	s.raw += len(line)
+	s.dirty = true
+	if s.raw >= FlushPendingRaw {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// Wake is signalled when enough records accumulated to flush early.
+func (s *Store) Wake() <-chan struct{} { return s.wake }
+
+// SetBudget records the budget version the runner applied (acknowledged with the
+// next flush).
+func (s *Store) SetBudget(version int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.progress.Budget != version {
+		s.progress.Budget = version
+		s.dirty = true
+	}
+}
+
+// Progress returns the shard's progress so far.
+func (s *Store) Progress() ShardProgress {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.progress
+}
+
+// Flush writes the head: progress (also a heartbeat: the controller takes a head
+// that stops changing for a runner that died), the done set and pending records,
+// sealing the pending records into chunks when they grew large. With final, it
+// seals everything and marks the shard succeeded.
+func (s *Store) Flush(ctx context.Context, final bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if final {
+		s.progress.State = StateSucceeded
+	}
+	gz, err := gzipLines(s.pending)
+	if err != nil {
+		return err
+	}
+	if final || len(gz) > MaxHeadPendingBytes {
+		if err := s.seal(ctx); err != nil {
+			return err
+		}
+		gz = nil
+	}
+	return s.writeHead(ctx, gz)
+}
+
+// seal moves the pending records into new chunks.
+func (s *Store) seal(ctx context.Context) error {
+	chunks, err := packChunks(s.pending, MaxChunkBytes)
+	if err != nil {
+		return err
+	}
+	for _, gz := range chunks {
+		name := ChunkName(s.head+"-"+s.writer, s.progress.Chunks)
+		cm := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: s.ns, Name: name,
+				Labels:          withModel(Labels(s.labels[LabelEvaluation], s.labels[LabelRun], ComponentRecords), s.shard.Model),
+				OwnerReferences: []metav1.OwnerReference{s.owner},
+			},
+			BinaryData: map[string][]byte{KeyRecords: gz},
+			Immutable:  ptr.To(true),
+		}
+		// Labels() hashes long names; the evaluation label is already a label value.
+		cm.Labels[LabelEvaluation] = s.labels[LabelEvaluation]
+		if err := s.c.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("sealing records into %s: %w", name, err)
+		}
+		s.progress.Chunks++
+	}
+	s.pending, s.raw = nil, 0
+	return nil
+}
+
+// writeHead updates the head, re-reading it after a conflict: the shard's pod is
+// its only writer, so our state wins.
+func (s *Store) writeHead(ctx context.Context, pendingGz []byte) error {
+	prog, err := json.Marshal(s.progress)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		cm := s.obj.DeepCopy()
+		if cm.Annotations == nil {
+			cm.Annotations = map[string]string{}
+		}
+		cm.Annotations[AnnotationProgress] = string(prog)
+		cm.Data = map[string]string{KeyDone: formatRanges(s.done, s.shard.Start)}
+		cm.BinaryData = nil
+		if len(pendingGz) > 0 {
+			cm.BinaryData = map[string][]byte{KeyPending: pendingGz}
+		}
+		err := s.c.Update(ctx, cm)
+		if err == nil {
+			s.obj = cm
+			s.dirty = false
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= 3 {
+			return fmt.Errorf("updating shard head %s: %w", s.head, err)
+		}
+		var fresh corev1.ConfigMap
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: s.head}, &fresh); err != nil {
+			return fmt.Errorf("re-reading shard head %s: %w", s.head, err)
+		}
+		s.obj = &fresh
+	}
+}
+
+// packChunks gzips lines into as few blobs as fit max bytes each.
+func packChunks(lines [][]byte, max int) ([][]byte, error) {
+	if len(lines) == 0 {
+		return nil, nil
+	}
+	gz, err := gzipLines(lines)
+	if err != nil {
+		return nil, err
+	}
+	if len(gz) <= max {
+		return [][]byte{gz}, nil
+	}
+	if len(lines) == 1 {
+		return nil, fmt.Errorf("one record compresses to %d bytes, more than a chunk holds (%d)", len(gz), max)
+	}
+	a, err := packChunks(lines[:len(lines)/2], max)
+	if err != nil {
+		return nil, err
+	}
+	b, err := packChunks(lines[len(lines)/2:], max)
+	return append(a, b...), err
+}
+
+func gzipLines(lines [][]byte) ([]byte, error) {
+	if len(lines) == 0 {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	for _, l := range lines {
+		w.Write(l)
+		w.Write([]byte{'\n'})
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func gunzipLines(gz []byte) ([][]byte, error) {
+	r, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, l := range bytes.Split(b, []byte{'\n'}) {
+		if len(l) > 0 {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// Line is one stored record with its sample's position.
+type Line struct {
+	Index  int             `json:"i"`
+	Record json.RawMessage `json:"r"`
+}
+
+// ReadRecords decodes the records a shard ConfigMap (head or chunk) holds.
+func ReadRecords(cm *corev1.ConfigMap) ([]Line, error) {
+	var out []Line
+	for _, key := range []string{KeyPending, KeyRecords} {
+		gz := cm.BinaryData[key]
+		if len(gz) == 0 {
+			continue
+		}
+		lines, err := gunzipLines(gz)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", cm.Name, key, err)
+		}
+		for _, l := range lines {
+			var line Line
+			if err := json.Unmarshal(l, &line); err != nil {
+				return nil, fmt.Errorf("%s/%s: %w", cm.Name, key, err)
+			}
+			out = append(out, line)
+		}
+	}
+	return out, nil
+}
+
+// formatRanges writes the done positions as "a-b,c,...", absolute.
+func formatRanges(done []bool, offset int) string {
+	var parts []string
+	for i := 0; i < len(done); {
+		if !done[i] {
+			i++
+			continue
+		}
+		j := i
+		for j+1 < len(done) && done[j+1] {
+			j++
+		}
+		if i == j {
+			parts = append(parts, strconv.Itoa(offset+i))
+		} else {
+			parts = append(parts, strconv.Itoa(offset+i)+"-"+strconv.Itoa(offset+j))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseRanges marks the positions of s ("a-b,c,...") in done (indexed from offset).
+func parseRanges(s string, offset int, done []bool) error {
+	if s == "" {
+		return nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return fmt.Errorf("done set %q: %w", s, err)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return fmt.Errorf("done set %q: %w", s, err)
+			}
+		}
+		for i := a; i <= b; i++ {
+			if k := i - offset; k >= 0 && k < len(done) {
+				done[k] = true
+			}
+		}
+	}
+	return nil
+}
+
+// SortLines orders records by sample position.
+func SortLines(lines []Line) {
+	sort.SliceStable(lines, func(i, j int) bool { return lines[i].Index < lines[j].Index })
+}
+
+// ErrObsolete is returned when a runner's run is no longer the Evaluation's run.
+var ErrObsolete = errors.New("the evaluation changed: this run is obsolete")
