@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,6 +53,19 @@ type Env struct {
 	// ResolveSource maps a cluster-only source (configMap, pvc) to a local file.
 	// Nil in local runs, where those sources are an error.
 	ResolveSource func(ds *v1alpha1.Dataset) (string, error)
+	// Cluster is set in runner pods: API keys are read from APIKeyEnv's variable
+	// (set from the model's secretKeyRef), and agent env entries with valueFrom are
+	// taken from the pod's environment, where Kubernetes put them.
+	Cluster bool
+	// Datasets, when set, limits compilation to the named datasets (a shard needs
+	// only its own, and must not download the others).
+	Datasets []string
+}
+
+// APIKeyEnv is the variable a runner pod holds a model's API key in: one per model,
+// since a pod may call several models whose keys share a name (a judge, say).
+func APIKeyEnv(model string) string {
+	return "PROCTOR_API_KEY_" + strings.ToUpper(strings.ReplaceAll(model, "-", "_"))
 }
 
 // agentBaseEnv is what an agent inherits from proctor's environment besides what
@@ -118,6 +132,9 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 	// Datasets last: they may be large downloads, and every cheaper mistake
 	// (a missing key, a bad rubric) should be reported before one starts.
 	for i := range spec.Datasets {
+		if len(env.Datasets) > 0 && !slices.Contains(env.Datasets, spec.Datasets[i].Name) {
+			continue
+		}
 		d, err := buildDataset(ctx, &spec.Datasets[i], fmt.Sprintf("spec.datasets[%d]", i), env)
 		if err != nil {
 			return nil, err
@@ -151,7 +168,7 @@ func buildModel(spec *v1alpha1.EvaluationSpec, m *v1alpha1.Model, path string, e
 	if r := m.RateLimit; r != nil {
 		out.Limits = ratelimit.Limits{RequestsPerMinute: r.RequestsPerMinute, InputTokensPerMinute: r.InputTokensPerMinute, OutputTokensPerMinute: r.OutputTokensPerMinute}
 	}
-	key, keyEnv, err := apiKey(m, path, env)
+	key, err := apiKey(m, path, env)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -183,7 +200,7 @@ func buildModel(spec *v1alpha1.EvaluationSpec, m *v1alpha1.Model, path string, e
 	case v1alpha1.ProviderAgent:
 		a := m.Agent
 		var agentEnv []string
-		agentEnv, secrets, err = agentEnvironment(m, path, key, keyEnv, env)
+		agentEnv, secrets, err = agentEnvironment(m, path, key, env)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -212,35 +229,61 @@ func buildModel(spec *v1alpha1.EvaluationSpec, m *v1alpha1.Model, path string, e
 // apiKey reads a model's key from the environment. A model that declares apiKey
 // must find its variable set; one that does not needs a key only when it talks to
 // the provider's own API (a local OpenAI-compatible server usually needs none).
-func apiKey(m *v1alpha1.Model, path string, env Env) (key, name string, err error) {
-	name = v1alpha1.DefaultAPIKeyEnv(m.Provider)
-	required := false
-	switch {
-	case m.APIKey != nil:
-		if m.APIKey.Env != "" {
-			name = m.APIKey.Env
-		}
-		required = true
-	case m.Provider != v1alpha1.ProviderAgent && officialAPI(m.BaseURL):
-		required = true
+// NeedsAPIKey reports whether a model must be given a key: it declares apiKey, or
+// it talks to OpenAI's or Anthropic's own API.
+func NeedsAPIKey(m *v1alpha1.Model) bool {
+	return m.APIKey != nil || (m.Provider != v1alpha1.ProviderAgent && officialAPI(m.BaseURL))
+}
+
+func apiKey(m *v1alpha1.Model, path string, env Env) (string, error) {
+	if !NeedsAPIKey(m) {
+		return "", nil
 	}
-	if !required {
-		return "", "", nil
+	name := v1alpha1.DefaultAPIKeyEnv(m.Provider)
+	if m.APIKey != nil && m.APIKey.Env != "" {
+		name = m.APIKey.Env
+	}
+	if env.Cluster {
+		if m.APIKey == nil || m.APIKey.SecretKeyRef == nil {
+			return "", fmt.Errorf("%s.apiKey.secretKeyRef: model %q needs an API key, which a cluster takes from a Secret", path, m.Name)
+		}
+		key, ok := env.LookupEnv(APIKeyEnv(m.Name))
+		if !ok || key == "" {
+			return "", fmt.Errorf("%s.apiKey.secretKeyRef: the key of Secret %s is empty or missing", path, m.APIKey.SecretKeyRef.Name)
+		}
+		return key, nil
 	}
 	if name == "" {
-		return "", "", fmt.Errorf("%s.apiKey.env: name the environment variable that holds the key", path)
+		return "", fmt.Errorf("%s.apiKey.env: name the environment variable that holds the key", path)
 	}
 	key, ok := env.LookupEnv(name)
 	if !ok || key == "" {
-		return "", "", fmt.Errorf("%s.apiKey.env: environment variable %s is not set (model %q needs an API key; "+
+		return "", fmt.Errorf("%s.apiKey.env: environment variable %s is not set (model %q needs an API key; "+
 			"export it, or for a server that needs no key set baseURL and leave apiKey out)", path, name, m.Name)
 	}
-	return key, name, nil
+	return key, nil
+}
+
+// CountDatasets counts the samples of each dataset (after its limit), reading
+// every source as Build would. The cluster's planner uses it.
+func CountDatasets(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (map[string]int, error) {
+	totals := map[string]int{}
+	for i := range ev.Spec.Datasets {
+		d, err := buildDataset(ctx, &ev.Spec.Datasets[i], fmt.Sprintf("spec.datasets[%d]", i), env)
+		if err != nil {
+			return nil, err
+		}
+		totals[d.Name] = d.Total
+	}
+	return totals, nil
 }
 
 // officialAPI reports whether baseURL is OpenAI's or Anthropic's own API, which
 // always needs a key (whatever its path or trailing slash).
 func officialAPI(baseURL string) bool {
+	if baseURL == "" {
+		return true // the default endpoint
+	}
 	u, err := url.Parse(baseURL)
 	if err != nil {
 		return false
@@ -282,7 +325,7 @@ func parameters(m *v1alpha1.Model) (provider.Params, error) {
 
 // agentEnvironment is the exact environment of an agent process, and the values in
 // it that must never be written out.
-func agentEnvironment(m *v1alpha1.Model, path, key, keyEnv string, env Env) ([]string, []string, error) {
+func agentEnvironment(m *v1alpha1.Model, path, key string, env Env) ([]string, []string, error) {
 	var out, secrets []string
 	for _, name := range agentBaseEnv {
 		if v, ok := env.LookupEnv(name); ok {
@@ -290,13 +333,14 @@ func agentEnvironment(m *v1alpha1.Model, path, key, keyEnv string, env Env) ([]s
 		}
 	}
 	if key != "" {
-		out = append(out, keyEnv+"="+key)
+		// The agent reads its key under the name the model declares.
+		out = append(out, m.APIKey.Env+"="+key)
 		secrets = append(secrets, key)
 	}
 	for i, e := range m.Agent.Env {
 		p := fmt.Sprintf("%s.agent.env[%d]", path, i)
 		switch {
-		case e.ValueFrom != nil:
+		case e.ValueFrom != nil && !env.Cluster:
 			return nil, nil, fmt.Errorf("%s.valueFrom: only works in a cluster; in a local run give a value, "+
 				"or no value to pass on proctor's own %s", p, e.Name)
 		case e.Value != "":
@@ -349,12 +393,7 @@ func buildDataset(ctx context.Context, d *v1alpha1.Dataset, path string, env Env
 		m = dataset.Mapping{ID: f.ID, Input: f.Input, Expected: f.Expected, Messages: f.Messages, Tools: f.Tools}
 	}
 	out := &runner.Dataset{Name: d.Name}
-	limit := func(n int) int {
-		if d.Limit > 0 && int64(n) > d.Limit {
-			return int(d.Limit)
-		}
-		return n
-	}
+	limit := d.Limited
 	src := &d.Source
 	if len(src.Inline) > 0 {
 		items := make([]json.RawMessage, len(src.Inline))

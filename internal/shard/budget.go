@@ -1,0 +1,119 @@
+package shard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/runner"
+)
+
+// AnnotationBudget holds the Budget (as JSON) on the budget ConfigMap. An
+// annotation rather than data so the controller sees it in its metadata cache.
+const AnnotationBudget = "proctor.dev/budget"
+
+// budgetFollower applies the shard's shares of the budget to the engine, and
+// flushes the store on a timer (the flush also acknowledges the budget version).
+type budgetFollower struct {
+	c       client.Client
+	o       Options
+	shard   cluster.Shard
+	eng     *runner.Engine
+	store   *cluster.Store
+	limited map[string]bool
+	log     logr.Logger
+
+	lastRead time.Time
+	fenced   bool
+}
+
+// loop flushes every FlushEvery (or when the store asks), and reads the budget
+// every BudgetEvery, until ctx ends. A failed flush is logged and retried on the
+// next tick; the final flush after the run reports any error that remains.
+func (b *budgetFollower) loop(ctx context.Context) {
+	flush := b.o.Clock.NewTicker(b.o.FlushEvery)
+	defer flush.Stop()
+	poll := b.o.Clock.NewTicker(b.o.BudgetEvery)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C():
+			if len(b.limited) > 0 {
+				b.poll(ctx)
+			}
+		case <-flush.C():
+			b.flush(ctx)
+		case <-b.store.Wake():
+			b.flush(ctx)
+		}
+	}
+}
+
+func (b *budgetFollower) flush(ctx context.Context) {
+	if err := b.store.Flush(ctx, false); err != nil && ctx.Err() == nil {
+		b.log.Error(err, "Failed to checkpoint; will retry")
+	}
+}
+
+// poll reads the budget and applies this shard's shares; if the budget has been
+// unreadable for FenceAfter, it holds every limited model.
+func (b *budgetFollower) poll(ctx context.Context) {
+	budget, err := ReadBudget(ctx, b.c, b.o.Namespace, b.o.Evaluation)
+	now := b.o.Clock.Now()
+	if err != nil {
+		if b.lastRead.IsZero() {
+			b.lastRead = now
+		}
+		if !b.fenced && now.Sub(b.lastRead) >= b.o.FenceAfter {
+			b.log.Info("Stopped calling rate-limited models: the budget has been unreadable too long", "error", err.Error())
+			for m := range b.limited {
+				_ = b.eng.Pause(m, true)
+			}
+			b.fenced = true
+		}
+		return
+	}
+	b.lastRead, b.fenced = now, false
+	key := b.shard.Key()
+	for m := range b.limited {
+		share, limited, paused := budget.Lookup(m, key)
+		if !limited {
+			continue
+		}
+		if !paused {
+			_ = b.eng.SetLimits(m, share)
+		}
+		_ = b.eng.Pause(m, paused)
+	}
+	b.store.SetBudget(budget.Version)
+}
+
+// ReadBudget reads an Evaluation's budget; a missing budget is an empty one.
+func ReadBudget(ctx context.Context, c client.Client, ns, eval string) (*cluster.Budget, error) {
+	var cm corev1.ConfigMap
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster.BudgetName(eval)}, &cm); err != nil {
+		return nil, err
+	}
+	return ParseBudget(cm.Annotations)
+}
+
+// ParseBudget reads a budget from the budget ConfigMap's annotations.
+func ParseBudget(annotations map[string]string) (*cluster.Budget, error) {
+	b := &cluster.Budget{}
+	v, ok := annotations[AnnotationBudget]
+	if !ok {
+		return b, nil
+	}
+	if err := json.Unmarshal([]byte(v), b); err != nil {
+		return nil, fmt.Errorf("budget: %w", err)
+	}
+	return b, nil
+}

@@ -1,0 +1,76 @@
+package shard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/compile"
+)
+
+// AnnotationPlanError on a plan ConfigMap says why planning failed.
+const AnnotationPlanError = "proctor.dev/plan-error"
+
+// Plan counts the samples of every dataset of a run and publishes the plan: the
+// planner Job, for sources only a pod can read (url, pvc). A problem with the data
+// is published too, as the plan's error, so the Evaluation can say what it is.
+func Plan(ctx context.Context, c client.Client, o Options) error {
+	o.defaults()
+	ev := &v1alpha1.Evaluation{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Evaluation}, ev); err != nil {
+		if apierrors.IsNotFound(err) {
+			return cluster.ErrObsolete
+		}
+		return fmt.Errorf("reading the evaluation: %w", err)
+	}
+	if cluster.RunID(&ev.Spec) != o.Run {
+		return cluster.ErrObsolete
+	}
+	totals, countErr := compile.CountDatasets(ctx, ev, compile.Env{
+		DataDir: filepath.Join(o.WorkDir, "data"),
+		Cluster: true,
+		ResolveSource: func(ds *v1alpha1.Dataset) (string, error) {
+			return resolveSource(ctx, c, o, ds)
+		},
+	})
+	cm := NewPlanConfigMap(ev, o.Run)
+	if countErr != nil {
+		cm.Annotations[AnnotationPlanError] = countErr.Error()
+	} else {
+		plan := cluster.Plan{Totals: totals, ShardSize: cluster.DefaultShardSize(totals)}
+		if ev.Spec.ShardSize != nil {
+			plan.ShardSize = int(*ev.Spec.ShardSize)
+		}
+		b, _ := json.Marshal(plan)
+		cm.Annotations[cluster.AnnotationPlan] = string(b)
+	}
+	if err := c.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("publishing the plan: %w", err)
+	}
+	if countErr != nil {
+		return &InvalidError{countErr}
+	}
+	return nil
+}
+
+// NewPlanConfigMap is a run's (empty) plan ConfigMap.
+func NewPlanConfigMap(ev *v1alpha1.Evaluation, run string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Namespace:   ev.Namespace,
+		Name:        cluster.PlanName(ev.Name, run),
+		Labels:      cluster.Labels(ev.Name, run, cluster.ComponentPlan),
+		Annotations: map[string]string{},
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: v1alpha1.GroupVersion.String(), Kind: "Evaluation", Name: ev.Name, UID: ev.UID, Controller: ptr.To(true),
+		}},
+	}}
+}

@@ -1,0 +1,246 @@
+// Package shard is what a runner pod does: evaluate one shard (a slice of one
+// dataset for one model) of an Evaluation's run, checkpointing into the shard's
+// ConfigMaps and keeping within the share of each model's budget the controller
+// grants it. `proctor shard` runs it; integration tests run it in-process.
+package shard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/compile"
+	"github.com/proctor-dev/proctor/runner"
+)
+
+// Options says which shard to run and how.
+type Options struct {
+	Namespace  string
+	Evaluation string
+	Run        string
+	Model      string
+	Index      int
+	Pod        string
+	// LookupEnv reads the pod's environment (API keys); nil means os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+	// WorkDir holds downloads and agent workspaces.
+	WorkDir string
+	// DatasetRoot is where PVC datasets are mounted: <root>/<claimName>/<path>.
+	DatasetRoot string
+	// FlushEvery is how often progress and records are written (default 3s).
+	FlushEvery time.Duration
+	// BudgetEvery is how often the budget is read (default 2s).
+	BudgetEvery time.Duration
+	// FenceAfter stops calls to limited models when the budget could not be read
+	// for that long (default 20s): the controller reclaims the shares of shards
+	// it stops hearing from, and such a shard must not keep spending.
+	FenceAfter time.Duration
+	// GracePeriod is how long samples in flight may finish after ctx ends.
+	GracePeriod time.Duration
+	Clock       clock.WithTicker
+	Log         logr.Logger
+}
+
+// InvalidError is a problem no retry can fix (a template naming a missing field,
+// a missing API key): the pod exits with code 2, which the Job treats as final.
+type InvalidError struct{ Err error }
+
+func (e *InvalidError) Error() string { return e.Err.Error() }
+func (e *InvalidError) Unwrap() error { return e.Err }
+
+// Run evaluates the shard to the end, or until ctx ends (then it checkpoints what
+// finished and returns ctx's error). A run that is no longer the Evaluation's
+// returns cluster.ErrObsolete.
+func Run(ctx context.Context, c client.Client, o Options) error {
+	o.defaults()
+	log := o.Log.WithValues("evaluation", o.Evaluation, "run", o.Run, "model", o.Model, "shard", o.Index)
+
+	ev := &v1alpha1.Evaluation{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Evaluation}, ev); err != nil {
+		if apierrors.IsNotFound(err) {
+			return cluster.ErrObsolete
+		}
+		return fmt.Errorf("reading the evaluation: %w", err)
+	}
+	if cluster.RunID(&ev.Spec) != o.Run {
+		return cluster.ErrObsolete
+	}
+	plan, err := ReadPlan(ctx, c, o.Namespace, o.Evaluation, o.Run)
+	if err != nil {
+		return err
+	}
+	shards := plan.Shards(&ev.Spec, o.Model)
+	if o.Index < 0 || o.Index >= len(shards) {
+		return &InvalidError{fmt.Errorf("shard %d of model %s does not exist (it has %d)", o.Index, o.Model, len(shards))}
+	}
+	sh := shards[o.Index]
+	log = log.WithValues("dataset", sh.Dataset, "start", sh.Start, "end", sh.End)
+
+	p, err := compile.Build(ctx, ev, compile.Env{
+		LookupEnv:     o.LookupEnv,
+		DataDir:       filepath.Join(o.WorkDir, "data"),
+		WorkspaceRoot: o.WorkDir,
+		Cluster:       true,
+		Datasets:      []string{sh.Dataset},
+		ResolveSource: func(ds *v1alpha1.Dataset) (string, error) {
+			return resolveSource(ctx, c, o, ds)
+		},
+	})
+	if err != nil {
+		return &InvalidError{err}
+	}
+	store, err := cluster.OpenStore(ctx, c, ev, o.Run, sh, o.Pod)
+	if err != nil {
+		return err
+	}
+	eng, err := runner.New(p, runner.Options{Log: log})
+	if err != nil {
+		return &InvalidError{err}
+	}
+	if done := store.Progress().Done; done > 0 {
+		log.Info("Resumed a shard", "done", done)
+	}
+
+	limited := limitedModels(&ev.Spec)
+	b := &budgetFollower{c: c, o: o, shard: sh, eng: eng, store: store, limited: limited, log: log}
+	if len(limited) > 0 {
+		// Until the controller grants a share, limited models send nothing.
+		for m := range limited {
+			_ = eng.Pause(m, true)
+		}
+		b.poll(ctx)
+	}
+
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	go func() {
+		// ctx ending (SIGTERM) drains: no new samples; those in flight get the grace period.
+		<-ctx.Done()
+		eng.Stop()
+		t := o.Clock.NewTimer(o.GracePeriod)
+		defer t.Stop()
+		select {
+		case <-t.C():
+		case <-runCtx.Done():
+		}
+		cancelRun()
+	}()
+
+	loopsDone := make(chan struct{})
+	loopCtx, stopLoops := context.WithCancel(runCtx)
+	go func() {
+		defer close(loopsDone)
+		b.loop(loopCtx)
+	}()
+	runErr := eng.Run(runCtx, []runner.Task{{Model: sh.Model, Dataset: sh.Dataset, Start: sh.Start, End: sh.End}}, store)
+	stopLoops()
+	<-loopsDone
+
+	// Whatever happened, save what finished.
+	finished := runErr == nil && ctx.Err() == nil && store.Progress().Done == sh.End-sh.Start
+	saveCtx, cancelSave := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancelSave()
+	if err := store.Flush(saveCtx, finished); err != nil {
+		return errors.Join(runErr, fmt.Errorf("saving records: %w", err))
+	}
+	switch {
+	case runErr != nil:
+		return runErr
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case !finished:
+		return fmt.Errorf("shard ended with %d of %d samples done", store.Progress().Done, sh.End-sh.Start)
+	}
+	log.Info("Finished a shard", "done", store.Progress().Done, "errored", store.Progress().Errored)
+	return nil
+}
+
+func (o *Options) defaults() {
+	if o.LookupEnv == nil {
+		o.LookupEnv = os.LookupEnv
+	}
+	if o.WorkDir == "" {
+		o.WorkDir = os.TempDir()
+	}
+	if o.DatasetRoot == "" {
+		o.DatasetRoot = "/datasets"
+	}
+	if o.FlushEvery == 0 {
+		o.FlushEvery = 3 * time.Second
+	}
+	if o.BudgetEvery == 0 {
+		o.BudgetEvery = 2 * time.Second
+	}
+	if o.FenceAfter == 0 {
+		o.FenceAfter = 20 * time.Second
+	}
+	if o.GracePeriod == 0 {
+		o.GracePeriod = 20 * time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+}
+
+// ReadPlan reads a run's plan.
+func ReadPlan(ctx context.Context, c client.Client, ns, eval, run string) (cluster.Plan, error) {
+	var cm corev1.ConfigMap
+	var plan cluster.Plan
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster.PlanName(eval, run)}, &cm); err != nil {
+		return plan, fmt.Errorf("reading the plan: %w", err)
+	}
+	if err := json.Unmarshal([]byte(cm.Annotations[cluster.AnnotationPlan]), &plan); err != nil {
+		return plan, fmt.Errorf("reading the plan: %w", err)
+	}
+	return plan, nil
+}
+
+// resolveSource makes a cluster dataset source a local file.
+func resolveSource(ctx context.Context, c client.Client, o Options, ds *v1alpha1.Dataset) (string, error) {
+	switch {
+	case ds.Source.PVC != nil:
+		return filepath.Join(o.DatasetRoot, ds.Source.PVC.ClaimName, filepath.FromSlash(ds.Source.PVC.Path)), nil
+	case ds.Source.ConfigMap != nil:
+		ref := ds.Source.ConfigMap
+		var cm corev1.ConfigMap
+		if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: ref.Name}, &cm); err != nil {
+			return "", err
+		}
+		data := []byte(cm.Data[ref.Key])
+		if b, ok := cm.BinaryData[ref.Key]; ok {
+			data = b
+		} else if _, ok := cm.Data[ref.Key]; !ok {
+			return "", fmt.Errorf("ConfigMap %s has no key %s", ref.Name, ref.Key)
+		}
+		dir := filepath.Join(o.WorkDir, "data")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", err
+		}
+		path := filepath.Join(dir, "configmap-"+ds.Name+"-"+filepath.Base(ref.Key))
+		return path, os.WriteFile(path, data, 0o644)
+	}
+	return "", errors.New("not a cluster source")
+}
+
+// limitedModels are the models with a rate limit, whose shares come from the budget.
+func limitedModels(spec *v1alpha1.EvaluationSpec) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range spec.Models {
+		if m.RateLimit != nil && (m.RateLimit.RequestsPerMinute > 0 || m.RateLimit.InputTokensPerMinute > 0 || m.RateLimit.OutputTokensPerMinute > 0) {
+			out[m.Name] = true
+		}
+	}
+	return out
+}
