@@ -10,6 +10,16 @@ LDFLAGS := -s -w -X github.com/proctor-dev/proctor/internal/version.Version=$(VE
 LOCALBIN := $(CURDIR)/bin
 CONTROLLER_TOOLS_VERSION ?= v0.21.0
 CONTROLLER_GEN := $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
+KUSTOMIZE_VERSION ?= v5.7.1
+KUSTOMIZE := $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
+# Kubernetes components built from the module proxy (hack/install-kube.sh).
+KUBE_VERSION ?= v1.36.3
+KUBE_BIN := $(LOCALBIN)/kube-$(KUBE_VERSION)
+# kubectl: yours if installed, else the pinned one.
+KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(KUBE_BIN)/kubectl)
+
+# The image make deploy installs.
+IMG ?= proctor:dev
 
 # How long `go test` may run per package; the e2e packages start real processes.
 TEST_TIMEOUT ?= 20m
@@ -30,8 +40,8 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD into config/crd.
-	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=config/crd/bases
+manifests: $(CONTROLLER_GEN) ## Generate the CRD (config/crd) and the manager's RBAC (config/rbac).
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: fmt
 fmt: ## Format the code.
@@ -51,8 +61,12 @@ verify: generate manifests lint ## Regenerate everything and fail if the tree ch
 ##@ Test
 
 .PHONY: test
-test: lint ## Unit and end-to-end tests of the local runner (the README's test command).
+test: lint kube-assets ## Unit, integration (a real kube-apiserver + etcd) and local end-to-end tests (the README's test command).
 	go test -race -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: kube-assets
+kube-assets: ## Build etcd, kube-apiserver and kubectl $(KUBE_VERSION) into bin/ (once; several minutes).
+	hack/install-kube.sh etcd kube-apiserver kubectl
 
 .PHONY: bench
 bench: ## Benchmarks: rate-limit efficiency, runner vs bare HTTP, memory on 1M samples.
@@ -65,7 +79,29 @@ build: ## Build bin/proctor and bin/fakellm.
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/proctor .
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/fakellm ./test/fakellm/cmd/fakellm
 
+##@ Deployment
+
+.PHONY: install
+install: manifests $(KUSTOMIZE) ## Install the CRD into the cluster of your kubeconfig.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: $(KUSTOMIZE) ## Remove the CRD (and every Evaluation) from the cluster.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: deploy
+deploy: manifests $(KUSTOMIZE) ## Deploy the manager, image IMG, into proctor-system.
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/default | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: $(KUSTOMIZE) ## Remove the manager (and the CRD) from the cluster.
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
+
 ##@ Tools
 
 $(CONTROLLER_GEN):
 	hack/go-install-tool.sh controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen $(CONTROLLER_TOOLS_VERSION)
+
+$(KUSTOMIZE):
+	hack/go-install-tool.sh kustomize sigs.k8s.io/kustomize/kustomize/v5 $(KUSTOMIZE_VERSION)

@@ -91,6 +91,7 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	p, err := compile.Build(ctx, ev, compile.Env{
 		LookupEnv:     o.LookupEnv,
 		DataDir:       filepath.Join(o.WorkDir, "data"),
+		CacheDir:      filepath.Join(o.WorkDir, "cache"),
 		WorkspaceRoot: o.WorkDir,
 		Cluster:       true,
 		Datasets:      []string{sh.Dataset},

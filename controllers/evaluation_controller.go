@@ -1,0 +1,203 @@
+// Package controllers holds the Evaluation controller: it turns an Evaluation
+// into one Indexed Job per model, divides rate limits among the running shards,
+// follows their progress, and gathers their records into status and NAME-results.
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+)
+
+// Options tune the controller. Zero values take the defaults.
+type Options struct {
+	// StaleAfter is how long a shard's head may stay unchanged before the shard is
+	// taken for dead and its budget share reclaimed. Runners write every few
+	// seconds and stop spending when they cannot read the budget for less than this.
+	StaleAfter time.Duration
+	// ProgressInterval bounds how often progress alone is written to status.
+	ProgressInterval time.Duration
+	// RecheckAfter is how soon missing references are looked for again.
+	RecheckAfter time.Duration
+	// ShardRetries is how many times a failed shard is retried (backoffLimitPerIndex).
+	ShardRetries int32
+}
+
+func (o *Options) defaults() {
+	if o.StaleAfter == 0 {
+		o.StaleAfter = 30 * time.Second
+	}
+	if o.ProgressInterval == 0 {
+		o.ProgressInterval = 2 * time.Second
+	}
+	if o.RecheckAfter == 0 {
+		o.RecheckAfter = 10 * time.Second
+	}
+	if o.ShardRetries == 0 {
+		o.ShardRetries = 3
+	}
+}
+
+// EvaluationReconciler reconciles Evaluations.
+type EvaluationReconciler struct {
+	client.Client
+	// APIReader reads what the cache does not hold: users' ConfigMaps, Secret and
+	// PVC metadata, and record chunks (cached only as metadata).
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	// RunnerImage runs shards unless spec.runner.image says otherwise: the
+	// manager's own image, which holds the same proctor binary.
+	RunnerImage string
+	Options     Options
+
+	heads    *headTracker
+	progress *throttle
+}
+
+// +kubebuilder:rbac:groups=proctor.dev,resources=evaluations,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=proctor.dev,resources=evaluations/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=proctor.dev,resources=evaluations/finalizers,verbs=update
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets;persistentvolumeclaims,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager registers the controller. Children are watched through their
+// owner; ConfigMaps only as metadata (shard progress is in annotations), so the
+// manager never holds records in memory.
+func (r *EvaluationReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Options.defaults()
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.heads = newHeadTracker()
+	r.progress = newThrottle()
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.Evaluation{}).
+		Owns(&batchv1.Job{}).
+		Owns(&corev1.ConfigMap{}, builder.OnlyMetadata).
+		Owns(&corev1.ServiceAccount{}, builder.OnlyMetadata).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		Named("evaluation").
+		Complete(r)
+}
+
+// step is one named part of a reconcile. It returns false to end the pass early
+// (the rest needs something that is not there yet).
+type step struct {
+	name string
+	run  func(context.Context, *pass) (bool, error)
+}
+
+// Reconcile brings an Evaluation's children in line with its spec, then writes its
+// status once, if it changed, and only then emits events.
+func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	ev := &v1alpha1.Evaluation{}
+	if err := r.Get(ctx, req.NamespacedName, ev); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if !ev.DeletionTimestamp.IsZero() {
+		// Owner references let the garbage collector remove everything it made.
+		return ctrl.Result{}, nil
+	}
+
+	p := newPass(ev, r.Clock.Now())
+	steps := []step{
+		{"StartRun", r.startRun},
+		{"CheckReferences", r.checkReferences},
+		{"LoadPlan", r.loadPlan},
+		{"EnsurePermissions", r.ensurePermissions},
+		{"EnsurePlanner", r.ensurePlanner},
+		{"EnsureBudget", r.ensureBudget},
+		{"EnsureJobs", r.ensureJobs},
+		{"ObserveShards", r.observeShards},
+		{"DivideBudget", r.divideBudget},
+		{"Finish", r.finish},
+	}
+	var stepErr error
+	for _, s := range steps {
+		cont, err := s.run(ctx, p)
+		if err != nil {
+			stepErr = fmt.Errorf("%s: %w", s.name, err)
+			break
+		}
+		if !cont {
+			break
+		}
+	}
+	r.setPhase(p)
+	if err := r.writeStatus(ctx, p, logger); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.emit(p)
+	if stepErr != nil {
+		return ctrl.Result{}, stepErr
+	}
+	return p.result, nil
+}
+
+// writeStatus writes status if it changed. Progress alone is written at most every
+// ProgressInterval: shards report every few seconds each, and many shards would
+// otherwise mean many writes.
+func (r *EvaluationReconciler) writeStatus(ctx context.Context, p *pass, logger logr.Logger) error {
+	old := &p.ev.Status
+	if apiequality.Semantic.DeepEqual(old, p.status) {
+		return nil
+	}
+	key := client.ObjectKeyFromObject(p.ev)
+	if onlyProgress(old, p.status) {
+		if wait := r.progress.wait(key, p.now, r.Options.ProgressInterval); wait > 0 {
+			p.requeueAfter(wait)
+			return nil
+		}
+	}
+	recordSamples(old, p.status)
+	updated := p.ev.DeepCopy()
+	updated.Status = *p.status
+	if err := r.Status().Update(ctx, updated); err != nil {
+		if apierrors.IsConflict(err) {
+			// A newer object is on its way; the next pass will see it.
+			p.requeueAfter(time.Second)
+			return nil
+		}
+		return fmt.Errorf("writing status: %w", err)
+	}
+	r.progress.wrote(key, p.now)
+	if old.Phase != p.status.Phase {
+		logger.Info("Evaluation changed phase", "from", old.Phase, "to", p.status.Phase, "run", p.status.Run)
+	}
+	return nil
+}
+
+func (r *EvaluationReconciler) forget(key types.NamespacedName) {
+	r.heads.forget(key)
+	r.progress.forget(key)
+	forgetPhase(key)
+}

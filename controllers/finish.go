@@ -1,0 +1,234 @@
+package controllers
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/runner/results"
+)
+
+// Keys of the results ConfigMap.
+const (
+	ResultsKeySummary = "summary.json"
+	ResultsKeyRecords = "results.jsonl.gz"
+	ResultsKeyChunks  = "chunks"
+	// maxEmbeddedRecords bounds the compressed records put in NAME-results itself;
+	// beyond it, NAME-results lists the ConfigMaps that hold them.
+	maxEmbeddedRecords = 700 << 10
+	// maxSortedRecords bounds the raw records held in memory to sort them.
+	maxSortedRecords = 16 << 20
+)
+
+// finish ends the run once every Job finished: it gathers every shard's records
+// (one per sample, whatever crashes stored twice) into status.results and
+// NAME-results, and fails the Evaluation, naming the shards, if any failed. The
+// results of the shards that succeeded are kept either way.
+func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error) {
+	if p.plan == nil {
+		return true, nil
+	}
+	done, anyFailed := jobsFinished(p.jobs)
+	if !done {
+		return true, nil
+	}
+	if anyFailed {
+		p.fail(ReasonShardsFailed, "%s", failedShards(p.shards, r.Options.ShardRetries))
+	} else {
+		p.finished = true
+	}
+	terminal := p.ev.Status.Phase == v1alpha1.PhaseSucceeded || p.ev.Status.Phase == v1alpha1.PhaseFailed
+	if terminal && p.ev.Status.ResultsConfigMap != "" && p.ev.Status.Run == p.run {
+		return true, nil // gathered already
+	}
+	summaries, records, chunks, err := r.gather(ctx, p)
+	if err != nil {
+		return false, err
+	}
+	if err := r.writeResults(ctx, p, summaries, records, chunks); err != nil {
+		return false, err
+	}
+	p.status.Results = make([]v1alpha1.ModelResult, len(summaries))
+	var firstSum float64
+	var firstDone int64
+	subjects := cluster.Subjects(&p.ev.Spec)
+	metric := firstMetric(&p.ev.Spec)
+	for i, s := range summaries {
+		mr := v1alpha1.ModelResult{
+			Model: s.Model, Dataset: s.Dataset, Total: s.Total, Completed: s.Completed, Errored: s.Errored,
+			Metrics:       map[string]string{},
+			LatencyMillis: &v1alpha1.LatencySummary{P50: s.LatencyMillis.P50, P95: s.LatencyMillis.P95},
+			Tokens:        &v1alpha1.TokenUsage{Input: s.Tokens.Input, Output: s.Tokens.Output},
+		}
+		for k, v := range s.Metrics {
+			mr.Metrics[k] = fmt.Sprintf("%.4f", v)
+		}
+		p.status.Results[i] = mr
+		if len(subjects) > 0 && s.Model == subjects[0] && metric != "" {
+			firstSum += s.Metrics[metric] * float64(s.Completed)
+			firstDone += s.Completed
+		}
+	}
+	if firstDone > 0 {
+		p.status.Score = fmt.Sprintf("%.4f", firstSum/float64(firstDone))
+	}
+	p.status.ResultsConfigMap = cluster.ResultsName(p.ev.Name)
+	return true, nil
+}
+
+// gather reads every shard ConfigMap of the run once, keeping one record per
+// sample (the last read wins), and summarizes each model on each dataset. It
+// returns the records sorted, if they are few enough to hold, and the names of
+// the ConfigMaps holding them.
+func (r *EvaluationReconciler) gather(ctx context.Context, p *pass) ([]results.Summary, [][]byte, []string, error) {
+	ev := p.ev
+	var list metav1.PartialObjectMetadataList
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+	if err := r.List(ctx, &list, client.InNamespace(ev.Namespace), client.MatchingLabels{
+		cluster.LabelEvaluation: cluster.LabelValue(ev.Name), cluster.LabelRun: p.run,
+	}); err != nil {
+		return nil, nil, nil, err
+	}
+	var names []string
+	for _, m := range list.Items {
+		if c := m.Labels[cluster.LabelComponent]; c == cluster.ComponentShard || c == cluster.ComponentRecords {
+			names = append(names, m.Name)
+		}
+	}
+	slices.Sort(names)
+
+	type pairKey struct{ model, dataset string }
+	type stored struct {
+		index int
+		rec   results.Record
+		raw   []byte
+	}
+	byPair := map[pairKey]map[int]stored{}
+	var raw int
+	keep := true
+	for _, name := range names {
+		var cm corev1.ConfigMap
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: name}, &cm); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, nil, nil, err
+		}
+		lines, err := cluster.ReadRecords(&cm)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		for _, l := range lines {
+			var rec results.Record
+			if err := json.Unmarshal(l.Record, &rec); err != nil {
+				return nil, nil, nil, fmt.Errorf("%s: %w", name, err)
+			}
+			k := pairKey{rec.Model, rec.Dataset}
+			if byPair[k] == nil {
+				byPair[k] = map[int]stored{}
+			}
+			s := stored{index: l.Index, rec: rec}
+			if keep {
+				s.raw = l.Record
+				raw += len(l.Record)
+				if raw > maxSortedRecords {
+					keep = false
+				}
+			}
+			byPair[k][l.Index] = s
+		}
+	}
+
+	metrics := make([]string, len(ev.Spec.Scoring))
+	for i := range ev.Spec.Scoring {
+		metrics[i] = ev.Spec.Scoring[i].MetricName()
+	}
+	var summaries []results.Summary
+	var sorted [][]byte
+	for _, model := range cluster.Subjects(&ev.Spec) {
+		for _, d := range ev.Spec.Datasets {
+			recs := byPair[pairKey{model, d.Name}]
+			agg := results.NewAggregate(model, d.Name, int64(p.plan.Totals[d.Name]), metrics)
+			idx := make([]int, 0, len(recs))
+			for i := range recs {
+				idx = append(idx, i)
+			}
+			slices.Sort(idx)
+			for _, i := range idx {
+				s := recs[i]
+				agg.Add(&s.rec)
+				if keep {
+					sorted = append(sorted, s.raw)
+				}
+			}
+			summaries = append(summaries, agg.Summary())
+		}
+	}
+	if !keep {
+		sorted = nil
+	}
+	return summaries, sorted, names, nil
+}
+
+// writeResults writes NAME-results: the summary (as summary.json, the same as a
+// local run's) and the records: results.jsonl.gz in sample order when small
+// enough, else the list of ConfigMaps that hold them.
+func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, summaries []results.Summary, records [][]byte, chunks []string) error {
+	summary, err := json.MarshalIndent(struct {
+		Results []results.Summary `json:"results"`
+	}{summaries}, "", "  ")
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: objectMeta(p.ev.Namespace, cluster.ResultsName(p.ev.Name), cluster.Labels(p.ev.Name, p.run, cluster.ComponentResults)),
+		Data:       map[string]string{ResultsKeySummary: string(summary) + "\n"},
+	}
+	cm.Annotations = map[string]string{cluster.AnnotationRun: p.run}
+	gz, ok := gzipRecords(records)
+	if ok && len(gz) <= maxEmbeddedRecords {
+		cm.BinaryData = map[string][]byte{ResultsKeyRecords: gz}
+	} else {
+		cm.Data[ResultsKeyChunks] = strings.Join(chunks, "\n") + "\n"
+	}
+
+	// Read directly: a typed cached read would make the manager cache whole
+	// ConfigMaps, which it deliberately keeps as metadata only.
+	var existing corev1.ConfigMap
+	err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(cm), &existing)
+	if apierrors.IsNotFound(err) {
+		return r.createOwned(ctx, p.ev, cm)
+	}
+	if err != nil {
+		return err
+	}
+	existing.Labels, existing.Annotations, existing.Data, existing.BinaryData = cm.Labels, cm.Annotations, cm.Data, cm.BinaryData
+	return r.Update(ctx, &existing)
+}
+
+func gzipRecords(records [][]byte) ([]byte, bool) {
+	if records == nil {
+		return nil, false
+	}
+	var buf bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	for _, r := range records {
+		w.Write(r)
+		w.Write([]byte{'\n'})
+	}
+	if w.Close() != nil {
+		return nil, false
+	}
+	return buf.Bytes(), true
+}

@@ -1,0 +1,242 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/compile"
+	"github.com/proctor-dev/proctor/internal/shard"
+)
+
+// startRun decides the run. A spec edit that changes the results (anything but
+// suspend, parallelism and rate limits) starts a new run: the children of the old
+// one are deleted and status starts over.
+func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, error) {
+	p.run = cluster.RunID(&p.ev.Spec)
+	if p.status.Run == p.run {
+		return true, nil
+	}
+	if p.status.Run != "" {
+		p.event(corev1.EventTypeNormal, ReasonNewRun, "The spec changed: starting run %s (was %s)", p.run, p.status.Run)
+	}
+	*p.status = v1alpha1.EvaluationStatus{Run: p.run, StartTime: &metav1.Time{Time: p.now}}
+	if err := r.deleteOtherRuns(ctx, p); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// deleteOtherRuns removes Jobs and ConfigMaps of earlier runs, and the results and
+// budget, which belong to whichever run is current.
+func (r *EvaluationReconciler) deleteOtherRuns(ctx context.Context, p *pass) error {
+	ns := client.InNamespace(p.ev.Namespace)
+	other, _ := labels.NewRequirement(cluster.LabelRun, selection.NotEquals, []string{p.run})
+	own, _ := labels.NewRequirement(cluster.LabelEvaluation, selection.Equals, []string{cluster.LabelValue(p.ev.Name)})
+	sel := client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*own, *other)}
+	bg := client.PropagationPolicy(metav1.DeletePropagationBackground)
+
+	var jobs batchv1.JobList
+	if err := r.List(ctx, &jobs, ns, sel); err != nil {
+		return err
+	}
+	for i := range jobs.Items {
+		if err := r.Delete(ctx, &jobs.Items[i], bg); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	var cms metav1.PartialObjectMetadataList
+	cms.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+	if err := r.List(ctx, &cms, ns, sel); err != nil {
+		return err
+	}
+	for i := range cms.Items {
+		if err := r.Delete(ctx, &cms.Items[i]); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	for _, name := range []string{cluster.ResultsName(p.ev.Name), cluster.BudgetName(p.ev.Name)} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: p.ev.Namespace, Name: name}}
+		if err := r.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkReferences makes sure what the run needs exists before anything starts: a
+// missing Secret, ConfigMap or PVC leaves the Evaluation Pending with the reason,
+// and it is looked for again shortly (and on any edit). A model that needs an API
+// key but names no Secret cannot run in a cluster at all.
+func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bool, error) {
+	if len(p.status.Results) > 0 || p.status.Phase == v1alpha1.PhaseRunning {
+		return true, nil // the run already started; pods hold what they need
+	}
+	ns := p.ev.Namespace
+	for i, m := range p.ev.Spec.Models {
+		path := fmt.Sprintf("spec.models[%d]", i)
+		if compile.NeedsAPIKey(&m) && (m.APIKey == nil || m.APIKey.SecretKeyRef == nil) {
+			p.fail(ReasonInvalidSpec, "%s.apiKey.secretKeyRef: model %q needs an API key, which a cluster reads from a Secret", path, m.Name)
+			return false, nil
+		}
+		if m.APIKey != nil && m.APIKey.SecretKeyRef != nil {
+			if ok, err := r.exists(ctx, ns, m.APIKey.SecretKeyRef.Name, &corev1.Secret{}); err != nil || !ok {
+				p.pendingReason = ReasonSecretNotFound
+				p.pendingMessage = fmt.Sprintf("Secret %s (%s.apiKey.secretKeyRef) not found", m.APIKey.SecretKeyRef.Name, path)
+				p.requeueAfter(r.Options.RecheckAfter)
+				return false, err
+			}
+		}
+	}
+	for i, d := range p.ev.Spec.Datasets {
+		path := fmt.Sprintf("spec.datasets[%d].source", i)
+		switch {
+		case d.Source.ConfigMap != nil:
+			ref := d.Source.ConfigMap
+			var cm corev1.ConfigMap
+			err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &cm)
+			if apierrors.IsNotFound(err) {
+				p.pendingReason = ReasonConfigMapNotFound
+				p.pendingMessage = fmt.Sprintf("ConfigMap %s (%s.configMap) not found", ref.Name, path)
+				p.requeueAfter(r.Options.RecheckAfter)
+				return false, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			_, inData := cm.Data[ref.Key]
+			_, inBinary := cm.BinaryData[ref.Key]
+			if !inData && !inBinary {
+				p.pendingReason = ReasonConfigMapNotFound
+				p.pendingMessage = fmt.Sprintf("ConfigMap %s has no key %s (%s.configMap.key)", ref.Name, ref.Key, path)
+				p.requeueAfter(r.Options.RecheckAfter)
+				return false, nil
+			}
+			p.configMaps[d.Name] = &cm
+		case d.Source.PVC != nil:
+			if ok, err := r.exists(ctx, ns, d.Source.PVC.ClaimName, &corev1.PersistentVolumeClaim{}); err != nil || !ok {
+				p.pendingReason = ReasonPVCNotFound
+				p.pendingMessage = fmt.Sprintf("PersistentVolumeClaim %s (%s.pvc) not found", d.Source.PVC.ClaimName, path)
+				p.requeueAfter(r.Options.RecheckAfter)
+				return false, err
+			}
+		case d.Source.File != "":
+			p.fail(ReasonInvalidSpec, "%s.file: a local file cannot be read in a cluster; use configMap, url or pvc", path)
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// exists reads an object's metadata only: the manager never needs Secret values.
+func (r *EvaluationReconciler) exists(ctx context.Context, ns, name string, obj client.Object) (bool, error) {
+	gvk, err := r.GroupVersionKindFor(obj)
+	if err != nil {
+		return false, err
+	}
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(gvk)
+	err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, m)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// loadPlan reads the run's plan, or makes it when the controller can count every
+// dataset itself (inline and ConfigMap data). Otherwise the planner Job counts.
+func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, error) {
+	key := client.ObjectKey{Namespace: p.ev.Namespace, Name: cluster.PlanName(p.ev.Name, p.run)}
+	cm := &metav1.PartialObjectMetadata{}
+	cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	err := r.Get(ctx, key, cm)
+	if err == nil {
+		if msg, failed := cm.Annotations[shard.AnnotationPlanError]; failed {
+			p.fail(ReasonPlanningFailed, "reading the datasets failed: %s", msg)
+			return false, nil
+		}
+		var plan cluster.Plan
+		if err := json.Unmarshal([]byte(cm.Annotations[cluster.AnnotationPlan]), &plan); err != nil {
+			return false, fmt.Errorf("plan %s: %w", key.Name, err)
+		}
+		p.plan = &plan
+		return true, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return false, err
+	}
+
+	totals := map[string]int{}
+	for i := range p.ev.Spec.Datasets {
+		d := &p.ev.Spec.Datasets[i]
+		var data []byte
+		if ref := d.Source.ConfigMap; ref != nil && p.configMaps[d.Name] != nil {
+			data = []byte(p.configMaps[d.Name].Data[ref.Key])
+			if b, ok := p.configMaps[d.Name].BinaryData[ref.Key]; ok {
+				data = b
+			}
+		}
+		n, ok, err := cluster.CountInMemory(d, data)
+		if err != nil {
+			p.fail(ReasonPlanningFailed, "spec.datasets[%d]: %v", i, err)
+			return false, nil
+		}
+		if !ok {
+			return true, nil // a pod must count: ensurePlanner runs it
+		}
+		totals[d.Name] = n
+	}
+	plan := cluster.Plan{Totals: totals, ShardSize: cluster.DefaultShardSize(totals)}
+	if p.ev.Spec.ShardSize != nil {
+		plan.ShardSize = int(*p.ev.Spec.ShardSize)
+	}
+	b, _ := json.Marshal(plan)
+	planCM := shard.NewPlanConfigMap(p.ev, p.run)
+	planCM.Annotations[cluster.AnnotationPlan] = string(b)
+	if err := r.Create(ctx, planCM); err != nil && !apierrors.IsAlreadyExists(err) {
+		return false, err
+	}
+	p.plan = &plan
+	return true, nil
+}
+
+// ensurePlanner runs the planner Job when the plan needs a pod to read the data.
+func (r *EvaluationReconciler) ensurePlanner(ctx context.Context, p *pass) (bool, error) {
+	if p.plan != nil {
+		return true, nil
+	}
+	job := r.plannerJob(p)
+	if err := controllerutil.SetControllerReference(p.ev, job, r.Scheme); err != nil {
+		return false, err
+	}
+	if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return false, err
+	}
+	var existing batchv1.Job
+	if err := r.Get(ctx, client.ObjectKeyFromObject(job), &existing); err == nil && jobFinished(&existing, batchv1.JobFailed) {
+		p.fail(ReasonPlanningFailed, "the planner Job %s failed; see its pod's log", job.Name)
+		return false, nil
+	}
+	p.pendingReason, p.pendingMessage = ReasonPlanning, "counting the samples of url and pvc datasets"
+	return false, nil
+}
+
+func jobFinished(j *batchv1.Job, t batchv1.JobConditionType) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == t && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}

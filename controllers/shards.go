@@ -1,0 +1,231 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/shard"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
+)
+
+// shardState is what the controller knows of one shard.
+type shardState struct {
+	cluster.Shard
+	head      string
+	progress  cluster.ShardProgress
+	hasHead   bool
+	active    bool // running, and heard from recently
+	completed bool
+	failed    bool
+}
+
+// observeShards reads every shard's progress from its head (a metadata-only
+// cache: progress is an annotation) and its outcome from its Job, and derives the
+// status's progress, shard counts and live score.
+func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool, error) {
+	if p.plan == nil {
+		return true, nil
+	}
+	ev := p.ev
+	var heads metav1.PartialObjectMetadataList
+	heads.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+	if err := r.List(ctx, &heads, client.InNamespace(ev.Namespace), client.MatchingLabels{
+		cluster.LabelEvaluation: cluster.LabelValue(ev.Name), cluster.LabelRun: p.run, cluster.LabelComponent: cluster.ComponentShard,
+	}); err != nil {
+		return false, err
+	}
+	byName := map[string]*metav1.PartialObjectMetadata{}
+	for i := range heads.Items {
+		byName[heads.Items[i].Name] = &heads.Items[i]
+	}
+
+	key := client2key(ev)
+	subjects := cluster.Subjects(&ev.Spec)
+	var progress v1alpha1.Progress
+	counts := v1alpha1.ShardCounts{}
+	var scoreSum float64
+	var scoreDone int
+	metric := firstMetric(&ev.Spec)
+	anyActive := false
+	for mi, model := range subjects {
+		job := p.jobs[model]
+		completed, failed := map[int]bool{}, map[int]bool{}
+		if job != nil {
+			completed = parseIndexes(job.Status.CompletedIndexes)
+			if job.Status.FailedIndexes != nil {
+				failed = parseIndexes(*job.Status.FailedIndexes)
+			}
+		}
+		for _, s := range p.plan.Shards(&ev.Spec, model) {
+			st := shardState{Shard: s, head: cluster.HeadName(ev.Name, p.run, model, s.Index), completed: completed[s.Index], failed: failed[s.Index]}
+			if h := byName[st.head]; h != nil {
+				st.hasHead = true
+				st.progress, _ = cluster.ParseProgress(h.Annotations)
+				changed := r.heads.changedAt(key, st.head, h.ResourceVersion, p.now)
+				fresh := p.now.Sub(changed) < r.Options.StaleAfter
+				st.active = st.progress.State == cluster.StateRunning && fresh && !st.completed && !st.failed
+			}
+			anyActive = anyActive || st.active
+			progress.Completed += int64(st.progress.Done)
+			progress.Errored += int64(st.progress.Errored)
+			if mi == 0 {
+				scoreSum += st.progress.Scores[metric]
+				scoreDone += st.progress.Done
+			}
+			counts.Total++
+			switch {
+			case st.completed:
+				counts.Succeeded++
+			case st.failed:
+				counts.Failed++
+			case st.active:
+				counts.Active++
+			}
+			p.shards = append(p.shards, st)
+		}
+	}
+	progress.Total = int64(p.plan.Total() * len(subjects))
+	progress.Text = fmt.Sprintf("%d/%d", progress.Completed, progress.Total)
+	p.status.Progress = &progress
+	p.status.Shards = &counts
+	if metric != "" && scoreDone > 0 {
+		p.status.Score = fmt.Sprintf("%.4f", scoreSum/float64(scoreDone))
+	}
+	if old := p.ev.Status.Shards; counts.Failed > 0 && (old == nil || counts.Failed > old.Failed) {
+		p.event(corev1.EventTypeWarning, ReasonShardFailed, "%s", failedShards(p.shards, r.Options.ShardRetries))
+	}
+	if anyActive {
+		// Staleness is noticed even if a dead runner sends nothing more.
+		p.requeueAfter(r.Options.StaleAfter)
+	}
+	return true, nil
+}
+
+// divideBudget re-divides each rate-limited model's budget among the running
+// shards that call it (see cluster.Budget for the protocol).
+func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool, error) {
+	limits := limitsOf(&p.ev.Spec)
+	if limits == nil || p.plan == nil {
+		return true, nil
+	}
+	cm := &metav1.PartialObjectMetadata{}
+	cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	if err := r.Get(ctx, client.ObjectKey{Namespace: p.ev.Namespace, Name: cluster.BudgetName(p.ev.Name)}, cm); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	prev, err := shard.ParseBudget(cm.Annotations)
+	if err != nil {
+		return false, err
+	}
+	judges := p.ev.Spec.JudgeModels()
+	users := map[string][]string{}
+	acked := map[string]int64{}
+	for _, s := range p.shards {
+		if !s.active {
+			continue
+		}
+		acked[s.Key()] = s.progress.Budget
+		for model := range limits {
+			// A model is called by its own shards, and a judge by every shard.
+			if model == s.Model || judges[model] {
+				users[model] = append(users[model], s.Key())
+			}
+		}
+	}
+	next, changed := cluster.Divide(prev, limits, users, acked)
+	if !changed {
+		return true, nil
+	}
+	b, err := json.Marshal(next)
+	if err != nil {
+		return false, err
+	}
+	patch := client.MergeFrom(cm.DeepCopy())
+	cm.Annotations[shard.AnnotationBudget] = string(b)
+	return true, r.Patch(ctx, cm, patch)
+}
+
+// limitsOf returns the rate-limited models' limits, or nil if none has one.
+func limitsOf(spec *v1alpha1.EvaluationSpec) map[string]ratelimit.Limits {
+	var out map[string]ratelimit.Limits
+	for _, m := range spec.Models {
+		if m.RateLimit == nil {
+			continue
+		}
+		l := ratelimit.Limits{RequestsPerMinute: m.RateLimit.RequestsPerMinute, InputTokensPerMinute: m.RateLimit.InputTokensPerMinute, OutputTokensPerMinute: m.RateLimit.OutputTokensPerMinute}
+		if l.IsZero() {
+			continue
+		}
+		if out == nil {
+			out = map[string]ratelimit.Limits{}
+		}
+		out[m.Name] = l
+	}
+	return out
+}
+
+func firstMetric(spec *v1alpha1.EvaluationSpec) string {
+	if len(spec.Scoring) == 0 {
+		return ""
+	}
+	return spec.Scoring[0].MetricName()
+}
+
+// parseIndexes reads a Job's index list ("1,3-5").
+func parseIndexes(s string) map[int]bool {
+	out := map[int]bool{}
+	for _, part := range strings.Split(s, ",") {
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err1 := strconv.Atoi(lo)
+		b := a
+		var err2 error
+		if isRange {
+			b, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		for i := a; i <= b; i++ {
+			out[i] = true
+		}
+	}
+	return out
+}
+
+// failedShards names the failed shards for messages.
+func failedShards(shards []shardState, retries int32) string {
+	var names []string
+	for _, s := range shards {
+		if s.failed {
+			names = append(names, fmt.Sprintf("%s/%d (%s samples %d-%d)", s.Model, s.Index, s.Dataset, s.Start, s.End-1))
+		}
+	}
+	return fmt.Sprintf("%d shard(s) failed after %d attempts each: %s", len(names), retries+1, strings.Join(names, ", "))
+}
+
+// jobsFinished reports whether every model's Job has finished, and which failed.
+func jobsFinished(jobs map[string]*batchv1.Job) (finished, anyFailed bool) {
+	for _, j := range jobs {
+		switch {
+		case jobFinished(j, batchv1.JobComplete):
+		case jobFinished(j, batchv1.JobFailed):
+			anyFailed = true
+		default:
+			return false, false
+		}
+	}
+	return true, anyFailed
+}

@@ -1,0 +1,245 @@
+package controllers
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+)
+
+// Condition types.
+const (
+	ConditionProgressing = "Progressing"
+	ConditionComplete    = "Complete"
+	ConditionFailed      = "Failed"
+	ConditionSuspended   = "Suspended"
+)
+
+// Reasons, for conditions and events.
+const (
+	ReasonStarted           = "Started"
+	ReasonRunning           = "Running"
+	ReasonNewRun            = "NewRun"
+	ReasonPlanning          = "Planning"
+	ReasonPlanningFailed    = "PlanningFailed"
+	ReasonSecretNotFound    = "SecretNotFound"
+	ReasonConfigMapNotFound = "ConfigMapNotFound"
+	ReasonPVCNotFound       = "PVCNotFound"
+	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonSuspended         = "Suspended"
+	ReasonShardFailed       = "ShardFailed"
+	ReasonShardsFailed      = "ShardsFailed"
+	ReasonCompleted         = "Completed"
+	ReasonFailed            = "Failed"
+)
+
+// pass is what one reconcile learns and decides.
+type pass struct {
+	ev     *v1alpha1.Evaluation
+	status *v1alpha1.EvaluationStatus
+	now    time.Time
+	run    string
+	result ctrl.Result
+
+	// pending says why the run cannot start yet (a reason and a message).
+	pendingReason, pendingMessage string
+	// failure ends the run: a reason and a message.
+	failureReason, failureMessage string
+
+	// configMaps holds the data of dataset ConfigMaps read while checking references.
+	configMaps map[string]*corev1.ConfigMap
+	plan       *cluster.Plan
+	jobs       map[string]*batchv1.Job // by model
+	shards     []shardState
+	finished   bool
+	events     []event
+}
+
+type event struct {
+	eventType, reason, note string
+}
+
+func newPass(ev *v1alpha1.Evaluation, now time.Time) *pass {
+	return &pass{ev: ev, status: ev.Status.DeepCopy(), now: now, configMaps: map[string]*corev1.ConfigMap{}, jobs: map[string]*batchv1.Job{}}
+}
+
+func (p *pass) requeueAfter(d time.Duration) {
+	if d > 0 && (p.result.RequeueAfter == 0 || d < p.result.RequeueAfter) {
+		p.result.RequeueAfter = d
+	}
+}
+
+func (p *pass) event(eventType, reason, format string, args ...any) {
+	p.events = append(p.events, event{eventType, reason, fmt.Sprintf(format, args...)})
+}
+
+func (p *pass) fail(reason, format string, args ...any) {
+	p.failureReason, p.failureMessage = reason, fmt.Sprintf(format, args...)
+}
+
+// setPhase derives the phase and conditions from what the pass found.
+func (r *EvaluationReconciler) setPhase(p *pass) {
+	st := p.status
+	gen := p.ev.Generation
+	st.ObservedGeneration = gen
+	set := func(t string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(p.now),
+		})
+	}
+	suspended := p.ev.Spec.Suspend != nil && *p.ev.Spec.Suspend
+	switch {
+	case p.failureReason != "":
+		st.Phase, st.Message = v1alpha1.PhaseFailed, p.failureMessage
+		set(ConditionProgressing, metav1.ConditionFalse, p.failureReason, p.failureMessage)
+		set(ConditionFailed, metav1.ConditionTrue, p.failureReason, p.failureMessage)
+		set(ConditionComplete, metav1.ConditionFalse, p.failureReason, "")
+	case p.finished:
+		st.Phase, st.Message = v1alpha1.PhaseSucceeded, ""
+		set(ConditionProgressing, metav1.ConditionFalse, ReasonCompleted, "every sample was evaluated")
+		set(ConditionComplete, metav1.ConditionTrue, ReasonCompleted, "every sample was evaluated")
+		set(ConditionFailed, metav1.ConditionFalse, ReasonCompleted, "")
+	case suspended:
+		st.Phase, st.Message = v1alpha1.PhaseSuspended, "spec.suspend is true; finished samples are kept"
+		set(ConditionProgressing, metav1.ConditionFalse, ReasonSuspended, st.Message)
+	case p.pendingReason != "":
+		st.Phase, st.Message = v1alpha1.PhasePending, p.pendingMessage
+		set(ConditionProgressing, metav1.ConditionFalse, p.pendingReason, p.pendingMessage)
+	case len(p.jobs) > 0:
+		st.Phase, st.Message = v1alpha1.PhaseRunning, ""
+		set(ConditionProgressing, metav1.ConditionTrue, ReasonRunning, "shards are running")
+	default:
+		st.Phase = v1alpha1.PhasePending
+		set(ConditionProgressing, metav1.ConditionFalse, ReasonPlanning, "planning shards")
+	}
+	if st.Phase != v1alpha1.PhaseSucceeded && st.Phase != v1alpha1.PhaseFailed {
+		if suspended {
+			set(ConditionSuspended, metav1.ConditionTrue, ReasonSuspended, "spec.suspend is true")
+		} else {
+			meta.RemoveStatusCondition(&st.Conditions, ConditionSuspended)
+		}
+	}
+	if (st.Phase == v1alpha1.PhaseSucceeded || st.Phase == v1alpha1.PhaseFailed) && st.CompletionTime == nil {
+		st.CompletionTime = &metav1.Time{Time: p.now}
+	}
+	r.emitPhaseEvents(p)
+}
+
+// emitPhaseEvents adds the events a phase change deserves.
+func (r *EvaluationReconciler) emitPhaseEvents(p *pass) {
+	from, to := p.ev.Status.Phase, p.status.Phase
+	if from == to && p.ev.Status.Run == p.status.Run {
+		return
+	}
+	switch to {
+	case v1alpha1.PhaseSucceeded:
+		p.event(corev1.EventTypeNormal, ReasonCompleted, "Every sample was evaluated: %s", p.status.Progress.Text)
+	case v1alpha1.PhaseFailed:
+		p.event(corev1.EventTypeWarning, ReasonFailed, "%s", p.status.Message)
+	}
+	setPhaseGauge(client2key(p.ev), to)
+}
+
+// emit sends the pass's events, after its status was written.
+func (r *EvaluationReconciler) emit(p *pass) {
+	if r.Recorder == nil {
+		return
+	}
+	for _, e := range p.events {
+		r.Recorder.Eventf(p.ev, nil, e.eventType, e.reason, e.reason, "%s", e.note)
+	}
+}
+
+// onlyProgress reports whether two statuses differ only in running progress.
+func onlyProgress(a, b *v1alpha1.EvaluationStatus) bool {
+	x, y := a.DeepCopy(), b.DeepCopy()
+	x.Progress, y.Progress = nil, nil
+	x.Shards, y.Shards = nil, nil
+	x.Score, y.Score = "", ""
+	x.ObservedGeneration = y.ObservedGeneration
+	for i := range x.Conditions {
+		x.Conditions[i].LastTransitionTime = metav1.Time{}
+	}
+	for i := range y.Conditions {
+		y.Conditions[i].LastTransitionTime = metav1.Time{}
+	}
+	return equalStatus(x, y)
+}
+
+// headTracker remembers when the controller last saw each shard head change, so
+// staleness is judged on the controller's clock, not the runners'.
+type headTracker struct {
+	mu   sync.Mutex
+	seen map[types.NamespacedName]map[string]headSeen
+}
+
+type headSeen struct {
+	version string
+	at      time.Time
+}
+
+func newHeadTracker() *headTracker {
+	return &headTracker{seen: map[types.NamespacedName]map[string]headSeen{}}
+}
+
+// changedAt returns when the head last changed (first sight counts as a change).
+func (h *headTracker) changedAt(ev types.NamespacedName, head, version string, now time.Time) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.seen[ev]
+	if m == nil {
+		m = map[string]headSeen{}
+		h.seen[ev] = m
+	}
+	s, ok := m[head]
+	if !ok || s.version != version {
+		s = headSeen{version: version, at: now}
+		m[head] = s
+	}
+	return s.at
+}
+
+func (h *headTracker) forget(ev types.NamespacedName) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.seen, ev)
+}
+
+// throttle remembers when progress was last written, per Evaluation.
+type throttle struct {
+	mu   sync.Mutex
+	last map[types.NamespacedName]time.Time
+}
+
+func newThrottle() *throttle { return &throttle{last: map[types.NamespacedName]time.Time{}} }
+
+func (t *throttle) wait(key types.NamespacedName, now time.Time, interval time.Duration) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	last, ok := t.last[key]
+	if !ok {
+		return 0
+	}
+	return last.Add(interval).Sub(now)
+}
+
+func (t *throttle) wrote(key types.NamespacedName, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.last[key] = now
+}
+
+func (t *throttle) forget(key types.NamespacedName) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.last, key)
+}

@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/controllers"
+	"github.com/proctor-dev/proctor/internal/cluster"
+)
+
+type managerOptions struct {
+	metricsAddr     string
+	metricsSecure   bool
+	probeAddr       string
+	leaderElect     bool
+	runnerImage     string
+	watchNamespaces string
+	zap             zap.Options
+}
+
+func newManagerCommand(s streams) *cobra.Command {
+	o := &managerOptions{}
+	cmd := &cobra.Command{
+		Use:   "manager",
+		Short: "Run the Proctor operator (the Evaluation controller)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runManager(o, s)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", "0", "address of the metrics endpoint (:8443 for HTTPS, :8080 for HTTP, 0 to disable)")
+	f.BoolVar(&o.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS, to authenticated and authorized clients only")
+	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader, so that only one replica reconciles")
+	f.StringVar(&o.runnerImage, "runner-image", os.Getenv("PROCTOR_RUNNER_IMAGE"), "image of runner pods, unless an Evaluation names one (default $PROCTOR_RUNNER_IMAGE)")
+	f.StringVar(&o.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default all)")
+	gofs := flag.NewFlagSet("zap", flag.ContinueOnError)
+	o.zap.BindFlags(gofs)
+	f.AddGoFlagSet(gofs)
+	return cmd
+}
+
+func runManager(o *managerOptions, s streams) error {
+	if o.runnerImage == "" {
+		return invalid(errors.New("--runner-image (or PROCTOR_RUNNER_IMAGE) is required: the image runner pods use"))
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap), zap.WriteTo(s.errOut)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return invalid(fmt.Errorf("connecting to the cluster: %w", err))
+	}
+	metrics := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.metricsSecure}
+	if o.metricsSecure {
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metrics,
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              "manager.proctor.dev",
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         CacheOptions(o.watchNamespaces),
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	r := &controllers.EvaluationReconciler{
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Scheme:      mgr.GetScheme(),
+		Recorder:    mgr.GetEventRecorder("proctor"),
+		RunnerImage: o.runnerImage,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("Starting the manager", "runnerImage", o.runnerImage, "leaderElection", o.leaderElect)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		return &exitError{code: exitFailed, err: err}
+	}
+	return nil
+}
+
+// CacheOptions keep the manager's caches to what Proctor made (labelled
+// managed-by=proctor), in the watched namespaces.
+func CacheOptions(watchNamespaces string) cache.Options {
+	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{cluster.LabelManagedBy: cluster.ManagedBy})}
+	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&batchv1.Job{}:           managed,
+		&corev1.ConfigMap{}:      managed,
+		&corev1.ServiceAccount{}: managed,
+		&rbacv1.Role{}:           managed,
+		&rbacv1.RoleBinding{}:    managed,
+	}}
+	if watchNamespaces != "" {
+		o.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range strings.Split(watchNamespaces, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				o.DefaultNamespaces[ns] = cache.Config{}
+			}
+		}
+	}
+	return o
+}

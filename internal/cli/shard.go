@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/shard"
+)
+
+// newShardCommand is what runner pods run: one shard of one model.
+func newShardCommand(s streams) *cobra.Command {
+	o := shard.Options{}
+	index := os.Getenv("JOB_COMPLETION_INDEX")
+	cmd := &cobra.Command{
+		Use:    "shard --evaluation NAME --run RUN --model MODEL",
+		Short:  "Evaluate one shard of an Evaluation (what runner pods run)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			i, err := strconv.Atoi(index)
+			if err != nil {
+				return invalid(fmt.Errorf("--index (or JOB_COMPLETION_INDEX): %q is not a number", index))
+			}
+			o.Index = i
+			return runInPod(s, o, shard.Run)
+		},
+	}
+	podFlags(cmd, &o)
+	cmd.Flags().StringVar(&o.Model, "model", "", "the model whose shard this is")
+	cmd.Flags().StringVar(&index, "index", index, "the shard's index (default $JOB_COMPLETION_INDEX)")
+	return cmd
+}
+
+// newPlanCommand is what the planner pod runs: count the datasets' samples.
+func newPlanCommand(s streams) *cobra.Command {
+	o := shard.Options{}
+	cmd := &cobra.Command{
+		Use:    "plan --evaluation NAME --run RUN",
+		Short:  "Count an Evaluation's samples and publish its shard plan (what the planner pod runs)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runInPod(s, o, shard.Plan)
+		},
+	}
+	podFlags(cmd, &o)
+	return cmd
+}
+
+func podFlags(cmd *cobra.Command, o *shard.Options) {
+	f := cmd.Flags()
+	f.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the Evaluation's namespace (default $POD_NAMESPACE)")
+	f.StringVar(&o.Evaluation, "evaluation", "", "the Evaluation's name")
+	f.StringVar(&o.Run, "run", "", "the run (status.run) this pod belongs to")
+	f.StringVar(&o.Pod, "pod", os.Getenv("POD_NAME"), "this pod's name (default $POD_NAME)")
+	f.StringVar(&o.WorkDir, "work-dir", filepath.Join(os.TempDir(), "proctor"), "scratch space: downloads and agent workspaces")
+	f.StringVar(&o.DatasetRoot, "dataset-root", "/datasets", "where PVC datasets are mounted")
+	f.DurationVar(&o.GracePeriod, "grace-period", 0, "on SIGTERM, how long samples in flight may finish (default 20s)")
+}
+
+// runInPod connects to the cluster and runs fn until done or SIGTERM. Exit codes
+// tell the Job what to do: 0 done (or the run is obsolete), 2 invalid input (the
+// pod failure policy fails the shard at once), 1 anything else (retried).
+func runInPod(s streams, o shard.Options, fn func(context.Context, client.Client, shard.Options) error) error {
+	if o.Namespace == "" || o.Evaluation == "" || o.Run == "" {
+		return invalid(errors.New("--namespace, --evaluation and --run are required"))
+	}
+	o.Log = newLogger(s.errOut, 0)
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return &exitError{code: exitFailed, err: fmt.Errorf("connecting to the cluster: %w", err)}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return &exitError{code: exitFailed, err: err}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = fn(ctx, c, o)
+	var invalidErr *shard.InvalidError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, cluster.ErrObsolete):
+		fmt.Fprintln(s.errOut, "proctor: the Evaluation changed or was deleted; this run is obsolete")
+		return nil
+	case errors.As(err, &invalidErr):
+		return invalid(err)
+	}
+	return &exitError{code: exitFailed, err: err}
+}
+
+// newInstallCommand copies this binary, so an init container can put proctor
+// into an agent's image.
+func newInstallCommand(s streams) *cobra.Command {
+	return &cobra.Command{
+		Use:    "install DEST",
+		Short:  "Copy the proctor binary to DEST (for agent images)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			in, err := os.Open(self)
+			if err != nil {
+				return err
+			}
+			defer in.Close()
+			out, err := os.OpenFile(args[0], os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(out, in); err != nil {
+				out.Close()
+				return err
+			}
+			return out.Close()
+		},
+	}
+}

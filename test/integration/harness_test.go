@@ -1,0 +1,528 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/controllers"
+	"github.com/proctor-dev/proctor/internal/cli"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/shard"
+	"github.com/proctor-dev/proctor/test/fakellm"
+)
+
+// Timings shortened for tests; the protocols are the same as in production.
+const (
+	testFlushEvery  = 150 * time.Millisecond
+	testBudgetEvery = 150 * time.Millisecond
+	testStaleAfter  = 3 * time.Second
+)
+
+var nsCounter atomic.Int64
+
+// newNamespace creates a namespace of its own for a test.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	name := fmt.Sprintf("t%d-%d", time.Now().UnixNano()%1e6, nsCounter.Add(1))
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := k8sClient.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// fakeLLM starts a fake model server; it returns the server and its OpenAI base URL.
+func fakeLLM(t *testing.T, cfg fakellm.Config) (*fakellm.Server, string) {
+	t.Helper()
+	s := fakellm.New(cfg)
+	hs := httptest.NewServer(s)
+	t.Cleanup(hs.Close)
+	return s, hs.URL + "/v1"
+}
+
+// manager is a running Proctor manager, watching one namespace.
+type manager struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startManager starts the real manager (the same wiring as `proctor manager`,
+// with test timings) for namespace ns.
+func startManager(t *testing.T, ns string) *manager {
+	t.Helper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 k8sClient.Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cli.CacheOptions(ns),
+		Logger:                 testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
+		Controller:             ctrlConfig(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &controllers.EvaluationReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
+		Recorder:    mgr.GetEventRecorder("proctor"),
+		RunnerImage: "proctor:test",
+		Options:     controllers.Options{StaleAfter: testStaleAfter, ProgressInterval: 100 * time.Millisecond, RecheckAfter: 300 * time.Millisecond, ShardRetries: 3},
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &manager{cancel: cancel, done: make(chan error, 1)}
+	go func() { m.done <- mgr.Start(ctx) }()
+	t.Cleanup(m.stop)
+	return m
+}
+
+func (m *manager) stop() {
+	m.cancel()
+	<-m.done
+	m.done <- nil // later stops return at once
+}
+
+// kubelet stands in for the Job controller and the kubelet, which the test API
+// server does not have: it runs the pods of Proctor's Jobs in a namespace as
+// in-process calls of what `proctor shard` and `proctor plan` run, honouring
+// completions, parallelism, backoffLimitPerIndex and suspend, and writes Job
+// status as the Job controller would.
+type kubelet struct {
+	t   *testing.T
+	ns  string
+	log logr.Logger
+
+	mu      sync.Mutex
+	jobs    map[types.UID]*jobRun
+	running map[string]context.CancelFunc // "model/index" → the attempt in flight
+	starts  map[string]int                // "model/index" → attempts started
+	// onStart, if set, is called as each attempt starts.
+	onStart func(model string, index, attempt int)
+	stopped atomic.Bool
+}
+
+func startKubelet(t *testing.T, ns string) *kubelet {
+	k := &kubelet{t: t, ns: ns, log: testr.New(t), jobs: map[types.UID]*jobRun{}, running: map[string]context.CancelFunc{}, starts: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			k.sync(ctx)
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		k.stopped.Store(true)
+		cancel()
+		<-done
+		k.mu.Lock()
+		runs := make([]*jobRun, 0, len(k.jobs))
+		for _, r := range k.jobs {
+			runs = append(runs, r)
+		}
+		k.mu.Unlock()
+		for _, r := range runs {
+			r.cancel()
+			r.wg.Wait()
+		}
+	})
+	return k
+}
+
+// kill cancels the attempt running shard model/index, as deleting its pod would.
+func (k *kubelet) kill(model string, index int) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	cancel, ok := k.running[fmt.Sprintf("%s/%d", model, index)]
+	if ok {
+		cancel()
+	}
+	return ok
+}
+
+// attempts returns how many pods shard model/index started.
+func (k *kubelet) attempts(model string, index int) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.starts[fmt.Sprintf("%s/%d", model, index)]
+}
+
+type jobRun struct {
+	name   string
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	active    int
+	completed map[int]bool
+	failed    map[int]bool
+}
+
+// sync starts runs for new Jobs and cancels those of deleted ones.
+func (k *kubelet) sync(ctx context.Context) {
+	var jobs batchv1.JobList
+	if err := k8sClient.List(ctx, &jobs, client.InNamespace(k.ns)); err != nil {
+		return
+	}
+	seen := map[types.UID]bool{}
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		seen[j.UID] = true
+		k.mu.Lock()
+		_, known := k.jobs[j.UID]
+		if !known && j.DeletionTimestamp == nil && !finished(j) {
+			runCtx, cancel := context.WithCancel(ctx)
+			r := &jobRun{name: j.Name, cancel: cancel, completed: map[int]bool{}, failed: map[int]bool{}}
+			k.jobs[j.UID] = r
+			r.wg.Add(1)
+			go k.runJob(runCtx, j.DeepCopy(), r)
+		}
+		k.mu.Unlock()
+	}
+	k.mu.Lock()
+	for uid, r := range k.jobs {
+		if !seen[uid] {
+			r.cancel()
+		}
+	}
+	k.mu.Unlock()
+}
+
+func finished(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// runJob runs a Job's indexes and reports its status.
+func (k *kubelet) runJob(ctx context.Context, j *batchv1.Job, r *jobRun) {
+	defer r.wg.Done()
+	args := j.Spec.Template.Spec.Containers[0].Args
+	opts := shard.Options{
+		Namespace:   j.Namespace,
+		Evaluation:  flagValue(args, "--evaluation"),
+		Run:         flagValue(args, "--run"),
+		Model:       flagValue(args, "--model"),
+		LookupEnv:   k.podEnv(ctx, j),
+		WorkDir:     k.t.TempDir(),
+		FlushEvery:  testFlushEvery,
+		BudgetEvery: testBudgetEvery,
+		FenceAfter:  testStaleAfter * 2 / 3,
+		GracePeriod: time.Second,
+		Log:         k.log.WithValues("job", j.Name),
+	}
+	k.setStatus(ctx, j.Name, r, false)
+	if args[0] == "plan" {
+		err := shard.Plan(ctx, k8sClient, opts)
+		if ctx.Err() != nil {
+			return
+		}
+		r.mu.Lock()
+		if err != nil {
+			r.failed[0] = true
+		} else {
+			r.completed[0] = true
+		}
+		r.mu.Unlock()
+		k.setStatus(ctx, j.Name, r, true)
+		return
+	}
+
+	completions := int(*j.Spec.Completions)
+	sem := make(chan struct{}, max(1, int(*j.Spec.Parallelism)))
+	var wg sync.WaitGroup
+	for i := range completions {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			k.runIndex(ctx, j, r, opts, i)
+		})
+	}
+	wg.Wait()
+	if ctx.Err() == nil {
+		k.setStatus(ctx, j.Name, r, true)
+	}
+}
+
+// runIndex runs one index's pods until one succeeds or the retries run out,
+// pausing while the Job is suspended.
+func (k *kubelet) runIndex(ctx context.Context, j *batchv1.Job, r *jobRun, opts shard.Options, index int) {
+	key := fmt.Sprintf("%s/%d", opts.Model, index)
+	failures := 0
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if !k.waitUnsuspended(ctx, j) {
+			return
+		}
+		podCtx, kill := context.WithCancel(ctx)
+		suspended := k.watchSuspend(podCtx, j, kill)
+		k.mu.Lock()
+		k.running[key] = kill
+		k.starts[key]++
+		onStart := k.onStart
+		k.mu.Unlock()
+		if onStart != nil {
+			onStart(opts.Model, index, attempt)
+		}
+		r.mu.Lock()
+		r.active++
+		r.mu.Unlock()
+		k.setStatus(ctx, j.Name, r, false)
+
+		o := opts
+		o.Index, o.Pod = index, fmt.Sprintf("%s-%d-%d", j.Name, index, attempt)
+		err := shard.Run(podCtx, k8sClient, o)
+		kill()
+		k.mu.Lock()
+		delete(k.running, key)
+		k.mu.Unlock()
+		r.mu.Lock()
+		r.active--
+		var invalid *shard.InvalidError
+		switch {
+		case err == nil || errors.Is(err, cluster.ErrObsolete):
+			r.completed[index] = true
+		case errors.As(err, &invalid):
+			r.failed[index] = true // the pod failure policy: FailIndex on exit code 2
+		case suspended.Load() || ctx.Err() != nil:
+			// Suspension or deletion is not the pod's fault.
+		default:
+			failures++
+			if failures > int(*j.Spec.BackoffLimitPerIndex) {
+				r.failed[index] = true
+			}
+		}
+		done := r.completed[index] || r.failed[index]
+		r.mu.Unlock()
+		k.setStatus(ctx, j.Name, r, false)
+		if done {
+			return
+		}
+	}
+}
+
+// waitUnsuspended waits while the Job is suspended; false if it went away.
+func (k *kubelet) waitUnsuspended(ctx context.Context, j *batchv1.Job) bool {
+	for ctx.Err() == nil {
+		var cur batchv1.Job
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(j), &cur); err != nil {
+			return false
+		}
+		if cur.Spec.Suspend == nil || !*cur.Spec.Suspend {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
+
+// watchSuspend kills a pod when its Job gets suspended, as the Job controller does.
+func (k *kubelet) watchSuspend(ctx context.Context, j *batchv1.Job, kill context.CancelFunc) *atomic.Bool {
+	var suspended atomic.Bool
+	go func() {
+		for ctx.Err() == nil {
+			var cur batchv1.Job
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(j), &cur); err == nil && cur.Spec.Suspend != nil && *cur.Spec.Suspend {
+				suspended.Store(true)
+				kill()
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	return &suspended
+}
+
+// podEnv resolves the runner container's environment as the kubelet would.
+func (k *kubelet) podEnv(ctx context.Context, j *batchv1.Job) func(string) (string, bool) {
+	env := map[string]string{}
+	for _, e := range j.Spec.Template.Spec.Containers[0].Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.SecretKeyRef != nil:
+			var s corev1.Secret
+			ref := e.ValueFrom.SecretKeyRef
+			if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: ref.Name}, &s); err == nil {
+				if v, ok := s.Data[ref.Key]; ok {
+					env[e.Name] = string(v)
+				}
+			}
+		}
+	}
+	return func(name string) (string, bool) {
+		v, ok := env[name]
+		return v, ok
+	}
+}
+
+// setStatus writes a Job's status; final marks it Complete or Failed, with the
+// interim conditions the API server requires before them.
+func (k *kubelet) setStatus(ctx context.Context, name string, r *jobRun, final bool) {
+	if k.stopped.Load() {
+		return
+	}
+	for attempt := 0; attempt < 10; attempt++ {
+		var j batchv1.Job
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: k.ns, Name: name}, &j); err != nil {
+			return
+		}
+		r.mu.Lock()
+		now := metav1.Now()
+		if j.Status.StartTime == nil {
+			j.Status.StartTime = &now
+		}
+		j.Status.Active = int32(r.active)
+		j.Status.Succeeded = int32(len(r.completed))
+		j.Status.Failed = int32(len(r.failed))
+		indexed := j.Spec.CompletionMode != nil && *j.Spec.CompletionMode == batchv1.IndexedCompletion
+		if indexed {
+			j.Status.CompletedIndexes = formatIndexes(r.completed)
+			if len(r.failed) > 0 {
+				j.Status.FailedIndexes = ptrTo(formatIndexes(r.failed))
+			}
+		}
+		failed := len(r.failed) > 0
+		r.mu.Unlock()
+		if final {
+			j.Status.Active = 0
+			if failed {
+				setCond(&j, batchv1.JobFailureTarget, now)
+				setCond(&j, batchv1.JobFailed, now)
+			} else {
+				setCond(&j, batchv1.JobSuccessCriteriaMet, now)
+				setCond(&j, batchv1.JobComplete, now)
+				j.Status.CompletionTime = &now
+			}
+		}
+		err := k8sClient.Status().Update(ctx, &j)
+		if err == nil || apierrors.IsNotFound(err) || ctx.Err() != nil {
+			return
+		}
+		if !apierrors.IsConflict(err) {
+			k.t.Errorf("writing status of Job %s: %v", name, err)
+			return
+		}
+	}
+}
+
+func setCond(j *batchv1.Job, t batchv1.JobConditionType, now metav1.Time) {
+	for _, c := range j.Status.Conditions {
+		if c.Type == t {
+			return
+		}
+	}
+	j.Status.Conditions = append(j.Status.Conditions, batchv1.JobCondition{
+		Type: t, Status: corev1.ConditionTrue, LastProbeTime: now, LastTransitionTime: now, Reason: "Harness",
+	})
+}
+
+func formatIndexes(set map[int]bool) string {
+	var idx []int
+	for i := range set {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	var parts []string
+	for i := 0; i < len(idx); {
+		j := i
+		for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
+			j++
+		}
+		if i == j {
+			parts = append(parts, strconv.Itoa(idx[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", idx[i], idx[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s; last: %s", timeout, what, last)
+}
+
+// getEvaluation reads an Evaluation.
+func getEvaluation(t *testing.T, ns, name string) *v1alpha1.Evaluation {
+	t.Helper()
+	ev := &v1alpha1.Evaluation{}
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, ev); err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// waitPhase waits for an Evaluation to reach a phase.
+func waitPhase(t *testing.T, ns, name string, phase v1alpha1.Phase, timeout time.Duration) *v1alpha1.Evaluation {
+	t.Helper()
+	var ev *v1alpha1.Evaluation
+	eventually(t, timeout, fmt.Sprintf("%s to be %s", name, phase), func() (bool, string) {
+		ev = getEvaluation(t, ns, name)
+		return ev.Status.Phase == phase, fmt.Sprintf("phase %q message %q progress %+v", ev.Status.Phase, ev.Status.Message, ev.Status.Progress)
+	})
+	return ev
+}
+
+// ctrlConfig lets several managers (one per test, or a restarted one) register
+// the same controller name in one process.
+func ctrlConfig() ctrlconfig.Controller {
+	return ctrlconfig.Controller{SkipNameValidation: ptrTo(true)}
+}
