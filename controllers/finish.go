@@ -59,6 +59,10 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	if err := r.writeResults(ctx, p, summaries, records, chunks); err != nil {
 		return false, err
 	}
+	// The records an earlier run left as this run's cache are no longer needed.
+	if _, err := r.deleteOtherRuns(ctx, p, ""); err != nil {
+		return false, err
+	}
 	p.status.Results = make([]v1alpha1.ModelResult, len(summaries))
 	var firstSum float64
 	var firstDone int64

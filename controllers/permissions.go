@@ -28,6 +28,19 @@ import (
 // as secretKeyRef env vars), no listing.
 func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (bool, error) {
 	ev := p.ev
+	if cacheOn(&ev.Spec) {
+		// The records an earlier run left are this run's cache: its runners read them.
+		var cms metav1.PartialObjectMetadataList
+		cms.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+		if err := r.List(ctx, &cms, client.InNamespace(ev.Namespace), client.MatchingLabels{cluster.LabelEvaluation: cluster.LabelValue(ev.Name)}); err != nil {
+			return false, err
+		}
+		for _, cm := range cms.Items {
+			if c := cm.Labels[cluster.LabelComponent]; cm.Labels[cluster.LabelRun] != p.run && (c == cluster.ComponentShard || c == cluster.ComponentRecords) {
+				p.cacheSources = append(p.cacheSources, cm.Name)
+			}
+		}
+	}
 	name := cluster.RunnerName(ev.Name)
 	labels := cluster.Labels(ev.Name, "", cluster.ComponentPermission)
 
@@ -90,6 +103,10 @@ func (r *EvaluationReconciler) runnerRules(p *pass) []rbacv1.PolicyRule {
 		if d.Source.ConfigMap != nil {
 			read = append(read, d.Source.ConfigMap.Name)
 		}
+	}
+	if cacheOn(&ev.Spec) {
+		read = append(read, cluster.CacheSourcesName(ev.Name, p.run))
+		read = append(read, p.cacheSources...)
 	}
 	var heads []string
 	if p.plan != nil {

@@ -22,25 +22,50 @@ import (
 
 // startRun decides the run. A spec edit that changes the results (anything but
 // suspend, parallelism and rate limits) starts a new run: the children of the old
-// one are deleted and status starts over.
+// one are deleted and status starts over. With the cache on, the old run's records
+// are kept until the new run ends, as its response cache.
 func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, error) {
 	p.run = cluster.RunID(&p.ev.Spec)
 	if p.status.Run == p.run {
 		return true, nil
 	}
-	if p.status.Run != "" {
-		p.event(corev1.EventTypeNormal, ReasonNewRun, "The spec changed: starting run %s (was %s)", p.run, p.status.Run)
+	old := p.status.Run
+	if old != "" {
+		p.event(corev1.EventTypeNormal, ReasonNewRun, "The spec changed: starting run %s (was %s)", p.run, old)
 	}
 	*p.status = v1alpha1.EvaluationStatus{Run: p.run, StartTime: &metav1.Time{Time: p.now}}
-	if err := r.deleteOtherRuns(ctx, p); err != nil {
+	keep := ""
+	if cacheOn(&p.ev.Spec) {
+		keep = old
+	}
+	kept, err := r.deleteOtherRuns(ctx, p, keep)
+	if err != nil {
 		return false, err
+	}
+	for _, name := range []string{cluster.ResultsName(p.ev.Name), cluster.BudgetName(p.ev.Name)} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: p.ev.Namespace, Name: name}}
+		if err := r.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
+			return false, err
+		}
+	}
+	if len(kept) > 0 {
+		b, _ := json.Marshal(kept)
+		cm := &corev1.ConfigMap{
+			ObjectMeta: objectMeta(p.ev.Namespace, cluster.CacheSourcesName(p.ev.Name, p.run), cluster.Labels(p.ev.Name, p.run, cluster.ComponentCache)),
+			Data:       map[string]string{cluster.KeySources: string(b)},
+		}
+		if err := r.createOwned(ctx, p.ev, cm); err != nil {
+			return false, err
+		}
 	}
 	return true, nil
 }
 
-// deleteOtherRuns removes Jobs and ConfigMaps of earlier runs, and the results and
-// budget, which belong to whichever run is current.
-func (r *EvaluationReconciler) deleteOtherRuns(ctx context.Context, p *pass) error {
+func cacheOn(spec *v1alpha1.EvaluationSpec) bool { return spec.Cache != nil && spec.Cache.Enabled }
+
+// deleteOtherRuns removes the Jobs and ConfigMaps of runs other than the current
+// one, except the records of run keep, which it returns.
+func (r *EvaluationReconciler) deleteOtherRuns(ctx context.Context, p *pass, keep string) ([]cluster.CacheSource, error) {
 	ns := client.InNamespace(p.ev.Namespace)
 	other, _ := labels.NewRequirement(cluster.LabelRun, selection.NotEquals, []string{p.run})
 	own, _ := labels.NewRequirement(cluster.LabelEvaluation, selection.Equals, []string{cluster.LabelValue(p.ev.Name)})
@@ -49,30 +74,30 @@ func (r *EvaluationReconciler) deleteOtherRuns(ctx context.Context, p *pass) err
 
 	var jobs batchv1.JobList
 	if err := r.List(ctx, &jobs, ns, sel); err != nil {
-		return err
+		return nil, err
 	}
 	for i := range jobs.Items {
 		if err := r.Delete(ctx, &jobs.Items[i], bg); client.IgnoreNotFound(err) != nil {
-			return err
+			return nil, err
 		}
 	}
 	var cms metav1.PartialObjectMetadataList
 	cms.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
 	if err := r.List(ctx, &cms, ns, sel); err != nil {
-		return err
+		return nil, err
 	}
+	var kept []cluster.CacheSource
 	for i := range cms.Items {
-		if err := r.Delete(ctx, &cms.Items[i]); client.IgnoreNotFound(err) != nil {
-			return err
+		cm := &cms.Items[i]
+		if c := cm.Labels[cluster.LabelComponent]; keep != "" && cm.Labels[cluster.LabelRun] == keep && (c == cluster.ComponentShard || c == cluster.ComponentRecords) {
+			kept = append(kept, cluster.CacheSource{Model: cm.Labels[cluster.LabelModel], Dataset: cm.Labels[cluster.LabelDataset], Name: cm.Name})
+			continue
 		}
-	}
-	for _, name := range []string{cluster.ResultsName(p.ev.Name), cluster.BudgetName(p.ev.Name)} {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: p.ev.Namespace, Name: name}}
 		if err := r.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return kept, nil
 }
 
 // checkReferences makes sure what the run needs exists before anything starts: a

@@ -57,11 +57,13 @@ type pass struct {
 
 	// configMaps holds the data of dataset ConfigMaps read while checking references.
 	configMaps map[string]*corev1.ConfigMap
-	plan       *cluster.Plan
-	jobs       map[string]*batchv1.Job // by model
-	shards     []shardState
-	finished   bool
-	events     []event
+	// cacheSources are record ConfigMaps of an earlier run this run may reuse.
+	cacheSources []string
+	plan         *cluster.Plan
+	jobs         map[string]*batchv1.Job // by model
+	shards       []shardState
+	finished     bool
+	events       []event
 }
 
 type event struct {

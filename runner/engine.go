@@ -315,6 +315,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 	}
 	rec.Attempts = res.attempts
 	rec.LatencyMillis = res.latency.Milliseconds()
+	rec.CacheKey = res.key
 	if res.err != nil {
 		rec.Error = e.redact(res.err.Error())
 		return rec
@@ -371,6 +372,8 @@ type callResult struct {
 	attempts int
 	latency  time.Duration
 	err      error
+	// key is the request's cache key, when the cache is on.
+	key string
 }
 
 // call makes one request to a model, with its cache, window, limits and retries.
@@ -379,7 +382,7 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 	if c := e.plan.Cache; c != nil {
 		key = e.cacheKey(m, req)
 		if entry, ok := c.Get(key); ok {
-			return callResult{resp: &entry.Response, latency: time.Duration(entry.LatencyMillis) * time.Millisecond}
+			return callResult{resp: &entry.Response, latency: time.Duration(entry.LatencyMillis) * time.Millisecond, key: key}
 		}
 	}
 	timeout := e.plan.Timeout
@@ -407,7 +410,7 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 					e.log.Error(err, "Failed to write a cache entry", "model", m.Name)
 				}
 			}
-			return callResult{resp: resp, attempts: attempts, latency: latency}
+			return callResult{resp: resp, attempts: attempts, latency: latency, key: key}
 		}
 		if ctx.Err() != nil {
 			return callResult{attempts: attempts, err: ctx.Err()}

@@ -30,9 +30,16 @@ type Plan struct {
 	// Timeout bounds one attempt (a call, or an agent run) unless the model sets its own.
 	Timeout time.Duration
 	// Cache, when set, answers repeated requests without calling the model.
-	Cache *cache.Cache
+	Cache Cache
 	// Secrets are values (API keys) scrubbed from every record the engine writes.
 	Secrets []string
+}
+
+// Cache stores responses by request key: a directory locally (cache.Cache), the
+// records of the previous run in a cluster.
+type Cache interface {
+	Get(key string) (*cache.Entry, bool)
+	Put(key string, e *cache.Entry) error
 }
 
 // Model is one model entry, ready to call.

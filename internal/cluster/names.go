@@ -16,6 +16,7 @@ const (
 	LabelEvaluation     = "proctor.dev/evaluation"
 	LabelRun            = "proctor.dev/run"
 	LabelModel          = "proctor.dev/model"
+	LabelDataset        = "proctor.dev/dataset"
 	LabelComponent      = "proctor.dev/component"
 	ComponentRunner     = "runner"      // Jobs and their pods
 	ComponentPlanner    = "planner"     // the Job that counts url and pvc datasets
@@ -25,6 +26,7 @@ const (
 	ComponentBudget     = "budget"      // the budget ConfigMap
 	ComponentResults    = "results"     // NAME-results
 	ComponentPermission = "permissions" // the runner's ServiceAccount, Role, RoleBinding
+	ComponentCache      = "cache"       // the list of the previous run's records a run may reuse
 )
 
 // Annotation keys.
@@ -75,6 +77,12 @@ func PlannerJobName(eval, run string) string {
 }
 func JobName(eval, model, run string) string {
 	return ChildName(MaxJobName, eval, model, run)
+}
+
+// CacheSourcesName lists the previous run's record ConfigMaps a run reuses
+// answers from, when its cache is on.
+func CacheSourcesName(eval, run string) string {
+	return ChildName(MaxName, eval, run, "cache")
 }
 
 // HeadName is a shard's head ConfigMap: its progress, done set and pending records.

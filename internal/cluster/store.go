@@ -46,6 +46,16 @@ const (
 	KeyRecords = "records.jsonl.gz"
 )
 
+// CacheSource is a ConfigMap of records a run may reuse answers from.
+type CacheSource struct {
+	Model   string `json:"model"`
+	Dataset string `json:"dataset"`
+	Name    string `json:"name"`
+}
+
+// KeySources is the key of the cache sources ConfigMap (JSON []CacheSource).
+const KeySources = "sources.json"
+
 // Shard states.
 const (
 	StateRunning   = "running"
@@ -116,11 +126,11 @@ type Store struct {
 // shard left in it.
 func OpenStore(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, shard Shard, pod string) (*Store, error) {
 	s := &Store{
-		c:     c,
-		ns:    ev.Namespace,
-		head:  HeadName(ev.Name, run, shard.Model, shard.Index),
-		shard: shard,
-		labels: withModel(Labels(ev.Name, run, ComponentShard), shard.Model),
+		c:      c,
+		ns:     ev.Namespace,
+		head:   HeadName(ev.Name, run, shard.Model, shard.Index),
+		shard:  shard,
+		labels: shardLabels(Labels(ev.Name, run, ComponentShard), shard),
 		owner: metav1.OwnerReference{
 			APIVersion: v1alpha1.GroupVersion.String(), Kind: "Evaluation", Name: ev.Name, UID: ev.UID,
 			Controller: ptr.To(true),
@@ -151,8 +161,9 @@ func OpenStore(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, ru
 	return s, nil
 }
 
-func withModel(l map[string]string, model string) map[string]string {
-	l[LabelModel] = model
+func shardLabels(l map[string]string, s Shard) map[string]string {
+	l[LabelModel] = s.Model
+	l[LabelDataset] = s.Dataset
 	return l
 }
 
@@ -209,7 +220,12 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 	if err != nil {
 		return err
 	}
-	line := fmt.Appendf(nil, `{"i":%d,"r":%s}`, index, b)
+	var line []byte
+	if rec.CacheKey != "" {
+		line = fmt.Appendf(nil, `{"i":%d,"k":%q,"r":%s}`, index, rec.CacheKey, b)
+	} else {
+		line = fmt.Appendf(nil, `{"i":%d,"r":%s}`, index, b)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := index - s.shard.Start
@@ -299,7 +315,7 @@ func (s *Store) seal(ctx context.Context) error {
 		cm := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: s.ns, Name: name,
-				Labels:          withModel(Labels(s.labels[LabelEvaluation], s.labels[LabelRun], ComponentRecords), s.shard.Model),
+				Labels:          shardLabels(Labels(s.labels[LabelEvaluation], s.labels[LabelRun], ComponentRecords), s.shard),
 				OwnerReferences: []metav1.OwnerReference{s.owner},
 			},
 			BinaryData: map[string][]byte{KeyRecords: gz},
@@ -408,9 +424,11 @@ func gunzipLines(gz []byte) ([][]byte, error) {
 	return out, nil
 }
 
-// Line is one stored record with its sample's position.
+// Line is one stored record with its sample's position, and the cache key of the
+// request that answered it when the cache was on.
 type Line struct {
 	Index  int             `json:"i"`
+	Key    string          `json:"k,omitempty"`
 	Record json.RawMessage `json:"r"`
 }
 

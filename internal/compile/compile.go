@@ -60,6 +60,9 @@ type Env struct {
 	// Datasets, when set, limits compilation to the named datasets (a shard needs
 	// only its own, and must not download the others).
 	Datasets []string
+	// Cache, when set, is the response cache to use when the spec enables one,
+	// instead of a directory under CacheDir.
+	Cache runner.Cache
 }
 
 // APIKeyEnv is the variable a runner pod holds a model's API key in: one per model,
@@ -142,7 +145,9 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 		plan.Datasets = append(plan.Datasets, d)
 	}
 	if spec.Cache.Enabled {
-		if plan.Cache, err = cache.New(env.CacheDir); err != nil {
+		if env.Cache != nil {
+			plan.Cache = env.Cache
+		} else if plan.Cache, err = cache.New(env.CacheDir); err != nil {
 			return nil, fmt.Errorf("spec.cache: %w", err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/proctor-dev/proctor/runner/cache"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -1298,8 +1299,8 @@ func TestCache(t *testing.T) {
 		if plan.Cache == nil {
 			t.Fatal("Cache is nil, want a cache")
 		}
-		if plan.Cache.Dir() != env.CacheDir {
-			t.Errorf("Cache.Dir() = %q, want %q", plan.Cache.Dir(), env.CacheDir)
+		if dc, ok := plan.Cache.(*cache.Cache); !ok || dc.Dir() != env.CacheDir {
+			t.Errorf("Cache = %#v, want a directory cache in %q", plan.Cache, env.CacheDir)
 		}
 		if fi, err := os.Stat(env.CacheDir); err != nil || !fi.IsDir() {
 			t.Errorf("cache directory not created: %v", err)

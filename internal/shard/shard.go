@@ -88,17 +88,24 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	sh := shards[o.Index]
 	log = log.WithValues("dataset", sh.Dataset, "start", sh.Start, "end", sh.End)
 
-	p, err := compile.Build(ctx, ev, compile.Env{
+	env := compile.Env{
 		LookupEnv:     o.LookupEnv,
 		DataDir:       filepath.Join(o.WorkDir, "data"),
-		CacheDir:      filepath.Join(o.WorkDir, "cache"),
 		WorkspaceRoot: o.WorkDir,
 		Cluster:       true,
 		Datasets:      []string{sh.Dataset},
 		ResolveSource: func(ds *v1alpha1.Dataset) (string, error) {
 			return resolveSource(ctx, c, o, ds)
 		},
-	})
+	}
+	if ev.Spec.Cache != nil && ev.Spec.Cache.Enabled {
+		rc, err := loadRecordCache(ctx, c, o.Namespace, o.Evaluation, o.Run, sh)
+		if err != nil {
+			return err
+		}
+		env.Cache = rc
+	}
+	p, err := compile.Build(ctx, ev, env)
 	if err != nil {
 		return &InvalidError{err}
 	}

@@ -31,6 +31,10 @@ type Record struct {
 	OutputTokens  int64 `json:"outputTokens"`
 	// ToolCalls are the tools the model called, when it called any.
 	ToolCalls []provider.ToolCall `json:"toolCalls,omitempty"`
+	// CacheKey is the answering request's cache key, when the cache is on. It is
+	// not part of results.jsonl; a cluster keeps it beside the record, so a later
+	// run can reuse the answer.
+	CacheKey string `json:"-"`
 }
 
 // Summary is the outcome of one model on one dataset: one entry of summary.json's
