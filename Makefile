@@ -69,8 +69,8 @@ kube-assets: ## Build etcd, kube-apiserver and kubectl $(KUBE_VERSION) into bin/
 	hack/install-kube.sh etcd kube-apiserver kubectl
 
 .PHONY: bench
-bench: ## Benchmarks: rate-limit efficiency, runner vs bare HTTP, memory on 1M samples.
-	go test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/ | tee bench.out
+bench: kube-assets ## Benchmarks: rate limits, runner vs bare HTTP, memory; operator latency and memory.
+	go test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/ ./test/integration/ | tee bench.out
 
 ##@ Build
 

@@ -43,7 +43,7 @@ const (
 var nsCounter atomic.Int64
 
 // newNamespace creates a namespace of its own for a test.
-func newNamespace(t *testing.T) string {
+func newNamespace(t testing.TB) string {
 	t.Helper()
 	name := fmt.Sprintf("t%d-%d", time.Now().UnixNano()%1e6, nsCounter.Add(1))
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
@@ -54,7 +54,7 @@ func newNamespace(t *testing.T) string {
 }
 
 // fakeLLM starts a fake model server; it returns the server and its OpenAI base URL.
-func fakeLLM(t *testing.T, cfg fakellm.Config) (*fakellm.Server, string) {
+func fakeLLM(t testing.TB, cfg fakellm.Config) (*fakellm.Server, string) {
 	t.Helper()
 	s := fakellm.New(cfg)
 	hs := httptest.NewServer(s)
@@ -70,14 +70,14 @@ type manager struct {
 
 // startManager starts the real manager (the same wiring as `proctor manager`,
 // with test timings) for namespace ns.
-func startManager(t *testing.T, ns string) *manager {
+func startManager(t testing.TB, ns string) *manager {
 	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 k8sClient.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache:                  cli.CacheOptions(ns),
-		Logger:                 testr.NewWithOptions(t, testr.Options{Verbosity: 0}),
+		Logger:                 logFor(t),
 		Controller:             ctrlConfig(),
 	})
 	if err != nil {
@@ -111,7 +111,7 @@ func (m *manager) stop() {
 // completions, parallelism, backoffLimitPerIndex and suspend, and writes Job
 // status as the Job controller would.
 type kubelet struct {
-	t   *testing.T
+	t   testing.TB
 	ns  string
 	log logr.Logger
 
@@ -121,11 +121,13 @@ type kubelet struct {
 	starts  map[string]int                // "model/index" → attempts started
 	// onStart, if set, is called as each attempt starts.
 	onStart func(model string, index, attempt int)
-	stopped atomic.Bool
+	// finishedAt records when each Job was marked Complete or Failed.
+	finishedAt map[string]time.Time
+	stopped    atomic.Bool
 }
 
-func startKubelet(t *testing.T, ns string) *kubelet {
-	k := &kubelet{t: t, ns: ns, log: testr.New(t), jobs: map[types.UID]*jobRun{}, running: map[string]context.CancelFunc{}, starts: map[string]int{}}
+func startKubelet(t testing.TB, ns string) *kubelet {
+	k := &kubelet{t: t, ns: ns, log: logFor(t), jobs: map[types.UID]*jobRun{}, running: map[string]context.CancelFunc{}, starts: map[string]int{}, finishedAt: map[string]time.Time{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -165,6 +167,19 @@ func (k *kubelet) kill(model string, index int) bool {
 		cancel()
 	}
 	return ok
+}
+
+// lastFinished is when the last Job was marked finished.
+func (k *kubelet) lastFinished() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var last time.Time
+	for _, t := range k.finishedAt {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last
 }
 
 // attempts returns how many pods shard model/index started.
@@ -430,6 +445,11 @@ func (k *kubelet) setStatus(ctx context.Context, name string, r *jobRun, final b
 			}
 		}
 		err := k8sClient.Status().Update(ctx, &j)
+		if err == nil && final {
+			k.mu.Lock()
+			k.finishedAt[name] = time.Now()
+			k.mu.Unlock()
+		}
 		if err == nil || apierrors.IsNotFound(err) || ctx.Err() != nil {
 			return
 		}
@@ -485,7 +505,7 @@ func flagValue(args []string, name string) string {
 func ptrTo[T any](v T) *T { return &v }
 
 // eventually polls cond until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
@@ -501,7 +521,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 }
 
 // getEvaluation reads an Evaluation.
-func getEvaluation(t *testing.T, ns, name string) *v1alpha1.Evaluation {
+func getEvaluation(t testing.TB, ns, name string) *v1alpha1.Evaluation {
 	t.Helper()
 	ev := &v1alpha1.Evaluation{}
 	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, ev); err != nil {
@@ -511,7 +531,7 @@ func getEvaluation(t *testing.T, ns, name string) *v1alpha1.Evaluation {
 }
 
 // waitPhase waits for an Evaluation to reach a phase.
-func waitPhase(t *testing.T, ns, name string, phase v1alpha1.Phase, timeout time.Duration) *v1alpha1.Evaluation {
+func waitPhase(t testing.TB, ns, name string, phase v1alpha1.Phase, timeout time.Duration) *v1alpha1.Evaluation {
 	t.Helper()
 	var ev *v1alpha1.Evaluation
 	eventually(t, timeout, fmt.Sprintf("%s to be %s", name, phase), func() (bool, string) {
@@ -525,4 +545,13 @@ func waitPhase(t *testing.T, ns, name string, phase v1alpha1.Phase, timeout time
 // the same controller name in one process.
 func ctrlConfig() ctrlconfig.Controller {
 	return ctrlconfig.Controller{SkipNameValidation: ptrTo(true)}
+}
+
+// logFor logs through t in tests, and not at all in benchmarks (whose logs
+// would distort their timings).
+func logFor(t testing.TB) logr.Logger {
+	if tt, ok := t.(*testing.T); ok {
+		return testr.New(tt)
+	}
+	return logr.Discard()
 }

@@ -27,7 +27,7 @@ import (
 	"github.com/proctor-dev/proctor/test/fakellm"
 )
 
-func create(t *testing.T, obj client.Object) {
+func create(t testing.TB, obj client.Object) {
 	t.Helper()
 	if err := k8sClient.Create(context.Background(), obj); err != nil {
 		t.Fatal(err)
