@@ -105,8 +105,16 @@ func (r *EvaluationReconciler) deleteOtherRuns(ctx context.Context, p *pass, kee
 // and it is looked for again shortly (and on any edit). A model that needs an API
 // key but names no Secret cannot run in a cluster at all.
 func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bool, error) {
-	if len(p.status.Results) > 0 || p.status.Phase == v1alpha1.PhaseRunning {
-		return true, nil // the run already started; pods hold what they need
+	// Once the run's Jobs exist, references no longer decide anything: a Secret
+	// deleted after a run finished must not send it back to Pending.
+	var jobs batchv1.JobList
+	if err := r.List(ctx, &jobs, client.InNamespace(p.ev.Namespace), client.MatchingLabels{
+		cluster.LabelEvaluation: cluster.LabelValue(p.ev.Name), cluster.LabelRun: p.run, cluster.LabelComponent: cluster.ComponentRunner,
+	}); err != nil {
+		return false, err
+	}
+	if len(jobs.Items) > 0 {
+		return true, nil
 	}
 	ns := p.ev.Namespace
 	for i, m := range p.ev.Spec.Models {

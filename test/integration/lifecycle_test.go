@@ -447,3 +447,31 @@ func TestResultsLargerThanAConfigMap(t *testing.T) {
 		t.Errorf("%d distinct samples in the chunks, want %d", len(seen), n)
 	}
 }
+
+// TestFinishedStaysFinished: a Secret deleted after the run finished does not
+// send the Evaluation back to Pending.
+func TestFinishedStaysFinished(t *testing.T) {
+	ns := newNamespace(t)
+	_, url := fakeLLM(t, fakellm.Config{})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm"}, StringData: map[string]string{"api-key": "k"}}
+	create(t, secret)
+	create(t, testutil.MakeEvaluation("done", ns).InlineDataset("d", 4).OpenAIModel("m", url).APIKeySecret("llm", "api-key").
+		Scorer(v1alpha1.ScorerExactMatch).Obj())
+	waitPhase(t, ns, "done", v1alpha1.PhaseSucceeded, 60*time.Second)
+	if err := k8sClient.Delete(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	// Any change makes the controller look again.
+	ev := getEvaluation(t, ns, "done")
+	patch := client.MergeFrom(ev.DeepCopy())
+	ev.Annotations = map[string]string{"touched": "yes"}
+	if err := k8sClient.Patch(context.Background(), ev, patch); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if got := getEvaluation(t, ns, "done"); got.Status.Phase != v1alpha1.PhaseSucceeded {
+		t.Errorf("phase %s (%s) after the Secret was deleted, want Succeeded", got.Status.Phase, got.Status.Message)
+	}
+}
