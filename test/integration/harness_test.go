@@ -121,6 +121,8 @@ type kubelet struct {
 	starts  map[string]int                // "model/index" → attempts started
 	// onStart, if set, is called as each attempt starts.
 	onStart func(model string, index, attempt int)
+	// crash lists shards ("model/index") whose pods crash at once, every time.
+	crash map[string]bool
 	// finishedAt records when each Job was marked Complete or Failed.
 	finishedAt map[string]time.Time
 	stopped    atomic.Bool
@@ -320,7 +322,15 @@ func (k *kubelet) runIndex(ctx context.Context, j *batchv1.Job, r *jobRun, opts 
 
 		o := opts
 		o.Index, o.Pod = index, fmt.Sprintf("%s-%d-%d", j.Name, index, attempt)
-		err := shard.Run(podCtx, k8sClient, o)
+		k.mu.Lock()
+		crashing := k.crash[key]
+		k.mu.Unlock()
+		var err error
+		if crashing {
+			err = errors.New("the pod crashed")
+		} else {
+			err = shard.Run(podCtx, k8sClient, o)
+		}
 		kill()
 		k.mu.Lock()
 		delete(k.running, key)

@@ -475,3 +475,36 @@ func TestFinishedStaysFinished(t *testing.T) {
 		t.Errorf("phase %s (%s) after the Secret was deleted, want Succeeded", got.Status.Phase, got.Status.Message)
 	}
 }
+
+// TestFailedShardFailsTheEvaluation: a shard whose pods keep failing exhausts its
+// retries; the Evaluation fails with a message naming it, and keeps the results
+// of the other shards.
+func TestFailedShardFailsTheEvaluation(t *testing.T) {
+	ns := newNamespace(t)
+	_, url := fakeLLM(t, fakellm.Config{})
+	startManager(t, ns)
+	k := startKubelet(t, ns)
+	k.crash = map[string]bool{"m/1": true}
+	create(t, testutil.MakeEvaluation("broken", ns).InlineDataset("d", 30).OpenAIModel("m", url).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(10).Parallelism(3).Obj())
+	ev := waitPhase(t, ns, "broken", v1alpha1.PhaseFailed, 60*time.Second)
+	if !strings.Contains(ev.Status.Message, "m/1 (d samples 10-19)") {
+		t.Errorf("message %q does not name the failed shard", ev.Status.Message)
+	}
+	if c := findCondition(ev, controllers.ConditionFailed); c == nil || c.Reason != controllers.ReasonShardsFailed {
+		t.Errorf("Failed condition = %+v", c)
+	}
+	if got := k.attempts("m", 1); got != 4 {
+		t.Errorf("the failing shard ran %d times, want 4 (3 retries)", got)
+	}
+	if s := ev.Status.Shards; s == nil || s.Failed != 1 || s.Succeeded != 2 {
+		t.Errorf("shards %+v, want 1 failed and 2 succeeded", ev.Status.Shards)
+	}
+	// The other shards' 20 samples are kept, in status and in the results.
+	if r := ev.Status.Results; len(r) != 1 || r[0].Completed != 20 || r[0].Total != 30 {
+		t.Errorf("results %+v, want 20 of 30 completed", r)
+	}
+	if recs := readResults(t, ns, "broken"); len(recs) != 20 {
+		t.Errorf("%d records kept, want 20", len(recs))
+	}
+}
