@@ -91,10 +91,12 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	return true, nil
 }
 
-// gather reads every shard ConfigMap of the run once, keeping one record per
-// sample (the last read wins), and summarizes each model on each dataset. It
-// returns the records sorted, if they are few enough to hold, and the names of
-// the ConfigMaps holding them.
+// gather reads every shard ConfigMap of the run once, counting one record per
+// sample (a crash between sealing and updating a head can store a sample twice),
+// and summarizes each model on each dataset as it goes, so memory grows with the
+// number of samples by a bit and a latency each, not by their records. It also
+// returns the records in sample order while they are few enough to embed, and
+// the names of the ConfigMaps that hold them.
 func (r *EvaluationReconciler) gather(ctx context.Context, p *pass) ([]results.Summary, [][]byte, []string, error) {
 	ev := p.ev
 	var list metav1.PartialObjectMetadataList
@@ -112,71 +114,55 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass) ([]results.S
 	}
 	slices.Sort(names)
 
-	type pairKey struct{ model, dataset string }
-	type stored struct {
-		index int
-		rec   results.Record
-		raw   []byte
-	}
-	byPair := map[pairKey]map[int]stored{}
-	var raw int
-	keep := true
-	for _, name := range names {
-		var cm corev1.ConfigMap
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: name}, &cm); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return nil, nil, nil, err
-		}
-		lines, err := cluster.ReadRecords(&cm)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		for _, l := range lines {
-			var rec results.Record
-			if err := json.Unmarshal(l.Record, &rec); err != nil {
-				return nil, nil, nil, fmt.Errorf("%s: %w", name, err)
-			}
-			k := pairKey{rec.Model, rec.Dataset}
-			if byPair[k] == nil {
-				byPair[k] = map[int]stored{}
-			}
-			s := stored{index: l.Index, rec: rec}
-			if keep {
-				s.raw = l.Record
-				raw += len(l.Record)
-				if raw > maxSortedRecords {
-					keep = false
-				}
-			}
-			byPair[k][l.Index] = s
-		}
-	}
-
 	metrics := make([]string, len(ev.Spec.Scoring))
 	for i := range ev.Spec.Scoring {
 		metrics[i] = ev.Spec.Scoring[i].MetricName()
 	}
-	var summaries []results.Summary
-	var sorted [][]byte
+	type pairKey struct{ model, dataset string }
+	type pair struct {
+		agg  *results.Aggregate
+		seen []bool
+		raw  map[int][]byte
+	}
+	pairs := map[pairKey]*pair{}
+	var order []*pair
 	for _, model := range cluster.Subjects(&ev.Spec) {
 		for _, d := range ev.Spec.Datasets {
-			recs := byPair[pairKey{model, d.Name}]
-			agg := results.NewAggregate(model, d.Name, int64(p.plan.Totals[d.Name]), metrics)
-			idx := make([]int, 0, len(recs))
-			for i := range recs {
-				idx = append(idx, i)
+			total := p.plan.Totals[d.Name]
+			pp := &pair{agg: results.NewAggregate(model, d.Name, int64(total), metrics), seen: make([]bool, total), raw: map[int][]byte{}}
+			pairs[pairKey{model, d.Name}] = pp
+			order = append(order, pp)
+		}
+	}
+	rawBytes, keep := 0, true
+	err := cluster.ForEachRecord(ctx, r.APIReader, ev.Namespace, names, func(l cluster.Line, rec *results.Record) error {
+		pp := pairs[pairKey{rec.Model, rec.Dataset}]
+		if pp == nil || l.Index < 0 || l.Index >= len(pp.seen) || pp.seen[l.Index] {
+			return nil
+		}
+		pp.seen[l.Index] = true
+		pp.agg.Add(rec)
+		if keep {
+			pp.raw[l.Index] = l.Record
+			if rawBytes += len(l.Record); rawBytes > maxSortedRecords {
+				keep = false
 			}
-			slices.Sort(idx)
-			for _, i := range idx {
-				s := recs[i]
-				agg.Add(&s.rec)
-				if keep {
-					sorted = append(sorted, s.raw)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	summaries := make([]results.Summary, len(order))
+	var sorted [][]byte
+	for i, pp := range order {
+		summaries[i] = pp.agg.Summary()
+		if keep {
+			for idx := range pp.seen {
+				if raw, ok := pp.raw[idx]; ok {
+					sorted = append(sorted, raw)
 				}
 			}
-			summaries = append(summaries, agg.Summary())
 		}
 	}
 	if !keep {

@@ -74,6 +74,6 @@ func newRootCommand(s streams) *cobra.Command {
 	}
 	root.SetOut(s.out)
 	root.SetErr(s.errOut)
-	root.AddCommand(newRunCommand(s), newManagerCommand(s), newShardCommand(s), newPlanCommand(s), newInstallCommand(s))
+	root.AddCommand(newRunCommand(s), newManagerCommand(s), newShardCommand(s), newPlanCommand(s), newInstallCommand(s), newResultsCommand(s))
 	return root
 }

@@ -510,3 +510,31 @@ func SortLines(lines []Line) {
 
 // ErrObsolete is returned when a runner's run is no longer the Evaluation's run.
 var ErrObsolete = errors.New("the evaluation changed: this run is obsolete")
+
+// ForEachRecord reads the named shard ConfigMaps one at a time and calls fn for
+// each record they hold. ConfigMaps gone meanwhile are skipped.
+func ForEachRecord(ctx context.Context, r client.Reader, ns string, names []string, fn func(Line, *results.Record) error) error {
+	for _, name := range names {
+		var cm corev1.ConfigMap
+		if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return err
+		}
+		lines, err := ReadRecords(&cm)
+		if err != nil {
+			return err
+		}
+		for _, l := range lines {
+			var rec results.Record
+			if err := json.Unmarshal(l.Record, &rec); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if err := fn(l, &rec); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -154,7 +154,7 @@ func tail(s string, n int) string {
 }
 
 // writeKubeconfig writes a kubeconfig for the test API server.
-func writeKubeconfig(b *testing.B, dir string) string {
+func writeKubeconfig(b testing.TB, dir string) string {
 	c := clientcmdapi.NewConfig()
 	c.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	c.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}

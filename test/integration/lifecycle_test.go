@@ -446,6 +446,7 @@ func TestResultsLargerThanAConfigMap(t *testing.T) {
 	if len(seen) != n {
 		t.Errorf("%d distinct samples in the chunks, want %d", len(seen), n)
 	}
+	checkFetchedResults(t, ns, "big", n)
 }
 
 // TestFinishedStaysFinished: a Secret deleted after the run finished does not

@@ -5,7 +5,11 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cli"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/runner/results"
@@ -76,6 +81,49 @@ func TestHappyPath(t *testing.T) {
 			t.Errorf("record %s twice", k)
 		}
 		seen[k] = true
+	}
+	checkFetchedResults(t, ns, "arith", 60)
+}
+
+// checkFetchedResults runs `proctor results` and checks it writes every record
+// once, model by model in spec order and sample by sample, and the summary.
+func checkFetchedResults(t *testing.T, ns, name string, want int) {
+	t.Helper()
+	dir := t.TempDir()
+	t.Setenv("KUBECONFIG", writeKubeconfig(t, dir))
+	out := filepath.Join(dir, "out")
+	if code := cli.Execute([]string{"results", name, "-n", ns, "-o", out}); code != 0 {
+		t.Fatalf("proctor results exited %d", code)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "results.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	if len(lines) != want {
+		t.Fatalf("proctor results wrote %d records, want %d", len(lines), want)
+	}
+	ev := getEvaluation(t, ns, name)
+	pos := map[string]int{}
+	for i, m := range ev.Spec.Models {
+		pos[m.Name] = i
+	}
+	prev := struct{ model, idx int }{-1, -1}
+	for _, l := range lines {
+		var rec results.Record
+		if err := json.Unmarshal(l, &rec); err != nil {
+			t.Fatal(err)
+		}
+		var idx int
+		fmt.Sscanf(rec.ID[strings.LastIndex(rec.ID, "-")+1:], "%d", &idx)
+		cur := struct{ model, idx int }{pos[rec.Model], idx}
+		if cur.model < prev.model || (cur.model == prev.model && cur.idx <= prev.idx) {
+			t.Fatalf("record %s/%s out of order after %+v", rec.Model, rec.ID, prev)
+		}
+		prev = cur
+	}
+	if s, err := os.ReadFile(filepath.Join(out, "summary.json")); err != nil || !bytes.Contains(s, []byte(`"results"`)) {
+		t.Errorf("summary.json: %s, %v", s, err)
 	}
 }
 

@@ -1,0 +1,164 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/runner/results"
+)
+
+// newResultsCommand fetches an Evaluation's results from a cluster into the same
+// files a local run writes.
+func newResultsCommand(s streams) *cobra.Command {
+	var namespace, output string
+	cmd := &cobra.Command{
+		Use:   "results NAME [-n NAMESPACE] [-o DIR]",
+		Short: "Fetch an Evaluation's results from the cluster into DIR/results.jsonl and DIR/summary.json",
+		Long: `Fetch a finished Evaluation's records and summary from its NAME-results ConfigMap (and the
+ConfigMaps it lists, when the records did not fit in one) into DIR/results.jsonl, one record per
+sample per model in sample order, and DIR/summary.json, exactly as proctor run writes them.
+The cluster is the one of your kubeconfig (KUBECONFIG, or ~/.kube/config).`,
+		Example: `  proctor results arithmetic -n evals -o out/arithmetic`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return fetchResults(cmd.Context(), s, args[0], namespace, output)
+		},
+	}
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the Evaluation's namespace (default: your kubeconfig's)")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output directory (default results/NAME)")
+	return cmd
+}
+
+func fetchResults(ctx context.Context, s streams, name, namespace, output string) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(),
+		&clientcmd.ConfigOverrides{Context: clientcmdapi.Context{Namespace: namespace}})
+	cfg, err := loader.ClientConfig()
+	if err != nil {
+		return invalid(fmt.Errorf("kubeconfig: %w", err))
+	}
+	if namespace == "" {
+		if namespace, _, err = loader.Namespace(); err != nil {
+			return invalid(fmt.Errorf("kubeconfig: %w", err))
+		}
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	ev := &v1alpha1.Evaluation{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, ev); err != nil {
+		return &exitError{code: exitFailed, err: err}
+	}
+	if ev.Status.ResultsConfigMap == "" {
+		progress := ""
+		if ev.Status.Progress != nil {
+			progress = ", " + ev.Status.Progress.Text + " samples done"
+		}
+		return &exitError{code: exitFailed, err: fmt.Errorf("evaluation %s has no results yet (phase %s%s)", name, ev.Status.Phase, progress)}
+	}
+	var cm corev1.ConfigMap
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ev.Status.ResultsConfigMap}, &cm); err != nil {
+		return &exitError{code: exitFailed, err: err}
+	}
+	if output == "" {
+		output = filepath.Join("results", name)
+	}
+	if err := os.MkdirAll(output, 0o755); err != nil {
+		return err
+	}
+	summary := []byte(cm.Data["summary.json"])
+	if err := os.WriteFile(filepath.Join(output, results.SummaryFile), summary, 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(output, results.ResultsFile))
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	if gz := cm.BinaryData["results.jsonl.gz"]; len(gz) > 0 {
+		r, err := gzip.NewReader(bytes.NewReader(gz))
+		if err == nil {
+			_, err = io.Copy(w, r)
+		}
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("%s: %w", cm.Name, err)
+		}
+	} else if err := writeChunkedRecords(ctx, c, ev, strings.Fields(cm.Data["chunks"]), w); err != nil {
+		f.Close()
+		return err
+	}
+	if err := errors.Join(w.Flush(), f.Close()); err != nil {
+		return err
+	}
+	var sum struct{ Results []results.Summary }
+	if json.Unmarshal(summary, &sum) == nil {
+		var metrics []string
+		for _, sc := range ev.Spec.Scoring {
+			metrics = append(metrics, sc.MetricName())
+		}
+		printSummary(s.out, sum.Results, metrics)
+	}
+	fmt.Fprintf(s.errOut, "Results: %s, %s\n", filepath.Join(output, results.ResultsFile), filepath.Join(output, results.SummaryFile))
+	return nil
+}
+
+// writeChunkedRecords writes the records held in the named ConfigMaps, one per
+// sample, in the order of a local run: model, dataset, then sample.
+func writeChunkedRecords(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, names []string, w io.Writer) error {
+	type key struct {
+		model, dataset string
+		index          int
+	}
+	byKey := map[key][]byte{}
+	err := cluster.ForEachRecord(ctx, c, ev.Namespace, names, func(l cluster.Line, rec *results.Record) error {
+		k := key{rec.Model, rec.Dataset, l.Index}
+		if _, dup := byKey[k]; !dup {
+			byKey[k] = l.Record
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	maxIndex := map[string]int{}
+	for k := range byKey {
+		maxIndex[k.dataset] = max(maxIndex[k.dataset], k.index)
+	}
+	for _, model := range cluster.Subjects(&ev.Spec) {
+		for _, d := range ev.Spec.Datasets {
+			for i := 0; i <= maxIndex[d.Name]; i++ {
+				if raw, ok := byKey[key{model, d.Name, i}]; ok {
+					w.Write(raw)
+					w.Write([]byte{'\n'})
+				}
+			}
+		}
+	}
+	return nil
+}
