@@ -39,10 +39,15 @@ const (
 	AnnotationRun = "proctor.dev/run"
 )
 
-// Name lengths: Jobs become pod labels (63); other objects are DNS subdomains.
+// Name lengths. Other objects are DNS subdomains (253). A Job's name is a pod
+// label (63), and an Indexed Job's "<name>-<index>" becomes its pods' hostnames,
+// DNS labels: with at most 100,000 completions, "-" and 5 digits must fit too.
 const (
-	MaxJobName = 63
-	MaxName    = 253
+	MaxJobName        = 63
+	MaxIndexedJobName = MaxJobName - 6
+	MaxName           = 253
+	// chunkSuffix is what a sealed chunk's name adds to its head's.
+	chunkSuffix = len("-123456-") + 7
 )
 
 // ChildName joins parts with dashes; when the result is longer than max, its end
@@ -73,11 +78,16 @@ func PlanName(eval, run string) string {
 	return ChildName(MaxName, eval, run, "plan")
 }
 func PlannerJobName(eval, run string) string {
-	return ChildName(MaxJobName, eval, run, "plan")
+	return ChildName(MaxJobName, noDots(eval), run, "plan")
 }
+
+// JobName is a model's Indexed Job: a DNS label, with room for "-<index>".
 func JobName(eval, model, run string) string {
-	return ChildName(MaxJobName, eval, model, run)
+	return ChildName(MaxIndexedJobName, noDots(eval), model, run)
 }
+
+// noDots makes a name (a DNS subdomain) usable in a DNS label.
+func noDots(name string) string { return strings.ReplaceAll(name, ".", "-") }
 
 // CacheSourcesName lists the previous run's record ConfigMaps a run reuses
 // answers from, when its cache is on.
@@ -87,7 +97,7 @@ func CacheSourcesName(eval, run string) string {
 
 // HeadName is a shard's head ConfigMap: its progress, done set and pending records.
 func HeadName(eval, run, model string, index int) string {
-	return ChildName(MaxName-8, eval, run, model, itoa(index))
+	return ChildName(MaxName-chunkSuffix, eval, run, model, itoa(index))
 }
 
 // ChunkName is the k-th sealed chunk of records of a shard.

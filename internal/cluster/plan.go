@@ -9,15 +9,28 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 )
 
-// RunID identifies a run of an Evaluation: a hash of every spec field that decides
-// its results. Editing any of them starts a new run; editing the others (suspend,
-// parallelism, rate limits) changes the running one in place.
+// RunID identifies a run of an Evaluation: a hash of the spec fields that decide
+// its results or its Jobs. Editing one starts a new run. The others change the
+// run in place: suspend, parallelism and rate limits at once; concurrency, retry
+// and timeoutPerSample for the runner pods that start from then on (a local
+// run's checkpoint leaves them out too).
 func RunID(spec *v1alpha1.EvaluationSpec) string {
 	s := spec.DeepCopy()
-	s.Suspend = nil
-	s.Parallelism = nil
+	s.Suspend, s.Parallelism = nil, nil
+	s.Concurrency, s.Retry, s.TimeoutPerSample = nil, nil, nil
 	for i := range s.Models {
 		s.Models[i].RateLimit = nil
+		s.Models[i].Concurrency = nil
+	}
+	for i := range s.Datasets {
+		// Inline samples as JSON values, so their keys' order (which an API
+		// server may re-encode) does not count.
+		for j, item := range s.Datasets[i].Source.Inline {
+			var v any
+			if json.Unmarshal(item.Raw, &v) == nil {
+				s.Datasets[i].Source.Inline[j].Raw, _ = json.Marshal(v)
+			}
+		}
 	}
 	b, _ := json.Marshal(s)
 	sum := sha256.Sum256(b)
@@ -60,10 +73,11 @@ func DefaultShardSize(totals map[string]int) int {
 // same shards: its Job's completions are len(Shards(...)).
 func (p Plan) Shards(spec *v1alpha1.EvaluationSpec, model string) []Shard {
 	var out []Shard
+	size := max(1, p.ShardSize) // a damaged plan must not loop forever
 	for _, d := range spec.Datasets {
 		total := p.Totals[d.Name]
-		for start := 0; start < total; start += p.ShardSize {
-			out = append(out, Shard{Model: model, Dataset: d.Name, Index: len(out), Start: start, End: min(start+p.ShardSize, total)})
+		for start := 0; start < total; start += size {
+			out = append(out, Shard{Model: model, Dataset: d.Name, Index: len(out), Start: start, End: min(start+size, total)})
 		}
 	}
 	return out

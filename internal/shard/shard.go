@@ -74,6 +74,7 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		}
 		return fmt.Errorf("reading the evaluation: %w", err)
 	}
+	v1alpha1.SetDefaults(&ev.Spec)
 	if cluster.RunID(&ev.Spec) != o.Run {
 		return cluster.ErrObsolete
 	}

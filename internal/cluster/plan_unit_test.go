@@ -1,0 +1,302 @@
+package cluster
+
+import (
+	"bytes"
+	"compress/gzip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+)
+
+func inline(n int) []runtime.RawExtension {
+	out := make([]runtime.RawExtension, n)
+	for i := range out {
+		out[i] = runtime.RawExtension{Raw: []byte(`{"input":"q","expected":"a"}`)}
+	}
+	return out
+}
+
+func baseSpec() *v1alpha1.EvaluationSpec {
+	spec := &v1alpha1.EvaluationSpec{
+		Datasets: []v1alpha1.Dataset{{Name: "d", Source: v1alpha1.DatasetSource{Inline: inline(3)}}},
+		Models: []v1alpha1.Model{
+			{Name: "small", Provider: v1alpha1.ProviderOpenAI, Model: "gpt", BaseURL: "http://llm/v1", RateLimit: &v1alpha1.RateLimit{RequestsPerMinute: 60}},
+			{Name: "judge", Provider: v1alpha1.ProviderOpenAI, Model: "gpt-j", BaseURL: "http://llm/v1"},
+		},
+		Scoring: []v1alpha1.Scorer{{Type: v1alpha1.ScorerExactMatch}, {Type: v1alpha1.ScorerJudge, Judge: &v1alpha1.Judge{Model: "judge"}}},
+	}
+	v1alpha1.SetDefaults(spec)
+	return spec
+}
+
+func TestRunID(t *testing.T) {
+	base := RunID(baseSpec())
+	if len(base) != 8 || strings.Trim(base, "0123456789abcdef") != "" {
+		t.Fatalf("RunID = %q, want 8 hex digits", base)
+	}
+	if again := RunID(baseSpec()); again != base {
+		t.Fatalf("RunID is not stable: %q then %q", base, again)
+	}
+
+	same := []struct {
+		name string
+		edit func(*v1alpha1.EvaluationSpec)
+	}{
+		{"suspend", func(s *v1alpha1.EvaluationSpec) { s.Suspend = ptr.To(true) }},
+		{"unsuspend", func(s *v1alpha1.EvaluationSpec) { s.Suspend = ptr.To(false) }},
+		{"parallelism", func(s *v1alpha1.EvaluationSpec) { s.Parallelism = ptr.To[int32](50) }},
+		{"rate limit changed", func(s *v1alpha1.EvaluationSpec) { s.Models[0].RateLimit.RequestsPerMinute = 6000 }},
+		{"rate limit removed", func(s *v1alpha1.EvaluationSpec) { s.Models[0].RateLimit = nil }},
+		{"rate limit added", func(s *v1alpha1.EvaluationSpec) {
+			s.Models[1].RateLimit = &v1alpha1.RateLimit{InputTokensPerMinute: 1000}
+		}},
+	}
+	for _, tc := range same {
+		spec := baseSpec()
+		tc.edit(spec)
+		before := spec.DeepCopy()
+		if got := RunID(spec); got != base {
+			t.Errorf("%s: RunID changed (%s -> %s); the running run should change in place", tc.name, base, got)
+		}
+		if diff := cmp.Diff(before, spec); diff != "" {
+			t.Errorf("%s: RunID modified the spec (-before +after):\n%s", tc.name, diff)
+		}
+	}
+
+	changed := []struct {
+		name string
+		edit func(*v1alpha1.EvaluationSpec)
+	}{
+		{"a sample", func(s *v1alpha1.EvaluationSpec) {
+			s.Datasets[0].Source.Inline[1].Raw = []byte(`{"input":"q2","expected":"a"}`)
+		}},
+		{"a dataset added", func(s *v1alpha1.EvaluationSpec) {
+			s.Datasets = append(s.Datasets, v1alpha1.Dataset{Name: "e", Source: v1alpha1.DatasetSource{URL: "https://x/e.jsonl"}})
+		}},
+		{"dataset limit", func(s *v1alpha1.EvaluationSpec) { s.Datasets[0].Limit = 2 }},
+		{"dataset fields", func(s *v1alpha1.EvaluationSpec) { s.Datasets[0].Fields = &v1alpha1.FieldMapping{Input: "question"} }},
+		{"model id", func(s *v1alpha1.EvaluationSpec) { s.Models[0].Model = "gpt-2" }},
+		{"base URL", func(s *v1alpha1.EvaluationSpec) { s.Models[0].BaseURL = "http://other/v1" }},
+		{"parameters", func(s *v1alpha1.EvaluationSpec) {
+			s.Models[0].Parameters = &v1alpha1.Parameters{Seed: ptr.To[int64](7)}
+		}},
+		{"a model added", func(s *v1alpha1.EvaluationSpec) {
+			s.Models = append(s.Models, v1alpha1.Model{Name: "big", Provider: v1alpha1.ProviderOpenAI, Model: "g", BaseURL: "http://llm/v1"})
+		}},
+		{"prompt", func(s *v1alpha1.EvaluationSpec) { s.Prompt.Template = "Q: {{ .Input }}" }},
+		{"system prompt", func(s *v1alpha1.EvaluationSpec) { s.Prompt.System = "Be brief." }},
+		{"scorer normalization", func(s *v1alpha1.EvaluationSpec) { s.Scoring[0].Normalize = []v1alpha1.Normalizer{"trim"} }},
+		{"judge rubric", func(s *v1alpha1.EvaluationSpec) { s.Scoring[1].Judge.Rubric = "Grade it." }},
+		{"shard size", func(s *v1alpha1.EvaluationSpec) { s.ShardSize = ptr.To[int32](7) }},
+		{"cache", func(s *v1alpha1.EvaluationSpec) { s.Cache.Enabled = true }},
+	}
+	seen := map[string]string{}
+	for _, tc := range changed {
+		spec := baseSpec()
+		tc.edit(spec)
+		got := RunID(spec)
+		if got == base {
+			t.Errorf("%s: RunID unchanged; this edit decides the results", tc.name)
+		}
+		if prev, dup := seen[got]; dup {
+			t.Errorf("%s and %s give the same RunID %s", prev, tc.name, got)
+		}
+		seen[got] = tc.name
+	}
+}
+
+// The pod template (runner settings) is fixed in a run's Jobs: editing it
+// starts a new run. Pacing (concurrency, retry, timeout) is read by each runner
+// pod as it starts, and changes the run in place, as it leaves a local run's
+// checkpoint valid.
+func TestRunIDRunnerAndPacingEdits(t *testing.T) {
+	base := RunID(baseSpec())
+	newRun := map[string]func(*v1alpha1.EvaluationSpec){
+		"runner resources": func(s *v1alpha1.EvaluationSpec) {
+			s.Runner = &v1alpha1.Runner{Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}}
+		},
+		"runner tolerations": func(s *v1alpha1.EvaluationSpec) {
+			s.Runner = &v1alpha1.Runner{Tolerations: []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}}}
+		},
+	}
+	inPlace := map[string]func(*v1alpha1.EvaluationSpec){
+		"concurrency":        func(s *v1alpha1.EvaluationSpec) { s.Concurrency = ptr.To[int32](3) },
+		"model concurrency":  func(s *v1alpha1.EvaluationSpec) { s.Models[0].Concurrency = ptr.To[int32](3) },
+		"timeout per sample": func(s *v1alpha1.EvaluationSpec) { s.TimeoutPerSample = &metav1.Duration{Duration: time.Hour} },
+		"retry":              func(s *v1alpha1.EvaluationSpec) { s.Retry = &v1alpha1.RetryPolicy{MaxAttempts: ptr.To[int32](9)} },
+	}
+	for name, edit := range newRun {
+		spec := baseSpec()
+		edit(spec)
+		if RunID(spec) == base {
+			t.Errorf("%s: RunID unchanged, want a new run", name)
+		}
+	}
+	for name, edit := range inPlace {
+		spec := baseSpec()
+		edit(spec)
+		if RunID(spec) != base {
+			t.Errorf("%s: RunID changed, want the run changed in place", name)
+		}
+	}
+}
+
+func TestRunIDIgnoresInlineKeyOrder(t *testing.T) {
+	a, b := baseSpec(), baseSpec()
+	a.Datasets[0].Source.Inline = []runtime.RawExtension{{Raw: []byte(`{"id":"1","input":"x"}`)}}
+	b.Datasets[0].Source.Inline = []runtime.RawExtension{{Raw: []byte(`{"input": "x", "id": "1"}`)}}
+	if RunID(a) != RunID(b) {
+		t.Error("the same inline sample encoded differently changed the RunID")
+	}
+}
+
+func TestDefaultShardSize(t *testing.T) {
+	cases := []struct {
+		totals map[string]int
+		want   int
+	}{
+		{nil, 100},
+		{map[string]int{"d": 0}, 100},
+		{map[string]int{"d": 10}, 100},
+		{map[string]int{"d": 100_000}, 100},
+		{map[string]int{"d": 100_001}, 101},
+		{map[string]int{"d": 60_000, "e": 90_000}, 150},
+		{map[string]int{"d": 10_000_000}, 10_000},
+	}
+	for _, tc := range cases {
+		got := DefaultShardSize(tc.totals)
+		if got != tc.want {
+			t.Errorf("DefaultShardSize(%v) = %d, want %d", tc.totals, got, tc.want)
+		}
+		// At most about a thousand shards per model.
+		n := len(Plan{ShardSize: got, Totals: tc.totals}.Shards(specWith(tc.totals), "m"))
+		if n > 1000+len(tc.totals) {
+			t.Errorf("DefaultShardSize(%v) gives %d shards", tc.totals, n)
+		}
+	}
+}
+
+func specWith(totals map[string]int) *v1alpha1.EvaluationSpec {
+	spec := &v1alpha1.EvaluationSpec{}
+	for _, name := range []string{"d", "e", "f"} {
+		if _, ok := totals[name]; ok {
+			spec.Datasets = append(spec.Datasets, v1alpha1.Dataset{Name: name})
+		}
+	}
+	return spec
+}
+
+func TestPlanShards(t *testing.T) {
+	spec := &v1alpha1.EvaluationSpec{Datasets: []v1alpha1.Dataset{{Name: "d"}, {Name: "empty"}, {Name: "e"}, {Name: "unplanned"}}}
+	plan := Plan{ShardSize: 5, Totals: map[string]int{"d": 12, "empty": 0, "e": 5}}
+	want := []Shard{
+		{Model: "m", Dataset: "d", Index: 0, Start: 0, End: 5},
+		{Model: "m", Dataset: "d", Index: 1, Start: 5, End: 10},
+		{Model: "m", Dataset: "d", Index: 2, Start: 10, End: 12},
+		{Model: "m", Dataset: "e", Index: 3, Start: 0, End: 5},
+	}
+	if diff := cmp.Diff(want, plan.Shards(spec, "m")); diff != "" {
+		t.Errorf("Shards (-want +got):\n%s", diff)
+	}
+	if got := plan.Total(); got != 17 {
+		t.Errorf("Total = %d, want 17", got)
+	}
+	// Every model has the same shards, under its own name.
+	other := plan.Shards(spec, "other")
+	for i := range other {
+		if other[i].Model != "other" || other[i].Index != want[i].Index || other[i].Start != want[i].Start {
+			t.Errorf("shard %d of another model: %+v", i, other[i])
+		}
+	}
+	if got := want[1].Key(); got != "m/1" {
+		t.Errorf("Key = %q", got)
+	}
+	if got := (Plan{ShardSize: 5}).Shards(spec, "m"); got != nil {
+		t.Errorf("an empty plan has shards %v", got)
+	}
+}
+
+func TestSubjects(t *testing.T) {
+	spec := baseSpec()
+	spec.Models = append(spec.Models, v1alpha1.Model{Name: "big"})
+	if diff := cmp.Diff([]string{"small", "big"}, Subjects(spec)); diff != "" {
+		t.Errorf("Subjects: judges are not evaluated (-want +got):\n%s", diff)
+	}
+}
+
+func gz(t *testing.T, s string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	w.Write([]byte(s))
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func TestCountInMemory(t *testing.T) {
+	cm := func(key string) v1alpha1.DatasetSource {
+		return v1alpha1.DatasetSource{ConfigMap: &v1alpha1.ConfigMapSource{Name: "qa", Key: key}}
+	}
+	jsonl := "{\"input\":\"a\"}\n{\"input\":\"b\"}\n\n{\"input\":\"c\"}\n"
+	cases := []struct {
+		name    string
+		d       v1alpha1.Dataset
+		data    []byte
+		want    int
+		wantOK  bool
+		wantErr string
+	}{
+		{name: "inline", d: v1alpha1.Dataset{Source: v1alpha1.DatasetSource{Inline: inline(4)}}, want: 4, wantOK: true},
+		{name: "inline, limited", d: v1alpha1.Dataset{Limit: 2, Source: v1alpha1.DatasetSource{Inline: inline(4)}}, want: 2, wantOK: true},
+		{name: "inline, limit above the count", d: v1alpha1.Dataset{Limit: 10, Source: v1alpha1.DatasetSource{Inline: inline(4)}}, want: 4, wantOK: true},
+		{name: "configMap jsonl (blank lines skipped)", d: v1alpha1.Dataset{Source: cm("data.jsonl")}, data: []byte(jsonl), want: 3, wantOK: true},
+		{name: "configMap jsonl, gzipped", d: v1alpha1.Dataset{Source: cm("data.jsonl.gz")}, data: gz(t, jsonl), want: 3, wantOK: true},
+		{name: "configMap jsonl, limited", d: v1alpha1.Dataset{Limit: 1, Source: cm("data.jsonl")}, data: []byte(jsonl), want: 1, wantOK: true},
+		{name: "configMap csv", d: v1alpha1.Dataset{Source: cm("data.csv")}, data: []byte("id,input\n1,a\n2,\"b,c\"\n"), want: 2, wantOK: true},
+		{name: "configMap csv, header only", d: v1alpha1.Dataset{Source: cm("data.csv")}, data: []byte("id,input\n"), want: 0, wantOK: true},
+		{name: "configMap json array", d: v1alpha1.Dataset{Source: cm("data.json")}, data: []byte(`[{"input":"a"},{"input":"b"}]`), want: 2, wantOK: true},
+		{name: "format overrides the key's extension", d: v1alpha1.Dataset{Format: v1alpha1.FormatCSV, Source: cm("data.txt")}, data: []byte("input\na\nb\nc\n"), want: 3, wantOK: true},
+		{name: "configMap, empty", d: v1alpha1.Dataset{Source: cm("data.jsonl")}, data: nil, want: 0, wantOK: true},
+		{
+			name: "configMap, malformed json", d: v1alpha1.Dataset{Source: cm("data.json")}, data: []byte(`[{"input":"a"}, {oops}]`),
+			wantOK: true, wantErr: "ConfigMap qa key data.json: element 2: invalid JSON",
+		},
+		{
+			name: "configMap, bad csv header", d: v1alpha1.Dataset{Source: cm("data.csv")}, data: []byte("id,id\n1,2\n"),
+			wantOK: true, wantErr: "ConfigMap qa key data.csv: csv header: duplicate column name",
+		},
+		{name: "url: a pod counts", d: v1alpha1.Dataset{Source: v1alpha1.DatasetSource{URL: "https://x/d.jsonl"}}, wantOK: false},
+		{name: "pvc: a pod counts", d: v1alpha1.Dataset{Source: v1alpha1.DatasetSource{PVC: &v1alpha1.PVCSource{ClaimName: "c", Path: "d.jsonl"}}}, wantOK: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			n, ok, err := CountInMemory(&tc.d, tc.data)
+			if ok != tc.wantOK {
+				t.Errorf("ok = %v, want %v", ok, tc.wantOK)
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("error = %v", err)
+			}
+			if n != tc.want {
+				t.Errorf("n = %d, want %d", n, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,420 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/runner/results"
+)
+
+func doneSet(n int, positions ...int) []bool {
+	d := make([]bool, n)
+	for _, p := range positions {
+		d[p] = true
+	}
+	return d
+}
+
+func TestFormatRanges(t *testing.T) {
+	cases := []struct {
+		done   []bool
+		offset int
+		want   string
+	}{
+		{doneSet(5), 0, ""},
+		{doneSet(5, 0), 0, "0"},
+		{doneSet(5, 0, 1, 2, 3, 4), 0, "0-4"},
+		{doneSet(8, 0, 1, 2, 5), 0, "0-2,5"},
+		{doneSet(8, 1, 3, 4, 7), 100, "101,103-104,107"},
+		{nil, 0, ""},
+	}
+	for _, tc := range cases {
+		if got := formatRanges(tc.done, tc.offset); got != tc.want {
+			t.Errorf("formatRanges(%v, %d) = %q, want %q", tc.done, tc.offset, got, tc.want)
+		}
+	}
+}
+
+func TestParseRanges(t *testing.T) {
+	cases := []struct {
+		in      string
+		offset  int
+		n       int
+		want    []bool
+		wantErr bool
+	}{
+		{"", 0, 3, doneSet(3), false},
+		{"0-2,5", 0, 8, doneSet(8, 0, 1, 2, 5), false},
+		{"101,103-104", 100, 5, doneSet(5, 1, 3, 4), false},
+		// Positions outside the shard are ignored.
+		{"98-101,200", 100, 3, doneSet(3, 0, 1), false},
+		{"x", 0, 3, doneSet(3), true},
+		{"1-", 0, 3, doneSet(3), true},
+		{"1,,2", 0, 3, doneSet(3, 1), true},
+		{"-1", 0, 3, doneSet(3), true},
+	}
+	for _, tc := range cases {
+		got := make([]bool, tc.n)
+		err := parseRanges(tc.in, tc.offset, got)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("parseRanges(%q) error = %v, want error %v", tc.in, err, tc.wantErr)
+		}
+		if err != nil {
+			continue
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("parseRanges(%q, %d) (-want +got):\n%s", tc.in, tc.offset, diff)
+		}
+	}
+}
+
+func TestRangesRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 500 {
+		n := rng.IntN(200)
+		offset := rng.IntN(10_000)
+		done := make([]bool, n)
+		density := rng.Float64()
+		for i := range done {
+			done[i] = rng.Float64() < density
+		}
+		s := formatRanges(done, offset)
+		got := make([]bool, n)
+		if err := parseRanges(s, offset, got); err != nil {
+			t.Fatalf("parseRanges(%q): %v", s, err)
+		}
+		if !cmp.Equal(done, got) {
+			t.Fatalf("round trip of %v at %d through %q gave %v", done, offset, s, got)
+		}
+	}
+}
+
+// randomLines are lines that do not compress much (hex digits).
+func randomLines(rng *rand.Rand, n, size int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		b := make([]byte, size/2)
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		out[i] = fmt.Appendf(nil, `{"i":%d,"r":"%x"}`, i, b)
+	}
+	return out
+}
+
+func TestPackChunks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const max = 4096
+	cases := []struct {
+		name       string
+		lines      [][]byte
+		wantChunks int // at least
+	}{
+		{"none", nil, 0},
+		{"one small line", [][]byte{[]byte(`{"i":0,"r":{}}`)}, 1},
+		{"fits one chunk", randomLines(rng, 5, 200), 1},
+		{"needs several", randomLines(rng, 60, 1000), 8},
+		{"uneven sizes", append(randomLines(rng, 3, 6000), randomLines(rng, 40, 100)...), 3},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			chunks, err := packChunks(tc.lines, max)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(chunks) < tc.wantChunks {
+				t.Errorf("%d chunks, want at least %d", len(chunks), tc.wantChunks)
+			}
+			var all [][]byte
+			for i, c := range chunks {
+				if len(c) > max {
+					t.Errorf("chunk %d is %d bytes, over %d", i, len(c), max)
+				}
+				lines, err := gunzipLines(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(lines) == 0 {
+					t.Errorf("chunk %d is empty", i)
+				}
+				all = append(all, lines...)
+			}
+			if !cmp.Equal(tc.lines, all) {
+				t.Errorf("chunks hold %d lines, want the %d lines in order", len(all), len(tc.lines))
+			}
+		})
+	}
+	// A record that cannot fit any chunk is an error, not a dropped record.
+	huge := randomLines(rng, 1, 20_000)
+	if _, err := packChunks(append(randomLines(rng, 3, 100), huge...), max); err == nil || !strings.Contains(err.Error(), "more than a chunk holds") {
+		t.Errorf("packChunks with a huge record: error = %v", err)
+	}
+}
+
+func testEvaluation() *v1alpha1.Evaluation {
+	return &v1alpha1.Evaluation{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "arith", UID: "uid-1"}}
+}
+
+func newFakeClient(t *testing.T) client.Client {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	return fake.NewClientBuilder().WithScheme(s).Build()
+}
+
+func record(i int, score float64) *results.Record {
+	return &results.Record{ID: fmt.Sprint(i), Model: "small", Dataset: "d", Output: "out", Scores: map[string]float64{"exact_match": score}, InputTokens: 3, OutputTokens: 1}
+}
+
+func listShardCMs(t *testing.T, c client.Client) (head *corev1.ConfigMap, chunks []corev1.ConfigMap) {
+	t.Helper()
+	var list corev1.ConfigMapList
+	if err := c.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	for i := range list.Items {
+		cm := list.Items[i]
+		switch cm.Labels[LabelComponent] {
+		case ComponentShard:
+			head = &cm
+		case ComponentRecords:
+			chunks = append(chunks, cm)
+		}
+	}
+	return head, chunks
+}
+
+func indexes(t *testing.T, cms ...corev1.ConfigMap) []int {
+	t.Helper()
+	var out []int
+	for i := range cms {
+		lines, err := ReadRecords(&cms[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lines {
+			out = append(out, l.Index)
+		}
+	}
+	return out
+}
+
+func TestStoreCheckpointAndResume(t *testing.T) {
+	ctx := context.Background()
+	c := newFakeClient(t)
+	ev := testEvaluation()
+	sh := Shard{Model: "small", Dataset: "d", Index: 2, Start: 10, End: 15}
+
+	s, err := OpenStore(ctx, c, ev, "r1", sh, "pod-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, _ := listShardCMs(t, c)
+	if head == nil || head.Name != "arith-r1-small-2" {
+		t.Fatalf("head = %v, want arith-r1-small-2", head)
+	}
+	wantLabels := map[string]string{
+		LabelManagedBy: ManagedBy, LabelEvaluation: "arith", LabelRun: "r1", LabelComponent: ComponentShard,
+		LabelModel: "small", LabelDataset: "d",
+	}
+	if diff := cmp.Diff(wantLabels, head.Labels); diff != "" {
+		t.Errorf("head labels (-want +got):\n%s", diff)
+	}
+	if ref := metav1.GetControllerOf(head); ref == nil || ref.UID != ev.UID {
+		t.Errorf("head owner = %v", ref)
+	}
+
+	if err := s.Put("small", "d", 9, record(9, 1)); err == nil {
+		t.Errorf("Put outside the shard succeeded")
+	}
+	for _, i := range []int{10, 11, 12} {
+		if err := s.Put("small", "d", i, record(i, float64(i%2))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errored := &results.Record{ID: "13", Model: "small", Dataset: "d", Error: "boom", InputTokens: 3}
+	if err := s.Put("small", "d", 13, errored); err != nil {
+		t.Fatal(err)
+	}
+	// The same sample again (a retry after a crash) is stored but counted once.
+	if err := s.Put("small", "d", 12, record(12, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Done("small", "d", 12) || s.Done("small", "d", 14) {
+		t.Errorf("Done: 12 %v, 14 %v", s.Done("small", "d", 12), s.Done("small", "d", 14))
+	}
+	s.SetBudget(4)
+	if err := s.Flush(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+
+	head, chunks := listShardCMs(t, c)
+	if len(chunks) != 0 {
+		t.Errorf("a small flush sealed %d chunks", len(chunks))
+	}
+	prog, ok := ParseProgress(head.Annotations)
+	if !ok {
+		t.Fatalf("no progress annotation: %v", head.Annotations)
+	}
+	wantProg := ShardProgress{
+		State: StateRunning, Total: 5, Done: 4, Errored: 1, Scores: map[string]float64{"exact_match": 1},
+		Tokens: results.Tokens{Input: 12, Output: 3}, Budget: 4, Pod: "pod-a", // the duplicate counts once
+	}
+	if diff := cmp.Diff(wantProg, prog); diff != "" {
+		t.Errorf("progress (-want +got):\n%s", diff)
+	}
+	if got := head.Data[KeyDone]; got != "10-13" {
+		t.Errorf("done = %q, want 10-13", got)
+	}
+	if diff := cmp.Diff([]int{10, 11, 12, 13, 12}, indexes(t, *head)); diff != "" {
+		t.Errorf("pending records (-want +got):\n%s", diff)
+	}
+
+	// A new pod resumes from the head.
+	s2, err := OpenStore(ctx, c, ev, "r1", sh, "pod-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := s2.Progress(); p.Done != 4 || p.Pod != "pod-b" || p.State != StateRunning {
+		t.Errorf("resumed progress = %+v", p)
+	}
+	for i := 10; i < 15; i++ {
+		if got, want := s2.Done("small", "d", i), i < 14; got != want {
+			t.Errorf("resumed Done(%d) = %v, want %v", i, got, want)
+		}
+	}
+	if err := s2.Put("small", "d", 14, record(14, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Flush(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+
+	head, chunks = listShardCMs(t, c)
+	if len(chunks) != 1 {
+		t.Fatalf("final flush sealed %d chunks, want 1", len(chunks))
+	}
+	chunk := chunks[0]
+	if !strings.HasPrefix(chunk.Name, "arith-r1-small-2-") || !strings.HasSuffix(chunk.Name, "-0") {
+		t.Errorf("chunk name %q", chunk.Name)
+	}
+	if chunk.Immutable == nil || !*chunk.Immutable {
+		t.Errorf("chunk is not immutable")
+	}
+	if chunk.Labels[LabelModel] != "small" || chunk.Labels[LabelDataset] != "d" || chunk.Labels[LabelRun] != "r1" {
+		t.Errorf("chunk labels %v", chunk.Labels)
+	}
+	if _, ok := head.BinaryData[KeyPending]; ok {
+		t.Errorf("the head still holds pending records after the final flush")
+	}
+	prog, _ = ParseProgress(head.Annotations)
+	if prog.State != StateSucceeded || prog.Done != 5 || prog.Chunks != 1 {
+		t.Errorf("final progress = %+v", prog)
+	}
+	if diff := cmp.Diff([]int{10, 11, 12, 13, 12, 14}, indexes(t, chunk)); diff != "" {
+		t.Errorf("sealed records (-want +got):\n%s", diff)
+	}
+	lines, _ := ReadRecords(&chunk)
+	var r results.Record
+	if err := json.Unmarshal(lines[3].Record, &r); err != nil || r.Error != "boom" {
+		t.Errorf("record 13 = %+v, %v", r, err)
+	}
+}
+
+func TestStoreCutsLongOutputs(t *testing.T) {
+	ctx := context.Background()
+	c := newFakeClient(t)
+	s, err := OpenStore(ctx, c, testEvaluation(), "r1", Shard{Model: "small", Dataset: "d", Start: 0, End: 1}, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := record(0, 1)
+	r.Output = strings.Repeat("x", MaxOutputBytes+10)
+	if err := s.Put("small", "d", 0, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	_, chunks := listShardCMs(t, c)
+	lines, err := ReadRecords(&chunks[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got results.Record
+	if err := json.Unmarshal(lines[0].Record, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(got.Output, strings.Repeat("x", MaxOutputBytes)) || !strings.Contains(got.Output, "[output cut by proctor") || len(got.Output) > MaxOutputBytes+100 {
+		t.Errorf("stored output is %d bytes, ends %q", len(got.Output), got.Output[len(got.Output)-50:])
+	}
+}
+
+func TestReadRecordsKeysAndErrors(t *testing.T) {
+	mk := func(lines ...string) []byte {
+		gz, err := gzipLines(func() [][]byte {
+			var out [][]byte
+			for _, l := range lines {
+				out = append(out, []byte(l))
+			}
+			return out
+		}())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gz
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "h"}, BinaryData: map[string][]byte{
+		KeyPending: mk(`{"i":3,"r":{"id":"c"}}`),
+		KeyRecords: mk(`{"i":1,"k":"abc","r":{"id":"a"}}`, `{"i":2,"r":{"id":"b"}}`),
+	}}
+	lines, err := ReadRecords(cm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range lines {
+		got = append(got, fmt.Sprintf("%d:%s:%s", l.Index, l.Key, l.Record))
+	}
+	want := []string{`3::{"id":"c"}`, `1:abc:{"id":"a"}`, `2::{"id":"b"}`}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ReadRecords (-want +got):\n%s", diff)
+	}
+	SortLines(lines)
+	if lines[0].Index != 1 || lines[2].Index != 3 {
+		t.Errorf("SortLines: %v", lines)
+	}
+
+	for name, bad := range map[string][]byte{
+		"not gzip":   []byte("plain"),
+		"not json":   mk(`{"i":1,"r":`),
+		"truncated":  mk(`{"i":1,"r":{}}`)[:10],
+		"wrong type": mk(`{"i":"x","r":{}}`),
+	} {
+		_, err := ReadRecords(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "h"}, BinaryData: map[string][]byte{KeyRecords: bad}})
+		if err == nil || !strings.HasPrefix(err.Error(), "h/"+KeyRecords+": ") {
+			t.Errorf("%s: error = %v, want one naming h/%s", name, err, KeyRecords)
+		}
+	}
+	if lines, err := ReadRecords(&corev1.ConfigMap{}); err != nil || lines != nil {
+		t.Errorf("empty ConfigMap: %v, %v", lines, err)
+	}
+}
