@@ -127,6 +127,9 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		// Owner references let the garbage collector remove everything it made.
 		return ctrl.Result{}, nil
 	}
+	// The CRD leaves fields unset; work from the same defaults a local run
+	// applies (runner pods apply them too, so both hash the same run).
+	v1alpha1.SetDefaults(&ev.Spec)
 
 	p := newPass(ev, r.Clock.Now())
 	steps := []step{
@@ -141,24 +144,26 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		{"DivideBudget", r.divideBudget},
 		{"Finish", r.finish},
 	}
-	var stepErr error
 	for _, s := range steps {
 		cont, err := s.run(ctx, p)
 		if err != nil {
-			stepErr = fmt.Errorf("%s: %w", s.name, err)
-			break
+			// Write nothing: a half-done pass must not record a phase, nor a run
+			// that was not fully started. The retry redoes it from the start.
+			return ctrl.Result{}, fmt.Errorf("%s: %w", s.name, err)
 		}
 		if !cont {
 			break
 		}
 	}
 	r.setPhase(p)
-	if err := r.writeStatus(ctx, p, logger); err != nil {
+	wrote, err := r.writeStatus(ctx, p, logger)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	r.emit(p)
-	if stepErr != nil {
-		return ctrl.Result{}, stepErr
+	if wrote {
+		// Events describe changes the status now shows; a pass whose status was
+		// not written will emit them when it is.
+		r.emit(p)
 	}
 	return p.result, nil
 }
@@ -166,34 +171,35 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // writeStatus writes status if it changed. Progress alone is written at most every
 // ProgressInterval: shards report every few seconds each, and many shards would
 // otherwise mean many writes.
-func (r *EvaluationReconciler) writeStatus(ctx context.Context, p *pass, logger logr.Logger) error {
+func (r *EvaluationReconciler) writeStatus(ctx context.Context, p *pass, logger logr.Logger) (bool, error) {
 	old := &p.ev.Status
 	if apiequality.Semantic.DeepEqual(old, p.status) {
-		return nil
+		return false, nil
 	}
 	key := client.ObjectKeyFromObject(p.ev)
 	if onlyProgress(old, p.status) {
 		if wait := r.progress.wait(key, p.now, r.Options.ProgressInterval); wait > 0 {
 			p.requeueAfter(wait)
-			return nil
+			return false, nil
 		}
 	}
-	recordSamples(old, p.status)
 	updated := p.ev.DeepCopy()
 	updated.Status = *p.status
 	if err := r.Status().Update(ctx, updated); err != nil {
 		if apierrors.IsConflict(err) {
 			// A newer object is on its way; the next pass will see it.
 			p.requeueAfter(time.Second)
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("writing status: %w", err)
+		return false, fmt.Errorf("writing status: %w", err)
 	}
 	r.progress.wrote(key, p.now)
+	recordSamples(old, p.status)
+	setPhaseGauge(key, p.status.Phase)
 	if old.Phase != p.status.Phase {
 		logger.Info("Evaluation changed phase", "from", old.Phase, "to", p.status.Phase, "run", p.status.Run)
 	}
-	return nil
+	return true, nil
 }
 
 func (r *EvaluationReconciler) forget(key types.NamespacedName) {

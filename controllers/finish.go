@@ -43,13 +43,18 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	if !done {
 		return true, nil
 	}
-	if anyFailed {
-		p.fail(ReasonShardsFailed, "%s", failedShards(p.shards, r.Options.ShardRetries))
-	} else {
-		p.finished = true
+	// The run ends only once its results are written: a failure to gather
+	// leaves it Running, and the pass is retried.
+	end := func() {
+		if anyFailed {
+			p.fail(ReasonShardsFailed, "%s", failedShards(p.shards, r.Options.ShardRetries))
+		} else {
+			p.finished = true
+		}
 	}
 	terminal := p.ev.Status.Phase == v1alpha1.PhaseSucceeded || p.ev.Status.Phase == v1alpha1.PhaseFailed
 	if terminal && p.ev.Status.ResultsConfigMap != "" && p.ev.Status.Run == p.run {
+		end()
 		return true, nil // gathered already
 	}
 	summaries, records, chunks, err := r.gather(ctx, p)
@@ -88,6 +93,7 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		p.status.Score = fmt.Sprintf("%.4f", firstSum/float64(firstDone))
 	}
 	p.status.ResultsConfigMap = cluster.ResultsName(p.ev.Name)
+	end()
 	return true, nil
 }
 

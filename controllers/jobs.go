@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -35,7 +36,6 @@ func (r *EvaluationReconciler) ensureJobs(ctx context.Context, p *pass) (bool, e
 	if p.plan == nil {
 		return false, nil
 	}
-	created := 0
 	for _, model := range cluster.Subjects(&p.ev.Spec) {
 		n := len(p.plan.Shards(&p.ev.Spec, model))
 		if n == 0 {
@@ -53,7 +53,6 @@ func (r *EvaluationReconciler) ensureJobs(ctx context.Context, p *pass) (bool, e
 				return false, fmt.Errorf("creating Job %s: %w", want.Name, err)
 			}
 			job = *want
-			created++
 		case err != nil:
 			return false, err
 		default:
@@ -62,10 +61,6 @@ func (r *EvaluationReconciler) ensureJobs(ctx context.Context, p *pass) (bool, e
 			}
 		}
 		p.jobs[model] = &job
-	}
-	if created > 0 && len(p.jobs) == created {
-		p.event(corev1.EventTypeNormal, ReasonStarted, "Started run %s: %d Job(s), %d samples per model",
-			p.run, created, p.plan.Total())
 	}
 	return true, nil
 }
@@ -89,7 +84,7 @@ func (r *EvaluationReconciler) shardJob(p *pass, model string, shards int) *batc
 	ev, spec := p.ev, &p.ev.Spec
 	labels := cluster.Labels(ev.Name, p.run, cluster.ComponentRunner)
 	labels[cluster.LabelModel] = model
-	pod := r.podTemplate(p, labels, []string{"shard", "--evaluation", ev.Name, "--run", p.run, "--model", model}, model)
+	pod := r.podTemplate(p, maps.Clone(labels), []string{"shard", "--evaluation", ev.Name, "--run", p.run, "--model", model}, model)
 	return &batchv1.Job{
 		ObjectMeta: objectMeta(ev.Namespace, cluster.JobName(ev.Name, model, p.run), labels),
 		Spec: batchv1.JobSpec{
@@ -124,7 +119,7 @@ func (r *EvaluationReconciler) shardJob(p *pass, model string, shards int) *batc
 func (r *EvaluationReconciler) plannerJob(p *pass) *batchv1.Job {
 	ev := p.ev
 	labels := cluster.Labels(ev.Name, p.run, cluster.ComponentPlanner)
-	pod := r.podTemplate(p, labels, []string{"plan", "--evaluation", ev.Name, "--run", p.run}, "")
+	pod := r.podTemplate(p, maps.Clone(labels), []string{"plan", "--evaluation", ev.Name, "--run", p.run}, "")
 	return &batchv1.Job{
 		ObjectMeta: objectMeta(ev.Namespace, cluster.PlannerJobName(ev.Name, p.run), labels),
 		Spec: batchv1.JobSpec{

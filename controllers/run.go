@@ -67,9 +67,12 @@ func cacheOn(spec *v1alpha1.EvaluationSpec) bool { return spec.Cache != nil && s
 // one, except the records of run keep, which it returns.
 func (r *EvaluationReconciler) deleteOtherRuns(ctx context.Context, p *pass, keep string) ([]cluster.CacheSource, error) {
 	ns := client.InNamespace(p.ev.Namespace)
+	// "!=" also matches objects without the label (the budget, the permissions):
+	// require it.
+	hasRun, _ := labels.NewRequirement(cluster.LabelRun, selection.Exists, nil)
 	other, _ := labels.NewRequirement(cluster.LabelRun, selection.NotEquals, []string{p.run})
 	own, _ := labels.NewRequirement(cluster.LabelEvaluation, selection.Equals, []string{cluster.LabelValue(p.ev.Name)})
-	sel := client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*own, *other)}
+	sel := client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*own, *hasRun, *other)}
 	bg := client.PropagationPolicy(metav1.DeletePropagationBackground)
 
 	var jobs batchv1.JobList
@@ -119,16 +122,25 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 	ns := p.ev.Namespace
 	for i, m := range p.ev.Spec.Models {
 		path := fmt.Sprintf("spec.models[%d]", i)
+		if m.Agent != nil && m.Agent.Image == "" {
+			// Admission refuses it too; this covers objects stored before that rule.
+			p.fail(ReasonInvalidSpec, "%s.agent.image: an agent model needs an image in a cluster: the image holding the agent CLI", path)
+			return false, nil
+		}
 		if compile.NeedsAPIKey(&m) && (m.APIKey == nil || m.APIKey.SecretKeyRef == nil) {
 			p.fail(ReasonInvalidSpec, "%s.apiKey.secretKeyRef: model %q needs an API key, which a cluster reads from a Secret", path, m.Name)
 			return false, nil
 		}
 		if m.APIKey != nil && m.APIKey.SecretKeyRef != nil {
-			if ok, err := r.exists(ctx, ns, m.APIKey.SecretKeyRef.Name, &corev1.Secret{}); err != nil || !ok {
+			ok, err := r.exists(ctx, ns, m.APIKey.SecretKeyRef.Name, &corev1.Secret{})
+			if err != nil {
+				return false, err
+			}
+			if !ok {
 				p.pendingReason = ReasonSecretNotFound
 				p.pendingMessage = fmt.Sprintf("Secret %s (%s.apiKey.secretKeyRef) not found", m.APIKey.SecretKeyRef.Name, path)
 				p.requeueAfter(r.Options.RecheckAfter)
-				return false, err
+				return false, nil
 			}
 		}
 	}
@@ -158,11 +170,15 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 			}
 			p.configMaps[d.Name] = &cm
 		case d.Source.PVC != nil:
-			if ok, err := r.exists(ctx, ns, d.Source.PVC.ClaimName, &corev1.PersistentVolumeClaim{}); err != nil || !ok {
+			ok, err := r.exists(ctx, ns, d.Source.PVC.ClaimName, &corev1.PersistentVolumeClaim{})
+			if err != nil {
+				return false, err
+			}
+			if !ok {
 				p.pendingReason = ReasonPVCNotFound
 				p.pendingMessage = fmt.Sprintf("PersistentVolumeClaim %s (%s.pvc) not found", d.Source.PVC.ClaimName, path)
 				p.requeueAfter(r.Options.RecheckAfter)
-				return false, err
+				return false, nil
 			}
 		case d.Source.File != "":
 			p.fail(ReasonInvalidSpec, "%s.file: a local file cannot be read in a cluster; use configMap, url or pvc", path)

@@ -59,14 +59,15 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 	anyActive := false
 	for mi, model := range subjects {
 		job := p.jobs[model]
+		shards := p.plan.Shards(&ev.Spec, model)
 		completed, failed := map[int]bool{}, map[int]bool{}
 		if job != nil {
-			completed = parseIndexes(job.Status.CompletedIndexes)
+			completed = parseIndexes(job.Status.CompletedIndexes, len(shards))
 			if job.Status.FailedIndexes != nil {
-				failed = parseIndexes(*job.Status.FailedIndexes)
+				failed = parseIndexes(*job.Status.FailedIndexes, len(shards))
 			}
 		}
-		for _, s := range p.plan.Shards(&ev.Spec, model) {
+		for _, s := range shards {
 			st := shardState{Shard: s, head: cluster.HeadName(ev.Name, p.run, model, s.Index), completed: completed[s.Index], failed: failed[s.Index]}
 			if h := byName[st.head]; h != nil {
 				st.hasHead = true
@@ -181,8 +182,8 @@ func firstMetric(spec *v1alpha1.EvaluationSpec) string {
 	return spec.Scoring[0].MetricName()
 }
 
-// parseIndexes reads a Job's index list ("1,3-5").
-func parseIndexes(s string) map[int]bool {
+// parseIndexes reads a Job's index list ("1,3-5"), ignoring indexes from limit on.
+func parseIndexes(s string, limit int) map[int]bool {
 	out := map[int]bool{}
 	for _, part := range strings.Split(s, ",") {
 		if part == "" {
@@ -198,7 +199,7 @@ func parseIndexes(s string) map[int]bool {
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		for i := a; i <= b; i++ {
+		for i := max(a, 0); i <= b && i < limit; i++ {
 			out[i] = true
 		}
 	}
@@ -213,7 +214,8 @@ func failedShards(shards []shardState, retries int32) string {
 			names = append(names, fmt.Sprintf("%s/%d (%s samples %d-%d)", s.Model, s.Index, s.Dataset, s.Start, s.End-1))
 		}
 	}
-	return fmt.Sprintf("%d shard(s) failed after %d attempts each: %s", len(names), retries+1, strings.Join(names, ", "))
+	return fmt.Sprintf("%d shard(s) failed (each is retried up to %d times, a configuration error not at all): %s; "+
+		"see the logs of their pods", len(names), retries, strings.Join(names, ", "))
 }
 
 // jobsFinished reports whether every model's Job has finished, and which failed.

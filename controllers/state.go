@@ -143,12 +143,16 @@ func (r *EvaluationReconciler) emitPhaseEvents(p *pass) {
 		return
 	}
 	switch to {
+	case v1alpha1.PhaseRunning:
+		if from != v1alpha1.PhaseSuspended || p.ev.Status.Run != p.status.Run {
+			p.event(corev1.EventTypeNormal, ReasonStarted, "Started run %s: %d Job(s), %d samples per model",
+				p.status.Run, len(p.jobs), p.plan.Total())
+		}
 	case v1alpha1.PhaseSucceeded:
 		p.event(corev1.EventTypeNormal, ReasonCompleted, "Every sample was evaluated: %s", p.status.Progress.Text)
 	case v1alpha1.PhaseFailed:
 		p.event(corev1.EventTypeWarning, ReasonFailed, "%s", p.status.Message)
 	}
-	setPhaseGauge(client2key(p.ev), to)
 }
 
 // emit sends the pass's events, after its status was written.
@@ -161,12 +165,16 @@ func (r *EvaluationReconciler) emit(p *pass) {
 	}
 }
 
-// onlyProgress reports whether two statuses differ only in running progress.
+// onlyProgress reports whether two statuses differ only in running progress
+// (samples done, the live score). Shard counts are not progress: a shard
+// finishing or failing is written at once, with its events.
 func onlyProgress(a, b *v1alpha1.EvaluationStatus) bool {
 	x, y := a.DeepCopy(), b.DeepCopy()
 	x.Progress, y.Progress = nil, nil
-	x.Shards, y.Shards = nil, nil
 	x.Score, y.Score = "", ""
+	if x.Shards != nil && y.Shards != nil {
+		x.Shards.Active, y.Shards.Active = 0, 0
+	}
 	x.ObservedGeneration = y.ObservedGeneration
 	for i := range x.Conditions {
 		x.Conditions[i].LastTransitionTime = metav1.Time{}

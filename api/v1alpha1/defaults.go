@@ -7,7 +7,8 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Defaults. The CRD's default markers must agree with these; a test checks it.
+// Defaults. The CRD sets none: the controller and runner pods apply these to what
+// they read, as a local run does, so an unset field means the same everywhere.
 const (
 	DefaultConcurrency       = 10
 	DefaultParallelism       = 4

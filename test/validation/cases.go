@@ -60,7 +60,7 @@ var Cases []Case
 
 // Fragments used by several cases.
 const (
-	agentModel = `{name: coder, provider: agent, agent: {command: [coder-cli, -p, "{{ .Prompt }}"]}}`
+	agentModel = `{name: coder, provider: agent, agent: {image: coder:1, command: [coder-cli, -p, "{{ .Prompt }}"]}}`
 	judgeModel = `{name: judge, provider: anthropic, model: claude-sonnet-4-5}`
 	judgeScore = `{type: judge, judge: {model: judge}}`
 )
@@ -150,6 +150,12 @@ func init() {
 			Name:      "file-source-in-cluster",
 			Manifest:  build("file-source-in-cluster", set("spec.datasets[0].source", `{file: data/qs.jsonl}`)),
 			Admission: "spec.datasets[0].source.file: Invalid value: \"data/qs.jsonl\": file is for local runs (proctor run) only: in a cluster, use configMap, url or pvc",
+		},
+		{
+			// Locally an agent runs on the machine; a cluster runs it in an image.
+			Name:      "agent-without-image-in-cluster",
+			Manifest:  build("agent-without-image-in-cluster", set("spec.models[0]", `{name: coder, provider: agent, agent: {command: [coder-cli]}}`)),
+			Admission: "agent.image is needed in a cluster",
 		},
 		bad("file-and-url", "exactly one of inline, configMap, url, pvc or file must be set",
 			"exactly one of inline, configMap, url, pvc or file must be set",

@@ -1,0 +1,398 @@
+package controllers
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/testutil"
+)
+
+// passFor is a pass over ev at t0 for its current run.
+func passFor(ev *v1alpha1.Evaluation) *pass {
+	p := newPass(ev, t0)
+	p.run = cluster.RunID(&ev.Spec)
+	return p
+}
+
+func unitReconciler() *EvaluationReconciler {
+	r := &EvaluationReconciler{RunnerImage: testImage}
+	initReconciler(r)
+	return r
+}
+
+func secretEnv(name, secret, key string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key,
+	}}}
+}
+
+var baseEnv = []corev1.EnvVar{
+	{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+	{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+	{Name: "TMPDIR", Value: "/scratch"},
+}
+
+func withEnv(extra ...corev1.EnvVar) []corev1.EnvVar {
+	return append(append([]corev1.EnvVar(nil), baseEnv...), extra...)
+}
+
+// judgedEvaluation has a subject model and a judge, both keyed from Secrets, a
+// PVC dataset, and runner settings.
+func judgedEvaluation() *v1alpha1.Evaluation {
+	ev := testutil.MakeEvaluation("arith", testNS).
+		InlineDataset("d", 10).
+		Dataset(v1alpha1.Dataset{Name: "big", Source: v1alpha1.DatasetSource{PVC: &v1alpha1.PVCSource{ClaimName: "data", Path: "qa/data.jsonl"}}}).
+		OpenAIModel("small", "http://llm.local/v1").APIKeySecret("openai", "api-key").
+		AnthropicModel("judge", "http://judge.local").APIKeySecret("anthropic", "key").
+		Scorer(v1alpha1.ScorerExactMatch).
+		ShardSize(5).Parallelism(3).
+		Obj()
+	ev.Spec.Scoring = append(ev.Spec.Scoring, v1alpha1.Scorer{Type: v1alpha1.ScorerJudge, Judge: &v1alpha1.Judge{Model: "judge"}})
+	ev.Spec.Runner = &v1alpha1.Runner{
+		Resources:    corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
+		NodeSelector: map[string]string{"pool": "eval"},
+		Tolerations:  []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "eval", Effect: corev1.TaintEffectNoSchedule}},
+	}
+	return ev
+}
+
+func TestShardJobGolden(t *testing.T) {
+	ev := judgedEvaluation()
+	p := passFor(ev)
+	run := p.run
+	labels := map[string]string{
+		"app.kubernetes.io/managed-by": "proctor",
+		"proctor.dev/evaluation":       "arith",
+		"proctor.dev/run":              run,
+		"proctor.dev/component":        "runner",
+		"proctor.dev/model":            "small",
+	}
+	want := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "arith-small-" + run, Labels: labels},
+		Spec: batchv1.JobSpec{
+			Completions:          ptr.To[int32](4),
+			Parallelism:          ptr.To[int32](3),
+			CompletionMode:       ptr.To(batchv1.IndexedCompletion),
+			BackoffLimitPerIndex: ptr.To[int32](3),
+			PodReplacementPolicy: ptr.To(batchv1.Failed),
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
+				{
+					Action:          batchv1.PodFailurePolicyActionIgnore,
+					OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+				},
+				{
+					Action: batchv1.PodFailurePolicyActionFailIndex,
+					OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+						ContainerName: ptr.To("runner"), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{2},
+					},
+				},
+			}},
+			Suspend: ptr.To(false),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName:            "arith-runner",
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					TerminationGracePeriodSeconds: ptr.To[int64](30),
+					NodeSelector:                  map[string]string{"pool": "eval"},
+					Tolerations:                   []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "eval", Effect: corev1.TaintEffectNoSchedule}},
+					Containers: []corev1.Container{{
+						Name:    "runner",
+						Image:   testImage,
+						Command: []string{"/proctor"},
+						Args:    []string{"shard", "--evaluation", "arith", "--run", run, "--model", "small"},
+						Env: withEnv(
+							secretEnv("PROCTOR_API_KEY_SMALL", "openai", "api-key"),
+							secretEnv("PROCTOR_API_KEY_JUDGE", "anthropic", "key"),
+						),
+						Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: "scratch", MountPath: "/scratch"},
+							{Name: "dataset-1", MountPath: "/datasets/data", ReadOnly: true},
+						},
+						SecurityContext: &corev1.SecurityContext{
+							AllowPrivilegeEscalation: ptr.To(false),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+							RunAsNonRoot:             ptr.To(true),
+						},
+					}},
+					Volumes: []corev1.Volume{
+						{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						{Name: "dataset-1", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data", ReadOnly: true}}},
+					},
+					SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+				},
+			},
+		},
+	}
+	got := unitReconciler().shardJob(p, "small", 4)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("shardJob mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestPlannerJobGolden(t *testing.T) {
+	ev := testutil.MakeEvaluation("arith", testNS).
+		Dataset(v1alpha1.Dataset{Name: "web", Source: v1alpha1.DatasetSource{URL: "https://example.org/qa.jsonl"}}).
+		OpenAIModel("small", "http://llm.local/v1").APIKeySecret("openai", "api-key").
+		Scorer(v1alpha1.ScorerExactMatch).
+		RunnerImage("registry.example/proctor:2").
+		Obj()
+	p := passFor(ev)
+	run := p.run
+	labels := map[string]string{
+		"app.kubernetes.io/managed-by": "proctor",
+		"proctor.dev/evaluation":       "arith",
+		"proctor.dev/run":              run,
+		"proctor.dev/component":        "planner",
+	}
+	want := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "arith-" + run + "-plan", Labels: labels},
+		Spec: batchv1.JobSpec{
+			BackoffLimit: ptr.To[int32](2),
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				Action: batchv1.PodFailurePolicyActionFailJob,
+				OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+					ContainerName: ptr.To("runner"), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{2},
+				},
+			}}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName:            "arith-runner",
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					TerminationGracePeriodSeconds: ptr.To[int64](30),
+					Containers: []corev1.Container{{
+						Name:    "runner",
+						Image:   "registry.example/proctor:2",
+						Command: []string{"/proctor"},
+						Args:    []string{"plan", "--evaluation", "arith", "--run", run},
+						// The planner only counts: it gets no API key.
+						Env:          withEnv(),
+						VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}},
+						SecurityContext: &corev1.SecurityContext{
+							AllowPrivilegeEscalation: ptr.To(false),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+							RunAsNonRoot:             ptr.To(true),
+						},
+					}},
+					Volumes:         []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+					SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+				},
+			},
+		},
+	}
+	got := unitReconciler().plannerJob(p)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("plannerJob mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestAgentPodTemplate(t *testing.T) {
+	ev := testutil.MakeEvaluation("agents", testNS).
+		InlineDataset("d", 4).
+		Model(v1alpha1.Model{
+			Name: "coder", Provider: v1alpha1.ProviderAgent,
+			APIKey: &v1alpha1.APIKey{Env: "ANTHROPIC_API_KEY", SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "anthropic"}, Key: "key",
+			}},
+			Agent: &v1alpha1.Agent{
+				Image:   "registry.example/agents/cli:1.0",
+				Command: []string{"agent-cli", "-p", "{{ .Prompt }}"},
+				Env: []corev1.EnvVar{
+					{Name: "PLAIN", Value: "given through the spec, not the pod"},
+					secretEnv("GH_TOKEN", "github", "token"),
+					{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+				},
+			},
+		}).
+		Scorer(v1alpha1.ScorerContains).
+		Obj()
+	p := passFor(ev)
+	got := unitReconciler().shardJob(p, "coder", 1).Spec.Template.Spec
+
+	secCtx := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+	want := corev1.PodSpec{
+		ServiceAccountName:            "agents-runner",
+		RestartPolicy:                 corev1.RestartPolicyNever,
+		TerminationGracePeriodSeconds: ptr.To[int64](30),
+		InitContainers: []corev1.Container{{
+			Name:            "install-proctor",
+			Image:           testImage,
+			Command:         []string{"/proctor", "install", "/proctor-bin/proctor"},
+			VolumeMounts:    []corev1.VolumeMount{{Name: "proctor-bin", MountPath: "/proctor-bin"}},
+			SecurityContext: secCtx,
+		}},
+		Containers: []corev1.Container{{
+			Name:    "runner",
+			Image:   "registry.example/agents/cli:1.0",
+			Command: []string{"/proctor-bin/proctor"},
+			Args:    []string{"shard", "--evaluation", "agents", "--run", p.run, "--model", "coder"},
+			Env: withEnv(
+				secretEnv("PROCTOR_API_KEY_CODER", "anthropic", "key"),
+				secretEnv("GH_TOKEN", "github", "token"),
+				corev1.EnvVar{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+			),
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: "scratch", MountPath: "/scratch"},
+				{Name: "proctor-bin", MountPath: "/proctor-bin"},
+			},
+			// An agent image may need root: RunAsNonRoot is not forced on it.
+			SecurityContext: secCtx,
+		}},
+		Volumes: []corev1.Volume{
+			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "proctor-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		},
+		SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("agent pod spec mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestPodTemplateVariants(t *testing.T) {
+	cases := []struct {
+		name      string
+		runner    *v1alpha1.Runner
+		wantImage string
+		wantSA    string
+	}{
+		{name: "defaults", wantImage: testImage, wantSA: "arith-runner"},
+		{name: "empty runner", runner: &v1alpha1.Runner{}, wantImage: testImage, wantSA: "arith-runner"},
+		{name: "image override", runner: &v1alpha1.Runner{Image: "mirror.example/proctor:1"}, wantImage: "mirror.example/proctor:1", wantSA: "arith-runner"},
+		{name: "service account override", runner: &v1alpha1.Runner{ServiceAccountName: "team-sa"}, wantImage: testImage, wantSA: "team-sa"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 3).OpenAIModel("small", "http://llm.local/v1").Scorer(v1alpha1.ScorerExactMatch).Obj()
+			ev.Spec.Runner = tc.runner
+			p := passFor(ev)
+			for _, job := range []*batchv1.Job{unitReconciler().shardJob(p, "small", 1), unitReconciler().plannerJob(p)} {
+				spec := job.Spec.Template.Spec
+				if got := spec.Containers[0].Image; got != tc.wantImage {
+					t.Errorf("%s: image = %q, want %q", job.Name, got, tc.wantImage)
+				}
+				if spec.ServiceAccountName != tc.wantSA {
+					t.Errorf("%s: serviceAccountName = %q, want %q", job.Name, spec.ServiceAccountName, tc.wantSA)
+				}
+			}
+		})
+	}
+}
+
+func TestShardJobSuspendAndParallelism(t *testing.T) {
+	for _, suspend := range []bool{false, true} {
+		ev := testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 3).OpenAIModel("small", "http://llm.local/v1").
+			Scorer(v1alpha1.ScorerExactMatch).Parallelism(7).Suspend(suspend).Obj()
+		job := unitReconciler().shardJob(passFor(ev), "small", 9)
+		if got := *job.Spec.Suspend; got != suspend {
+			t.Errorf("suspend=%v: Job suspend = %v", suspend, got)
+		}
+		if got := *job.Spec.Parallelism; got != 7 {
+			t.Errorf("Job parallelism = %d, want 7", got)
+		}
+		if got := *job.Spec.Completions; got != 9 {
+			t.Errorf("Job completions = %d, want 9 (one per shard)", got)
+		}
+	}
+}
+
+func TestKeyEnv(t *testing.T) {
+	key := func(secret string) *v1alpha1.APIKey {
+		return &v1alpha1.APIKey{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "k"}}
+	}
+	judge := func(m string) v1alpha1.Scorer {
+		return v1alpha1.Scorer{Type: v1alpha1.ScorerJudge, Name: "judge-" + m, Judge: &v1alpha1.Judge{Model: m}}
+	}
+	cases := []struct {
+		name    string
+		models  []v1alpha1.Model
+		scoring []v1alpha1.Scorer
+		model   string
+		want    []corev1.EnvVar
+	}{
+		{
+			name:   "no key: a local server",
+			models: []v1alpha1.Model{{Name: "small", Provider: v1alpha1.ProviderOpenAI}},
+			model:  "small",
+		},
+		{
+			name:   "own key, dashes become underscores",
+			models: []v1alpha1.Model{{Name: "gpt-mini", Provider: v1alpha1.ProviderOpenAI, APIKey: key("openai")}},
+			model:  "gpt-mini",
+			want:   []corev1.EnvVar{secretEnv("PROCTOR_API_KEY_GPT_MINI", "openai", "k")},
+		},
+		{
+			name:   "apiKey with env only gives no variable",
+			models: []v1alpha1.Model{{Name: "small", Provider: v1alpha1.ProviderOpenAI, APIKey: &v1alpha1.APIKey{Env: "OPENAI_API_KEY"}}},
+			model:  "small",
+		},
+		{
+			name: "judges' keys follow the model's, sorted",
+			models: []v1alpha1.Model{
+				{Name: "small", Provider: v1alpha1.ProviderOpenAI, APIKey: key("s")},
+				{Name: "zeta", Provider: v1alpha1.ProviderOpenAI, APIKey: key("z")},
+				{Name: "alpha", Provider: v1alpha1.ProviderAnthropic, APIKey: key("a")},
+				{Name: "other", Provider: v1alpha1.ProviderOpenAI, APIKey: key("o")},
+			},
+			scoring: []v1alpha1.Scorer{judge("zeta"), judge("alpha")},
+			model:   "small",
+			want: []corev1.EnvVar{
+				secretEnv("PROCTOR_API_KEY_SMALL", "s", "k"),
+				secretEnv("PROCTOR_API_KEY_ALPHA", "a", "k"),
+				secretEnv("PROCTOR_API_KEY_ZETA", "z", "k"),
+			},
+		},
+		{
+			name: "a judge without a key adds nothing",
+			models: []v1alpha1.Model{
+				{Name: "small", Provider: v1alpha1.ProviderOpenAI},
+				{Name: "judge", Provider: v1alpha1.ProviderOpenAI},
+			},
+			scoring: []v1alpha1.Scorer{judge("judge")},
+			model:   "small",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := &v1alpha1.EvaluationSpec{Models: tc.models, Scoring: tc.scoring}
+			got := unitReconciler().keyEnv(spec, tc.model)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("keyEnv mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// No runner pod ever carries a literal API key: every variable but TMPDIR
+// comes from a reference.
+func TestRunnerPodsCarryNoLiteralSecrets(t *testing.T) {
+	ev := judgedEvaluation()
+	p := passFor(ev)
+	r := unitReconciler()
+	for _, job := range []*batchv1.Job{r.shardJob(p, "small", 2), r.plannerJob(p)} {
+		for _, c := range append(job.Spec.Template.Spec.InitContainers, job.Spec.Template.Spec.Containers...) {
+			for _, e := range c.Env {
+				if e.Value != "" && e.Name != "TMPDIR" {
+					t.Errorf("%s/%s: env %s has a literal value %q", job.Name, c.Name, e.Name, e.Value)
+				}
+				if strings.HasPrefix(e.Name, "PROCTOR_API_KEY_") && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
+					t.Errorf("%s/%s: %s is not read from a Secret", job.Name, c.Name, e.Name)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,960 @@
+package controllers
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/shard"
+	"github.com/proctor-dev/proctor/internal/testutil"
+	"github.com/proctor-dev/proctor/runner/results"
+)
+
+const llmURL = "http://llm.local/v1"
+
+// simpleEval is one model on 10 inline samples, 5 per shard.
+func simpleEval(name string) *testutil.EvaluationWrapper {
+	return testutil.MakeEvaluation(name, testNS).InlineDataset("d", 10).OpenAIModel("small", llmURL).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Generation(1)
+}
+
+func withUID(ev *v1alpha1.Evaluation) *v1alpha1.Evaluation {
+	ev.UID = types.UID("uid-" + ev.Name)
+	return ev
+}
+
+func controllerOf(t *testing.T, obj client.Object, ev *v1alpha1.Evaluation) {
+	t.Helper()
+	ref := metav1.GetControllerOf(obj)
+	if ref == nil || ref.Kind != "Evaluation" || ref.Name != ev.Name || ref.UID != ev.UID || ref.APIVersion != v1alpha1.GroupVersion.String() {
+		t.Errorf("%T %s: controller reference = %+v, want Evaluation %s (%s)", obj, obj.GetName(), ref, ev.Name, ev.UID)
+	}
+}
+
+// ignoreLTT ignores the condition timestamps where a test does not care.
+var ignoreLTT = cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")
+
+func TestReconcileNewInlineEvaluation(t *testing.T) {
+	ev := testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).
+		OpenAIModel("small", llmURL).OpenAIModel("big", llmURL).AnthropicModel("judge", "http://judge.local").
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Generation(3).Obj()
+	ev.Spec.Scoring = append(ev.Spec.Scoring, v1alpha1.Scorer{Type: v1alpha1.ScorerJudge, Judge: &v1alpha1.Judge{Model: "judge"}})
+	withUID(ev)
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	run := cluster.RunID(&ev.Spec)
+
+	res := h.mustReconcile(ev)
+	if res.RequeueAfter != 0 {
+		t.Errorf("RequeueAfter = %v, want 0 (nothing runs yet; watches bring the next pass)", res.RequeueAfter)
+	}
+
+	// The plan, counted by the controller itself.
+	planCM, ok := h.configMaps()["arith-"+run+"-plan"]
+	if !ok {
+		t.Fatalf("no plan ConfigMap; have %v", keys(h.configMaps()))
+	}
+	var plan cluster.Plan
+	if err := json.Unmarshal([]byte(planCM.Annotations[cluster.AnnotationPlan]), &plan); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 10}}, plan); diff != "" {
+		t.Errorf("plan (-want +got):\n%s", diff)
+	}
+	if got := planCM.Labels[cluster.LabelComponent]; got != cluster.ComponentPlan {
+		t.Errorf("plan component label = %q", got)
+	}
+	controllerOf(t, planCM, ev)
+
+	// Permissions.
+	sa, role, rb := &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}
+	for _, o := range []client.Object{sa, role, rb} {
+		if !h.exists(o, "arith-runner") {
+			t.Fatalf("%T arith-runner not created", o)
+		}
+		controllerOf(t, o, ev)
+	}
+	wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "arith-runner", Namespace: testNS}}
+	if diff := cmp.Diff(wantSubjects, rb.Subjects); diff != "" {
+		t.Errorf("RoleBinding subjects (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "arith-runner"}, rb.RoleRef); diff != "" {
+		t.Errorf("RoleBinding roleRef (-want +got):\n%s", diff)
+	}
+
+	// One Job per evaluated model; none for the judge.
+	jobs := h.jobs()
+	if diff := cmp.Diff([]string{"arith-big-" + run, "arith-small-" + run}, keys(jobs)); diff != "" {
+		t.Errorf("Jobs (-want +got):\n%s", diff)
+	}
+	for _, j := range jobs {
+		controllerOf(t, j, ev)
+		if got := *j.Spec.Completions; got != 2 {
+			t.Errorf("%s completions = %d, want 2", j.Name, got)
+		}
+	}
+
+	got := h.eval("arith").Status
+	want := v1alpha1.EvaluationStatus{
+		Phase: v1alpha1.PhaseRunning, Run: run, ObservedGeneration: 3,
+		Conditions: []metav1.Condition{{
+			Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: ReasonRunning, Message: "shards are running",
+			ObservedGeneration: 3, LastTransitionTime: metav1.NewTime(t0),
+		}},
+		Progress:  &v1alpha1.Progress{Total: 20, Text: "0/20"},
+		Shards:    &v1alpha1.ShardCounts{Total: 4},
+		StartTime: &metav1.Time{Time: t0},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+	wantEvents := []recordedEvent{{Type: corev1.EventTypeNormal, Reason: ReasonStarted, Action: ReasonStarted, Note: "Started run " + run + ": 2 Job(s), 10 samples per model"}}
+	if diff := cmp.Diff(wantEvents, h.rec.take()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestReconcileReferencesAndPlanning(t *testing.T) {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "openai"}, Data: map[string][]byte{"api-key": []byte("sk-test")}}
+	qa := func(data map[string]string, binary map[string][]byte) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "qa"}, Data: data, BinaryData: binary}
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "data"}}
+	urlDataset := v1alpha1.Dataset{Name: "web", Source: v1alpha1.DatasetSource{URL: "https://example.org/qa.jsonl"}}
+	planCM := func(ev *v1alpha1.Evaluation, annotations map[string]string) *corev1.ConfigMap {
+		cm := shard.NewPlanConfigMap(ev, cluster.RunID(&ev.Spec))
+		cm.Annotations = annotations
+		return cm
+	}
+
+	cases := []struct {
+		name   string
+		ev     *v1alpha1.Evaluation
+		objs   func(ev *v1alpha1.Evaluation) []client.Object
+		before func(h *harness, ev *v1alpha1.Evaluation) // after a first pass
+		// wantPhase and the Progressing condition's reason; wantFailed also
+		// expects the Failed condition.
+		wantPhase     v1alpha1.Phase
+		wantReason    string
+		wantMessage   string
+		wantFailed    bool
+		wantRequeue   time.Duration
+		wantJobs      map[string]int32 // model -> completions
+		wantPlanner   bool
+		wantNoPlanCM  bool
+		wantNoPermsSA bool
+	}{
+		{
+			name:          "missing Secret",
+			ev:            simpleEval("e").APIKeySecret("openai", "api-key").Obj(),
+			wantPhase:     v1alpha1.PhasePending,
+			wantReason:    ReasonSecretNotFound,
+			wantMessage:   "Secret openai (spec.models[0].apiKey.secretKeyRef) not found",
+			wantRequeue:   10 * time.Second,
+			wantNoPlanCM:  true,
+			wantNoPermsSA: true,
+		},
+		{
+			name:      "Secret present",
+			ev:        simpleEval("e").APIKeySecret("openai", "api-key").Obj(),
+			objs:      func(*v1alpha1.Evaluation) []client.Object { return []client.Object{secret} },
+			wantPhase: v1alpha1.PhaseRunning, wantReason: ReasonRunning, wantMessage: "shards are running",
+			wantJobs: map[string]int32{"small": 2},
+		},
+		{
+			name: "a key is needed but no Secret is named",
+			// OpenAI's own API (the default base URL) always needs a key.
+			ev:            testutil.MakeEvaluation("e", testNS).InlineDataset("d", 3).OpenAIModel("small", "").Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
+			wantPhase:     v1alpha1.PhaseFailed,
+			wantReason:    ReasonInvalidSpec,
+			wantFailed:    true,
+			wantMessage:   `spec.models[0].apiKey.secretKeyRef: model "small" needs an API key, which a cluster reads from a Secret`,
+			wantNoPlanCM:  true,
+			wantNoPermsSA: true,
+		},
+		{
+			name: "a file dataset",
+			ev: testutil.MakeEvaluation("e", testNS).Dataset(v1alpha1.Dataset{Name: "local", Source: v1alpha1.DatasetSource{File: "./data.jsonl"}}).
+				OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
+			wantPhase:     v1alpha1.PhaseFailed,
+			wantReason:    ReasonInvalidSpec,
+			wantFailed:    true,
+			wantMessage:   "spec.datasets[0].source.file: a local file cannot be read in a cluster; use configMap, url or pvc",
+			wantNoPlanCM:  true,
+			wantNoPermsSA: true,
+		},
+		{
+			name:          "a missing ConfigMap",
+			ev:            testutil.MakeEvaluation("e", testNS).ConfigMapDataset("qa", "qa", "data.jsonl").OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
+			wantPhase:     v1alpha1.PhasePending,
+			wantReason:    ReasonConfigMapNotFound,
+			wantMessage:   "ConfigMap qa (spec.datasets[0].source.configMap) not found",
+			wantRequeue:   10 * time.Second,
+			wantNoPlanCM:  true,
+			wantNoPermsSA: true,
+		},
+		{
+			name: "a ConfigMap without the key",
+			ev:   testutil.MakeEvaluation("e", testNS).ConfigMapDataset("qa", "qa", "data.jsonl").OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
+			objs: func(*v1alpha1.Evaluation) []client.Object {
+				return []client.Object{qa(map[string]string{"other.jsonl": "{}\n"}, nil)}
+			},
+			wantPhase:     v1alpha1.PhasePending,
+			wantReason:    ReasonConfigMapNotFound,
+			wantMessage:   "ConfigMap qa has no key data.jsonl (spec.datasets[0].source.configMap.key)",
+			wantRequeue:   10 * time.Second,
+			wantNoPlanCM:  true,
+			wantNoPermsSA: true,
+		},
+		{
+			name: "a ConfigMap dataset is counted by the controller",
+			ev:   testutil.MakeEvaluation("e", testNS).ConfigMapDataset("qa", "qa", "data.jsonl").OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).ShardSize(2).Generation(1).Obj(),
+			objs: func(*v1alpha1.Evaluation) []client.Object {
+				return []client.Object{qa(map[string]string{"data.jsonl": `{"input":"a"}` + "\n" + `{"input":"b"}` + "\n" + `{"input":"c"}` + "\n"}, nil)}
+			},
+			wantPhase: v1alpha1.PhaseRunning, wantReason: ReasonRunning, wantMessage: "shards are running",
+			wantJobs: map[string]int32{"small": 2},
+		},
+		{
+			name: "a ConfigMap dataset in binaryData",
+			ev:   testutil.MakeEvaluation("e", testNS).ConfigMapDataset("qa", "qa", "data.csv").OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).ShardSize(1).Generation(1).Obj(),
+			objs: func(*v1alpha1.Evaluation) []client.Object {
+				return []client.Object{qa(nil, map[string][]byte{"data.csv": []byte("id,input\n1,a\n2,b\n3,c\n")})}
+			},
+			wantPhase: v1alpha1.PhaseRunning, wantReason: ReasonRunning, wantMessage: "shards are running",
+			wantJobs: map[string]int32{"small": 3},
+		},
+		{
+			name: "a malformed ConfigMap dataset",
+			ev:   testutil.MakeEvaluation("e", testNS).ConfigMapDataset("qa", "qa", "data.json").OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
+			objs: func(*v1alpha1.Evaluation) []client.Object {
+				return []client.Object{qa(map[string]string{"data.json": `[{"input": "a"}, {not json}]`}, nil)}
+			},
+			wantPhase:     v1alpha1.PhaseFailed,
+			wantReason:    ReasonPlanningFailed,
+			wantFailed:    true,
+			wantMessage:   "spec.datasets[0]: ConfigMap qa key data.json: element 2: invalid JSON",
+			wantNoPlanCM:  true,
+			wantNoPermsSA: true,
+		},
+		{
+			name:          "a missing PVC",
+			ev:            testutil.MakeEvaluation("e", testNS).Dataset(v1alpha1.Dataset{Name: "p", Source: v1alpha1.DatasetSource{PVC: &v1alpha1.PVCSource{ClaimName: "data", Path: "qa.jsonl"}}}).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
+			wantPhase:     v1alpha1.PhasePending,
+			wantReason:    ReasonPVCNotFound,
+			wantMessage:   "PersistentVolumeClaim data (spec.datasets[0].source.pvc) not found",
+			wantRequeue:   10 * time.Second,
+			wantNoPlanCM:  true,
+			wantNoPermsSA: true,
+		},
+		{
+			name:         "a PVC dataset is counted by the planner",
+			ev:           testutil.MakeEvaluation("e", testNS).Dataset(v1alpha1.Dataset{Name: "p", Source: v1alpha1.DatasetSource{PVC: &v1alpha1.PVCSource{ClaimName: "data", Path: "qa.jsonl"}}}).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
+			objs:         func(*v1alpha1.Evaluation) []client.Object { return []client.Object{pvc} },
+			wantPhase:    v1alpha1.PhasePending,
+			wantReason:   ReasonPlanning,
+			wantMessage:  "counting the samples of url and pvc datasets",
+			wantPlanner:  true,
+			wantNoPlanCM: true,
+		},
+		{
+			name:         "a url dataset is counted by the planner",
+			ev:           testutil.MakeEvaluation("e", testNS).InlineDataset("d", 3).Dataset(urlDataset).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
+			wantPhase:    v1alpha1.PhasePending,
+			wantReason:   ReasonPlanning,
+			wantMessage:  "counting the samples of url and pvc datasets",
+			wantPlanner:  true,
+			wantNoPlanCM: true,
+		},
+		{
+			name: "the planner's plan",
+			ev:   testutil.MakeEvaluation("e", testNS).Dataset(urlDataset).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
+			objs: func(ev *v1alpha1.Evaluation) []client.Object {
+				return []client.Object{planCM(ev, map[string]string{cluster.AnnotationPlan: `{"shardSize":100,"totals":{"web":250}}`})}
+			},
+			wantPhase: v1alpha1.PhaseRunning, wantReason: ReasonRunning, wantMessage: "shards are running",
+			wantJobs: map[string]int32{"small": 3},
+		},
+		{
+			name: "the planner's error",
+			ev:   testutil.MakeEvaluation("e", testNS).Dataset(urlDataset).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
+			objs: func(ev *v1alpha1.Evaluation) []client.Object {
+				return []client.Object{planCM(ev, map[string]string{shard.AnnotationPlanError: "web: sha256 mismatch"})}
+			},
+			wantPhase:     v1alpha1.PhaseFailed,
+			wantReason:    ReasonPlanningFailed,
+			wantFailed:    true,
+			wantMessage:   "reading the datasets failed: web: sha256 mismatch",
+			wantNoPermsSA: true,
+		},
+		{
+			name: "the planner Job failed",
+			ev:   testutil.MakeEvaluation("e", testNS).Dataset(urlDataset).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
+			before: func(h *harness, ev *v1alpha1.Evaluation) {
+				h.setJobStatus(cluster.PlannerJobName(ev.Name, cluster.RunID(&ev.Spec)), batchv1.JobStatus{Conditions: []batchv1.JobCondition{jobCondition(batchv1.JobFailed)}})
+			},
+			wantPhase:    v1alpha1.PhaseFailed,
+			wantReason:   ReasonPlanningFailed,
+			wantFailed:   true,
+			wantMessage:  "the planner Job e-",
+			wantPlanner:  true,
+			wantNoPlanCM: true,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := withUID(tc.ev)
+			objs := []client.Object{ev}
+			if tc.objs != nil {
+				objs = append(objs, tc.objs(ev)...)
+			}
+			h := newHarness(t, harnessOpts{objs: objs})
+			if tc.before != nil {
+				h.mustReconcile(ev)
+				tc.before(h, ev)
+			}
+			res := h.mustReconcile(ev)
+			if res.RequeueAfter != tc.wantRequeue {
+				t.Errorf("RequeueAfter = %v, want %v", res.RequeueAfter, tc.wantRequeue)
+			}
+			st := h.eval(ev.Name).Status
+			if st.Phase != tc.wantPhase {
+				t.Errorf("phase = %q, want %q (message %q)", st.Phase, tc.wantPhase, st.Message)
+			}
+			prog := meta.FindStatusCondition(st.Conditions, ConditionProgressing)
+			if prog == nil {
+				t.Fatalf("no Progressing condition in %+v", st.Conditions)
+			}
+			if prog.Reason != tc.wantReason || !strings.HasPrefix(prog.Message, tc.wantMessage) {
+				t.Errorf("Progressing = %s/%q, want %s/%q...", prog.Reason, prog.Message, tc.wantReason, tc.wantMessage)
+			}
+			if prog.ObservedGeneration != ev.Generation || st.ObservedGeneration != ev.Generation {
+				t.Errorf("observedGeneration: condition %d, status %d, want %d", prog.ObservedGeneration, st.ObservedGeneration, ev.Generation)
+			}
+			failed := meta.FindStatusCondition(st.Conditions, ConditionFailed)
+			if tc.wantFailed {
+				if failed == nil || failed.Status != metav1.ConditionTrue || failed.Reason != tc.wantReason {
+					t.Errorf("Failed condition = %+v, want True/%s", failed, tc.wantReason)
+				}
+				if st.CompletionTime == nil {
+					t.Errorf("a failed Evaluation has no completionTime")
+				}
+				if !strings.HasPrefix(st.Message, tc.wantMessage) {
+					t.Errorf("message = %q, want %q...", st.Message, tc.wantMessage)
+				}
+			} else if failed != nil {
+				t.Errorf("unexpected Failed condition %+v", failed)
+			}
+
+			run := cluster.RunID(&ev.Spec)
+			gotJobs := map[string]int32{}
+			planner := false
+			for _, j := range h.jobs() {
+				switch j.Labels[cluster.LabelComponent] {
+				case cluster.ComponentRunner:
+					gotJobs[j.Labels[cluster.LabelModel]] = *j.Spec.Completions
+				case cluster.ComponentPlanner:
+					planner = true
+					if j.Name != cluster.PlannerJobName(ev.Name, run) {
+						t.Errorf("planner Job name = %q", j.Name)
+					}
+					controllerOf(t, j, ev)
+				}
+			}
+			if len(tc.wantJobs) == 0 {
+				tc.wantJobs = map[string]int32{}
+			}
+			if diff := cmp.Diff(tc.wantJobs, gotJobs); diff != "" {
+				t.Errorf("shard Jobs by model, completions (-want +got):\n%s", diff)
+			}
+			if planner != tc.wantPlanner {
+				t.Errorf("planner Job exists = %v, want %v", planner, tc.wantPlanner)
+			}
+			_, hasPlan := h.configMaps()[cluster.PlanName(ev.Name, run)]
+			if hasPlan == tc.wantNoPlanCM {
+				t.Errorf("plan ConfigMap exists = %v, want %v", hasPlan, !tc.wantNoPlanCM)
+			}
+			if got := h.exists(&corev1.ServiceAccount{}, cluster.RunnerName(ev.Name)); got == tc.wantNoPermsSA {
+				t.Errorf("runner ServiceAccount exists = %v, want %v", got, !tc.wantNoPermsSA)
+			}
+		})
+	}
+}
+
+func TestReconcileRunnerServiceAccountOverride(t *testing.T) {
+	ev := withUID(simpleEval("arith").Obj())
+	ev.Spec.Runner = &v1alpha1.Runner{ServiceAccountName: "team-sa"}
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	h.mustReconcile(ev)
+	if h.exists(&corev1.ServiceAccount{}, "arith-runner") {
+		t.Errorf("a ServiceAccount was created although spec.runner.serviceAccountName is set")
+	}
+	rb := &rbacv1.RoleBinding{}
+	if !h.exists(rb, "arith-runner") {
+		t.Fatal("no RoleBinding")
+	}
+	if diff := cmp.Diff([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "team-sa", Namespace: testNS}}, rb.Subjects); diff != "" {
+		t.Errorf("RoleBinding subjects (-want +got):\n%s", diff)
+	}
+	for _, j := range h.jobs() {
+		if got := j.Spec.Template.Spec.ServiceAccountName; got != "team-sa" {
+			t.Errorf("%s runs as %q, want team-sa", j.Name, got)
+		}
+	}
+}
+
+func TestReconcileSuspend(t *testing.T) {
+	ev := withUID(simpleEval("arith").Suspend(true).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	h.mustReconcile(ev)
+	jobs := h.jobs()
+	if len(jobs) != 1 {
+		t.Fatalf("jobs = %v, want 1", keys(jobs))
+	}
+	for _, j := range jobs {
+		if !ptr.Deref(j.Spec.Suspend, false) {
+			t.Errorf("%s created unsuspended", j.Name)
+		}
+	}
+	st := h.eval("arith").Status
+	if st.Phase != v1alpha1.PhaseSuspended {
+		t.Errorf("phase = %q, want Suspended", st.Phase)
+	}
+	wantConds := []metav1.Condition{
+		{Type: ConditionProgressing, Status: metav1.ConditionFalse, Reason: ReasonSuspended, Message: "spec.suspend is true; finished samples are kept", ObservedGeneration: 1},
+		{Type: ConditionSuspended, Status: metav1.ConditionTrue, Reason: ReasonSuspended, Message: "spec.suspend is true", ObservedGeneration: 1},
+	}
+	if diff := cmp.Diff(wantConds, st.Conditions, ignoreLTT); diff != "" {
+		t.Errorf("conditions (-want +got):\n%s", diff)
+	}
+}
+
+func TestReconcileLiveEditsUpdateJobsInPlace(t *testing.T) {
+	ev := withUID(simpleEval("arith").Parallelism(4).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	run := cluster.RunID(&ev.Spec)
+	jobName := "arith-small-" + run
+	h.mustReconcile(ev)
+	h.rec.take()
+	uid := h.jobs()[jobName].UID
+
+	steps := []struct {
+		name            string
+		edit            func(*v1alpha1.EvaluationSpec)
+		wantSuspend     bool
+		wantParallelism int32
+		wantPhase       v1alpha1.Phase
+		wantSuspendCond bool
+	}{
+		{
+			name:        "suspend and lower parallelism",
+			edit:        func(s *v1alpha1.EvaluationSpec) { s.Suspend = ptr.To(true); s.Parallelism = ptr.To[int32](2) },
+			wantSuspend: true, wantParallelism: 2, wantPhase: v1alpha1.PhaseSuspended, wantSuspendCond: true,
+		},
+		{
+			name:        "a rate limit edit changes nothing in the Job",
+			edit:        func(s *v1alpha1.EvaluationSpec) { s.Models[0].RateLimit = &v1alpha1.RateLimit{RequestsPerMinute: 60} },
+			wantSuspend: true, wantParallelism: 2, wantPhase: v1alpha1.PhaseSuspended, wantSuspendCond: true,
+		},
+		{
+			name:        "resume and raise parallelism",
+			edit:        func(s *v1alpha1.EvaluationSpec) { s.Suspend = ptr.To(false); s.Parallelism = ptr.To[int32](8) },
+			wantSuspend: false, wantParallelism: 8, wantPhase: v1alpha1.PhaseRunning,
+		},
+	}
+	for _, s := range steps {
+		ev := h.editSpec("arith", s.edit)
+		h.mustReconcile(ev)
+		jobs := h.jobs()
+		j, ok := jobs[jobName]
+		if !ok || len(jobs) != 1 {
+			t.Fatalf("%s: Jobs = %v, want only %s", s.name, keys(jobs), jobName)
+		}
+		if j.UID != uid {
+			t.Errorf("%s: the Job was recreated", s.name)
+		}
+		if got := ptr.Deref(j.Spec.Suspend, false); got != s.wantSuspend {
+			t.Errorf("%s: Job suspend = %v, want %v", s.name, got, s.wantSuspend)
+		}
+		if got := *j.Spec.Parallelism; got != s.wantParallelism {
+			t.Errorf("%s: Job parallelism = %d, want %d", s.name, got, s.wantParallelism)
+		}
+		st := h.eval("arith").Status
+		if st.Run != run {
+			t.Errorf("%s: run = %q, want unchanged %q", s.name, st.Run, run)
+		}
+		if st.Phase != s.wantPhase {
+			t.Errorf("%s: phase = %q, want %q", s.name, st.Phase, s.wantPhase)
+		}
+		if got := meta.IsStatusConditionTrue(st.Conditions, ConditionSuspended); got != s.wantSuspendCond {
+			t.Errorf("%s: Suspended condition = %v, want %v", s.name, got, s.wantSuspendCond)
+		}
+		if s.wantSuspendCond == false && meta.FindStatusCondition(st.Conditions, ConditionSuspended) != nil {
+			t.Errorf("%s: the Suspended condition was not removed", s.name)
+		}
+		if r := reasons(h.rec.take()); len(r) != 0 {
+			t.Errorf("%s: events %v, want none", s.name, r)
+		}
+	}
+}
+
+func TestReconcileSpecEditStartsNewRun(t *testing.T) {
+	for _, cache := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cache off", true: "cache on"}[cache], func(t *testing.T) {
+			ev := withUID(simpleEval("arith").RateLimit(600).Obj())
+			ev.Spec.Cache.Enabled = cache
+			h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+			oldRun := cluster.RunID(&ev.Spec)
+			h.mustReconcile(ev)
+			h.rec.take()
+
+			// What the old run's shards left, and an older results ConfigMap.
+			s0 := cluster.Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 5}
+			oldHead := headCM(t, "arith", oldRun, s0, cluster.ShardProgress{State: cluster.StateRunning, Total: 5, Done: 2}, recsOf("small", "d", 0, 1), 0, 1)
+			oldChunk := chunkCM(t, "arith", oldRun, s0, "abc123", 0, recsOf("small", "d", 2), 2)
+			results := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "arith-results", Labels: cluster.Labels("arith", oldRun, cluster.ComponentResults)}}
+			h.create(oldHead, oldChunk, results)
+			budget, ok := h.configMaps()["arith-budget"]
+			if !ok {
+				t.Fatalf("no budget ConfigMap for a rate-limited model")
+			}
+			budget.Annotations[shard.AnnotationBudget] = `{"version":7,"models":{"small":{"limits":{"requestsPerMinute":600},"grants":{"small/0":{"share":{"requestsPerMinute":600},"since":7,"previous":{},"acked":7}}}}}`
+			if err := h.c.Update(h.ctx, budget); err != nil {
+				t.Fatal(err)
+			}
+			h.clock.Step(time.Minute)
+
+			ev = h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) { s.Prompt.Template = "Q: {{ .Input }}" })
+			newRun := cluster.RunID(&ev.Spec)
+			if newRun == oldRun {
+				t.Fatal("a prompt edit kept the run")
+			}
+			h.mustReconcile(ev)
+
+			jobs := h.jobs()
+			if diff := cmp.Diff([]string{"arith-small-" + newRun}, keys(jobs)); diff != "" {
+				t.Errorf("Jobs (-want +got):\n%s", diff)
+			}
+			cms := h.configMaps()
+			if _, ok := cms["arith-"+oldRun+"-plan"]; ok {
+				t.Errorf("the old run's plan was kept")
+			}
+			if _, ok := cms["arith-results"]; ok {
+				t.Errorf("the old results were kept")
+			}
+			// The budget starts over (it was deleted and made again): no grants.
+			if b, ok := cms["arith-budget"]; !ok {
+				t.Errorf("no budget for the new run")
+			} else if got, want := b.Annotations[shard.AnnotationBudget], `{"version":1,"models":{"small":{"limits":{"requestsPerMinute":600}}}}`; got != want {
+				t.Errorf("budget = %s, want %s", got, want)
+			}
+			_, headKept := cms[oldHead.Name]
+			_, chunkKept := cms[oldChunk.Name]
+			if headKept != cache || chunkKept != cache {
+				t.Errorf("old records kept: head %v, chunk %v; want %v (cache on = %v)", headKept, chunkKept, cache, cache)
+			}
+			sources, hasSources := cms[cluster.CacheSourcesName("arith", newRun)]
+			if hasSources != cache {
+				t.Errorf("cache sources ConfigMap exists = %v, want %v", hasSources, cache)
+			}
+			if cache && hasSources {
+				var got []cluster.CacheSource
+				if err := json.Unmarshal([]byte(sources.Data[cluster.KeySources]), &got); err != nil {
+					t.Fatal(err)
+				}
+				want := []cluster.CacheSource{
+					{Model: "small", Dataset: "d", Name: oldHead.Name},
+					{Model: "small", Dataset: "d", Name: oldChunk.Name},
+				}
+				if diff := cmp.Diff(want, got, cmpopts.SortSlices(func(a, b cluster.CacheSource) bool { return a.Name < b.Name })); diff != "" {
+					t.Errorf("cache sources (-want +got):\n%s", diff)
+				}
+				if got := sources.Labels[cluster.LabelComponent]; got != cluster.ComponentCache {
+					t.Errorf("cache sources component = %q", got)
+				}
+				controllerOf(t, sources, ev)
+				// The runners may read them.
+				role := &rbacv1.Role{}
+				h.exists(role, "arith-runner")
+				readable := map[string]bool{}
+				for _, rule := range role.Rules {
+					for _, n := range rule.ResourceNames {
+						readable[n] = true
+					}
+				}
+				for _, n := range []string{sources.Name, oldHead.Name, oldChunk.Name} {
+					if !readable[n] {
+						t.Errorf("the runner Role cannot read %s", n)
+					}
+				}
+			}
+
+			st := h.eval("arith").Status
+			want := v1alpha1.EvaluationStatus{
+				Phase: v1alpha1.PhaseRunning, Run: newRun, ObservedGeneration: 2,
+				Conditions: []metav1.Condition{{
+					Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: ReasonRunning, Message: "shards are running",
+					ObservedGeneration: 2, LastTransitionTime: metav1.NewTime(t0.Add(time.Minute)),
+				}},
+				Progress:  &v1alpha1.Progress{Total: 10, Text: "0/10"},
+				Shards:    &v1alpha1.ShardCounts{Total: 2},
+				StartTime: &metav1.Time{Time: t0.Add(time.Minute)},
+			}
+			if diff := cmp.Diff(want, st); diff != "" {
+				t.Errorf("status after the edit (-want +got):\n%s", diff)
+			}
+			events := h.rec.take()
+			if diff := cmp.Diff([]string{ReasonNewRun, ReasonStarted}, reasons(events)); diff != "" {
+				t.Errorf("event reasons (-want +got):\n%s", diff)
+			} else if want := "The spec changed: starting run " + newRun + " (was " + oldRun + ")"; events[0].Note != want {
+				t.Errorf("NewRun note = %q, want %q", events[0].Note, want)
+			}
+		})
+	}
+}
+
+// finishedRun sets up a run of arith (one model "small" unless models says
+// otherwise, 10 samples of d, 5 per shard) whose Jobs were created.
+func finishedRun(t *testing.T, models ...string) (*harness, *v1alpha1.Evaluation, string) {
+	t.Helper()
+	w := testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10)
+	if len(models) == 0 {
+		models = []string{"small"}
+	}
+	for _, m := range models {
+		w.OpenAIModel(m, llmURL)
+	}
+	ev := withUID(w.Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Generation(1).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	h.mustReconcile(ev)
+	h.rec.take()
+	return h, ev, cluster.RunID(&ev.Spec)
+}
+
+func shardOf(model string, index int) cluster.Shard {
+	return cluster.Shard{Model: model, Dataset: "d", Index: index, Start: 5 * index, End: 5*index + 5}
+}
+
+// storeModelRecords stores every sample of model: sample 7 errored, samples 2
+// and 8 stored twice (in a head and a chunk, in two chunks).
+func storeModelRecords(t *testing.T, h *harness, run, model string) {
+	t.Helper()
+	recs := recsOf(model, "d", 0, 1, 2, 3, 4, 5, 6, 8, 9)
+	recs[7] = erroredRec(model, "d", 7)
+	h.create(
+		headCM(t, "arith", run, shardOf(model, 0), cluster.ShardProgress{State: cluster.StateSucceeded, Total: 5, Done: 5, Scores: map[string]float64{"exact_match": 3}}, recs, 0, 1, 2),
+		chunkCM(t, "arith", run, shardOf(model, 0), "aaaaaa", 0, recs, 2, 3, 4),
+		headCM(t, "arith", run, shardOf(model, 1), cluster.ShardProgress{State: cluster.StateSucceeded, Total: 5, Done: 5, Errored: 1, Scores: map[string]float64{"exact_match": 2}}, recs),
+		chunkCM(t, "arith", run, shardOf(model, 1), "bbbbbb", 0, recs, 5, 6, 7, 8),
+		chunkCM(t, "arith", run, shardOf(model, 1), "bbbbbb", 1, recs, 9, 8),
+	)
+}
+
+func TestReconcileSucceeded(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	storeModelRecords(t, h, run, "small")
+	// Records of another run are not this run's, and go at the end.
+	stale := chunkCM(t, "arith", "0ldrun00", shardOf("small", 0), "cccccc", 0, map[int]results.Record{0: erroredRec("small", "d", 0)}, 0)
+	h.create(stale)
+	h.setJobStatus("arith-small-"+run, completeStatus("0-1"))
+	h.clock.Step(time.Minute)
+
+	h.mustReconcile(ev)
+
+	st := h.eval("arith").Status
+	done := metav1.NewTime(t0.Add(time.Minute))
+	want := v1alpha1.EvaluationStatus{
+		Phase: v1alpha1.PhaseSucceeded, Run: run, ObservedGeneration: 1,
+		Conditions: []metav1.Condition{
+			{Type: ConditionProgressing, Status: metav1.ConditionFalse, Reason: ReasonCompleted, Message: "every sample was evaluated", ObservedGeneration: 1, LastTransitionTime: done},
+			{Type: ConditionComplete, Status: metav1.ConditionTrue, Reason: ReasonCompleted, Message: "every sample was evaluated", ObservedGeneration: 1, LastTransitionTime: done},
+			{Type: ConditionFailed, Status: metav1.ConditionFalse, Reason: ReasonCompleted, ObservedGeneration: 1, LastTransitionTime: done},
+		},
+		Progress: &v1alpha1.Progress{Total: 10, Completed: 10, Errored: 1, Text: "10/10"},
+		Shards:   &v1alpha1.ShardCounts{Total: 2, Succeeded: 2},
+		Results: []v1alpha1.ModelResult{{
+			Model: "small", Dataset: "d", Total: 10, Completed: 10, Errored: 1,
+			Metrics:       map[string]string{"exact_match": "0.5000"},
+			LatencyMillis: &v1alpha1.LatencySummary{P50: 140, P95: 190},
+			Tokens:        &v1alpha1.TokenUsage{Input: 100, Output: 18},
+		}},
+		Score:            "0.5000",
+		ResultsConfigMap: "arith-results",
+		StartTime:        &metav1.Time{Time: t0},
+		CompletionTime:   &done,
+	}
+	if diff := cmp.Diff(want, st); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+
+	cm, ok := h.configMaps()["arith-results"]
+	if !ok {
+		t.Fatal("no arith-results ConfigMap")
+	}
+	controllerOf(t, cm, ev)
+	if cm.Annotations[cluster.AnnotationRun] != run || cm.Labels[cluster.LabelComponent] != cluster.ComponentResults {
+		t.Errorf("results ConfigMap metadata: labels %v annotations %v", cm.Labels, cm.Annotations)
+	}
+	if _, ok := cm.Data[ResultsKeyChunks]; ok {
+		t.Errorf("small results listed as chunks instead of embedded")
+	}
+	summary := cm.Data[ResultsKeySummary]
+	if !strings.HasSuffix(summary, "\n") {
+		t.Errorf("summary.json does not end with a newline")
+	}
+	var gotSummary struct {
+		Results []results.Summary `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(summary), &gotSummary); err != nil {
+		t.Fatal(err)
+	}
+	wantSummary := []results.Summary{{
+		Model: "small", Dataset: "d", Total: 10, Completed: 10, Errored: 1,
+		Metrics:       map[string]float64{"exact_match": 0.5},
+		LatencyMillis: results.Latency{P50: 140, P95: 190},
+		Tokens:        results.Tokens{Input: 100, Output: 18},
+	}}
+	if diff := cmp.Diff(wantSummary, gotSummary.Results); diff != "" {
+		t.Errorf("summary.json (-want +got):\n%s", diff)
+	}
+
+	var gotRecs []results.Record
+	for _, line := range bytes.Split(bytes.TrimSuffix(gunzip(t, cm.BinaryData[ResultsKeyRecords]), []byte("\n")), []byte("\n")) {
+		var r results.Record
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatalf("results.jsonl.gz line %q: %v", line, err)
+		}
+		gotRecs = append(gotRecs, r)
+	}
+	var wantRecs []results.Record
+	for i := range 10 {
+		if i == 7 {
+			wantRecs = append(wantRecs, erroredRec("small", "d", 7))
+		} else {
+			wantRecs = append(wantRecs, rec("small", "d", i))
+		}
+	}
+	if diff := cmp.Diff(wantRecs, gotRecs); diff != "" {
+		t.Errorf("results.jsonl.gz: one record per sample, in sample order (-want +got):\n%s", diff)
+	}
+
+	if _, ok := h.configMaps()[stale.Name]; ok {
+		t.Errorf("records of another run were kept after the run finished")
+	}
+	wantEvents := []recordedEvent{{Type: corev1.EventTypeNormal, Reason: ReasonCompleted, Action: ReasonCompleted, Note: "Every sample was evaluated: 10/10"}}
+	if diff := cmp.Diff(wantEvents, h.rec.take()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+
+	// Finished is finished: nothing is gathered or written again.
+	writes := h.statusWrites()
+	h.clock.Step(time.Minute)
+	h.mustReconcile(ev)
+	if got := h.statusWrites(); got != writes {
+		t.Errorf("a pass after success wrote status %d more time(s)", got-writes)
+	}
+	if r := reasons(h.rec.take()); len(r) != 0 {
+		t.Errorf("a pass after success emitted %v", r)
+	}
+}
+
+func TestReconcileShardFailed(t *testing.T) {
+	h, ev, run := finishedRun(t, "small", "big")
+	storeModelRecords(t, h, run, "small")
+	bigRecs := recsOf("big", "d", 0, 1, 2, 3, 4, 5, 6)
+	h.create(
+		headCM(t, "arith", run, shardOf("big", 0), cluster.ShardProgress{State: cluster.StateSucceeded, Total: 5, Done: 5, Scores: map[string]float64{"exact_match": 3}}, bigRecs, 0, 1, 2, 3, 4),
+		// The failed shard got two samples done before it gave up.
+		headCM(t, "arith", run, shardOf("big", 1), cluster.ShardProgress{State: cluster.StateRunning, Total: 5, Done: 2, Scores: map[string]float64{"exact_match": 1}}, bigRecs, 5, 6),
+	)
+	h.setJobStatus("arith-small-"+run, completeStatus("0-1"))
+	h.setJobStatus("arith-big-"+run, batchv1.JobStatus{
+		CompletedIndexes: "0", FailedIndexes: ptr.To("1"),
+		Conditions: []batchv1.JobCondition{jobCondition(batchv1.JobFailureTarget), jobCondition(batchv1.JobFailed)},
+	})
+
+	h.mustReconcile(ev)
+
+	st := h.eval("arith").Status
+	wantMsg := "1 shard(s) failed (each is retried up to 3 times, a configuration error not at all): big/1 (d samples 5-9); see the logs of their pods"
+	if st.Phase != v1alpha1.PhaseFailed || st.Message != wantMsg {
+		t.Errorf("phase %q message %q, want Failed %q", st.Phase, st.Message, wantMsg)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, ConditionFailed); c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonShardsFailed || c.Message != wantMsg {
+		t.Errorf("Failed condition = %+v", c)
+	}
+	if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 4, Succeeded: 3, Failed: 1}, st.Shards); diff != "" {
+		t.Errorf("shard counts (-want +got):\n%s", diff)
+	}
+	type outcome struct {
+		Model, Dataset       string
+		Total, Done, Errored int64
+		ExactMatch           string
+	}
+	var got []outcome
+	for _, r := range st.Results {
+		got = append(got, outcome{r.Model, r.Dataset, r.Total, r.Completed, r.Errored, r.Metrics["exact_match"]})
+	}
+	want := []outcome{
+		{"small", "d", 10, 10, 1, "0.5000"},
+		{"big", "d", 10, 7, 0, "0.5714"}, // 4 of 7
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("results: the shards that finished are kept (-want +got):\n%s", diff)
+	}
+	if st.ResultsConfigMap != "arith-results" || st.Score != "0.5000" {
+		t.Errorf("resultsConfigMap %q score %q", st.ResultsConfigMap, st.Score)
+	}
+	events := h.rec.take()
+	wantEvents := []recordedEvent{
+		{Type: corev1.EventTypeWarning, Reason: ReasonShardFailed, Action: ReasonShardFailed, Note: wantMsg},
+		{Type: corev1.EventTypeWarning, Reason: ReasonFailed, Action: ReasonFailed, Note: wantMsg},
+	}
+	if diff := cmp.Diff(wantEvents, events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// Records too large to embed in NAME-results are not dropped: it lists the
+// ConfigMaps that hold them instead.
+func TestReconcileLargeResultsListChunks(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	noise := func() string {
+		b := make([]byte, 72<<10)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return base64.StdEncoding.EncodeToString(b) // 96 KiB that compress to about 3/4
+	}
+	var names []string
+	for i := range 10 {
+		s := shardOf("small", i/5)
+		r := rec("small", "d", i)
+		r.Output = noise()
+		cm := chunkCM(t, "arith", run, s, "aaaaaa", i, map[int]results.Record{i: r}, i)
+		h.create(cm)
+		names = append(names, cm.Name)
+	}
+	sort.Strings(names)
+	h.setJobStatus("arith-small-"+run, completeStatus("0-1"))
+	h.mustReconcile(ev)
+
+	st := h.eval("arith").Status
+	if st.Phase != v1alpha1.PhaseSucceeded || len(st.Results) != 1 || st.Results[0].Completed != 10 {
+		t.Fatalf("phase %q results %+v", st.Phase, st.Results)
+	}
+	cms := h.configMaps()
+	cm := cms["arith-results"]
+	if _, ok := cm.BinaryData[ResultsKeyRecords]; ok {
+		t.Errorf("about 1 MiB of compressed records was embedded in NAME-results")
+	}
+	if diff := cmp.Diff(strings.Join(names, "\n")+"\n", cm.Data[ResultsKeyChunks]); diff != "" {
+		t.Errorf("chunks list (-want +got):\n%s", diff)
+	}
+	for _, n := range names {
+		if _, ok := cms[n]; !ok {
+			t.Errorf("listed chunk %s was deleted", n)
+		}
+	}
+}
+
+// A run with nothing to evaluate succeeds at once, with empty results.
+func TestReconcileEmptyDataset(t *testing.T) {
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).ConfigMapDataset("qa", "qa", "data.jsonl").
+		OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj())
+	qa := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "qa"}, Data: map[string]string{"data.jsonl": ""}}
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev, qa}})
+	h.mustReconcile(ev)
+	if n := len(h.jobs()); n != 0 {
+		t.Errorf("%d Jobs for an empty dataset", n)
+	}
+	st := h.eval("arith").Status
+	want := []v1alpha1.ModelResult{{
+		Model: "small", Dataset: "qa",
+		LatencyMillis: &v1alpha1.LatencySummary{}, Tokens: &v1alpha1.TokenUsage{},
+	}}
+	if st.Phase != v1alpha1.PhaseSucceeded {
+		t.Errorf("phase = %q, want Succeeded", st.Phase)
+	}
+	if diff := cmp.Diff(want, st.Results); diff != "" {
+		t.Errorf("results (-want +got):\n%s", diff)
+	}
+}
+
+// An Evaluation applied without the optional fields (parallelism, retry, ...)
+// reaches the controller as written: nothing defaults them on the way (the CRD
+// has no default markers, and there is no defaulting webhook).
+func TestReconcileUndefaultedEvaluation(t *testing.T) {
+	ev := withUID(&v1alpha1.Evaluation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "arith", Generation: 1},
+		Spec: v1alpha1.EvaluationSpec{
+			Datasets: []v1alpha1.Dataset{{Name: "d", Source: v1alpha1.DatasetSource{Inline: testutil.MakeEvaluation("x", testNS).InlineDataset("d", 3).Obj().Spec.Datasets[0].Source.Inline}}},
+			Models:   []v1alpha1.Model{{Name: "small", Provider: v1alpha1.ProviderOpenAI, Model: "m", BaseURL: llmURL}},
+			Scoring:  []v1alpha1.Scorer{{Type: v1alpha1.ScorerExactMatch}},
+		},
+	})
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	var err error
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+			}
+		}()
+		_, err = h.reconcile(ev)
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range h.jobs() {
+		if got := ptr.Deref(j.Spec.Parallelism, 0); got != v1alpha1.DefaultParallelism {
+			t.Errorf("%s parallelism = %d, want the default %d", j.Name, got, v1alpha1.DefaultParallelism)
+		}
+	}
+}
+
+// An agent model needs an image in a cluster (agent.image is optional in the
+// API because local runs do not need one).
+func TestReconcileAgentWithoutImage(t *testing.T) {
+	ev := withUID(testutil.MakeEvaluation("agents", testNS).InlineDataset("d", 2).
+		Model(v1alpha1.Model{Name: "coder", Provider: v1alpha1.ProviderAgent, Agent: &v1alpha1.Agent{Command: []string{"agent-cli"}}}).
+		Scorer(v1alpha1.ScorerContains).Generation(1).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	h.mustReconcile(ev)
+	st := h.eval("agents").Status
+	if st.Phase != v1alpha1.PhaseFailed {
+		var images []string
+		for _, j := range h.jobs() {
+			images = append(images, j.Spec.Template.Spec.Containers[0].Image)
+		}
+	}
+	if c := meta.FindStatusCondition(st.Conditions, ConditionFailed); c == nil || c.Reason != ReasonInvalidSpec {
+		t.Errorf("Failed condition = %+v, want InvalidSpec", c)
+	}
+}

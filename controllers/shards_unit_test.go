@@ -1,0 +1,401 @@
+package controllers
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/shard"
+	"github.com/proctor-dev/proctor/internal/testutil"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
+)
+
+func running(done, errored int, score float64) cluster.ShardProgress {
+	return cluster.ShardProgress{State: cluster.StateRunning, Total: 5, Done: done, Errored: errored, Scores: map[string]float64{"exact_match": score}}
+}
+
+func TestObserveShards(t *testing.T) {
+	ev := withUID(simpleEval("arith").OpenAIModel("big", llmURL).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	run := cluster.RunID(&ev.Spec)
+	succeeded := cluster.ShardProgress{State: cluster.StateSucceeded, Total: 5, Done: 5, Scores: map[string]float64{"exact_match": 3}}
+	h.create(
+		headCM(t, "arith", run, shardOf("small", 0), succeeded, nil),
+		headCM(t, "arith", run, shardOf("small", 1), running(2, 1, 1), nil),
+		headCM(t, "arith", run, shardOf("big", 0), running(4, 0, 2), nil),
+		headCM(t, "arith", run, shardOf("big", 1), running(1, 0, 0), nil), // its Job index failed
+		// Not this run's, or not a head: ignored.
+		headCM(t, "arith", "0ldrun00", shardOf("small", 0), running(5, 0, 5), nil),
+		chunkCM(t, "arith", run, shardOf("small", 0), "aaaaaa", 0, recsOf("small", "d", 0), 0),
+	)
+	jobs := map[string]*batchv1.Job{
+		"small": {Status: batchv1.JobStatus{CompletedIndexes: "0"}},
+		"big":   {Status: batchv1.JobStatus{FailedIndexes: ptr.To("1")}},
+	}
+	observe := func() *pass {
+		t.Helper()
+		p := newPass(h.eval("arith"), h.clock.Now())
+		p.run = run
+		p.plan = &cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 10}}
+		p.jobs = jobs
+		if cont, err := h.r.observeShards(h.ctx, p); err != nil || !cont {
+			t.Fatalf("observeShards = %v, %v", cont, err)
+		}
+		return p
+	}
+	activeKeys := func(p *pass) []string {
+		var out []string
+		for _, s := range p.shards {
+			if s.active {
+				out = append(out, s.Key())
+			}
+		}
+		return out
+	}
+
+	p := observe()
+	if diff := cmp.Diff(&v1alpha1.Progress{Total: 20, Completed: 12, Errored: 1, Text: "12/20"}, p.status.Progress); diff != "" {
+		t.Errorf("progress (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 4, Active: 2, Succeeded: 1, Failed: 1}, p.status.Shards); diff != "" {
+		t.Errorf("shard counts (-want +got):\n%s", diff)
+	}
+	// The first model's first metric: (3+1)/(5+2).
+	if p.status.Score != "0.5714" {
+		t.Errorf("live score = %q, want 0.5714", p.status.Score)
+	}
+	if diff := cmp.Diff([]string{"small/1", "big/0"}, activeKeys(p)); diff != "" {
+		t.Errorf("active shards (-want +got):\n%s", diff)
+	}
+	if p.result.RequeueAfter != 30*time.Second {
+		t.Errorf("RequeueAfter = %v, want StaleAfter", p.result.RequeueAfter)
+	}
+	wantEvent := []event{{corev1.EventTypeWarning, ReasonShardFailed, "1 shard(s) failed (each is retried up to 3 times, a configuration error not at all): big/1 (d samples 5-9); see the logs of their pods"}}
+	if diff := cmp.Diff(wantEvent, p.events, cmp.AllowUnexported(event{})); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+
+	// Heads unchanged for StaleAfter: their runners are taken for dead.
+	h.clock.Step(29 * time.Second)
+	if got := activeKeys(observe()); len(got) != 2 {
+		t.Errorf("after 29s, active = %v, want both still", got)
+	}
+	h.clock.Step(time.Second)
+	p = observe()
+	if got := activeKeys(p); len(got) != 0 {
+		t.Errorf("after StaleAfter, active = %v, want none", got)
+	}
+	if p.status.Shards.Active != 0 || p.result.RequeueAfter != 0 {
+		t.Errorf("stale shards: active %d, requeue %v; want 0, 0", p.status.Shards.Active, p.result.RequeueAfter)
+	}
+	// Progress from stale heads still counts.
+	if p.status.Progress.Completed != 12 {
+		t.Errorf("completed = %d, want 12", p.status.Progress.Completed)
+	}
+
+	// A head that changes is alive again.
+	head := &corev1.ConfigMap{}
+	if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: testNS, Name: cluster.HeadName("arith", run, "small", 1)}, head); err != nil {
+		t.Fatal(err)
+	}
+	head.Annotations[cluster.AnnotationProgress] = progressJSON(t, running(3, 1, 2))
+	if err := h.c.Update(h.ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	p = observe()
+	if diff := cmp.Diff([]string{"small/1"}, activeKeys(p)); diff != "" {
+		t.Errorf("after a heartbeat (-want +got):\n%s", diff)
+	}
+	if p.status.Progress.Completed != 13 || p.status.Score != "0.6250" {
+		t.Errorf("progress %+v score %q, want 13 done and 0.6250", p.status.Progress, p.status.Score)
+	}
+	if len(p.events) != 1 {
+		t.Errorf("events = %v, want the ShardFailed event again (status not written yet)", p.events)
+	}
+
+	// Once status knows of the failure, it is not announced again.
+	stored := h.eval("arith")
+	stored.Status.Shards = &v1alpha1.ShardCounts{Total: 4, Failed: 1}
+	if err := h.c.Status().Update(h.ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	if p = observe(); len(p.events) != 0 {
+		t.Errorf("events = %v, want none for a known failure", p.events)
+	}
+}
+
+func TestObserveShardsWithoutHeadsOrScorers(t *testing.T) {
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 7).InlineDataset("e", 3).OpenAIModel("small", llmURL).ShardSize(5).Generation(1).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	p := newPass(ev, t0)
+	p.run = cluster.RunID(&ev.Spec)
+	p.plan = &cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 7, "e": 3}}
+	if _, err := h.r.observeShards(h.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(&v1alpha1.Progress{Total: 10, Text: "0/10"}, p.status.Progress); diff != "" {
+		t.Errorf("progress (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 3}, p.status.Shards); diff != "" {
+		t.Errorf("shards (-want +got):\n%s", diff)
+	}
+	if p.status.Score != "" || len(p.events) != 0 || p.result.RequeueAfter != 0 {
+		t.Errorf("score %q events %v requeue %v; want none", p.status.Score, p.events, p.result.RequeueAfter)
+	}
+}
+
+func budgetOf(t *testing.T, h *harness) *cluster.Budget {
+	t.Helper()
+	cm := &metav1.PartialObjectMetadata{}
+	cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	if err := h.c.Get(context.Background(), client.ObjectKey{Namespace: testNS, Name: "arith-budget"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	b, err := shard.ParseBudget(cm.Annotations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func grantKeys(b *cluster.Budget) map[string][]string {
+	out := map[string][]string{}
+	for m, mb := range b.Models {
+		ks := []string{}
+		for k := range mb.Grants {
+			ks = append(ks, k)
+		}
+		sort.Strings(ks)
+		out[m] = ks
+	}
+	return out
+}
+
+func TestDivideBudget(t *testing.T) {
+	ev := testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 15).
+		OpenAIModel("small", llmURL).RateLimit(60).
+		OpenAIModel("big", llmURL). // unlimited
+		OpenAIModel("judge", llmURL).RateLimit(100).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Generation(1).Obj()
+	ev.Spec.Scoring = append(ev.Spec.Scoring, v1alpha1.Scorer{Type: v1alpha1.ScorerJudge, Judge: &v1alpha1.Judge{Model: "judge"}})
+	withUID(ev)
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	run := cluster.RunID(&ev.Spec)
+
+	h.mustReconcile(ev)
+	if diff := cmp.Diff(map[string][]string{"small": {}, "judge": {}}, grantKeys(budgetOf(t, h))); diff != "" {
+		t.Fatalf("grants before any shard runs (-want +got):\n%s", diff)
+	}
+
+	shardOf3 := func(m string, i int) cluster.Shard {
+		return cluster.Shard{Model: m, Dataset: "d", Index: i, Start: 5 * i, End: 5*i + 5}
+	}
+	h.create(
+		headCM(t, "arith", run, shardOf3("small", 0), running(1, 0, 1), nil),
+		headCM(t, "arith", run, shardOf3("small", 1), running(1, 0, 1), nil),
+		headCM(t, "arith", run, shardOf3("small", 2), cluster.ShardProgress{State: cluster.StateSucceeded, Total: 5, Done: 5}, nil),
+		headCM(t, "arith", run, shardOf3("big", 0), running(1, 0, 1), nil),
+	)
+	h.setJobStatus("arith-small-"+run, batchv1.JobStatus{CompletedIndexes: "2"})
+	h.clock.Step(time.Second)
+	h.mustReconcile(ev)
+
+	b := budgetOf(t, h)
+	want := map[string][]string{
+		"small": {"small/0", "small/1"},          // its own running shards only
+		"judge": {"big/0", "small/0", "small/1"}, // a judge is called by every running shard
+	}
+	if diff := cmp.Diff(want, grantKeys(b)); diff != "" {
+		t.Errorf("grants (-want +got):\n%s", diff)
+	}
+	for model, limit := range map[string]int64{"small": 60, "judge": 100} {
+		var sum int64
+		for _, g := range b.Models[model].Grants {
+			sum += g.Use().RequestsPerMinute
+		}
+		if sum > limit {
+			t.Errorf("%s: grants use %d rpm, over the limit %d", model, sum, limit)
+		}
+		if got := b.Models[model].Limits; got != (ratelimit.Limits{RequestsPerMinute: limit}) {
+			t.Errorf("%s: limits %+v", model, got)
+		}
+	}
+
+	// The runners go silent: their shares are reclaimed.
+	h.clock.Step(31 * time.Second)
+	h.mustReconcile(ev)
+	if diff := cmp.Diff(map[string][]string{"small": {}, "judge": {}}, grantKeys(budgetOf(t, h))); diff != "" {
+		t.Errorf("grants after StaleAfter (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseIndexes(t *testing.T) {
+	cases := []struct {
+		in   string
+		want []int
+	}{
+		{"", nil},
+		{"0", []int{0}},
+		{"0-2,5", []int{0, 1, 2, 5}},
+		{"1,3-5,7-7", []int{1, 3, 4, 5, 7}},
+		{"2,1,2", []int{1, 2}},
+		{"5-3", nil},        // reversed range
+		{"a,1", []int{1}},   // a bad part is skipped
+		{"1-b,4", []int{4}}, // a bad upper bound
+		{"-1,2", []int{2}},  // negative
+		{",,3,", []int{3}},  // empty parts
+		{" 1,2 ", nil},      // spaces are not trimmed
+		{"1-2-3", nil},      // "2-3" is not a number
+		{"10-12", []int{10, 11, 12}},
+		{"98-2000000000", []int{98, 99}}, // bounded by the completions
+	}
+	for _, tc := range cases {
+		got := parseIndexes(tc.in, 100)
+		var idx []int
+		for i, ok := range got {
+			if !ok {
+				t.Errorf("parseIndexes(%q) holds a false entry %d", tc.in, i)
+			}
+			idx = append(idx, i)
+		}
+		slices.Sort(idx)
+		if diff := cmp.Diff(tc.want, idx); diff != "" {
+			t.Errorf("parseIndexes(%q) (-want +got):\n%s", tc.in, diff)
+		}
+	}
+}
+
+func TestFailedShards(t *testing.T) {
+	st := func(model, dataset string, index, start, end int, failed bool) shardState {
+		return shardState{Shard: cluster.Shard{Model: model, Dataset: dataset, Index: index, Start: start, End: end}, failed: failed}
+	}
+	shards := []shardState{
+		st("small", "d", 0, 0, 100, false),
+		st("small", "d", 1, 100, 200, true),
+		st("big", "e", 2, 0, 7, true),
+	}
+	want := "2 shard(s) failed (each is retried up to 3 times, a configuration error not at all): small/1 (d samples 100-199), big/2 (e samples 0-6); see the logs of their pods"
+	if got := failedShards(shards, 3); got != want {
+		t.Errorf("failedShards = %q\nwant            %q", got, want)
+	}
+	if got, want := failedShards(nil, 0), "0 shard(s) failed (each is retried up to 0 times, a configuration error not at all): ; see the logs of their pods"; got != want {
+		t.Errorf("failedShards(nil) = %q, want %q", got, want)
+	}
+}
+
+func TestJobsFinished(t *testing.T) {
+	complete := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{jobCondition(batchv1.JobComplete)}}}
+	failed := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{jobCondition(batchv1.JobFailed)}}}
+	runningJob := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionFalse}}}}
+	cases := []struct {
+		name               string
+		jobs               map[string]*batchv1.Job
+		wantDone, wantFail bool
+	}{
+		{"none", map[string]*batchv1.Job{}, true, false},
+		{"all complete", map[string]*batchv1.Job{"a": complete, "b": complete}, true, false},
+		{"one failed", map[string]*batchv1.Job{"a": complete, "b": failed}, true, true},
+		{"one running", map[string]*batchv1.Job{"a": failed, "b": runningJob}, false, false},
+	}
+	for _, tc := range cases {
+		done, fail := jobsFinished(tc.jobs)
+		if done != tc.wantDone || fail != tc.wantFail {
+			t.Errorf("%s: jobsFinished = %v, %v; want %v, %v", tc.name, done, fail, tc.wantDone, tc.wantFail)
+		}
+	}
+}
+
+func TestOnlyProgress(t *testing.T) {
+	base := func() *v1alpha1.EvaluationStatus {
+		return &v1alpha1.EvaluationStatus{
+			Phase: v1alpha1.PhaseRunning, Run: "r1", ObservedGeneration: 1,
+			Conditions: []metav1.Condition{{Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: ReasonRunning, Message: "shards are running", LastTransitionTime: metav1.NewTime(t0)}},
+			Progress:   &v1alpha1.Progress{Total: 10, Completed: 1, Text: "1/10"},
+			Shards:     &v1alpha1.ShardCounts{Total: 2, Active: 1},
+			Score:      "1.0000",
+		}
+	}
+	cases := []struct {
+		name string
+		edit func(*v1alpha1.EvaluationStatus)
+		want bool
+	}{
+		{"identical", func(*v1alpha1.EvaluationStatus) {}, true},
+		{"progress", func(s *v1alpha1.EvaluationStatus) {
+			s.Progress = &v1alpha1.Progress{Total: 10, Completed: 5, Text: "5/10"}
+		}, true},
+		{"active shards", func(s *v1alpha1.EvaluationStatus) { s.Shards.Active = 3 }, true},
+		{"a shard failed", func(s *v1alpha1.EvaluationStatus) { s.Shards.Failed = 1 }, false},
+		{"a shard succeeded", func(s *v1alpha1.EvaluationStatus) { s.Shards.Succeeded = 1 }, false},
+		{"score", func(s *v1alpha1.EvaluationStatus) { s.Score = "0.5000" }, true},
+		{"progress appears", func(s *v1alpha1.EvaluationStatus) { s.Progress = nil }, true},
+		{"observed generation", func(s *v1alpha1.EvaluationStatus) { s.ObservedGeneration = 2 }, true},
+		{"condition time only", func(s *v1alpha1.EvaluationStatus) {
+			s.Conditions[0].LastTransitionTime = metav1.NewTime(t0.Add(time.Hour))
+		}, true},
+		{"phase", func(s *v1alpha1.EvaluationStatus) { s.Phase = v1alpha1.PhaseSucceeded }, false},
+		{"run", func(s *v1alpha1.EvaluationStatus) { s.Run = "r2" }, false},
+		{"message", func(s *v1alpha1.EvaluationStatus) { s.Message = "x" }, false},
+		{"condition reason", func(s *v1alpha1.EvaluationStatus) { s.Conditions[0].Reason = ReasonSuspended }, false},
+		{"condition generation", func(s *v1alpha1.EvaluationStatus) { s.Conditions[0].ObservedGeneration = 2 }, false},
+		{"a new condition", func(s *v1alpha1.EvaluationStatus) {
+			s.Conditions = append(s.Conditions, metav1.Condition{Type: ConditionSuspended})
+		}, false},
+		{"results", func(s *v1alpha1.EvaluationStatus) { s.Results = []v1alpha1.ModelResult{{Model: "m"}} }, false},
+		{"results ConfigMap", func(s *v1alpha1.EvaluationStatus) { s.ResultsConfigMap = "x-results" }, false},
+		{"completion time", func(s *v1alpha1.EvaluationStatus) { s.CompletionTime = &metav1.Time{Time: t0} }, false},
+	}
+	for _, tc := range cases {
+		a, b := base(), base()
+		tc.edit(b)
+		if got := onlyProgress(a, b); got != tc.want {
+			t.Errorf("%s: onlyProgress = %v, want %v", tc.name, got, tc.want)
+		}
+		if got := onlyProgress(b, a); got != tc.want {
+			t.Errorf("%s (reversed): onlyProgress = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// onlyProgress compares copies: its arguments are left alone.
+	a, b := base(), base()
+	b.Conditions[0].LastTransitionTime = metav1.NewTime(t0.Add(time.Hour))
+	onlyProgress(a, b)
+	if !b.Conditions[0].LastTransitionTime.Equal(ptr.To(metav1.NewTime(t0.Add(time.Hour)))) || a.Progress == nil {
+		t.Errorf("onlyProgress modified its arguments")
+	}
+}
+
+func TestLimitsOf(t *testing.T) {
+	rl := func(r, i, o int64) *v1alpha1.RateLimit {
+		return &v1alpha1.RateLimit{RequestsPerMinute: r, InputTokensPerMinute: i, OutputTokensPerMinute: o}
+	}
+	cases := []struct {
+		name   string
+		models []v1alpha1.Model
+		want   map[string]ratelimit.Limits
+	}{
+		{"no limits", []v1alpha1.Model{{Name: "a"}, {Name: "b"}}, nil},
+		{"all zero", []v1alpha1.Model{{Name: "a", RateLimit: rl(0, 0, 0)}}, nil},
+		{"some", []v1alpha1.Model{{Name: "a", RateLimit: rl(60, 0, 0)}, {Name: "b"}, {Name: "c", RateLimit: rl(0, 1000, 50)}, {Name: "d", RateLimit: rl(0, 0, 0)}},
+			map[string]ratelimit.Limits{"a": {RequestsPerMinute: 60}, "c": {InputTokensPerMinute: 1000, OutputTokensPerMinute: 50}}},
+	}
+	for _, tc := range cases {
+		got := limitsOf(&v1alpha1.EvaluationSpec{Models: tc.models})
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s: limitsOf (-want +got):\n%s", tc.name, diff)
+		}
+		if tc.want == nil && got != nil {
+			t.Errorf("%s: limitsOf = %v, want nil (no budget at all)", tc.name, got)
+		}
+	}
+}
