@@ -15,8 +15,6 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,9 +61,7 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 			return invalid(fmt.Errorf("kubeconfig: %w", err))
 		}
 	}
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
+	scheme := newScheme()
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return err

@@ -8,6 +8,11 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
 
 	"github.com/proctor-dev/proctor/internal/version"
 )
@@ -76,4 +81,12 @@ func newRootCommand(s streams) *cobra.Command {
 	root.SetErr(s.errOut)
 	root.AddCommand(newRunCommand(s), newManagerCommand(s), newShardCommand(s), newPlanCommand(s), newInstallCommand(s), newResultsCommand(s))
 	return root
+}
+
+// newScheme knows the built-in kinds and Proctor's.
+func newScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	return scheme
 }

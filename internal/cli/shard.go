@@ -12,12 +12,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/shard"
 )
@@ -81,13 +78,7 @@ func runInPod(s streams, o shard.Options, fn func(context.Context, client.Client
 		return invalid(errors.New("--namespace, --evaluation and --run are required"))
 	}
 	o.Log = newLogger(s.errOut, 0)
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
+	scheme := newScheme()
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return &exitError{code: exitFailed, err: fmt.Errorf("connecting to the cluster: %w", err)}

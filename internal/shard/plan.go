@@ -25,16 +25,9 @@ const AnnotationPlanError = "proctor.dev/plan-error"
 // is published too, as the plan's error, so the Evaluation can say what it is.
 func Plan(ctx context.Context, c client.Client, o Options) error {
 	o.defaults()
-	ev := &v1alpha1.Evaluation{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Evaluation}, ev); err != nil {
-		if apierrors.IsNotFound(err) {
-			return cluster.ErrObsolete
-		}
-		return fmt.Errorf("reading the evaluation: %w", err)
-	}
-	v1alpha1.SetDefaults(&ev.Spec)
-	if cluster.RunID(&ev.Spec) != o.Run {
-		return cluster.ErrObsolete
+	ev, err := currentEvaluation(ctx, c, o)
+	if err != nil {
+		return err
 	}
 	totals, countErr := compile.CountDatasets(ctx, ev, compile.Env{
 		DataDir: filepath.Join(o.WorkDir, "data"),

@@ -67,16 +67,9 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	o.defaults()
 	log := o.Log.WithValues("evaluation", o.Evaluation, "run", o.Run, "model", o.Model, "shard", o.Index)
 
-	ev := &v1alpha1.Evaluation{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Evaluation}, ev); err != nil {
-		if apierrors.IsNotFound(err) {
-			return cluster.ErrObsolete
-		}
-		return fmt.Errorf("reading the evaluation: %w", err)
-	}
-	v1alpha1.SetDefaults(&ev.Spec)
-	if cluster.RunID(&ev.Spec) != o.Run {
-		return cluster.ErrObsolete
+	ev, err := currentEvaluation(ctx, c, o)
+	if err != nil {
+		return err
 	}
 	plan, err := ReadPlan(ctx, c, o.Namespace, o.Evaluation, o.Run)
 	if err != nil {
@@ -174,6 +167,23 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	}
 	log.Info("Finished a shard", "done", store.Progress().Done, "errored", store.Progress().Errored)
 	return nil
+}
+
+// currentEvaluation reads the Evaluation, defaulted as the controller sees it, or
+// returns cluster.ErrObsolete if it is gone or its run is no longer o.Run.
+func currentEvaluation(ctx context.Context, c client.Client, o Options) (*v1alpha1.Evaluation, error) {
+	ev := &v1alpha1.Evaluation{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Evaluation}, ev); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, cluster.ErrObsolete
+		}
+		return nil, fmt.Errorf("reading the evaluation: %w", err)
+	}
+	v1alpha1.SetDefaults(&ev.Spec)
+	if cluster.RunID(&ev.Spec) != o.Run {
+		return nil, cluster.ErrObsolete
+	}
+	return ev, nil
 }
 
 func (o *Options) defaults() {
