@@ -347,7 +347,8 @@ type RateLimit struct {
 	OutputTokensPerMinute int64 `json:"outputTokensPerMinute,omitempty"`
 }
 
-// +kubebuilder:validation:XValidation:rule=`has(self.image) && self.image != ”`,message="agent.image is needed in a cluster: the image holding the agent CLI (Proctor copies its runner into it)"
+// +kubebuilder:validation:XValidation:rule=`has(self.image) && self.image != ""`,message="agent.image is needed in a cluster: the image holding the agent CLI (Proctor copies its runner into it)"
+
 // Agent runs a command-line agent once per sample, in a fresh workspace directory
 // holding the declared files. Its standard output is the answer.
 type Agent struct {
