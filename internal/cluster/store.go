@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -118,7 +119,6 @@ type Store struct {
 	progress ShardProgress
 	pending  [][]byte // journal lines not yet sealed
 	raw      int      // bytes in pending
-	dirty    bool
 	wake     chan struct{}
 }
 
@@ -250,7 +250,6 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 	}
 	s.pending = append(s.pending, line)
 	s.raw += len(line)
-	s.dirty = true
 	if s.raw >= FlushPendingRaw {
 		select {
 		case s.wake <- struct{}{}:
@@ -268,10 +267,7 @@ func (s *Store) Wake() <-chan struct{} { return s.wake }
 func (s *Store) SetBudget(version int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.progress.Budget != version {
-		s.progress.Budget = version
-		s.dirty = true
-	}
+	s.progress.Budget = version
 }
 
 // Progress returns the shard's progress so far.
@@ -310,19 +306,20 @@ func (s *Store) seal(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A chunk is labelled as its head is, but for its component.
+	chunkLabels := maps.Clone(s.labels)
+	chunkLabels[LabelComponent] = ComponentRecords
 	for _, gz := range chunks {
 		name := ChunkName(s.head+"-"+s.writer, s.progress.Chunks)
 		cm := &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: s.ns, Name: name,
-				Labels:          shardLabels(Labels(s.labels[LabelEvaluation], s.labels[LabelRun], ComponentRecords), s.shard),
+				Labels:          maps.Clone(chunkLabels),
 				OwnerReferences: []metav1.OwnerReference{s.owner},
 			},
 			BinaryData: map[string][]byte{KeyRecords: gz},
 			Immutable:  ptr.To(true),
 		}
-		// Labels() hashes long names; the evaluation label is already a label value.
-		cm.Labels[LabelEvaluation] = s.labels[LabelEvaluation]
 		if err := s.c.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("sealing records into %s: %w", name, err)
 		}
@@ -353,7 +350,6 @@ func (s *Store) writeHead(ctx context.Context, pendingGz []byte) error {
 		err := s.c.Update(ctx, cm)
 		if err == nil {
 			s.obj = cm
-			s.dirty = false
 			return nil
 		}
 		if !apierrors.IsConflict(err) || attempt >= 3 {
