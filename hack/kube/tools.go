@@ -1,9 +1,14 @@
 //go:build tools
 
-// Package tools pins the Kubernetes commands this module builds.
+// Package tools pins the Kubernetes commands this module builds: the control
+// plane for the integration tests and the whole node for the local cluster.
 package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )
