@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Builds Proctor's container images as docker-archive tarballs with Go alone,
+# no Docker and no registry (hack/image writes them):
+#
+#   proctor.tar  ghcr.io/proctor-dev/proctor:$IMAGE_TAG          /proctor, the manager and runner
+#   fakellm.tar  ghcr.io/proctor-dev/proctor-fakellm:$IMAGE_TAG  /fakellm, the fake model API
+#   pause.tar    localhost/pause:3.10                            /pause, the pod sandbox
+#   busybox.tar  docker.io/library/busybox:1.35.0                the host's static busybox
+#
+# Load one into containerd with: ctr -n k8s.io images import bin/images/proctor.tar
+#
+# Usage: hack/build-images.sh [out-dir]   (default bin/images)
+# Environment: IMAGE_TAG (v0.1.0), VERSION (git describe, as in the Makefile),
+# PROCTOR_IMAGE, FAKELLM_IMAGE, PAUSE_IMAGE, BUSYBOX_IMAGE (the references),
+# GOARCH (the Go toolchain's), BUSYBOX (/usr/bin/busybox), CA_BUNDLE
+# (/etc/ssl/certs/ca-certificates.crt), SOURCE_DATE_EPOCH (every timestamp; 0).
+#
+# An image is rebuilt only when the hash of its inputs (binaries, CA bundle,
+# builder, flags) differs from the stamp beside its tarball. The Dockerfile
+# builds the same proctor image with Docker.
+set -euo pipefail
+
+die() { echo "build-images: $*" >&2; exit 1; }
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${1:-$ROOT/bin/images}
+mkdir -p "$OUT" || die "cannot create the output directory $OUT"
+OUT=$(cd "$OUT" && pwd)
+BUILD=$OUT/.build
+
+command -v go >/dev/null || die "go is not on PATH"
+IMAGE_TAG=${IMAGE_TAG:-v0.1.0}
+VERSION=${VERSION:-$(git -C "$ROOT" describe --tags --always --dirty 2>/dev/null || echo dev)}
+REVISION=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
+PROCTOR_IMAGE=${PROCTOR_IMAGE:-ghcr.io/proctor-dev/proctor:$IMAGE_TAG}
+FAKELLM_IMAGE=${FAKELLM_IMAGE:-ghcr.io/proctor-dev/proctor-fakellm:$IMAGE_TAG}
+PAUSE_IMAGE=${PAUSE_IMAGE:-localhost/pause:3.10}
+BUSYBOX_IMAGE=${BUSYBOX_IMAGE:-docker.io/library/busybox:1.35.0}
+BUSYBOX=${BUSYBOX:-/usr/bin/busybox}
+CA_BUNDLE=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
+ARCH=${GOARCH:-$(go env GOARCH)}
+SOURCE=https://github.com/proctor-dev/proctor
+# The Makefile's build target's flags.
+LDFLAGS="-s -w -X github.com/proctor-dev/proctor/internal/version.Version=$VERSION"
+
+[[ -f $CA_BUNDLE ]] || die "no CA bundle at $CA_BUNDLE: install the Debian package ca-certificates, or set CA_BUNDLE"
+
+echo "build-images: binaries (linux/$ARCH, version $VERSION) into $BUILD"
+mkdir -p "$BUILD"
+# One go build for the three: they share the package loading. Output names
+# come from the packages: proctor, fakellm, pause.
+(cd "$ROOT" && GOOS=linux GOARCH="$ARCH" CGO_ENABLED=0 \
+  go build -trimpath -ldflags "$LDFLAGS" -o "$BUILD/" . ./test/fakellm/cmd/fakellm ./hack/pause) ||
+  die "go build of the binaries failed"
+# The image writer runs here, so it is built for this machine, not for $ARCH.
+(cd "$ROOT/hack/image" && env -u GOOS -u GOARCH go build -trimpath -o "$BUILD/image" .) ||
+  die "go build of hack/image failed"
+BUILDER=$BUILD/image
+
+built=() skipped=()
+
+# image NAME INPUT... -- BUILDER-FLAG...
+# Writes $OUT/NAME.tar unless the stamp $OUT/.NAME.stamp holds the hash of the
+# inputs' contents, the builder and the flags.
+image() {
+  local name=$1 inputs=()
+  shift
+  while [[ $1 != -- ]]; do inputs+=("$1"); shift; done
+  shift
+  local tar=$OUT/$name.tar stamp=$OUT/.$name.stamp sum
+  sum=$({
+    printf '%s\n' "$@" "SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-}"
+    sha256sum "$BUILDER" "${inputs[@]}"
+  } | sha256sum | cut -d' ' -f1)
+  if [[ -f $tar && -f $stamp && $(<"$stamp") == "$sum" ]]; then
+    skipped+=("$name")
+    echo "build-images: $tar is up to date"
+    return
+  fi
+  rm -f "$stamp"
+  "$BUILDER" -o "$tar" -arch "$ARCH" "$@" || die "building $tar failed"
+  echo "$sum" >"$stamp"
+  built+=("$name")
+}
+
+labels() { # labels TITLE: the OCI labels of Proctor's own images
+  printf -- '-label\0%s\0' \
+    "org.opencontainers.image.title=$1" \
+    "org.opencontainers.image.source=$SOURCE" \
+    "org.opencontainers.image.version=$VERSION" \
+    "org.opencontainers.image.revision=$REVISION" \
+    "org.opencontainers.image.licenses=Apache-2.0"
+}
+
+# As the Dockerfile's distroless/static:nonroot base: user 65532, its home as
+# the working directory (writable, unlike /, for `proctor run`'s results/).
+mapfile -d '' proctor_labels < <(labels proctor)
+image proctor "$BUILD/proctor" "$CA_BUNDLE" -- \
+  -tag "$PROCTOR_IMAGE" -file "/proctor=$BUILD/proctor:0755" -entrypoint /proctor \
+  -user 65532:65532 -workdir /home/nonroot -ca-bundle "$CA_BUNDLE" "${proctor_labels[@]}"
+
+mapfile -d '' fakellm_labels < <(labels proctor-fakellm)
+image fakellm "$BUILD/fakellm" "$CA_BUNDLE" -- \
+  -tag "$FAKELLM_IMAGE" -file "/fakellm=$BUILD/fakellm:0755" -entrypoint /fakellm \
+  -user 65532:65532 -workdir /home/nonroot -ca-bundle "$CA_BUNDLE" "${fakellm_labels[@]}"
+
+# The sandbox needs nothing but its binary; 65535 is the real pause's user.
+image pause "$BUILD/pause" -- \
+  -tag "$PAUSE_IMAGE" -skeleton=false -file "/pause=$BUILD/pause:0755" -entrypoint /pause \
+  -user 65535:65535
+
+# busybox stands in for the public image (no registry here), so it must be
+# static: the image has no libc.
+[[ -x $BUSYBOX ]] ||
+  die "no $BUSYBOX: install the Debian package busybox-static (apt-get install busybox-static), or set BUSYBOX"
+"$BUILDER" -check-static "$BUSYBOX" -arch "$ARCH" >/dev/null ||
+  die "$BUSYBOX is not a static busybox for $ARCH: install the Debian package busybox-static (the package busybox is dynamically linked)"
+busybox_version=$("$BUSYBOX" 2>&1 | head -n1 || true)
+if [[ $busybox_version != *"v${BUSYBOX_IMAGE##*:} "* ]]; then
+  echo "build-images: warning: $BUSYBOX is \"$busybox_version\", yet it is tagged $BUSYBOX_IMAGE" >&2
+fi
+# Every applet as /bin/NAME -> busybox, as in the public image (which uses hard links).
+busybox_links=()
+while read -r applet; do
+  [[ -n $applet && $applet != busybox ]] && busybox_links+=(-symlink "/bin/$applet=busybox")
+done < <("$BUSYBOX" --list)
+((${#busybox_links[@]} > 0)) || die "$BUSYBOX --list printed no applets"
+image busybox "$BUSYBOX" "$CA_BUNDLE" -- \
+  -tag "$BUSYBOX_IMAGE" -file "/bin/busybox=$BUSYBOX:0755" -cmd sh -ca-bundle "$CA_BUNDLE" \
+  "${busybox_links[@]}"
+
+echo "build-images: built: ${built[*]:-nothing}; up to date: ${skipped[*]:-none}"
+for name in proctor fakellm pause busybox; do
+  ls -l "$OUT/$name.tar"
+done
