@@ -12,6 +12,8 @@ CONTROLLER_TOOLS_VERSION ?= v0.21.0
 CONTROLLER_GEN := $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 KUSTOMIZE_VERSION ?= v5.7.1
 KUSTOMIZE := $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
+HELM_VERSION ?= v3.22.0
+HELM := $(LOCALBIN)/helm-$(HELM_VERSION)
 # Kubernetes components built from the module proxy (hack/install-kube.sh).
 KUBE_VERSION ?= v1.36.3
 KUBE_BIN := $(LOCALBIN)/kube-$(KUBE_VERSION)
@@ -20,6 +22,8 @@ KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(KUBE_BIN)/kubectl)
 
 # The image make deploy installs.
 IMG ?= proctor:dev
+# The tag of the images make images builds (ghcr.io/proctor-dev/proctor:$(IMAGE_TAG), ...).
+IMAGE_TAG ?= v0.1.0
 
 # How long `go test` may run per package; the e2e packages start real processes.
 TEST_TIMEOUT ?= 20m
@@ -40,8 +44,9 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD (config/crd) and the manager's RBAC (config/rbac).
+manifests: $(CONTROLLER_GEN) ## Generate the CRD (config/crd), the manager's RBAC (config/rbac) and their copies in the Helm chart.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	go run ./hack/chartgen
 
 .PHONY: fmt
 fmt: ## Format the code.
@@ -61,7 +66,7 @@ verify: generate manifests lint ## Regenerate everything and fail if the tree ch
 ##@ Test
 
 .PHONY: test
-test: lint kube-assets ## Unit, integration (a real kube-apiserver + etcd) and local end-to-end tests (the README's test command).
+test: lint kube-assets $(HELM) ## Unit, integration (a real kube-apiserver + etcd) and local end-to-end tests (the README's test command).
 	go test -race -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: kube-assets
@@ -72,12 +77,19 @@ kube-assets: ## Build etcd, kube-apiserver and kubectl $(KUBE_VERSION) into bin/
 bench: kube-assets ## Benchmarks: rate limits, runner vs bare HTTP, memory; operator latency and memory.
 	go test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/ ./test/integration/ | tee bench.out
 
+.PHONY: helm
+helm: $(HELM) ## Build Helm $(HELM_VERSION) into bin/ (once; a few minutes). The chart tests (test/chart) run it.
+
 ##@ Build
 
 .PHONY: build
 build: ## Build bin/proctor and bin/fakellm.
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/proctor .
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/fakellm ./test/fakellm/cmd/fakellm
+
+.PHONY: images
+images: ## Build the proctor, fakellm, pause and busybox image tarballs into bin/images (no Docker).
+	IMAGE_TAG=$(IMAGE_TAG) VERSION=$(VERSION) hack/build-images.sh $(LOCALBIN)/images
 
 ##@ Deployment
 
@@ -105,3 +117,7 @@ $(CONTROLLER_GEN):
 
 $(KUSTOMIZE):
 	hack/go-install-tool.sh kustomize sigs.k8s.io/kustomize/kustomize/v5 $(KUSTOMIZE_VERSION)
+
+# Not hack/go-install-tool.sh: Helm needs link-time version stamps (see the script).
+$(HELM):
+	hack/install-helm.sh $(HELM_VERSION)
