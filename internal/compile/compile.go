@@ -60,6 +60,9 @@ type Env struct {
 	// Datasets, when set, limits compilation to the named datasets (a shard needs
 	// only its own, and must not download the others).
 	Datasets []string
+	// Models, when set, limits compilation to the named models: a runner pod has
+	// the API keys of its own model and of the judges only.
+	Models []string
 	// Cache, when set, is the response cache to use when the spec enables one,
 	// instead of a directory under CacheDir.
 	Cache runner.Cache
@@ -98,6 +101,9 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 	}
 	judges := spec.JudgeModels()
 	for i := range spec.Models {
+		if len(env.Models) > 0 && !slices.Contains(env.Models, spec.Models[i].Name) {
+			continue
+		}
 		m, secrets, err := buildModel(spec, &spec.Models[i], fmt.Sprintf("spec.models[%d]", i), env)
 		if err != nil {
 			return nil, err

@@ -1477,3 +1477,40 @@ scoring:
 		}
 	}
 }
+
+// TestClusterModelsSubset: a runner pod has the keys of its own model and of the
+// judges only; compiling just those must not ask for the others' keys.
+func TestClusterModelsSubset(t *testing.T) {
+	spec := `datasets:
+- name: d
+  source: {inline: [{input: "What is 2+2?", expected: "4"}]}
+models:
+- {name: a, provider: openai, model: gpt, baseURL: "http://a.invalid/v1", apiKey: {env: K, secretKeyRef: {name: sa, key: k}}}
+- {name: b, provider: anthropic, model: claude, baseURL: "http://b.invalid", apiKey: {env: K, secretKeyRef: {name: sb, key: k}}}
+- {name: j, provider: openai, model: judge, baseURL: "http://j.invalid/v1", apiKey: {env: K, secretKeyRef: {name: sj, key: k}}}
+scoring:
+- {type: judge, judge: {model: j}}
+`
+	// The pod of model b holds b's and the judge's keys, not a's.
+	env := newEnv(t, map[string]string{compile.APIKeyEnv("b"): "kb", compile.APIKeyEnv("j"): "kj"})
+	env.Cluster = true
+	t.Run("all models", func(t *testing.T) {
+		_, err := build(t, spec, env)
+		wantError(t, err, "spec.models[0].apiKey.secretKeyRef: the key of Secret sa is empty or missing")
+	})
+	t.Run("the pod's models", func(t *testing.T) {
+		env := env
+		env.Models = []string{"b", "j"}
+		plan := mustBuild(t, spec, env)
+		var names []string
+		for _, m := range plan.Models {
+			names = append(names, fmt.Sprintf("%s judgeOnly=%v", m.Name, m.JudgeOnly))
+		}
+		if diff := cmp.Diff([]string{"b judgeOnly=false", "j judgeOnly=true"}, names); diff != "" {
+			t.Errorf("compiled models (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"kb", "kj"}, plan.Secrets); diff != "" {
+			t.Errorf("plan secrets (-want +got):\n%s", diff)
+		}
+	})
+}

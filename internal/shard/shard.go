@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -82,12 +83,23 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	sh := shards[o.Index]
 	log = log.WithValues("dataset", sh.Dataset, "start", sh.Start, "end", sh.End)
 
+	// Agent workspaces are made under WorkDir, which need not exist yet (in a pod
+	// it is a directory of the scratch volume).
+	if err := os.MkdirAll(o.WorkDir, 0o700); err != nil {
+		return fmt.Errorf("creating the work directory: %w", err)
+	}
+	// The pod holds the API keys of its model and of the judges, no others.
+	models := []string{o.Model}
+	for j := range ev.Spec.JudgeModels() {
+		models = append(models, j)
+	}
 	env := compile.Env{
 		LookupEnv:     o.LookupEnv,
 		DataDir:       filepath.Join(o.WorkDir, "data"),
 		WorkspaceRoot: o.WorkDir,
 		Cluster:       true,
 		Datasets:      []string{sh.Dataset},
+		Models:        models,
 		ResolveSource: func(ds *v1alpha1.Dataset) (string, error) {
 			return resolveSource(ctx, c, o, ds)
 		},
@@ -116,6 +128,11 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	}
 
 	limited := limitedModels(&ev.Spec)
+	for m := range limited {
+		if !slices.Contains(models, m) {
+			delete(limited, m) // another pod's model: this one never calls it
+		}
+	}
 	b := &budgetFollower{c: c, o: o, shard: sh, eng: eng, store: store, limited: limited, log: log}
 	if len(limited) > 0 {
 		// Until the controller grants a share, limited models send nothing.
