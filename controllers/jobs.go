@@ -172,6 +172,7 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 	}
 	volumes := []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	var initContainers []corev1.Container
+	var shareProcesses *bool
 
 	if model != "" {
 		c.Env = append(c.Env, r.keyEnv(spec, model)...)
@@ -179,6 +180,10 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 			// The agent's image runs proctor, which runs the agent CLI beside it.
 			c.Image = m.Agent.Image
 			c.Command = []string{proctorBinDir + runnerBinary}
+			// proctor would be PID 1 and leave the orphans of killed agents as
+			// zombies; with one process namespace the pod's pause process, which
+			// reaps them, is PID 1.
+			shareProcesses = ptr.To(true)
 			for _, e := range m.Agent.Env {
 				if e.ValueFrom != nil {
 					c.Env = append(c.Env, e)
@@ -220,6 +225,7 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 			NodeSelector:                  rs.NodeSelector,
 			Tolerations:                   rs.Tolerations,
 			InitContainers:                initContainers,
+			ShareProcessNamespace:         shareProcesses,
 			Containers:                    []corev1.Container{c},
 			Volumes:                       volumes,
 			SecurityContext: &corev1.PodSecurityContext{

@@ -256,7 +256,8 @@ func TestAgentPodTemplate(t *testing.T) {
 			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			{Name: "proctor-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		},
-		SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		ShareProcessNamespace: ptr.To(true),
+		SecurityContext:       &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("agent pod spec mismatch (-want +got):\n%s", diff)
