@@ -1,0 +1,270 @@
+//go:build e2e
+
+// Package cluster_test runs Proctor on a real cluster as a user would: the Helm
+// chart installed with helm, Evaluations applied with kubectl, results read with
+// kubectl and `proctor results`. It needs a cluster (hack/cluster-up.sh) whose
+// node has the images of hack/build-images.sh; `make e2e` brings both up, runs
+// these tests and tears the cluster down.
+//
+// Environment: KUBECONFIG (required), KUBECTL, HELM, PROCTOR (binaries; default
+// bin/ of the repository), ARTIFACTS (where logs go when a test fails; default
+// _artifacts/e2e-<time>), CLUSTER_DIR (the local cluster's directory, for its
+// component logs).
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const (
+	release          = "proctor"
+	releaseNamespace = "proctor-system"
+	// canary is the API key in every Secret the tests create: it must never be
+	// seen anywhere but in those Secrets.
+	canary = "sk-e2e-canary-7c1f9e04b2d35a68"
+)
+
+var (
+	repo       string
+	kubectlBin string
+	helmBin    string
+	proctorBin string
+	artifacts  string
+	clusterDir string
+
+	timingsMu sync.Mutex
+	timings   []string
+)
+
+func TestMain(m *testing.M) {
+	_, file, _, _ := runtime.Caller(0)
+	repo = filepath.Join(filepath.Dir(file), "..", "..", "..")
+	kubectlBin = envOr("KUBECTL", filepath.Join(repo, "bin", "kube-v1.36.3", "kubectl"))
+	helmBin = envOr("HELM", filepath.Join(repo, "bin", "helm"))
+	proctorBin = envOr("PROCTOR", filepath.Join(repo, "bin", "proctor"))
+	artifacts = envOr("ARTIFACTS", filepath.Join(repo, "_artifacts", "e2e-"+time.Now().Format("20060102-150405")))
+	clusterDir = os.Getenv("CLUSTER_DIR")
+	if os.Getenv("KUBECONFIG") == "" {
+		fmt.Fprintln(os.Stderr, "KUBECONFIG is not set: run these tests with `make e2e`, or against a cluster of yours with the images of `make images` on its nodes")
+		os.Exit(2)
+	}
+	if err := setUp(); err != nil {
+		fmt.Fprintln(os.Stderr, "setting up:", err)
+		collectArtifacts()
+		os.Exit(1)
+	}
+	code := m.Run()
+	writeTimings()
+	if code != 0 {
+		collectArtifacts()
+	}
+	os.Exit(code)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// setUp installs the chart and the fake model server, as the README tells users.
+func setUp() error {
+	start := time.Now()
+	if _, err := run(3*time.Minute, helmBin, "upgrade", "--install", release, filepath.Join(repo, "charts", "proctor"),
+		"--namespace", releaseNamespace, "--create-namespace", "--wait", "--timeout", "2m"); err != nil {
+		return err
+	}
+	record("helm install --wait", time.Since(start))
+	if _, err := kubectl("apply", "-k", filepath.Join(repo, "config", "fakellm")); err != nil {
+		return err
+	}
+	_, err := kubectl("-n", releaseNamespace, "rollout", "status", "deployment/fakellm", "--timeout=2m")
+	return err
+}
+
+// run runs a command and returns its standard output; the error carries its
+// standard error.
+func run(timeout time.Duration, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+func kubectl(args ...string) (string, error) { return run(time.Minute, kubectlBin, args...) }
+
+// runStdin is run with stdin as the command's standard input.
+func runStdin(stdin, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+func mustKubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := kubectl(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// applyYAML applies manifests given as text.
+func applyYAML(t *testing.T, ns, manifests string) {
+	t.Helper()
+	if _, err := runStdin(manifests, kubectlBin, "apply", "-n", ns, "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually calls f every interval until it returns nil, failing the test with
+// f's last error after timeout.
+func eventually(t *testing.T, timeout, interval time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not true after %s: %v", what, timeout, err)
+		}
+		time.Sleep(interval)
+	}
+}
+
+// namespace creates a namespace for one test, with the Secrets the samples use.
+// It is kept until TestHelmUpgradeAndUninstall: the tests of secrets and RBAC
+// look at what every test left.
+func namespace(t *testing.T, name string) string {
+	t.Helper()
+	mustKubectl(t, "create", "namespace", name)
+	for _, s := range []string{"openai", "anthropic"} {
+		mustKubectl(t, "-n", name, "create", "secret", "generic", s, "--from-literal=api-key="+canary)
+	}
+	// The Secrets are mounted by name into runner pods; wait for the namespace's
+	// default ServiceAccount as pods need it.
+	eventually(t, 30*time.Second, 200*time.Millisecond, "the default ServiceAccount", func() error {
+		_, err := kubectl("-n", name, "get", "serviceaccount", "default")
+		return err
+	})
+	return name
+}
+
+// record keeps a measured duration for the report (ARTIFACTS/timings.txt and the log).
+func record(what string, d time.Duration) {
+	timingsMu.Lock()
+	defer timingsMu.Unlock()
+	timings = append(timings, fmt.Sprintf("%-50s %8.2fs", what, d.Seconds()))
+}
+
+func writeTimings() {
+	if len(timings) == 0 {
+		return
+	}
+	text := "Measured on this run:\n" + strings.Join(timings, "\n") + "\n"
+	fmt.Print(text)
+	if err := os.MkdirAll(artifacts, 0o755); err == nil {
+		os.WriteFile(filepath.Join(artifacts, "timings.txt"), []byte(text), 0o644)
+	}
+}
+
+// collectArtifacts saves what explains a failure: every object, every event,
+// every pod's logs, and the cluster components' logs.
+func collectArtifacts() {
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	save := func(name string, args ...string) {
+		out, err := kubectl(args...)
+		if err != nil {
+			out += "\n" + err.Error()
+		}
+		os.WriteFile(filepath.Join(artifacts, name), []byte(out), 0o644)
+	}
+	save("objects.yaml", "get", "evaluations,jobs,pods,configmaps,services,deployments,roles,rolebindings,serviceaccounts", "-A", "-o", "yaml")
+	save("evaluations.txt", "get", "evaluations", "-A", "-o", "wide")
+	save("events.txt", "get", "events", "-A", "--sort-by=.lastTimestamp")
+	save("nodes.yaml", "get", "nodes", "-o", "yaml")
+	pods, _ := kubectl("get", "pods", "-A", "-o", `jsonpath={range .items[*]}{.metadata.namespace}{" "}{.metadata.name}{"\n"}{end}`)
+	for _, line := range strings.Split(strings.TrimSpace(pods), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		save("pod-"+f[0]+"-"+f[1]+".log", "logs", "-n", f[0], f[1], "--all-containers", "--prefix", "--ignore-errors")
+	}
+	if clusterDir != "" {
+		logs, _ := filepath.Glob(filepath.Join(clusterDir, "logs", "*.log"))
+		for _, l := range logs {
+			if b, err := os.ReadFile(l); err == nil {
+				os.WriteFile(filepath.Join(artifacts, "component-"+filepath.Base(l)), b, 0o644)
+			}
+		}
+	}
+	fmt.Fprintln(os.Stderr, "Artifacts of the failure are in", artifacts)
+}
+
+// columns returns `kubectl get evaluations` as rows of NAME, PHASE, PROGRESS,
+// SCORE (the printer columns a user sees), by name.
+func columns(ns string) (map[string][3]string, error) {
+	out, err := kubectl("get", "evaluations", "-n", ns, "--no-headers",
+		"-o", "custom-columns=NAME:.metadata.name,PHASE:.status.phase,PROGRESS:.status.progress.text,SCORE:.status.score")
+	if err != nil {
+		return nil, err
+	}
+	rows := map[string][3]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 4 {
+			continue
+		}
+		rows[f[0]] = [3]string{f[1], f[2], f[3]}
+	}
+	return rows, nil
+}
+
+// printed returns the default `kubectl get evaluations` table (the CRD's printer
+// columns), to check the user-facing headers.
+func printed(t *testing.T, ns string) string {
+	t.Helper()
+	return mustKubectl(t, "get", "evaluations", "-n", ns)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+var errNotYet = errors.New("not yet")

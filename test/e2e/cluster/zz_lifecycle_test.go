@@ -1,0 +1,172 @@
+//go:build e2e
+
+// The tests of this file run last (go test runs files in name order): they look
+// at what every earlier test left, then upgrade and uninstall the chart.
+package cluster_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSecretsNeverLeak: the API key of every Secret the tests made appears in no
+// Evaluation, ConfigMap, Job, pod spec, event, pod log or component log.
+func TestSecretsNeverLeak(t *testing.T) {
+	places := map[string]string{}
+	places["objects"] = mustKubectl(t, "get", "evaluations,configmaps,jobs,pods,deployments,roles,serviceaccounts", "-A", "-o", "yaml")
+	places["events"] = mustKubectl(t, "get", "events", "-A", "-o", "yaml")
+	pods := mustKubectl(t, "get", "pods", "-A", "-o", `jsonpath={range .items[*]}{.metadata.namespace}{" "}{.metadata.name}{"\n"}{end}`)
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(pods), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		out, err := kubectl("logs", "-n", f[0], f[1], "--all-containers", "--ignore-errors")
+		if err != nil {
+			t.Logf("logs of %s/%s: %v", f[0], f[1], err)
+		}
+		places["logs of pod "+f[0]+"/"+f[1]] = out
+		n++
+	}
+	if clusterDir != "" {
+		logs, _ := filepath.Glob(filepath.Join(clusterDir, "logs", "*.log"))
+		for _, l := range logs {
+			b, err := os.ReadFile(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			places["component log "+filepath.Base(l)] = string(b)
+		}
+	}
+	if n < 10 {
+		t.Fatalf("only %d pods to read logs from: the earlier tests should have left their runner pods", n)
+	}
+	for where, text := range places {
+		if strings.Contains(text, canary) {
+			t.Errorf("the API key appears in %s", where)
+		}
+	}
+	// The check itself works: the key is where it belongs.
+	if s := mustKubectl(t, "get", "secret", "-n", "e2e-samples", "openai", "-o", "jsonpath={.data.api-key}"); s == "" {
+		t.Error("the Secret openai has no api-key")
+	}
+	t.Logf("Searched %d places for the API key", len(places))
+}
+
+// TestRunnerRBAC: a runner's ServiceAccount reads its own Evaluation's
+// ConfigMaps and nothing else: no other ConfigMap, no Secret, no other Evaluation.
+func TestRunnerRBAC(t *testing.T) {
+	const ns = "e2e-samples"
+	sa := "system:serviceaccount:" + ns + ":openai-arithmetic-runner"
+	can := func(args ...string) bool {
+		out, _ := kubectl(append([]string{"auth", "can-i", "--as", sa, "-n", ns}, args...)...)
+		return strings.TrimSpace(out) == "yes"
+	}
+	run := getEvaluation(t, ns, "openai-arithmetic").Status.Run
+	cases := []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"get", "evaluations.proctor.dev/openai-arithmetic"}, true},
+		{[]string{"get", "configmaps/openai-arithmetic-budget"}, true},
+		{[]string{"get", "configmaps/openai-arithmetic-" + run + "-plan"}, true},
+		{[]string{"get", "evaluations.proctor.dev/claude-tools"}, false},
+		{[]string{"list", "evaluations.proctor.dev"}, false},
+		{[]string{"get", "configmaps/claude-tools-budget"}, false},
+		{[]string{"get", "configmaps/arithmetic-qa"}, false}, // another Evaluation's dataset
+		{[]string{"get", "configmaps/kube-root-ca.crt"}, false},
+		{[]string{"list", "configmaps"}, false},
+		{[]string{"watch", "configmaps"}, false},
+		{[]string{"delete", "configmaps/openai-arithmetic-budget"}, false},
+		{[]string{"get", "secrets/openai"}, false},
+		{[]string{"list", "secrets"}, false},
+		{[]string{"create", "pods"}, false},
+		{[]string{"get", "configmaps/openai-arithmetic-budget", "-n", "default"}, false},
+	}
+	for _, tc := range cases {
+		if got := can(tc.args...); got != tc.want {
+			t.Errorf("kubectl auth can-i %s --as %s: %v, want %v", strings.Join(tc.args, " "), sa, got, tc.want)
+		}
+	}
+}
+
+// TestHelmUpgradeAndUninstall: helm upgrade with a changed value rolls the
+// manager, which goes on working; helm uninstall removes everything the chart
+// made, and deleting the kept CRD and the namespaces leaves nothing of Proctor.
+func TestHelmUpgradeAndUninstall(t *testing.T) {
+	chart := filepath.Join(repo, "charts", "proctor")
+	if _, err := run(3*time.Minute, helmBin, "upgrade", release, chart, "-n", releaseNamespace, "--reuse-values",
+		"--set", "logLevel=debug", "--wait", "--timeout", "2m"); err != nil {
+		t.Fatal(err)
+	}
+	deploy := release + "-controller-manager"
+	args := mustKubectl(t, "get", "deployment", "-n", releaseNamespace, deploy, "-o", "jsonpath={.spec.template.spec.containers[0].args}")
+	if !strings.Contains(args, "--zap-log-level=debug") {
+		t.Errorf("after helm upgrade --set logLevel=debug the manager's args are %s", args)
+	}
+	mustKubectl(t, "-n", releaseNamespace, "rollout", "status", "deployment/"+deploy, "--timeout=2m")
+	if rev := mustKubectl(t, "get", "deployment", "-n", releaseNamespace, deploy, "-o", "jsonpath={.metadata.annotations.deployment\\.kubernetes\\.io/revision}"); rev == "1" {
+		t.Error("helm upgrade did not roll the manager's pods")
+	}
+
+	// The upgraded manager still runs Evaluations.
+	ns := namespace(t, "e2e-upgrade")
+	applyYAML(t, ns, `apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: after-upgrade}
+spec:
+  datasets: [{name: d, source: {inline: [{id: a, input: "What is 6*7?", expected: "42"}]}}]
+  models:
+  - {name: m, provider: openai, model: fake, baseURL: "http://fakellm.proctor-system.svc:8080/v1", apiKey: {env: K, secretKeyRef: {name: openai, key: api-key}}}
+  scoring: [{type: exact_match, normalize: [trim]}]
+`)
+	if got := watchColumns(t, ns, 2*time.Minute, "after-upgrade")["after-upgrade"]; got != [3]string{"Succeeded", "1/1", "1.0000"} {
+		t.Errorf("after the upgrade: %v", got)
+	}
+
+	start := time.Now()
+	if _, err := run(3*time.Minute, helmBin, "uninstall", release, "-n", releaseNamespace, "--wait", "--timeout", "2m"); err != nil {
+		t.Fatal(err)
+	}
+	record("helm uninstall --wait", time.Since(start))
+	selector := "app.kubernetes.io/instance=" + release
+	left := func() string {
+		out, _ := kubectl("get", "deployments,services,serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings,pods",
+			"-A", "-l", selector, "-o", "name")
+		return strings.TrimSpace(out)
+	}
+	eventually(t, time.Minute, time.Second, "the chart's objects gone", func() error {
+		if l := left(); l != "" {
+			return &leftover{l}
+		}
+		return nil
+	})
+	// The CRD stays (crds.keep, so an uninstall does not delete every Evaluation).
+	if _, err := kubectl("get", "crd", "evaluations.proctor.dev"); err != nil {
+		t.Errorf("the CRD was deleted by helm uninstall; the chart keeps it: %v", err)
+	}
+
+	// Deleting it, the fake server and the test namespaces leaves nothing behind.
+	mustKubectl(t, "delete", "-k", filepath.Join(repo, "config", "fakellm"), "--wait=true", "--timeout=2m")
+	mustKubectl(t, "delete", "crd", "evaluations.proctor.dev", "--wait=true", "--timeout=2m")
+	for _, ns := range []string{"e2e-samples", "e2e-ratelimit", "e2e-agent", "e2e-restarts", "e2e-invalid", "e2e-upgrade"} {
+		if _, err := kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
+			t.Error(err)
+		}
+	}
+	out := mustKubectl(t, "get", "jobs,pods,configmaps,roles,rolebindings,serviceaccounts", "-A", "-l", "app.kubernetes.io/managed-by=proctor", "-o", "name")
+	if strings.TrimSpace(out) != "" {
+		t.Errorf("objects of Proctor left:\n%s", out)
+	}
+	if out := mustKubectl(t, "get", "all", "-n", releaseNamespace, "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("left in %s:\n%s", releaseNamespace, out)
+	}
+}
+
+type leftover struct{ names string }
+
+func (l *leftover) Error() string { return "left: " + l.names }
