@@ -55,6 +55,8 @@ fmt: ## Format the code.
 .PHONY: lint
 lint: ## go vet, and gofmt must have nothing to say.
 	go vet ./...
+	go vet -tags e2e ./test/e2e/cluster/
+	cd hack/image && go vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: verify
@@ -66,8 +68,17 @@ verify: generate manifests lint ## Regenerate everything and fail if the tree ch
 ##@ Test
 
 .PHONY: test
-test: lint kube-assets $(HELM) ## Unit, integration (a real kube-apiserver + etcd) and local end-to-end tests (the README's test command).
+test: test-go e2e ## Everything: unit, integration, local and cluster end-to-end tests (the README's test command).
+
+.PHONY: test-go
+test-go: lint kube-assets $(HELM) ## Unit, integration (a real kube-apiserver + etcd) and local end-to-end tests.
 	go test -race -timeout $(TEST_TIMEOUT) ./...
+	cd hack/image && go test ./...
+
+.PHONY: e2e
+e2e: build images $(HELM) ## End-to-end tests on a real local cluster (hack/cluster-up.sh; needs root). KEEP_CLUSTER=1 keeps it.
+	hack/install-kube.sh etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl >/dev/null
+	HELM=$(HELM) hack/e2e.sh
 
 .PHONY: kube-assets
 kube-assets: ## Build etcd, kube-apiserver and kubectl $(KUBE_VERSION) into bin/ (once; several minutes).
@@ -90,6 +101,21 @@ build: ## Build bin/proctor and bin/fakellm.
 .PHONY: images
 images: ## Build the proctor, fakellm, pause and busybox image tarballs into bin/images (no Docker).
 	IMAGE_TAG=$(IMAGE_TAG) VERSION=$(VERSION) hack/build-images.sh $(LOCALBIN)/images
+
+##@ Local cluster
+
+.PHONY: demo
+demo: build images $(HELM) ## Start the local cluster, install the chart, run a sample Evaluation and show its results.
+	hack/install-kube.sh etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl >/dev/null
+	HELM=$(HELM) hack/demo.sh
+
+.PHONY: cluster-up
+cluster-up: images ## Start the local single-node cluster (root; see docs/local-cluster.md).
+	hack/cluster-up.sh
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and undo its host changes.
+	hack/cluster-down.sh
 
 ##@ Deployment
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The end-to-end tests on a real local cluster (make e2e): builds what is missing
+# (binaries, images, Helm, the Kubernetes components), brings up the cluster of
+# hack/cluster-up.sh, runs test/e2e/cluster, and tears the cluster down whatever
+# happened. On failure the tests save objects, events and every pod's and
+# component's logs under _artifacts/.
+#
+#   KEEP_CLUSTER=1 make e2e       # leave the cluster up afterwards
+#   E2E_RUN=TestSamples make e2e  # only some tests (go test -run)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export CLUSTER_DIR=${CLUSTER_DIR:-$root/bin/cluster}
+export ARTIFACTS=${ARTIFACTS:-$root/_artifacts/e2e-$(date +%Y%m%d-%H%M%S)}
+
+started_here=0
+if [ -f "$CLUSTER_DIR/pids/kube-apiserver.pid" ] && kill -0 "$(cat "$CLUSTER_DIR/pids/kube-apiserver.pid")" 2>/dev/null; then
+	echo "Using the running local cluster in $CLUSTER_DIR (its images reloaded)" >&2
+	hack/cluster-up.sh --load-images
+else
+	started_here=1
+fi
+down() {
+	if [ "$started_here" = 1 ] && [ "${KEEP_CLUSTER:-0}" != 1 ]; then
+		hack/cluster-down.sh
+	fi
+}
+trap down EXIT
+if [ "$started_here" = 1 ]; then
+	start=$(date +%s.%N)
+	hack/cluster-up.sh >/dev/null
+	awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {printf "Measured: hack/cluster-up.sh %.1fs\n", b - a}'
+fi
+export KUBECONFIG=$CLUSTER_DIR/kubeconfig
+go test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-45m}" ${E2E_RUN:+-run "$E2E_RUN"} ./test/e2e/cluster/ 2>&1 |
+	grep -v -E '^=== (RUN|PAUSE|CONT)'
