@@ -34,4 +34,4 @@ if [ "$started_here" = 1 ]; then
 fi
 export KUBECONFIG=$CLUSTER_DIR/kubeconfig
 go test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-45m}" ${E2E_RUN:+-run "$E2E_RUN"} ./test/e2e/cluster/ 2>&1 |
-	grep -v -E '^=== (RUN|PAUSE|CONT)'
+	grep --line-buffered -v -E '^=== (RUN|PAUSE|CONT)'
