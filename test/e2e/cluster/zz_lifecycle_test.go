@@ -94,28 +94,38 @@ func TestRunnerRBAC(t *testing.T) {
 	}
 }
 
-// TestHelmUpgradeAndUninstall: helm upgrade with a changed value rolls the
-// manager, which goes on working; helm uninstall removes everything the chart
-// made, and deleting the kept CRD and the namespaces leaves nothing of Proctor.
+// TestHelmUpgradeAndUninstall: helm upgrade with changed values (log level, the
+// namespaces to watch) rolls the manager, which then runs Evaluations in the
+// watched namespace only; helm uninstall removes everything the chart made, and
+// deleting the kept CRD and the namespaces leaves nothing of Proctor.
 func TestHelmUpgradeAndUninstall(t *testing.T) {
 	chart := filepath.Join(repo, "charts", "proctor")
+	// The chart's Roles go into the watched namespaces, which must exist first.
+	ns := namespace(t, "e2e-upgrade")
+	other := namespace(t, "e2e-unwatched")
 	if _, err := run(3*time.Minute, helmBin, "upgrade", release, chart, "-n", releaseNamespace, "--reuse-values",
-		"--set", "logLevel=debug", "--wait", "--timeout", "2m"); err != nil {
+		"--set", "logLevel=debug", "--set", "watchNamespaces={"+ns+"}", "--wait", "--timeout", "2m"); err != nil {
 		t.Fatal(err)
 	}
 	deploy := release + "-controller-manager"
 	args := mustKubectl(t, "get", "deployment", "-n", releaseNamespace, deploy, "-o", "jsonpath={.spec.template.spec.containers[0].args}")
-	if !strings.Contains(args, "--zap-log-level=debug") {
-		t.Errorf("after helm upgrade --set logLevel=debug the manager's args are %s", args)
+	for _, want := range []string{"--zap-log-level=debug", "--watch-namespaces=" + ns} {
+		if !strings.Contains(args, want) {
+			t.Errorf("after helm upgrade the manager's args are %s; want %s", args, want)
+		}
 	}
 	mustKubectl(t, "-n", releaseNamespace, "rollout", "status", "deployment/"+deploy, "--timeout=2m")
 	if rev := mustKubectl(t, "get", "deployment", "-n", releaseNamespace, deploy, "-o", "jsonpath={.metadata.annotations.deployment\\.kubernetes\\.io/revision}"); rev == "1" {
 		t.Error("helm upgrade did not roll the manager's pods")
 	}
+	// Its permissions are now a Role in the watched namespace, no ClusterRoleBinding.
+	if out := mustKubectl(t, "get", "clusterrolebindings", "-l", "app.kubernetes.io/instance="+release, "-o", "name"); strings.Contains(out, "manager") {
+		t.Errorf("with watchNamespaces the manager still has a ClusterRoleBinding: %s", out)
+	}
 
-	// The upgraded manager still runs Evaluations.
-	ns := namespace(t, "e2e-upgrade")
-	applyYAML(t, ns, `apiVersion: proctor.dev/v1alpha1
+	// The upgraded manager runs Evaluations in the watched namespace, and leaves
+	// the others alone.
+	eval := `apiVersion: proctor.dev/v1alpha1
 kind: Evaluation
 metadata: {name: after-upgrade}
 spec:
@@ -123,9 +133,14 @@ spec:
   models:
   - {name: m, provider: openai, model: fake, baseURL: "http://fakellm.proctor-system.svc:8080/v1", apiKey: {env: K, secretKeyRef: {name: openai, key: api-key}}}
   scoring: [{type: exact_match, normalize: [trim]}]
-`)
+`
+	applyYAML(t, ns, eval)
+	applyYAML(t, other, eval)
 	if got := watchColumns(t, ns, 2*time.Minute, "after-upgrade")["after-upgrade"]; got != [3]string{"Succeeded", "1/1", "1.0000"} {
 		t.Errorf("after the upgrade: %v", got)
+	}
+	if ev := getEvaluation(t, other, "after-upgrade"); ev.Status.Phase != "" {
+		t.Errorf("an Evaluation in the unwatched namespace %s was run: phase %q", other, ev.Status.Phase)
 	}
 
 	start := time.Now()
@@ -153,7 +168,7 @@ spec:
 	// Deleting it, the fake server and the test namespaces leaves nothing behind.
 	mustKubectl(t, "delete", "-k", filepath.Join(repo, "config", "fakellm"), "--wait=true", "--timeout=2m")
 	mustKubectl(t, "delete", "crd", "evaluations.proctor.dev", "--wait=true", "--timeout=2m")
-	for _, ns := range []string{"e2e-samples", "e2e-ratelimit", "e2e-agent", "e2e-restarts", "e2e-invalid", "e2e-upgrade"} {
+	for _, ns := range []string{"e2e-samples", "e2e-ratelimit", "e2e-agent", "e2e-restarts", "e2e-invalid", "e2e-upgrade", "e2e-unwatched"} {
 		if _, err := kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
 			t.Error(err)
 		}
