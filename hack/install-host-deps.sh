@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the local cluster needs from the host's package manager (Debian):
-# containerd, runc, the CNI plugins, iptables, conntrack, and the static busybox
+# containerd, runc, the CNI plugins, iptables, conntrack, iproute2, procps, and the static busybox
 # that stands in for the busybox image of the agent sample. Kubernetes itself is
 # built from the Go module proxy (hack/install-kube.sh), never installed here.
 set -euo pipefail
@@ -13,6 +13,8 @@ command -v iptables >/dev/null || need+=(iptables)
 command -v conntrack >/dev/null || need+=(conntrack)
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl)
+command -v ip >/dev/null || need+=(iproute2)
+{ command -v sysctl >/dev/null && command -v pgrep >/dev/null; } || need+=(procps)
 file=$(command -v busybox || true)
 { [ -n "$file" ] && ! ldd "$file" >/dev/null 2>&1; } || need+=(busybox-static)
 [ ${#need[@]} -eq 0 ] && exit 0
