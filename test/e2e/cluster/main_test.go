@@ -164,6 +164,8 @@ func eventually(t *testing.T, timeout, interval time.Duration, what string, f fu
 // look at what every test left.
 func namespace(t *testing.T, name string) string {
 	t.Helper()
+	// Left by an earlier run on a kept cluster (KEEP_CLUSTER=1): start afresh.
+	mustKubectl(t, "delete", "namespace", name, "--ignore-not-found", "--wait=true", "--timeout=3m")
 	mustKubectl(t, "create", "namespace", name)
 	for _, s := range []string{"openai", "anthropic"} {
 		mustKubectl(t, "-n", name, "create", "secret", "generic", s, "--from-literal=api-key="+canary)

@@ -66,6 +66,9 @@ func TestRunnerRBAC(t *testing.T) {
 		out, _ := kubectl(append([]string{"auth", "can-i", "--as", sa, "-n", ns}, args...)...)
 		return strings.TrimSpace(out) == "yes"
 	}
+	if _, err := kubectl("get", "evaluation", "-n", ns, "openai-arithmetic"); err != nil {
+		t.Fatalf("this test reads the runner of TestSamples' openai-arithmetic; run it with TestSamples: %v", err)
+	}
 	run := getEvaluation(t, ns, "openai-arithmetic").Status.Run
 	cases := []struct {
 		args []string
