@@ -52,9 +52,10 @@ die() { log "ERROR: $*"; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "the local cluster needs root (kubelet, containerd, iptables, sysctls)"
 
-# A running cluster is left alone: up is idempotent.
+# Up is idempotent: a running cluster only gets the current images.
 if [ -f "$D/pids/kube-apiserver.pid" ] && kill -0 "$(cat "$D/pids/kube-apiserver.pid")" 2>/dev/null; then
-	log "A cluster is already running in $D (hack/cluster-down.sh stops it)"
+	log "A cluster is already running in $D (hack/cluster-down.sh stops it); reloading its images"
+	"$0" --load-images
 	echo "$D/kubeconfig"
 	exit 0
 fi

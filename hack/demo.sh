@@ -19,12 +19,7 @@ kubectl() { "$root/bin/kube-$KUBE_VERSION/kubectl" "$@"; }
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
 step "Starting the local cluster (etcd, control plane, containerd, kubelet, kube-proxy; root needed)"
-if [ -f "$CLUSTER_DIR/pids/kube-apiserver.pid" ] && kill -0 "$(cat "$CLUSTER_DIR/pids/kube-apiserver.pid")" 2>/dev/null; then
-	echo "Already running; reloading the images."
-	hack/cluster-up.sh --load-images 2>/dev/null
-else
-	hack/cluster-up.sh >/dev/null
-fi
+hack/cluster-up.sh >/dev/null   # when it runs already: reloads the images
 kubectl get nodes
 
 step "helm install proctor charts/proctor"

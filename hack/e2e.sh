@@ -14,12 +14,10 @@ cd "$root"
 export CLUSTER_DIR=${CLUSTER_DIR:-$root/bin/cluster}
 export ARTIFACTS=${ARTIFACTS:-$root/_artifacts/e2e-$(date +%Y%m%d-%H%M%S)}
 
-started_here=0
+# A cluster that was running already (with its images reloaded by up) is left running.
+started_here=1
 if [ -f "$CLUSTER_DIR/pids/kube-apiserver.pid" ] && kill -0 "$(cat "$CLUSTER_DIR/pids/kube-apiserver.pid")" 2>/dev/null; then
-	echo "Using the running local cluster in $CLUSTER_DIR (its images reloaded)" >&2
-	hack/cluster-up.sh --load-images
-else
-	started_here=1
+	started_here=0
 fi
 down() {
 	if [ "$started_here" = 1 ] && [ "${KEEP_CLUSTER:-0}" != 1 ]; then
@@ -27,11 +25,9 @@ down() {
 	fi
 }
 trap down EXIT
-if [ "$started_here" = 1 ]; then
-	start=$(date +%s.%N)
-	hack/cluster-up.sh >/dev/null
-	awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {printf "Measured: hack/cluster-up.sh %.1fs\n", b - a}'
-fi
+start=$(date +%s.%N)
+hack/cluster-up.sh >/dev/null
+awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {printf "Measured: hack/cluster-up.sh %.1fs\n", b - a}'
 export KUBECONFIG=$CLUSTER_DIR/kubeconfig
 go test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-45m}" ${E2E_RUN:+-run "$E2E_RUN"} ./test/e2e/cluster/ 2>&1 |
 	grep --line-buffered -v -E '^=== (RUN|PAUSE|CONT)'

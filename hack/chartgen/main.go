@@ -13,9 +13,10 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -51,7 +52,7 @@ func run(root string) error {
 	if err != nil {
 		return err
 	}
-	for _, rel := range sortedKeys(files) {
+	for _, rel := range slices.Sorted(maps.Keys(files)) {
 		if err := writeIfChanged(filepath.Join(root, rel), files[rel]); err != nil {
 			return err
 		}
@@ -67,7 +68,7 @@ func generate(root string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(crds)
+	slices.Sort(crds)
 	if len(crds) == 0 {
 		return nil, fmt.Errorf("no CRDs in %s", crdDir)
 	}
@@ -143,7 +144,7 @@ func crdTemplate(rel string, src []byte) ([]byte, *crdHead, error) {
 	b.WriteString("metadata:\n")
 	fmt.Fprintf(&b, "  name: %s\n", head.Metadata.Name)
 	b.WriteString("  annotations:\n")
-	for _, k := range sortedKeys(head.Metadata.Annotations) {
+	for _, k := range slices.Sorted(maps.Keys(head.Metadata.Annotations)) {
 		fmt.Fprintf(&b, "    %s: %s\n", k, quote(head.Metadata.Annotations[k]))
 	}
 	// Kept by default: deleting the CRD deletes every Evaluation (and, through
@@ -152,11 +153,11 @@ func crdTemplate(rel string, src []byte) ([]byte, *crdHead, error) {
 	b.WriteString("    helm.sh/resource-policy: keep\n")
 	b.WriteString("    {{- end }}\n")
 	b.WriteString("  labels:\n")
-	for _, k := range sortedKeys(head.Metadata.Labels) {
+	for _, k := range slices.Sorted(maps.Keys(head.Metadata.Labels)) {
 		fmt.Fprintf(&b, "    %s: %s\n", k, quote(head.Metadata.Labels[k]))
 	}
 	b.WriteString("    {{- include \"proctor.labels\" . | nindent 4 }}\n")
-	for _, k := range sortedKeys(body) {
+	for _, k := range slices.Sorted(maps.Keys(body)) {
 		switch k {
 		case "apiVersion", "kind", "metadata", "status":
 			continue
@@ -339,15 +340,6 @@ func nonEmptyDocs(src []byte) [][]byte {
 		}
 	}
 	return docs
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // writeIfChanged leaves an up-to-date file untouched, so that a no-op run

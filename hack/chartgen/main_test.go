@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,7 +28,7 @@ func TestChartUpToDate(t *testing.T) {
 	if diff := cmp.Diff(files, again); diff != "" {
 		t.Errorf("two runs differ (-first +second):\n%s", diff)
 	}
-	for _, rel := range sortedKeys(files) {
+	for _, rel := range slices.Sorted(maps.Keys(files)) {
 		got, err := os.ReadFile(filepath.Join(root, rel))
 		if err != nil {
 			t.Errorf("%v; run `make manifests`", err)

@@ -163,12 +163,3 @@ func reasons(t *testing.T, ns, kind, name string) []string {
 		"-o", "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}")
 	return strings.Fields(out)
 }
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}

@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -98,22 +97,12 @@ func setUp() error {
 // run runs a command and returns its standard output; the error carries its
 // standard error.
 func run(timeout time.Duration, name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
+	return runInput(timeout, "", name, args...)
 }
 
-func kubectl(args ...string) (string, error) { return run(time.Minute, kubectlBin, args...) }
-
-// runStdin is run with stdin as the command's standard input.
-func runStdin(stdin, name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+// runInput is run with stdin as the command's standard input.
+func runInput(timeout time.Duration, stdin, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stdin = strings.NewReader(stdin)
@@ -124,6 +113,8 @@ func runStdin(stdin, name string, args ...string) (string, error) {
 	}
 	return stdout.String(), nil
 }
+
+func kubectl(args ...string) (string, error) { return run(time.Minute, kubectlBin, args...) }
 
 func mustKubectl(t *testing.T, args ...string) string {
 	t.Helper()
@@ -137,7 +128,7 @@ func mustKubectl(t *testing.T, args ...string) string {
 // applyYAML applies manifests given as text.
 func applyYAML(t *testing.T, ns, manifests string) {
 	t.Helper()
-	if _, err := runStdin(manifests, kubectlBin, "apply", "-n", ns, "-f", "-"); err != nil {
+	if _, err := runInput(time.Minute, manifests, kubectlBin, "apply", "-n", ns, "-f", "-"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -215,13 +206,9 @@ func collectArtifacts() {
 	save("evaluations.txt", "get", "evaluations", "-A", "-o", "wide")
 	save("events.txt", "get", "events", "-A", "--sort-by=.lastTimestamp")
 	save("nodes.yaml", "get", "nodes", "-o", "yaml")
-	pods, _ := kubectl("get", "pods", "-A", "-o", `jsonpath={range .items[*]}{.metadata.namespace}{" "}{.metadata.name}{"\n"}{end}`)
-	for _, line := range strings.Split(strings.TrimSpace(pods), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			continue
-		}
-		save("pod-"+f[0]+"-"+f[1]+".log", "logs", "-n", f[0], f[1], "--all-containers", "--prefix", "--ignore-errors")
+	pods, _ := allPods()
+	for _, p := range pods {
+		save("pod-"+p[0]+"-"+p[1]+".log", "logs", "-n", p[0], p[1], "--all-containers", "--prefix", "--ignore-errors")
 	}
 	if clusterDir != "" {
 		logs, _ := filepath.Glob(filepath.Join(clusterDir, "logs", "*.log"))
@@ -232,6 +219,18 @@ func collectArtifacts() {
 		}
 	}
 	fmt.Fprintln(os.Stderr, "Artifacts of the failure are in", artifacts)
+}
+
+// allPods lists every pod of the cluster as (namespace, name).
+func allPods() ([][2]string, error) {
+	out, err := kubectl("get", "pods", "-A", "-o", `jsonpath={range .items[*]}{.metadata.namespace}{" "}{.metadata.name}{"\n"}{end}`)
+	var pods [][2]string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			pods = append(pods, [2]string{f[0], f[1]})
+		}
+	}
+	return pods, err
 }
 
 // columns returns `kubectl get evaluations` as rows of NAME, PHASE, PROGRESS,
@@ -258,15 +257,6 @@ func columns(ns string) (map[string][3]string, error) {
 func printed(t *testing.T, ns string) string {
 	t.Helper()
 	return mustKubectl(t, "get", "evaluations", "-n", ns)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 var errNotYet = errors.New("not yet")

@@ -4,6 +4,7 @@ package cluster_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ spec:
 	}
 	// The deleted pod was replaced by another for its shard.
 	all := strings.Fields(mustKubectl(t, "get", "pods", "-n", ns, "-l", "proctor.dev/component=runner", "-o", "jsonpath={.items[*].metadata.name}"))
-	if len(all) != 2 || contains(all, pods[0]) {
+	if len(all) != 2 || slices.Contains(all, pods[0]) {
 		t.Errorf("runner pods %v: want the 2 shards' pods, %s replaced", all, pods[0])
 	}
 	// kubectl delete pod is a graceful stop: the runner finishes the samples in
@@ -133,7 +134,7 @@ func TestInvalidEvaluation(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			manifest := fmt.Sprintf("apiVersion: proctor.dev/v1alpha1\nkind: Evaluation\nmetadata: {name: bad}\nspec:\n  %s\n", tc.spec)
-			_, err := runStdin(manifest, kubectlBin, "apply", "-n", ns, "-f", "-")
+			_, err := runInput(time.Minute, manifest, kubectlBin, "apply", "-n", ns, "-f", "-")
 			if err == nil {
 				t.Fatal("kubectl apply accepted it")
 			}

@@ -3,8 +3,10 @@
 package cluster_test
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +59,7 @@ func TestSamples(t *testing.T) {
 		}
 	}
 	if len(names) != len(sampleOutcome) {
-		t.Fatalf("applied Evaluations %v; the test knows the outcome of %v: add the new sample's to sampleOutcome", names, sortedKeys(sampleOutcome))
+		t.Fatalf("applied Evaluations %v; the test knows the outcome of %v: add the new sample's to sampleOutcome", names, slices.Sorted(maps.Keys(sampleOutcome)))
 	}
 
 	// The first runner pod: how long a user waits after kubectl apply.
@@ -114,7 +116,7 @@ func TestSamples(t *testing.T) {
 			if len(ev.Status.Results) == 0 {
 				t.Error("status.results is empty")
 			}
-			if r := reasons(t, ns, "Evaluation", name); !contains(r, "Started") || !contains(r, "Completed") {
+			if r := reasons(t, ns, "Evaluation", name); !slices.Contains(r, "Started") || !slices.Contains(r, "Completed") {
 				t.Errorf("events %v: want Started and Completed", r)
 			}
 			recs, summaries := fetchRecords(t, ns, name)

@@ -5,6 +5,7 @@
 package cluster_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,19 +19,16 @@ func TestSecretsNeverLeak(t *testing.T) {
 	places := map[string]string{}
 	places["objects"] = mustKubectl(t, "get", "evaluations,configmaps,jobs,pods,deployments,roles,serviceaccounts", "-A", "-o", "yaml")
 	places["events"] = mustKubectl(t, "get", "events", "-A", "-o", "yaml")
-	pods := mustKubectl(t, "get", "pods", "-A", "-o", `jsonpath={range .items[*]}{.metadata.namespace}{" "}{.metadata.name}{"\n"}{end}`)
-	n := 0
-	for _, line := range strings.Split(strings.TrimSpace(pods), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			continue
-		}
-		out, err := kubectl("logs", "-n", f[0], f[1], "--all-containers", "--ignore-errors")
+	pods, err := allPods()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		out, err := kubectl("logs", "-n", p[0], p[1], "--all-containers", "--ignore-errors")
 		if err != nil {
-			t.Logf("logs of %s/%s: %v", f[0], f[1], err)
+			t.Logf("logs of %s/%s: %v", p[0], p[1], err)
 		}
-		places["logs of pod "+f[0]+"/"+f[1]] = out
-		n++
+		places["logs of pod "+p[0]+"/"+p[1]] = out
 	}
 	if clusterDir != "" {
 		logs, _ := filepath.Glob(filepath.Join(clusterDir, "logs", "*.log"))
@@ -42,7 +40,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 			places["component log "+filepath.Base(l)] = string(b)
 		}
 	}
-	if n < 10 {
+	if n := len(pods); n < 10 {
 		t.Fatalf("only %d pods to read logs from: the earlier tests should have left their runner pods", n)
 	}
 	for where, text := range places {
@@ -159,7 +157,7 @@ spec:
 	}
 	eventually(t, time.Minute, time.Second, "the chart's objects gone", func() error {
 		if l := left(); l != "" {
-			return &leftover{l}
+			return fmt.Errorf("left: %s", l)
 		}
 		return nil
 	})
@@ -184,7 +182,3 @@ spec:
 		t.Errorf("left in %s:\n%s", releaseNamespace, out)
 	}
 }
-
-type leftover struct{ names string }
-
-func (l *leftover) Error() string { return "left: " + l.names }
