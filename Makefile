@@ -57,6 +57,7 @@ lint: ## go vet, and gofmt must have nothing to say.
 	go vet ./...
 	go vet -tags e2e ./test/e2e/cluster/
 	cd hack/image && go vet ./...
+	hack/check-entrypoints.sh
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: verify
@@ -76,7 +77,7 @@ test-go: lint kube-assets $(HELM) ## Unit, integration (a real kube-apiserver + 
 	cd hack/image && go test ./...
 
 .PHONY: e2e
-e2e: build images $(HELM) ## End-to-end tests on a real local cluster (hack/cluster-up.sh; needs root). KEEP_CLUSTER=1 keeps it.
+e2e: host-deps build images $(HELM) ## End-to-end tests on a real local cluster (hack/cluster-up.sh; needs root). KEEP_CLUSTER=1 keeps it.
 	hack/install-kube.sh etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl >/dev/null
 	HELM=$(HELM) hack/e2e.sh
 
@@ -99,18 +100,26 @@ build: ## Build bin/proctor and bin/fakellm.
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/fakellm ./test/fakellm/cmd/fakellm
 
 .PHONY: images
-images: ## Build the proctor, fakellm, pause and busybox image tarballs into bin/images (no Docker).
+images: host-deps-images ## Build the proctor, fakellm, pause and busybox image tarballs into bin/images (no Docker).
 	IMAGE_TAG=$(IMAGE_TAG) VERSION=$(VERSION) hack/build-images.sh $(LOCALBIN)/images
 
 ##@ Local cluster
 
+.PHONY: host-deps
+host-deps: ## Install the Debian packages the local cluster and the images need (root; apt-get), if missing.
+	hack/install-host-deps.sh cluster
+
+.PHONY: host-deps-images
+host-deps-images: ## Install the Debian packages the images need (the static busybox), if missing.
+	hack/install-host-deps.sh images
+
 .PHONY: demo
-demo: build images $(HELM) ## Start the local cluster, install the chart, run a sample Evaluation and show its results.
+demo: host-deps build images $(HELM) ## Start the local cluster, install the chart, run a sample Evaluation and show its results.
 	hack/install-kube.sh etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl >/dev/null
 	HELM=$(HELM) hack/demo.sh
 
 .PHONY: cluster-up
-cluster-up: images ## Start the local single-node cluster (root; see docs/local-cluster.md).
+cluster-up: host-deps images ## Start the local single-node cluster (root; see docs/local-cluster.md).
 	hack/cluster-up.sh
 
 .PHONY: cluster-down

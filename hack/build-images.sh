@@ -43,6 +43,11 @@ SOURCE=https://github.com/proctor-dev/proctor
 # The Makefile's build target's flags.
 LDFLAGS="-s -w -X github.com/proctor-dev/proctor/internal/version.Version=$VERSION"
 
+# The host packages the images need (the static busybox, CA certificates), unless
+# the caller names its own files.
+if [[ $BUSYBOX == /usr/bin/busybox && ! -x $BUSYBOX ]] || [[ ! -f $CA_BUNDLE && $CA_BUNDLE == /etc/ssl/certs/ca-certificates.crt ]]; then
+  "$ROOT/hack/install-host-deps.sh" images || die "the host packages the images need could not be installed"
+fi
 [[ -f $CA_BUNDLE ]] || die "no CA bundle at $CA_BUNDLE: install the Debian package ca-certificates, or set CA_BUNDLE"
 
 echo "build-images: binaries (linux/$ARCH, version $VERSION) into $BUILD"
