@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	kjson "sigs.k8s.io/json"
@@ -98,10 +99,26 @@ func Decode(name string, data []byte) (*v1alpha1.Evaluation, error) {
 	}
 
 	v1alpha1.SetDefaults(&ev.Spec)
-	if errs := v1alpha1.ValidateSpec(&ev.Spec); len(errs) > 0 {
+	errs := validateName(ev.Name)
+	errs = append(errs, v1alpha1.ValidateSpec(&ev.Spec)...)
+	if len(errs) > 0 {
 		return nil, fail(fieldProblems(errs)...)
 	}
 	return &ev, nil
+}
+
+// validateName checks metadata.name as the API server would: proctor run makes
+// it a directory (results/NAME), so a path ("../../x") must not get that far.
+// An empty name is allowed locally; proctor run then uses the file's name.
+func validateName(name string) field.ErrorList {
+	if name == "" {
+		return nil
+	}
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Subdomain(name) {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), name, msg))
+	}
+	return errs
 }
 
 // yamlProblems turns a YAML error into one problem per line: the parser lists

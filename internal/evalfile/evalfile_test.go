@@ -310,6 +310,24 @@ func TestDecodeRejects(t *testing.T) {
 			want:  []string{`(got "proctor.dev/v1alpha1" and "")`},
 		},
 
+		// metadata.name names the output directory (results/NAME): a path
+		// there would write outside it.
+		{
+			name:  "name climbing out of results/",
+			edits: []edit{set("metadata.name", "../../x")},
+			want:  []string{`metadata.name: Invalid value: "../../x"`, "RFC 1123 subdomain"},
+		},
+		{
+			name:  "absolute path as name",
+			edits: []edit{set("metadata.name", "/etc/x")},
+			want:  []string{`metadata.name: Invalid value: "/etc/x"`},
+		},
+		{
+			name:  "upper-case name",
+			edits: []edit{set("metadata.name", "Smoke")},
+			want:  []string{`metadata.name: Invalid value: "Smoke"`},
+		},
+
 		// Unknown fields and wrong types.
 		{
 			name:  "misspelt model field",
