@@ -89,9 +89,10 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 	spec := &ev.Spec
 	plan := &runner.Plan{
 		Retry: retry.Policy{
-			MaxAttempts: int(*spec.Retry.MaxAttempts),
-			Initial:     spec.Retry.InitialBackoff.Duration,
-			Max:         spec.Retry.MaxBackoff.Duration,
+			MaxAttempts:     int(*spec.Retry.MaxAttempts),
+			Initial:         spec.Retry.InitialBackoff.Duration,
+			Max:             spec.Retry.MaxBackoff.Duration,
+			MaxThrottleWait: spec.Retry.MaxThrottleWait.Duration,
 		},
 		Timeout: spec.TimeoutPerSample.Duration,
 	}
@@ -512,7 +513,12 @@ func download(ctx context.Context, env Env, rawURL, wantSum, path string) (strin
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", urlPath, err)
 	}
-	resp, err := env.HTTPClient.Do(req)
+	client := env.HTTPClient
+	if client == nil {
+		// CountDatasets (the cluster's planner) reaches here without Build's defaults.
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", urlPath, err)
 	}
