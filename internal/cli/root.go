@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -50,7 +51,7 @@ func Execute(args []string) int {
 
 func execute(args []string, s streams) int {
 	root := newRootCommand(s)
-	root.SetArgs(args)
+	root.SetArgs(normalizeArgs(args))
 	err := root.Execute()
 	if err == nil {
 		return exitOK
@@ -79,6 +80,10 @@ func newRootCommand(s streams) *cobra.Command {
 	}
 	root.SetOut(s.out)
 	root.SetErr(s.errOut)
+	// Persistent, so that -v works before the subcommand as well as among its flags.
+	v := verbosity(0)
+	f := root.PersistentFlags().VarPF(&v, "verbosity", "v", "log verbosity of proctor run: -v every retry, -vv debug (or -v N)")
+	f.NoOptDefVal = "+1"
 	root.AddCommand(newRunCommand(s), newManagerCommand(s), newShardCommand(s), newPlanCommand(s), newInstallCommand(s), newResultsCommand(s))
 	return root
 }
@@ -89,4 +94,69 @@ func newScheme() *runtime.Scheme {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 	return scheme
+}
+
+// verbosity is a level that a bare -v raises by one (-vv is 2) and -v N sets.
+// A bare -v must not take a value: as an int flag, "-v -f x" made "-f" its value.
+type verbosity int
+
+// maxVerbosity is the highest level that logs anything more.
+const maxVerbosity = 2
+
+func (v *verbosity) String() string { return strconv.Itoa(int(*v)) }
+func (v *verbosity) Type() string   { return "count" }
+
+func (v *verbosity) Set(s string) error {
+	if s == "+1" {
+		*v = min(*v+1, maxVerbosity)
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not a level from 0 to %d", s, maxVerbosity)
+	}
+	*v = verbosity(min(n, maxVerbosity))
+	return nil
+}
+
+// verbosityOf returns the -v level given to cmd (or to proctor before it).
+func verbosityOf(cmd *cobra.Command) int {
+	if f := cmd.Flag("verbosity"); f != nil {
+		if v, ok := f.Value.(*verbosity); ok {
+			return int(*v)
+		}
+	}
+	return 0
+}
+
+// normalizeArgs joins "-v N" and "--verbosity N" into "-v=N". A flag whose
+// value is optional takes it only after "=", so without this "-v 2" would
+// leave "2" as an argument; no proctor command takes a bare number as one.
+func normalizeArgs(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if (a == "-v" || a == "--verbosity") && i+1 < len(args) && isDigits(args[i+1]) {
+			out = append(out, a+"="+args[i+1])
+			i++
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }

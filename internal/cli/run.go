@@ -32,7 +32,6 @@ type runOptions struct {
 	gracePeriod    time.Duration
 	progress       string
 	keepWorkspaces bool
-	verbosity      int
 }
 
 func newRunCommand(s streams) *cobra.Command {
@@ -52,7 +51,7 @@ sample per model, in sample order) and summary.json, and a summary table is prin
   proctor run -f evaluation.yaml -o out/ --retry-errors`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runEvaluation(cmd.Context(), o, s)
+			return runEvaluation(cmd.Context(), o, verbosityOf(cmd), s)
 		},
 	}
 	f := cmd.Flags()
@@ -65,12 +64,11 @@ sample per model, in sample order) and summary.json, and a summary table is prin
 	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on interrupt, how long samples in flight may take to finish")
 	f.StringVar(&o.progress, "progress", "auto", "progress display: auto (a bar on a terminal, else lines), bar, plain or none")
 	f.BoolVar(&o.keepWorkspaces, "keep-workspaces", false, "keep agent workspaces for inspection instead of removing them")
-	f.IntVarP(&o.verbosity, "verbosity", "v", 0, "log verbosity: 0 warnings and notes, 1 every retry, 2 debug")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
 }
 
-func runEvaluation(ctx context.Context, o *runOptions, s streams) error {
+func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -171,7 +169,7 @@ func runEvaluation(ctx context.Context, o *runOptions, s streams) error {
 	}
 
 	prog := newProgress(o.progress, s, pairs, dir)
-	log := newLogger(prog.logWriter(), o.verbosity)
+	log := newLogger(prog.logWriter(), verbosity)
 	for _, m := range plan.Models {
 		if m.JudgeOnly {
 			log.Info("Using a model as judge only", "model", m.Name)
@@ -181,6 +179,7 @@ func runEvaluation(ctx context.Context, o *runOptions, s streams) error {
 	if err != nil {
 		return invalid(err)
 	}
+	prog.throttle = eng.Throttle
 
 	var interrupted os.Signal
 	stopped := make(chan struct{})
