@@ -34,9 +34,9 @@ type Options struct {
 	Slack time.Duration
 	// ThrottleCooldown is the least time between two halvings of a model's window; default 1s.
 	ThrottleCooldown time.Duration
-	// MaxThrottled bounds the 429s one call may meet when its model declares no
-	// limit (they do not count against retry.maxAttempts then); default 50.
-	MaxThrottled int
+	// ThrottleLogEvery is the least time between two "still throttled" log
+	// lines of one model; default 30s.
+	ThrottleLogEvery time.Duration
 }
 
 // Observer hears of finished samples. It must be safe for concurrent use and quick.
@@ -63,7 +63,12 @@ type Engine struct {
 
 	stop     chan struct{}
 	stopOnce sync.Once
-	randMu   sync.Mutex
+	// stopCtx ends with Stop: calls that are only waiting (for the window, the
+	// limiter, a retry-after or a backoff) give up then, so a stopping run waits
+	// only for requests actually in flight.
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
+	randMu     sync.Mutex
 }
 
 // modelRun is a model's runtime state, shared by everything that calls it.
@@ -74,6 +79,8 @@ type modelRun struct {
 	gate    *ratelimit.Gate
 	limiter *ratelimit.Limiter
 	est     estimator
+	// throttle tracks the model's 429s, for reporting and retry.maxThrottleWait.
+	throttle throttle
 }
 
 // concurrency is the number of samples the model may have in flight.
@@ -93,10 +100,11 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 	if opts.ThrottleCooldown == 0 {
 		opts.ThrottleCooldown = time.Second
 	}
-	if opts.MaxThrottled == 0 {
-		opts.MaxThrottled = 50
+	if opts.ThrottleLogEvery == 0 {
+		opts.ThrottleLogEvery = 30 * time.Second
 	}
 	e := &Engine{plan: plan, opts: opts, clock: opts.Clock, log: opts.Log, models: map[string]*modelRun{}, stop: make(chan struct{})}
+	e.stopCtx, e.stopCancel = context.WithCancel(context.Background())
 	for _, m := range plan.Models {
 		e.models[m.Name] = &modelRun{
 			Model:   m,
@@ -124,9 +132,26 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 	return e, nil
 }
 
-// Stop stops taking new samples; samples in flight run to completion (or until the
-// Run context is cancelled). It may be called more than once.
-func (e *Engine) Stop() { e.stopOnce.Do(func() { close(e.stop) }) }
+// Stop stops taking new samples. Requests in flight run to completion (or until
+// the Run context is cancelled); samples that are only waiting (for a place in
+// the window, the rate limiter, a retry-after or a backoff) stop at once and
+// leave no record, so they run next time. It may be called more than once.
+func (e *Engine) Stop() {
+	e.stopOnce.Do(func() {
+		close(e.stop)
+		e.stopCancel()
+	})
+}
+
+// Throttle reports whether the server is rate limiting a model, since when,
+// and until when it asked to wait.
+func (e *Engine) Throttle(model string) ThrottleStatus {
+	m := e.models[model]
+	if m == nil {
+		return ThrottleStatus{}
+	}
+	return m.throttle.snapshot()
+}
 
 // SetLimits changes a model's budgets while running (a cluster re-dividing them).
 func (e *Engine) SetLimits(model string, l ratelimit.Limits) error {
@@ -193,13 +218,19 @@ func (e *Engine) Run(ctx context.Context, tasks []Task, sink Sink) error {
 // runModel works through a model's tasks in order. Its concurrency is a pool of
 // that many workers fed one sample at a time: as soon as one finishes the next
 // starts (a sliding window), and workers keep their grown stacks between samples.
+//
+// A model whose quota does not recover (ThrottledOutError) stops alone: its
+// samples in flight leave no record, the other models go on, and the error is
+// returned.
 func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *modelRun, tasks []Task, sink Sink) error {
+	ctx, throttledOut := context.WithCancelCause(ctx)
+	defer throttledOut(nil)
 	jobs := make(chan job)
 	var workers sync.WaitGroup
 	for range m.concurrency() {
 		workers.Go(func() {
 			for j := range jobs {
-				e.finish(ctx, fail, m, j, sink)
+				e.finish(ctx, fail, throttledOut, m, j, sink)
 			}
 		})
 	}
@@ -211,6 +242,9 @@ func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *
 	}
 	close(jobs)
 	workers.Wait()
+	if cause := context.Cause(ctx); isThrottledOut(cause) {
+		errs = append(errs, cause)
+	}
 	return errors.Join(errs...)
 }
 
@@ -258,8 +292,14 @@ func (e *Engine) dispatch(ctx context.Context, m *modelRun, t Task, sink Sink, j
 }
 
 // finish evaluates a sample and stores its record.
-func (e *Engine) finish(ctx context.Context, fail context.CancelCauseFunc, m *modelRun, j job, sink Sink) {
-	rec := e.evaluate(ctx, m, j.ds, &j.s)
+func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCauseFunc, m *modelRun, j job, sink Sink) {
+	rec, err := e.evaluate(ctx, m, j.ds, &j.s)
+	if err != nil {
+		// The model (or its judge) is throttled out: stop the model's work.
+		e.log.Error(err, "Gave up on a rate-limited model", "model", m.Name)
+		throttledOut(err)
+		return
+	}
 	if rec == nil {
 		return
 	}
@@ -296,29 +336,34 @@ func skip(r dataset.Reader, n int) error {
 	return nil
 }
 
-// evaluate runs one sample: render, call, score. It returns nil when the run is
-// stopping and the sample did not finish (it must run again next time).
-func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *dataset.Sample) *results.Record {
+// evaluate runs one sample: render, call, score. It returns a nil record when
+// the run is stopping and the sample did not finish (it must run again next
+// time), and a *ThrottledOutError, with no record, when the model or its judge
+// gave up on a quota that did not recover.
+func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *dataset.Sample) (*results.Record, error) {
 	rec := &results.Record{ID: s.ID, Model: m.Name, Dataset: ds.Name, Scores: map[string]float64{}}
 	if s.Err != nil {
 		rec.Error = s.Err.Error()
-		return rec
+		return rec, nil
 	}
 	req, err := e.plan.Prompt.Request(s)
 	if err != nil {
 		rec.Error = fmt.Sprintf("rendering the prompt: %v", err)
-		return rec
+		return rec, nil
 	}
 	res := e.call(ctx, m, req)
-	if ctx.Err() != nil {
-		return nil
+	if ctx.Err() != nil || errors.Is(res.err, errStopping) {
+		return nil, nil
+	}
+	if isThrottledOut(res.err) {
+		return nil, res.err
 	}
 	rec.Attempts = res.attempts
 	rec.LatencyMillis = res.latency.Milliseconds()
 	rec.CacheKey = res.key
 	if res.err != nil {
 		rec.Error = e.redact(res.err.Error())
-		return rec
+		return rec, nil
 	}
 	rec.Output = e.redact(res.resp.Text)
 	rec.ToolCalls = res.resp.ToolCalls
@@ -332,16 +377,19 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 	for _, sc := range e.scorers {
 		v, err := sc.Score(ctx, in)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+			if ctx.Err() != nil || errors.Is(err, errStopping) {
+				return nil, nil
+			}
+			if isThrottledOut(err) {
+				return nil, err
 			}
 			rec.Scores = map[string]float64{}
 			rec.Error = e.redact(fmt.Sprintf("scorer %s: %v", sc.Name(), err))
-			return rec
+			return rec, nil
 		}
 		rec.Scores[sc.Name()] = v
 	}
-	return rec
+	return rec, nil
 }
 
 // redact removes secrets from text the engine writes out.
@@ -376,7 +424,16 @@ type callResult struct {
 	key string
 }
 
+// errStopping ends a call that was only waiting when the engine stopped.
+var errStopping = errors.New("the run is stopping")
+
 // call makes one request to a model, with its cache, window, limits and retries.
+//
+// A 429 is "later", never "wrong": it does not count against retry.maxAttempts.
+// It shrinks the model's window, holds every call of the model for the
+// server's retry-after (which maxBackoff does not cap: calling earlier only
+// meets another 429), and is retried until the model has answered only 429s for
+// retry.maxThrottleWait, when a *ThrottledOutError gives up on the model.
 func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) callResult {
 	var key string
 	if c := e.plan.Cache; c != nil {
@@ -384,6 +441,9 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 		if entry, ok := c.Get(key); ok {
 			return callResult{resp: &entry.Response, latency: time.Duration(entry.LatencyMillis) * time.Millisecond, key: key}
 		}
+	}
+	if out := m.throttle.exhausted(); out != nil {
+		return callResult{err: out}
 	}
 	timeout := e.plan.Timeout
 	if m.Timeout > 0 {
@@ -397,6 +457,10 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 		resp, latency, res, err := e.attempt(ctx, m, req, rawIn, timeout)
 		if err == nil {
 			m.window.Succeeded()
+			if ended := m.throttle.succeeded(); ended.Throttled() {
+				e.log.Info("Model is no longer throttled", "model", m.Name,
+					"throttledFor", e.clock.Since(ended.Since).Round(time.Millisecond).String(), "refusals", ended.Refusals)
+			}
 			if res != nil {
 				res.Settle(ratelimit.Cost{Requests: 1, InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens})
 			}
@@ -415,6 +479,9 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 		if ctx.Err() != nil {
 			return callResult{attempts: attempts, err: ctx.Err()}
 		}
+		if errors.Is(err, errStopping) {
+			return callResult{attempts: attempts, err: err}
+		}
 		class, retryAfter := retry.Classify(err)
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("timed out after %v", timeout)
@@ -429,19 +496,25 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 				res.Settle(ratelimit.Cost{Requests: 1})
 			}
 			m.window.Throttled()
+			now := e.clock.Now()
+			st, first, out := m.throttle.refused(m.Name, now, retryAfter, policy.MaxThrottleWait, errors.New(e.redact(err.Error())))
+			if out != nil {
+				return callResult{attempts: attempts, latency: latency, err: out}
+			}
 			if retryAfter > 0 {
-				m.gate.CloseUntil(e.clock.Now().Add(retryAfter))
+				m.gate.CloseUntil(now.Add(retryAfter))
 			}
-			throttles++
-			adaptive := m.limiter.Limits().IsZero()
-			if adaptive && throttles >= e.opts.MaxThrottled {
-				return callResult{attempts: attempts, latency: latency, err: fmt.Errorf("%w (still rate limited after %d attempts)", err, attempts)}
-			}
-			if !adaptive {
-				failures++
+			switch {
+			case first:
+				e.log.Info("Model is throttled: the server answered 429; holding its calls", "model", m.Name,
+					"retryAfter", retryAfter.String(), "maxThrottleWait", policy.MaxThrottleWait.String(), "error", e.redact(err.Error()))
+			case m.throttle.shouldLog(now, e.opts.ThrottleLogEvery):
+				e.log.Info("Model is still throttled", "model", m.Name, "throttledFor", now.Sub(st.Since).Round(time.Second).String(),
+					"refusals", st.Refusals, "retryAfter", retryAfter.String(), "maxThrottleWait", policy.MaxThrottleWait.String())
 			}
 			// With a retry-after the server said exactly when; without one, back off
 			// exponentially in the number of refusals.
+			throttles++
 			k = throttles
 			if retryAfter > 0 {
 				k = 1
@@ -449,34 +522,64 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 		default:
 			failures++
 			k = failures
-		}
-		if failures >= policy.MaxAttempts {
-			return callResult{attempts: attempts, latency: latency, err: fmt.Errorf("%w (gave up after %d attempts)", err, attempts)}
+			if failures >= policy.MaxAttempts {
+				return callResult{attempts: attempts, latency: latency, err: fmt.Errorf("%w (gave up after %d attempts)", err, attempts)}
+			}
 		}
 		e.log.V(1).Info("Retrying a failed call", "model", m.Name, "sample", req.SampleID, "attempt", attempts, "class", class.String(), "error", e.redact(err.Error()))
-		if err := e.sleep(ctx, policy.Backoff(k, e.rand(), retryAfter)); err != nil {
+		d := policy.Backoff(k, e.rand(), retryAfter)
+		if class == retry.Throttled && policy.MaxThrottleWait > 0 {
+			// Try again no later than the model's throttle budget ends, so that a
+			// quota that never recovers is given up on time.
+			d = min(d, max(m.throttle.remaining(e.clock.Now(), policy.MaxThrottleWait), 0))
+		}
+		if err := e.sleep(ctx, d); err != nil {
 			return callResult{attempts: attempts, err: err}
 		}
 	}
 }
 
-// attempt makes one call within the model's window, gate and limits.
+// waitCtx is ctx, also ended by Stop: for the waits before a request is sent.
+func (e *Engine) waitCtx(ctx context.Context) (context.Context, func()) {
+	wctx, cancel := context.WithCancel(ctx)
+	unregister := context.AfterFunc(e.stopCtx, cancel)
+	return wctx, func() {
+		unregister()
+		cancel()
+	}
+}
+
+// waitErr is the error of a wait that wctx (from waitCtx(ctx)) cut short.
+func waitErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, context.Canceled) {
+		return errStopping
+	}
+	return err
+}
+
+// attempt makes one call within the model's window, gate and limits. Only the
+// waits before the request is sent end with Stop; a request sent runs to its end.
 func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request, rawIn int64, timeout time.Duration) (*provider.Response, time.Duration, *ratelimit.Reservation, error) {
-	if err := m.window.Acquire(ctx); err != nil {
-		return nil, 0, nil, err
+	wctx, done := e.waitCtx(ctx)
+	defer done()
+	if err := m.window.Acquire(wctx); err != nil {
+		return nil, 0, nil, waitErr(ctx, err)
 	}
 	defer m.window.Release()
-	if err := m.gate.Wait(ctx); err != nil {
-		return nil, 0, nil, err
+	if err := m.gate.Wait(wctx); err != nil {
+		return nil, 0, nil, waitErr(ctx, err)
 	}
 	res := m.limiter.Reserve(m.est.cost(rawIn))
-	if err := res.Wait(ctx); err != nil {
-		return nil, 0, nil, err
+	if err := res.Wait(wctx); err != nil {
+		return nil, 0, nil, waitErr(ctx, err)
 	}
 	// A 429 may have closed the gate while we waited for the limiter.
-	if err := m.gate.Wait(ctx); err != nil {
+	if err := m.gate.Wait(wctx); err != nil {
 		res.Cancel()
-		return nil, 0, nil, err
+		return nil, 0, nil, waitErr(ctx, err)
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -489,6 +592,7 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 	return resp, latency, res, err
 }
 
+// sleep waits d, or until ctx ends (its error) or the engine stops (errStopping).
 func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
@@ -500,6 +604,8 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-e.stopCtx.Done():
+		return errStopping
 	}
 }
 

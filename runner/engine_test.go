@@ -116,7 +116,9 @@ func TestRetriesTransientFailures(t *testing.T) {
 		{"dropped twice then ok", []error{errUnexpectedEOF(), errUnexpectedEOF()}, 3, ""},
 		{"500 three times", []error{&provider.HTTPError{StatusCode: 500}, &provider.HTTPError{StatusCode: 500}, &provider.HTTPError{StatusCode: 500}}, 3, "gave up after 3 attempts"},
 		{"401 is final", []error{&provider.HTTPError{StatusCode: 401}}, 1, "HTTP 401"},
-		{"429 with a declared limit counts", []error{&provider.HTTPError{StatusCode: 429}, &provider.HTTPError{StatusCode: 429}, &provider.HTTPError{StatusCode: 429}}, 3, "gave up"},
+		// A 429 says "later", not "wrong": it never uses up a sample's attempts.
+		{"429s with a declared limit do not count", []error{&provider.HTTPError{StatusCode: 429}, &provider.HTTPError{StatusCode: 429}, &provider.HTTPError{StatusCode: 429}}, 4, ""},
+		{"429s and 500s: only the 500s count", []error{&provider.HTTPError{StatusCode: 429}, &provider.HTTPError{StatusCode: 500}, &provider.HTTPError{StatusCode: 429}, &provider.HTTPError{StatusCode: 500}, &provider.HTTPError{StatusCode: 429}, &provider.HTTPError{StatusCode: 500}}, 6, "gave up after 6 attempts"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ const (
 	DefaultMaxAttempts       = 3
 	DefaultInitialBackoff    = time.Second
 	DefaultMaxBackoff        = 60 * time.Second
+	DefaultMaxThrottleWait   = 10 * time.Minute
 	DefaultTimeoutPerSample  = 2 * time.Minute
 	DefaultPromptTemplate    = "{{ .Input }}"
 	DefaultAnthropicMaxToken = 1024
@@ -46,6 +47,9 @@ func SetDefaults(spec *EvaluationSpec) {
 	}
 	if spec.Retry.MaxBackoff == nil {
 		spec.Retry.MaxBackoff = &metav1.Duration{Duration: DefaultMaxBackoff}
+	}
+	if spec.Retry.MaxThrottleWait == nil {
+		spec.Retry.MaxThrottleWait = &metav1.Duration{Duration: DefaultMaxThrottleWait}
 	}
 	if spec.TimeoutPerSample == nil {
 		spec.TimeoutPerSample = &metav1.Duration{Duration: DefaultTimeoutPerSample}

@@ -514,6 +514,21 @@ type RetryPolicy struct {
 	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="retry.maxBackoff must be a duration such as 90s, 2m or 1h30m"
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) >= duration('0s') && duration(self) <= duration('24h'))`,message="retry.maxBackoff must be 0s or more and at most 24h"
 	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
+
+	// MaxThrottleWait is how long a model may answer nothing but 429 (rate
+	// limited) before Proctor gives up on it. A 429 means "later", never "wrong":
+	// it does not count as an attempt, it shrinks the calls in flight and holds
+	// them for the server's retry-after (which maxBackoff does not cap, since
+	// calling earlier only meets another 429). When a model has had no successful
+	// call for this long, or a retry-after asks for longer than what is left of
+	// it, its remaining samples are not run: the run fails with the reason, and a
+	// resumed run takes them up again. A duration between 1s and 24h. Default 10m.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="retry.maxThrottleWait must be a duration such as 90s, 10m or 1h30m"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) >= duration('1s') && duration(self) <= duration('24h'))`,message="retry.maxThrottleWait must be at least 1s and at most 24h"
+	MaxThrottleWait *metav1.Duration `json:"maxThrottleWait,omitempty"`
 }
 
 // Cache configures the response cache.

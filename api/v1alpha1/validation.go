@@ -52,6 +52,11 @@ func ValidateSpec(spec *EvaluationSpec) field.ErrorList {
 		errs = append(errs, validateBound(r.MaxAttempts, 1, MaxAttempts, rp.Child("maxAttempts"))...)
 		errs = append(errs, validateDuration(r.InitialBackoff, false, rp.Child("initialBackoff"))...)
 		errs = append(errs, validateDuration(r.MaxBackoff, false, rp.Child("maxBackoff"))...)
+		if d := r.MaxThrottleWait; d != nil && d.Duration < time.Second {
+			errs = append(errs, field.Invalid(rp.Child("maxThrottleWait"), d.Duration.String(), "must be at least 1s"))
+		} else {
+			errs = append(errs, validateDuration(d, true, rp.Child("maxThrottleWait"))...)
+		}
 		if r.InitialBackoff != nil && r.MaxBackoff != nil && r.MaxBackoff.Duration >= 0 && r.InitialBackoff.Duration > r.MaxBackoff.Duration {
 			errs = append(errs, field.Invalid(rp.Child("initialBackoff"), r.InitialBackoff.Duration.String(),
 				"must not be longer than maxBackoff"))

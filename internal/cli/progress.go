@@ -12,6 +12,7 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/term"
 
+	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/results"
 )
 
@@ -41,9 +42,14 @@ type progress struct {
 	bars *mpb.Progress
 	quit chan struct{}
 	wg   sync.WaitGroup
+
+	// throttle says whether a model is being rate limited (the engine's
+	// Throttle), so a run that is only waiting says why; nil shows nothing.
+	throttle func(model string) runner.ThrottleStatus
 }
 
 type pairProgress struct {
+	model   string
 	label   string
 	total   int64
 	initial int64 // done before this run started
@@ -66,7 +72,7 @@ func newProgress(mode string, s streams, pairs []results.Pair, dir *results.Dir)
 	p := &progress{mode: mode, out: s.errOut, byKey: map[[2]string]*pairProgress{}, quit: make(chan struct{})}
 	for _, pr := range pairs {
 		done, errored := dir.Counts(pr.Model, pr.Dataset)
-		pp := &pairProgress{label: pr.Model + "/" + pr.Dataset, total: int64(pr.Total), initial: int64(done), printed: -1}
+		pp := &pairProgress{model: pr.Model, label: pr.Model + "/" + pr.Dataset, total: int64(pr.Total), initial: int64(done), printed: -1}
 		pp.done.Store(int64(done))
 		pp.errored.Store(int64(errored))
 		p.pairs = append(p.pairs, pp)
@@ -127,10 +133,14 @@ func (p *progress) start() {
 	}
 }
 
-// detail is "N errored, R/s, ETA D" for a pair.
+// detail is "N errored, R/s, ETA D" for a pair, and "throttled for T" while
+// the server rate limits its model.
 func (p *progress) detail(pp *pairProgress) string {
 	done := pp.done.Load()
 	s := fmt.Sprintf("%d errored", pp.errored.Load())
+	if st := p.throttleOf(pp); st.Throttled() && done < pp.total {
+		s += ", " + throttleText(st, time.Now())
+	}
 	end := time.Now()
 	if f := pp.finished.Load(); f != 0 && done >= pp.total {
 		end = time.Unix(0, f)
@@ -149,7 +159,7 @@ func (p *progress) detail(pp *pairProgress) string {
 func (p *progress) printLines(final bool) {
 	for _, pp := range p.pairs {
 		done := pp.done.Load()
-		if done == pp.printed && !final {
+		if done == pp.printed && !final && !p.throttleOf(pp).Throttled() {
 			continue
 		}
 		pp.printed = done
@@ -159,6 +169,22 @@ func (p *progress) printLines(final bool) {
 		}
 		fmt.Fprintf(p.out, "%s: %d/%d (%.0f%%), %s\n", pp.label, done, pp.total, pct, p.detail(pp))
 	}
+}
+
+func (p *progress) throttleOf(pp *pairProgress) runner.ThrottleStatus {
+	if p.throttle == nil {
+		return runner.ThrottleStatus{}
+	}
+	return p.throttle(pp.model)
+}
+
+// throttleText is "throttled (429) for 35s, retry-after 20s left".
+func throttleText(st runner.ThrottleStatus, now time.Time) string {
+	s := fmt.Sprintf("throttled (429) for %v", now.Sub(st.Since).Round(time.Second))
+	if left := st.Until.Sub(now); left > 0 {
+		s += fmt.Sprintf(", retry-after %v left", left.Round(time.Second))
+	}
+	return s
 }
 
 // SampleFinished implements runner.Observer.

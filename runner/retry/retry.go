@@ -20,6 +20,9 @@ type Policy struct {
 	MaxAttempts int
 	Initial     time.Duration
 	Max         time.Duration
+	// MaxThrottleWait is how long a model may answer only 429s before its
+	// remaining calls give up; 429s never count against MaxAttempts.
+	MaxThrottleWait time.Duration
 }
 
 // Backoff is the sleep after failed attempt number attempt (1-based). u is a

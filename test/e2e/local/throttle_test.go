@@ -1,0 +1,106 @@
+package local_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/proctor-dev/proctor/test/fakellm"
+)
+
+// TestTwoTeamsOnOneKeyKeepTheirScores is the trial of issue 8: two runs, each
+// declaring the server's whole limit, share it. The server must refuse some of
+// their calls (else the test proves nothing), and yet no sample may end in an
+// error: a 429 means "later", never "wrong".
+func TestTwoTeamsOnOneKeyKeepTheirScores(t *testing.T) {
+	t.Parallel()
+	const n, rpm = 30, 600
+	srv := newFake(t, fakellm.Config{RequestsPerMinute: rpm, LimitMode: fakellm.LimitBucket, Burst: 3})
+	teams := []*workspace{newWorkspace(t), newWorkspace(t)}
+	for i, w := range teams {
+		w.write("qs.jsonl", arithmeticJSONL(fmt.Sprintf("t%d-", i), n))
+		w.writeEval(fmt.Sprintf("team%d", i), fmt.Sprintf(`  concurrency: 4
+  retry: {maxAttempts: 2, initialBackoff: 50ms, maxBackoff: 200ms}
+  datasets:
+  - name: qs
+    source: {file: qs.jsonl}
+  models:
+  - name: gpt
+    provider: openai
+    model: fake-model
+    baseURL: %s
+    rateLimit: {requestsPerMinute: %d}
+  scoring:
+  - type: exact_match
+`, srv.OpenAIURL(), rpm))
+	}
+	res := make([]result, len(teams))
+	var wg sync.WaitGroup
+	for i, w := range teams {
+		wg.Go(func() { res[i] = w.run() })
+	}
+	wg.Wait()
+	if st := srv.Stats(); st.RateLimited < 5 {
+		t.Fatalf("the server refused only %d calls (stats %+v): the teams did not contend, the test proves nothing", st.RateLimited, st)
+	}
+	for i, w := range teams {
+		if res[i].Code != 0 {
+			t.Errorf("team %d: want exit 0\n%s", i, res[i])
+			continue
+		}
+		recs, _ := readRecords(t, w.out)
+		expectIDs(t, recs, fmt.Sprintf("t%d-", i), n)
+		for _, r := range recs {
+			if r.Error != "" || r.Scores["exact_match"] != 1 {
+				t.Errorf("team %d, %s: %+v; want a correct answer despite the shared limit", i, r.ID, r)
+			}
+		}
+	}
+}
+
+// TestQuotaThatNeverRecovers: a server whose quota is gone for an hour makes
+// the run end at once with exit 1 and a reason naming retry.maxThrottleWait,
+// keeping what was done, and leaving the rest for a resumed run.
+func TestQuotaThatNeverRecovers(t *testing.T) {
+	t.Parallel()
+	// Two requests an hour: the third is answered 429 with retry-after ~1h.
+	srv := newFake(t, fakellm.Config{RequestsPerMinute: 2, Window: time.Hour})
+	w := newWorkspace(t)
+	w.write("qs.jsonl", arithmeticJSONL("q", 6))
+	w.writeEval("quota", fmt.Sprintf(`  concurrency: 1
+  retry: {maxThrottleWait: 5m}
+  datasets:
+  - name: qs
+    source: {file: qs.jsonl}
+  models:
+  - name: gpt
+    provider: openai
+    model: fake-model
+    baseURL: %s
+  scoring:
+  - type: exact_match
+`, srv.OpenAIURL()))
+	r := w.run()
+	if r.Code != 1 {
+		t.Fatalf("want exit 1\n%s", r)
+	}
+	if r.Elapsed > 30*time.Second {
+		t.Errorf("gave up after %v; a retry-after past maxThrottleWait must end the run at once", r.Elapsed)
+	}
+	for _, want := range []string{"model gpt asked to wait", "(retry-after)", "retry.maxThrottleWait (5m0s)", "run again when the Evaluation is resumed"} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("stderr lacks %q\n%s", want, r)
+		}
+	}
+	recs, _ := readRecords(t, w.out)
+	if len(recs) != 2 {
+		t.Fatalf("%d records, want the 2 the quota allowed (and none for the rest)", len(recs))
+	}
+	for _, rec := range recs {
+		if rec.Error != "" {
+			t.Errorf("%s: %q; want no error record", rec.ID, rec.Error)
+		}
+	}
+}
