@@ -37,7 +37,40 @@ const (
 	// maxPooledBuffer keeps an occasional huge request from pinning its encoding
 	// buffer in the pool forever.
 	maxPooledBuffer = 1 << 20
+	// MaxResponseBytes caps a model's answer (the whole JSON body): a real
+	// completion is far smaller, and a misbehaving server must not make one
+	// sample hold gigabytes. It matches the agent output cap.
+	MaxResponseBytes = 16 << 20
 )
+
+// ErrResponseTooLarge is a 2xx answer larger than MaxResponseBytes. It is
+// final: the same request would get the same answer.
+var ErrResponseTooLarge = fmt.Errorf("the answer is larger than %d MiB, Proctor's cap on a model's response", MaxResponseBytes>>20)
+
+// cappedBody reads at most max bytes and then fails with ErrResponseTooLarge
+// (not io.EOF, which a decoder would take for a dropped connection, a
+// transient failure).
+type cappedBody struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *cappedBody) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		// One byte more tells an answer of exactly the cap from a larger one.
+		var one [1]byte
+		if n, _ := c.r.Read(one[:]); n > 0 {
+			return 0, ErrResponseTooLarge
+		}
+		return c.r.Read(p)
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
 
 // NewHTTPClient returns a client tuned for many concurrent calls to one host.
 //
@@ -298,7 +331,7 @@ func PostJSON(ctx context.Context, c *http.Client, url string, header http.Heade
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return ErrorFromResponse(resp, secrets...)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	if err := json.NewDecoder(&cappedBody{r: resp.Body, left: MaxResponseBytes}).Decode(out); err != nil {
 		return contextError(ctx, fmt.Errorf("decoding response: %w", err))
 	}
 	return nil

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -389,6 +390,40 @@ func TestPostJSONErrors(t *testing.T) {
 	}
 	if _, ok := AsHTTPError(err); ok {
 		t.Errorf("malformed JSON: got *HTTPError %v, want a decoding error", err)
+	}
+
+	// An answer past the cap is a final error naming the cap, read no further.
+	var sent atomic.Int64
+	huge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"text":"`)
+		chunk := bytes.Repeat([]byte("a"), 1<<20)
+		for range 200 { // 200 MiB, as in the trial
+			n, err := w.Write(chunk)
+			sent.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+		fmt.Fprint(w, `"}`)
+	}))
+	defer huge.Close()
+	err = PostJSON(context.Background(), huge.Client(), huge.URL, nil, 1, &out)
+	if !errors.Is(err, ErrResponseTooLarge) || !strings.Contains(err.Error(), "larger than 16 MiB") {
+		t.Errorf("200 MiB answer: err = %v, want ErrResponseTooLarge", err)
+	}
+	huge.CloseClientConnections()
+	if n := sent.Load(); n > 64<<20 {
+		t.Errorf("the server could send %d MiB before the client gave up; want it cut near the cap", n>>20)
+	}
+	// Exactly at the cap is still fine.
+	exact := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body := append([]byte(`{"text":"`), bytes.Repeat([]byte("a"), MaxResponseBytes-len(`{"text":""}`))...)
+		w.Write(append(body, `"}`...))
+	}))
+	defer exact.Close()
+	var got struct{ Text string }
+	if err := PostJSON(context.Background(), exact.Client(), exact.URL, nil, 1, &got); err != nil || len(got.Text) != MaxResponseBytes-len(`{"text":""}`) {
+		t.Errorf("answer of exactly the cap: err = %v, text of %d bytes", err, len(got.Text))
 	}
 
 	err = PostJSON(context.Background(), srv.Client(), srv.URL, nil, func() {}, &out)

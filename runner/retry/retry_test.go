@@ -77,6 +77,7 @@ func TestClassify(t *testing.T) {
 		{"reset", fmt.Errorf("read: %w", syscall.ECONNRESET), Transient, 0},
 		{"dropped mid-answer", io.ErrUnexpectedEOF, Transient, 0},
 		{"agent exit", &provider.ExitError{ExitCode: 1}, Final, 0},
+		{"answer past the cap", fmt.Errorf("decoding response: %w", provider.ErrResponseTooLarge), Final, 0},
 		{"other", errors.New("template: missing key"), Final, 0},
 	}
 	for _, tc := range cases {
