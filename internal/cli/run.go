@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -88,6 +89,9 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 	name := ev.Name
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(o.file), filepath.Ext(o.file))
+		if name == "" || name == "." || name == ".." {
+			name = "evaluation" // "...yaml" must not make results/.. the output
+		}
 	}
 	outDir := o.output
 	if outDir == "" {
@@ -111,22 +115,13 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	dir, err := results.OpenDir(outDir)
-	if err != nil {
-		return invalid(fmt.Errorf("output directory: %w", err))
-	}
-	defer dir.Unlock()
-	defer dir.Close()
-	if o.restart {
-		if err := dir.Reset(); err != nil {
-			return fmt.Errorf("--restart: %w", err)
-		}
-	}
-	scratch, err := dir.Scratch()
-	if err != nil {
-		return fmt.Errorf("output directory: %w", err)
-	}
-	defer os.RemoveAll(scratch)
+	// Nothing is written until the Evaluation has passed every check: invalid
+	// input leaves no trace, and --restart discards nothing for a run that
+	// cannot start. Downloads go to a directory of this process's own, removed
+	// at the end (or by the next run, after a kill -9).
+	dataDir := filepath.Join(os.TempDir(), dataDirPrefix+strconv.Itoa(os.Getpid()))
+	removeStaleDataDirs(os.TempDir())
+	defer os.RemoveAll(dataDir)
 
 	var prepSig os.Signal
 	prepCtx, prepDone := context.WithCancel(runCtx)
@@ -141,7 +136,7 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 	}()
 	plan, err := compile.Build(prepCtx, ev, compile.Env{
 		BaseDir:        filepath.Dir(o.file),
-		DataDir:        scratch,
+		DataDir:        dataDir,
 		CacheDir:       cacheDir,
 		KeepWorkspaces: o.keepWorkspaces,
 		Concurrency:    o.concurrency,
@@ -153,6 +148,24 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 	}
 	if err != nil {
 		return invalid(fmt.Errorf("%s: %w", o.file, err))
+	}
+
+	// The engine's own checks, before anything is written (the real engine
+	// needs the progress display, which needs the checkpoint).
+	if _, err := runner.New(plan, runner.Options{Log: logr.Discard()}); err != nil {
+		return invalid(err)
+	}
+
+	dir, err := results.OpenDir(outDir)
+	if err != nil {
+		return invalid(fmt.Errorf("output directory: %w", err))
+	}
+	defer dir.Unlock()
+	defer dir.Close()
+	if o.restart {
+		if err := dir.Reset(); err != nil {
+			return fmt.Errorf("--restart: %w", err)
+		}
 	}
 
 	tasks := plan.Tasks()
@@ -267,4 +280,27 @@ func newLogger(w interface{ Write([]byte) (int, error) }, v int) logr.Logger {
 		},
 	})
 	return logr.FromSlogHandler(h)
+}
+
+// dataDirPrefix names the directories that hold a run's downloaded datasets:
+// the prefix and the owner's PID.
+const dataDirPrefix = "proctor-data-"
+
+// removeStaleDataDirs removes the download directories of proctor processes
+// that no longer exist (killed with -9, which runs no deferred cleanup).
+func removeStaleDataDirs(tmp string) {
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(strings.TrimPrefix(e.Name(), dataDirPrefix))
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), dataDirPrefix) || err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		// Signal 0 checks existence; EPERM means the PID is alive (someone else's).
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			_ = os.RemoveAll(filepath.Join(tmp, e.Name()))
+		}
+	}
 }

@@ -41,7 +41,8 @@ type Pair struct {
 // ErrLocked is returned when another process is using an output directory.
 var ErrLocked = errors.New("output directory is in use by another run")
 
-// OpenDir opens (creating) an output directory and locks it.
+// OpenDir opens (creating) an output directory and locks it. Call it only once
+// the run is known to be able to start: it creates the directory.
 func OpenDir(root string) (*Dir, error) {
 	if err := os.MkdirAll(filepath.Join(root, CheckpointDir), 0o755); err != nil {
 		return nil, err
@@ -71,7 +72,8 @@ func (d *Dir) Unlock() error {
 	return err
 }
 
-// Reset discards everything an earlier run left: journals and results.
+// Reset discards everything an earlier run left: journals and results. It
+// destroys paid work: call it only after every check that can refuse the run.
 func (d *Dir) Reset() error {
 	entries, err := os.ReadDir(filepath.Join(d.root, CheckpointDir))
 	if err != nil {
@@ -90,16 +92,6 @@ func (d *Dir) Reset() error {
 		}
 	}
 	return nil
-}
-
-// Scratch returns an empty directory for this run's temporary files (downloaded
-// datasets), emptied of whatever a killed run left there.
-func (d *Dir) Scratch() (string, error) {
-	p := filepath.Join(d.root, CheckpointDir, "scratch")
-	if err := os.RemoveAll(p); err != nil {
-		return "", err
-	}
-	return p, os.MkdirAll(p, 0o755)
 }
 
 // Root is the directory's path.
@@ -132,6 +124,15 @@ func (d *Dir) journal(model, dataset string) *Journal {
 func (d *Dir) Done(model, dataset string, index int) bool {
 	j := d.journal(model, dataset)
 	return j != nil && j.Done(index)
+}
+
+// Answered returns, once, the earlier record of a sample whose call succeeded
+// but whose scoring failed (with --retry-errors), so only its scoring runs again.
+func (d *Dir) Answered(model, dataset string, index int) *Record {
+	if j := d.journal(model, dataset); j != nil {
+		return j.Answered(index)
+	}
+	return nil
 }
 
 // Counts returns how many samples of a pair are done, and how many of those errored.

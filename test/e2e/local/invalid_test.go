@@ -186,6 +186,10 @@ func TestBadInputExitsTwoWithoutCalls(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(w.out, "results.jsonl")); err == nil {
 				t.Errorf("results.jsonl was written although nothing ran")
 			}
+			// Not even the checkpoint's lock: invalid input leaves no trace.
+			if files := snapshot(t, w.out); files != nil {
+				t.Errorf("the output directory was created although the input is invalid: %v", files)
+			}
 		})
 	}
 }
