@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -42,6 +43,13 @@ type Options struct {
 // Observer hears of finished samples. It must be safe for concurrent use and quick.
 type Observer interface {
 	SampleFinished(model, dataset string, rec *results.Record)
+}
+
+// Answered is a Sink that keeps the earlier records of samples whose call
+// succeeded and whose scoring failed (a retry of errors): only their scoring
+// runs again.
+type Answered interface {
+	Answered(model, dataset string, index int) *results.Record
 }
 
 // Sink receives finished records: the checkpoint.
@@ -252,6 +260,8 @@ func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *
 type job struct {
 	ds *Dataset
 	s  dataset.Sample
+	// answered is an earlier record with the model's answer, to score again.
+	answered *results.Record
 }
 
 // dispatch streams one task's samples to the model's workers.
@@ -281,8 +291,12 @@ func (e *Engine) dispatch(ctx context.Context, m *modelRun, t Task, sink Sink, j
 		if sink.Done(m.Name, ds.Name, s.Index) {
 			continue
 		}
+		j := job{ds: ds, s: s}
+		if a, ok := sink.(Answered); ok {
+			j.answered = a.Answered(m.Name, ds.Name, s.Index)
+		}
 		select {
-		case jobs <- job{ds: ds, s: s}:
+		case jobs <- j:
 		case <-e.stop:
 			return nil
 		case <-ctx.Done():
@@ -293,7 +307,7 @@ func (e *Engine) dispatch(ctx context.Context, m *modelRun, t Task, sink Sink, j
 
 // finish evaluates a sample and stores its record.
 func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCauseFunc, m *modelRun, j job, sink Sink) {
-	rec, err := e.evaluate(ctx, m, j.ds, &j.s)
+	rec, err := e.evaluate(ctx, m, j.ds, &j.s, j.answered)
 	if err != nil {
 		// The model (or its judge) is throttled out: stop the model's work.
 		e.log.Error(err, "Gave up on a rate-limited model", "model", m.Name)
@@ -340,40 +354,58 @@ func skip(r dataset.Reader, n int) error {
 // the run is stopping and the sample did not finish (it must run again next
 // time), and a *ThrottledOutError, with no record, when the model or its judge
 // gave up on a quota that did not recover.
-func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *dataset.Sample) (*results.Record, error) {
+//
+// answered, when set, is an earlier record of this sample whose call succeeded
+// and whose scoring failed: its answer is scored again without a call.
+func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *dataset.Sample, answered *results.Record) (*results.Record, error) {
 	rec := &results.Record{ID: s.ID, Model: m.Name, Dataset: ds.Name, Scores: map[string]float64{}}
 	if s.Err != nil {
-		rec.Error = s.Err.Error()
+		rec.Error, rec.ErrorKind = s.Err.Error(), results.ErrorKindData
 		return rec, nil
 	}
 	req, err := e.plan.Prompt.Request(s)
 	if err != nil {
-		rec.Error = fmt.Sprintf("rendering the prompt: %v", err)
+		rec.Error, rec.ErrorKind = fmt.Sprintf("rendering the prompt: %v", err), results.ErrorKindPrompt
 		return rec, nil
 	}
-	res := e.call(ctx, m, req)
-	if ctx.Err() != nil || errors.Is(res.err, errStopping) {
-		return nil, nil
+	var output string
+	if answered != nil {
+		// The judge failed last time, not the model: pay for the judge only.
+		rec.Attempts, rec.LatencyMillis = answered.Attempts, answered.LatencyMillis
+		rec.Output, rec.ToolCalls = answered.Output, answered.ToolCalls
+		rec.InputTokens, rec.OutputTokens = answered.InputTokens, answered.OutputTokens
+		output = answered.Output
+	} else {
+		res := e.call(ctx, m, req)
+		if ctx.Err() != nil || errors.Is(res.err, errStopping) {
+			return nil, nil
+		}
+		if isThrottledOut(res.err) {
+			return nil, res.err
+		}
+		rec.Attempts = res.attempts
+		rec.LatencyMillis = res.latency.Milliseconds()
+		rec.CacheKey = res.key
+		if res.err != nil {
+			rec.Error, rec.ErrorKind = e.redact(res.err.Error()), results.ErrorKindCall
+			return rec, nil
+		}
+		rec.Output = e.redact(res.resp.Text)
+		rec.ToolCalls = res.resp.ToolCalls
+		rec.InputTokens = res.resp.Usage.InputTokens
+		rec.OutputTokens = res.resp.Usage.OutputTokens
+		output = res.resp.Text
 	}
-	if isThrottledOut(res.err) {
-		return nil, res.err
-	}
-	rec.Attempts = res.attempts
-	rec.LatencyMillis = res.latency.Milliseconds()
-	rec.CacheKey = res.key
-	if res.err != nil {
-		rec.Error = e.redact(res.err.Error())
-		return rec, nil
-	}
-	rec.Output = e.redact(res.resp.Text)
-	rec.ToolCalls = res.resp.ToolCalls
-	rec.InputTokens = res.resp.Usage.InputTokens
-	rec.OutputTokens = res.resp.Usage.OutputTokens
 	in := score.Input{
-		Output: res.resp.Text, ToolCalls: res.resp.ToolCalls,
+		Output: output, ToolCalls: rec.ToolCalls,
 		Expected: s.Expected, HasExpected: s.HasExpected,
 		Prompt: req.Prompt, Input: s.Input, Sample: s.Fields,
 	}
+	var judged judgeUsage
+	defer func() {
+		rec.JudgeInputTokens, rec.JudgeOutputTokens = judged.in.Load(), judged.out.Load()
+	}()
+	ctx = context.WithValue(ctx, judgeUsageKey{}, &judged)
 	for _, sc := range e.scorers {
 		v, err := sc.Score(ctx, in)
 		if err != nil {
@@ -384,7 +416,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 				return nil, err
 			}
 			rec.Scores = map[string]float64{}
-			rec.Error = e.redact(fmt.Sprintf("scorer %s: %v", sc.Name(), err))
+			rec.Error, rec.ErrorKind = e.redact(fmt.Sprintf("scorer %s: %v", sc.Name(), err)), results.ErrorKindScoring
 			return rec, nil
 		}
 		rec.Scores[sc.Name()] = v
@@ -402,6 +434,12 @@ func (e *Engine) redact(s string) string {
 	return s
 }
 
+// judgeUsage adds up the tokens a sample's judging cost; evaluate hands it to
+// the judge calls through their context, as score.JudgeFunc returns text only.
+type judgeUsage struct{ in, out atomic.Int64 }
+
+type judgeUsageKey struct{}
+
 // judgeFunc lets a judge scorer call its model through the same window, limits,
 // retries and cache as any other call.
 func (e *Engine) judgeFunc(m *modelRun) score.JudgeFunc {
@@ -410,6 +448,10 @@ func (e *Engine) judgeFunc(m *modelRun) score.JudgeFunc {
 		res := e.call(ctx, m, req)
 		if res.err != nil {
 			return "", res.err
+		}
+		if u, ok := ctx.Value(judgeUsageKey{}).(*judgeUsage); ok {
+			u.in.Add(res.resp.Usage.InputTokens)
+			u.out.Add(res.resp.Usage.OutputTokens)
 		}
 		return res.resp.Text, nil
 	}

@@ -76,6 +76,9 @@ type Journal struct {
 	done    []bool
 	nDone   int
 	nErrors int
+	// rescore holds, with retryErrors, the records whose scoring failed after a
+	// successful call: their samples are scored again, not called again.
+	rescore map[int]*Record
 
 	kick     chan struct{}
 	flushed  chan struct{}
@@ -151,6 +154,13 @@ func (j *Journal) load(f *os.File, want header, retryErrors bool) (int64, error)
 		}
 		failed := recordFailed(rec)
 		if failed && retryErrors {
+			var r Record
+			if json.Unmarshal(rec, &r) == nil && r.ErrorKind == ErrorKindScoring {
+				if j.rescore == nil {
+					j.rescore = map[int]*Record{}
+				}
+				j.rescore[i] = &r
+			}
 			continue
 		}
 		j.done[i] = true
@@ -167,6 +177,16 @@ func recordFailed(raw json.RawMessage) bool {
 		Error string `json:"error"`
 	}
 	return json.Unmarshal(raw, &r) == nil && r.Error != ""
+}
+
+// Answered returns, once, the earlier record of sample i whose call succeeded
+// but whose scoring failed, when the journal was opened with retryErrors.
+func (j *Journal) Answered(i int) *Record {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	r := j.rescore[i]
+	delete(j.rescore, i)
+	return r
 }
 
 // Done reports whether sample i already has a record.

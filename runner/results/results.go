@@ -23,6 +23,12 @@ type Record struct {
 	Scores map[string]float64 `json:"scores"`
 	// Error says why the sample failed; "" when it did not.
 	Error string `json:"error"`
+	// ErrorKind says which step failed: "data" (the sample could not be read),
+	// "prompt" (rendering), "call" (the model) or "scoring" (a scorer or the
+	// judge, after a successful call whose output, tokens and latency the record
+	// keeps). --retry-errors re-scores a "scoring" failure without calling the
+	// model again.
+	ErrorKind string `json:"errorKind,omitempty"`
 	// Attempts counts the calls made; 0 when the answer came from the cache.
 	Attempts int `json:"attempts"`
 	// LatencyMillis is how long the answering call took (the original call's, for a cached answer).
@@ -31,11 +37,27 @@ type Record struct {
 	OutputTokens  int64 `json:"outputTokens"`
 	// ToolCalls are the tools the model called, when it called any.
 	ToolCalls []provider.ToolCall `json:"toolCalls,omitempty"`
+	// JudgeInputTokens and JudgeOutputTokens are what judging this sample cost.
+	JudgeInputTokens  int64 `json:"judgeInputTokens,omitempty"`
+	JudgeOutputTokens int64 `json:"judgeOutputTokens,omitempty"`
+	// OutputTruncated says Output is not the whole answer: a cluster stores at
+	// most 256 KiB of one, and none once the run's records reach their storage
+	// budget (docs/cluster.md). OutputBytes is then the whole answer's size.
+	OutputTruncated bool `json:"outputTruncated,omitempty"`
+	OutputBytes     int  `json:"outputBytes,omitempty"`
 	// CacheKey is the answering request's cache key, when the cache is on. It is
 	// not part of results.jsonl; a cluster keeps it beside the record, so a later
 	// run can reuse the answer.
 	CacheKey string `json:"-"`
 }
+
+// The steps a sample can fail at (Record.ErrorKind).
+const (
+	ErrorKindData    = "data"
+	ErrorKindPrompt  = "prompt"
+	ErrorKindCall    = "call"
+	ErrorKindScoring = "scoring"
+)
 
 // Summary is the outcome of one model on one dataset: one entry of summary.json's
 // "results", and of an Evaluation's status.results.
@@ -59,10 +81,13 @@ type Latency struct {
 	P95 int64 `json:"p95"`
 }
 
-// Tokens totals the tokens of all completed samples.
+// Tokens totals the tokens of all completed samples: the evaluated model's,
+// and the judge's spent on them.
 type Tokens struct {
-	Input  int64 `json:"input"`
-	Output int64 `json:"output"`
+	Input       int64 `json:"input"`
+	Output      int64 `json:"output"`
+	JudgeInput  int64 `json:"judgeInput,omitempty"`
+	JudgeOutput int64 `json:"judgeOutput,omitempty"`
 }
 
 // Aggregate accumulates records into a Summary. The zero value is not usable; use
@@ -89,6 +114,8 @@ func (a *Aggregate) Add(r *Record) {
 	a.s.Completed++
 	a.s.Tokens.Input += r.InputTokens
 	a.s.Tokens.Output += r.OutputTokens
+	a.s.Tokens.JudgeInput += r.JudgeInputTokens
+	a.s.Tokens.JudgeOutput += r.JudgeOutputTokens
 	if r.Error != "" {
 		a.s.Errored++
 		return

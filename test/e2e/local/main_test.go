@@ -278,11 +278,14 @@ type record struct {
 	Output        string             `json:"output"`
 	Scores        map[string]float64 `json:"scores"`
 	Error         string             `json:"error"`
+	ErrorKind     string             `json:"errorKind"`
 	Attempts      int                `json:"attempts"`
 	LatencyMillis int64              `json:"latencyMillis"`
 	InputTokens   int64              `json:"inputTokens"`
 	OutputTokens  int64              `json:"outputTokens"`
 	ToolCalls     json.RawMessage    `json:"toolCalls"`
+	JudgeIn       int64              `json:"judgeInputTokens"`
+	JudgeOut      int64              `json:"judgeOutputTokens"`
 }
 
 // readRecords reads DIR/results.jsonl; raw holds each line's keys, in order.
@@ -353,8 +356,10 @@ type summaryEntry struct {
 		P95 int64 `json:"p95"`
 	} `json:"latencyMillis"`
 	Tokens struct {
-		Input  int64 `json:"input"`
-		Output int64 `json:"output"`
+		Input       int64 `json:"input"`
+		Output      int64 `json:"output"`
+		JudgeInput  int64 `json:"judgeInput"`
+		JudgeOutput int64 `json:"judgeOutput"`
 	} `json:"tokens"`
 }
 
