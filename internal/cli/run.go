@@ -229,15 +229,28 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 		return &exitError{code: exitFailed, err: fmt.Errorf("writing results: %w", errors.Join(runErr, err))}
 	}
 	printSummary(s.out, summaries, plan.MetricNames())
+	done, total := progressTotals(summaries)
+	errored := erroredTotal(summaries)
+	if errored > 0 {
+		top, err := topErrors(filepath.Join(outDir, results.ResultsFile), 3)
+		if err != nil {
+			runErr = errors.Join(runErr, fmt.Errorf("reading the errors back: %w", err))
+		}
+		// On stderr: stdout holds the table alone, for scripts.
+		printErrors(s.errOut, top)
+	}
 	fmt.Fprintf(s.errOut, "Results: %s, %s\n", filepath.Join(outDir, results.ResultsFile), filepath.Join(outDir, results.SummaryFile))
 
 	switch {
 	case runErr != nil:
 		return &exitError{code: exitFailed, err: runErr}
 	case interrupted != nil:
-		done, total := progressTotals(summaries)
 		msg := fmt.Sprintf("interrupted with %d of %d samples done; run the same command again to resume", done, total)
 		return &exitError{code: signalExitCode(interrupted), err: errors.New(msg)}
+	case done > 0 && errored == done:
+		// Nothing was evaluated: a server down, a wrong model name, a bad key.
+		// Scores of 0 from that must not pass for a finished run.
+		return &exitError{code: exitFailed, err: fmt.Errorf("all %d samples failed; the most common errors are above", done)}
 	}
 	return nil
 }
@@ -248,6 +261,13 @@ func signalExitCode(sig os.Signal) int {
 		return 128 + int(s)
 	}
 	return exitInterrupted
+}
+
+func erroredTotal(ss []results.Summary) (n int64) {
+	for _, s := range ss {
+		n += s.Errored
+	}
+	return n
 }
 
 func progressTotals(ss []results.Summary) (done, total int64) {

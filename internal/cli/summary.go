@@ -1,8 +1,13 @@
 package cli
 
 import (
+	"bufio"
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -33,4 +38,71 @@ func printSummary(w io.Writer, ss []results.Summary, metrics []string) {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	tw.Flush()
+}
+
+// errorCount is how many records of a model on a dataset failed with one error.
+type errorCount struct {
+	Pair  string // model/dataset
+	Error string
+	Count int
+}
+
+// maxDistinctErrors bounds the errors counted apart: data errors name their
+// line, so a large file of bad records would otherwise count each one.
+const maxDistinctErrors = 10000
+
+// topErrors reads results.jsonl and returns its n most common errors, most
+// common first (ties by pair, then error text).
+func topErrors(resultsFile string, n int) ([]errorCount, error) {
+	f, err := os.Open(resultsFile)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	type key struct{ pair, err string }
+	counts := map[key]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var r struct {
+			Model, Dataset, Error string
+		}
+		if json.Unmarshal(sc.Bytes(), &r) != nil || r.Error == "" {
+			continue
+		}
+		k := key{r.Model + "/" + r.Dataset, r.Error}
+		if _, ok := counts[k]; ok || len(counts) < maxDistinctErrors {
+			counts[k]++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]errorCount, 0, len(counts))
+	for k, c := range counts {
+		out = append(out, errorCount{Pair: k.pair, Error: k.err, Count: c})
+	}
+	slices.SortFunc(out, func(a, b errorCount) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Pair, b.Pair), cmp.Compare(a.Error, b.Error))
+	})
+	return out[:min(n, len(out))], nil
+}
+
+// maxErrorText is how much of an error the summary shows; results.jsonl has it whole.
+const maxErrorText = 300
+
+// printErrors prints the most common errors under the summary table, so a run
+// that failed says why without a look into results.jsonl.
+func printErrors(w io.Writer, errs []errorCount) {
+	if len(errs) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nMost common errors:")
+	for _, e := range errs {
+		text := strings.Join(strings.Fields(e.Error), " ")
+		if r := []rune(text); len(r) > maxErrorText {
+			text = string(r[:maxErrorText]) + "…"
+		}
+		fmt.Fprintf(w, "  %d× %s: %s\n", e.Count, e.Pair, text)
+	}
 }
