@@ -373,6 +373,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		// The judge failed last time, not the model: pay for the judge only.
 		rec.Attempts, rec.LatencyMillis = answered.Attempts, answered.LatencyMillis
 		rec.Output, rec.ToolCalls = answered.Output, answered.ToolCalls
+		rec.OutputTruncated, rec.OutputBytes = answered.OutputTruncated, answered.OutputBytes
 		rec.InputTokens, rec.OutputTokens = answered.InputTokens, answered.OutputTokens
 		output = answered.Output
 	} else {
@@ -391,6 +392,9 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 			return rec, nil
 		}
 		rec.Output = e.redact(res.resp.Text)
+		if res.resp.Truncated {
+			rec.OutputTruncated, rec.OutputBytes = true, res.resp.FullBytes
+		}
 		rec.ToolCalls = res.resp.ToolCalls
 		rec.InputTokens = res.resp.Usage.InputTokens
 		rec.OutputTokens = res.resp.Usage.OutputTokens

@@ -82,6 +82,10 @@ type Response struct {
 	ToolCalls    []ToolCall `json:"toolCalls,omitempty"`
 	Usage        Usage      `json:"usage"`
 	FinishReason string     `json:"finishReason,omitempty"`
+	// Truncated says Text is only the start of the answer (an agent's output
+	// past its cap); FullBytes is then the whole answer's size.
+	Truncated bool `json:"truncated,omitempty"`
+	FullBytes int  `json:"fullBytes,omitempty"`
 }
 
 // Provider makes one call. It must be safe for concurrent use. Errors are either

@@ -571,8 +571,15 @@ head -c 300000 /dev/zero | tr '\0' x
 echo done > "$1"`), marker},
 			MaxOutputBytes: 1000,
 		})
-		if got, want := mustComplete(t, p, &provider.Request{}), strings.Repeat("x", 1000); got != want {
+		resp, err := p.Complete(context.Background(), &provider.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := resp.Text, strings.Repeat("x", 1000); got != want {
 			t.Errorf("answer is %d bytes, want %d x's", len(got), len(want))
+		}
+		if !resp.Truncated || resp.FullBytes != 300000 {
+			t.Errorf("Truncated %v, FullBytes %d; want the cut flagged with the whole size 300000", resp.Truncated, resp.FullBytes)
 		}
 		if b, err := os.ReadFile(marker); err != nil || string(b) != "done\n" {
 			t.Errorf("the agent did not run to the end past the cap: %q, %v", b, err)
@@ -581,15 +588,17 @@ echo done > "$1"`), marker},
 	t.Run("no rune cut in half", func(t *testing.T) {
 		t.Parallel()
 		p := newProvider(t, Config{Command: []string{"printf", "ééé"}, MaxOutputBytes: 5})
-		if got := mustComplete(t, p, &provider.Request{}); got != "éé" {
-			t.Errorf("answer = %q, want %q", got, "éé")
+		resp, err := p.Complete(context.Background(), &provider.Request{})
+		if err != nil || resp.Text != "éé" || !resp.Truncated || resp.FullBytes != 6 {
+			t.Errorf("answer = %+v, %v; want %q, truncated from 6 bytes", resp, err, "éé")
 		}
 	})
 	t.Run("exactly at the cap", func(t *testing.T) {
 		t.Parallel()
 		p := newProvider(t, Config{Command: []string{"printf", "abc"}, MaxOutputBytes: 3})
-		if got := mustComplete(t, p, &provider.Request{}); got != "abc" {
-			t.Errorf("answer = %q, want %q", got, "abc")
+		resp, err := p.Complete(context.Background(), &provider.Request{})
+		if err != nil || resp.Text != "abc" || resp.Truncated {
+			t.Errorf("answer = %+v, %v; want \"abc\", not truncated", resp, err)
 		}
 	})
 }

@@ -78,7 +78,11 @@ func (p *Provider) run(ctx context.Context, ws, id string, r *rendered) (*provid
 		return nil, fmt.Errorf("wait for agent: %w", waitErr)
 	case state.Success():
 		// Even if ctx ended meanwhile: the agent finished, and its answer is whole.
-		return &provider.Response{Text: trimNewlines(stdout.text()), FinishReason: "exit"}, nil
+		resp := &provider.Response{Text: trimNewlines(stdout.text()), FinishReason: "exit"}
+		if stdout.truncated {
+			resp.Truncated, resp.FullBytes = true, stdout.total
+		}
+		return resp, nil
 	case ctx.Err() != nil:
 		what := "canceled"
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -214,10 +218,12 @@ type cappedBuffer struct {
 	buf       []byte
 	max       int
 	truncated bool
+	total     int // bytes written, kept or not
 }
 
 func (b *cappedBuffer) Write(p []byte) (int, error) {
 	n := len(p)
+	b.total += n
 	if room := b.max - len(b.buf); len(p) > room {
 		p = p[:room]
 		b.truncated = true
