@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,5 +103,44 @@ func TestQuotaThatNeverRecovers(t *testing.T) {
 		if rec.Error != "" {
 			t.Errorf("%s: %q; want no error record", rec.ID, rec.Error)
 		}
+	}
+}
+
+// TestSigtermWhileOnlyWaitingStopsAtOnce: when every sample is only waiting
+// (for the rate limiter here), SIGTERM ends the run at once instead of after
+// the grace period, and the waiting samples run next time.
+func TestSigtermWhileOnlyWaitingStopsAtOnce(t *testing.T) {
+	t.Parallel()
+	const grace = 30 * time.Second
+	srv := newFake(t, fakellm.Config{})
+	w := newWorkspace(t)
+	w.write("qs.jsonl", arithmeticJSONL("q", 4))
+	// 2 requests a minute: the first goes at once, the next waits ~30s.
+	w.writeEval("paced", fmt.Sprintf(`  concurrency: 4
+  datasets:
+  - name: qs
+    source: {file: qs.jsonl}
+  models:
+  - name: gpt
+    provider: openai
+    model: fake-model
+    baseURL: %s
+    rateLimit: {requestsPerMinute: 2}
+`, srv.OpenAIURL()))
+	p := w.start(w.runArgs("--grace-period", grace.String())...)
+	waitFor(t, 20*time.Second, "the first answer", func() bool { return srv.Stats().Requests >= 1 || p.exited() })
+	time.Sleep(200 * time.Millisecond) // let the first record land and the rest queue
+	sent := time.Now()
+	p.signal(syscall.SIGTERM)
+	res := p.wait()
+	if took := time.Since(sent); took > 5*time.Second {
+		t.Errorf("proctor took %v to exit after SIGTERM with nothing in flight; want at once, not the %v grace period", took, grace)
+	}
+	if res.Code != 143 {
+		t.Fatalf("want exit 143\n%s", res)
+	}
+	recs, _ := readRecords(t, w.out)
+	if len(recs) != 1 || recs[0].Error != "" {
+		t.Errorf("records after SIGTERM: %+v; want the one answered sample", recs)
 	}
 }
