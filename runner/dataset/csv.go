@@ -14,10 +14,14 @@ import (
 //
 // A record encoding/csv cannot parse is a malformed sample and reading goes on
 // with what csv.Reader returns next. For a bare quote in an unquoted field
-// (`a,b"c,d`) that is the next line: the rest of the bad line is dropped. For
-// a quoted field whose closing quote is missing, csv.Reader reads on to the
-// end of the data looking for it, so the records after it are lost to that one
-// error (the usual outcome for csv; LazyQuotes would hide the problem instead).
+// (`a,b"c,d`) that is the next line: the rest of the bad line is dropped.
+//
+// A quote that opens a field and is not closed where the writer meant is
+// different: csv reads on, line after line, looking for the closing quote, and
+// every record on the way becomes part of one field (or of one error). Those
+// records would be lost without a word, so a quoted field that swallowed lines
+// is a fatal error naming the line where it opened (see swallowed). Fatal, the
+// dataset is refused when it is counted, before any model is called.
 type csvReader struct {
 	br      *bufio.Reader
 	cr      *csv.Reader
@@ -79,6 +83,9 @@ func (r *csvReader) read() (rec []string, line int, recErr, err error) {
 	rec, err = r.cr.Read()
 	var pe *csv.ParseError
 	switch {
+	case errors.As(err, &pe) && errors.Is(pe.Err, csv.ErrQuote) && pe.Line > pe.StartLine:
+		r.err = r.unclosedQuote(pe)
+		return nil, 0, nil, r.err
 	case errors.As(err, &pe):
 		return nil, pe.StartLine, parseError(pe), nil
 	case err != nil:
@@ -86,10 +93,81 @@ func (r *csvReader) read() (rec []string, line int, recErr, err error) {
 		return nil, 0, nil, err
 	}
 	line, _ = r.cr.FieldPos(0)
+	if err := r.swallowed(rec); err != nil {
+		r.err = err
+		return nil, 0, nil, err
+	}
 	if len(rec) != len(r.header) {
 		return nil, line, fmt.Errorf("has %d fields, header has %d", len(rec), len(r.header)), nil
 	}
 	return rec, line, nil, nil
+}
+
+// quoteAdvice ends the errors about quotes that swallowed lines.
+const quoteAdvice = `close the quote, or write a quote inside a quoted field as ""`
+
+// unclosedQuote is the fatal error of a quoted field that csv read past its
+// line and then found malformed: either it never closed (the data ended inside
+// it) or it closed and went on with text, which a closing quote never does. We
+// cannot tell where the records were meant to be, so the data is refused.
+func (r *csvReader) unclosedQuote(pe *csv.ParseError) error {
+	if _, err := r.br.Peek(1); err == io.EOF {
+		return fmt.Errorf("line %d: a quoted field in this record is never closed: lines %d to %d (the end of the data) would be read as one field; %s",
+			pe.StartLine, pe.StartLine, pe.Line, quoteAdvice)
+	}
+	return fmt.Errorf("line %d: a quoted field in this record does not close until line %d: lines %d to %d would be read as one field; %s",
+		pe.StartLine, pe.Line, pe.StartLine, pe.Line, quoteAdvice)
+}
+
+// swallowed reports a record that parsed, but only because a stray quote made
+// one field of several lines that look like records of their own. Quoted
+// multi-line text is normal in csv, so the test is strict: the text after the
+// quote on its first line holds exactly the fields that were left of that
+// record, and every whole line inside the field has exactly the header's
+// number of fields, as a record would. A single column cannot be told apart.
+func (r *csvReader) swallowed(rec []string) error {
+	n := len(r.header)
+	if n < 2 {
+		return nil
+	}
+	for j, v := range rec {
+		parts := strings.Split(v, "\n")
+		if len(parts) < 3 || j >= n || csvFieldCount(parts[0]) != n-j {
+			continue
+		}
+		inner := parts[1 : len(parts)-1]
+		looksLikeRecords := true
+		for _, l := range inner {
+			if csvFieldCount(l) != n {
+				looksLikeRecords = false
+				break
+			}
+		}
+		if !looksLikeRecords {
+			continue
+		}
+		line, col := r.cr.FieldPos(j)
+		last := line + len(parts) - 1
+		lines := fmt.Sprintf("line %d", line+1)
+		if len(inner) > 1 {
+			lines = fmt.Sprintf("lines %d to %d", line+1, last-1)
+		}
+		return fmt.Errorf("line %d: the quoted field at column %d does not close until line %d, so %s would be read as part of it, not as a record; %s",
+			line, col, last, lines, quoteAdvice)
+	}
+	return nil
+}
+
+// csvFieldCount is the number of fields a line of csv holds, read leniently.
+func csvFieldCount(line string) int {
+	cr := csv.NewReader(strings.NewReader(line))
+	cr.LazyQuotes = true
+	cr.FieldsPerRecord = -1
+	rec, err := cr.Read()
+	if err != nil {
+		return 0
+	}
+	return len(rec)
 }
 
 // parseError rewords a csv.ParseError to follow "line N: ", which already

@@ -379,12 +379,40 @@ func TestCSV(t *testing.T) {
 				{Index: 6, Line: 9, ID: "7", Input: "g", Fields: map[string]any{"id": "7", "input": "g"}},
 			},
 		},
+		// A stray quote makes csv read every following line as part of one
+		// field: the records after it would vanish into one error. Refused.
 		{
-			name: "unterminated quote swallows the rest",
-			data: "id,input\n1,a\n2,\"open\n3,c\n",
+			name: "unterminated quote runs to the end",
+			data: "id,input\n1,a\n2,\"open\n3,c\n4,d\n",
 			want: []Sample{
 				{Index: 0, Line: 2, ID: "1", Input: "a", Fields: map[string]any{"id": "1", "input": "a"}},
-				{Index: 1, Line: 3, ID: "2", Err: recErr("line", 3, "", `invalid CSV at line 4, column 5: extraneous or missing " in quoted-field`)},
+			},
+			fatal: `line 3: a quoted field in this record is never closed: lines 3 to 5 (the end of the data) would be read as one field; ` + quoteAdvice,
+		},
+		{
+			name: "stray quote closed by a later quoted field",
+			data: "id,input,expected\n1,a,x\n2,\"open,y\n3,c,z\n4,\"d\",w\n5,e,v\n",
+			want: []Sample{
+				{Index: 0, Line: 2, ID: "1", Input: "a", Expected: "x", HasExpected: true, Fields: map[string]any{"id": "1", "input": "a", "expected": "x"}},
+			},
+			fatal: `line 3: a quoted field in this record does not close until line 5: lines 3 to 5 would be read as one field; ` + quoteAdvice,
+		},
+		{
+			name: "stray quote closed by a later bare quote",
+			data: "id,input,expected\n1,a,x\n2,\"open,y\n3,c,z\n4,d\",w\n5,e,v\n",
+			want: []Sample{
+				{Index: 0, Line: 2, ID: "1", Input: "a", Expected: "x", HasExpected: true, Fields: map[string]any{"id": "1", "input": "a", "expected": "x"}},
+			},
+			fatal: `line 3: the quoted field at column 3 does not close until line 5, so line 4 would be read as part of it, not as a record; ` + quoteAdvice,
+		},
+		{
+			name:    "quoted multi-line text stays one field",
+			data:    "id,input\n1,\"first line, with a comma\nsecond line\nthird, and last\"\n2,b\n",
+			mapping: Mapping{},
+			want: []Sample{
+				{Index: 0, Line: 2, ID: "1", Input: "first line, with a comma\nsecond line\nthird, and last",
+					Fields: map[string]any{"id": "1", "input": "first line, with a comma\nsecond line\nthird, and last"}},
+				{Index: 1, Line: 5, ID: "2", Input: "b", Fields: map[string]any{"id": "2", "input": "b"}},
 			},
 		},
 		{

@@ -146,6 +146,25 @@ func TestBadInputExitsTwoWithoutCalls(t *testing.T) {
 			want: []string{"--progress", "fancy"},
 		},
 		{
+			// A stray quote on line 4 would swallow the 49 records after it.
+			name: "csv-stray-quote",
+			setup: func(t *testing.T, w *workspace, srv *fake) []string {
+				var b strings.Builder
+				b.WriteString("id,input,expected\n")
+				for i := 1; i <= 52; i++ {
+					q := fmt.Sprintf("What is %d + 1?", i)
+					if i == 3 {
+						q = `"What is 3 + 1?` // opened, never closed
+					}
+					fmt.Fprintf(&b, "q%d,%s,%d\n", i, q, i+1)
+				}
+				w.write("qs.csv", b.String())
+				w.writeEval("bad", "  datasets:\n  - name: qs\n    source: {file: qs.csv}\n"+model(srv)+scoring)
+				return nil
+			},
+			want: []string{"spec.datasets[0].source.file", "qs.csv", "line 4", "never closed"},
+		},
+		{
 			name: "agent-template-names-missing-field",
 			setup: func(t *testing.T, w *workspace, srv *fake) []string {
 				w.writeEval("bad", fileDataset+"  models:\n  - name: bot\n    provider: agent\n    agent:\n      command: [/bin/echo, \"{{ .Sample.nothere }}\"]\n"+scoring)
