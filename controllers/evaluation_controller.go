@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
@@ -82,6 +83,8 @@ type EvaluationReconciler struct {
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets;persistentvolumeclaims,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=get;list;watch
 
 // SetupWithManager registers the controller. Children are watched through their
 // owner; ConfigMaps only as metadata (shard progress is in annotations), so the
@@ -93,9 +96,17 @@ func (r *EvaluationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.heads = newHeadTracker()
 	r.progress = newThrottle()
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Event{}, eventRegardingUID, eventRegarding); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.Evaluation{}).
 		Owns(&batchv1.Job{}).
+		// Runner pods (owned by the Jobs) and the Job controller's FailedCreate
+		// events: what is wrong shows in status within seconds. The manager's
+		// cache holds only Proctor's pods and those events (see CacheOptions).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.evaluationOfJobChild)).
+		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.evaluationOfJobEvent)).
 		Owns(&corev1.ConfigMap{}, builder.OnlyMetadata).
 		Owns(&corev1.ServiceAccount{}, builder.OnlyMetadata).
 		Owns(&rbacv1.Role{}).
@@ -134,6 +145,7 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	p := newPass(ev, r.Clock.Now())
 	steps := []step{
 		{"StartRun", r.startRun},
+		{"KeepEnded", r.keepEnded},
 		{"CheckReferences", r.checkReferences},
 		{"LoadPlan", r.loadPlan},
 		{"EnsurePermissions", r.ensurePermissions},

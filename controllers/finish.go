@@ -40,22 +40,23 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		return true, nil
 	}
 	done, anyFailed := jobsFinished(p.jobs)
-	if !done {
+	if !done && p.stalled == nil {
 		return true, nil
 	}
 	// The run ends only once its results are written: a failure to gather
-	// leaves it Running, and the pass is retried.
+	// leaves it Running, and the pass is retried. (A run that ended is kept as
+	// it ended by keepEnded; this step does not see it again.)
 	end := func() {
-		if anyFailed {
-			p.fail(ReasonShardsFailed, "%s", failedShards(p.shards, r.Options.ShardRetries))
-		} else {
+		switch {
+		case p.stalled != nil:
+			// Its Jobs are stopped by the next pass, once status says so.
+			p.fail(p.stalled.reason, "%s", p.stalled.message)
+		case anyFailed:
+			reason, msg := failedShards(p.shards, r.Options.ShardRetries)
+			p.fail(reason, "%s", msg)
+		default:
 			p.finished = true
 		}
-	}
-	terminal := p.ev.Status.Phase == v1alpha1.PhaseSucceeded || p.ev.Status.Phase == v1alpha1.PhaseFailed
-	if terminal && p.ev.Status.ResultsConfigMap != "" && p.ev.Status.Run == p.run {
-		end()
-		return true, nil // gathered already
 	}
 	summaries, records, chunks, err := r.gather(ctx, p)
 	if err != nil {

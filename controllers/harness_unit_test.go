@@ -132,7 +132,8 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 		}
 	}
 	base := fake.NewClientBuilder().WithScheme(s).WithObjects(o.objs...).
-		WithStatusSubresource(&v1alpha1.Evaluation{}, &batchv1.Job{}).Build()
+		WithStatusSubresource(&v1alpha1.Evaluation{}, &batchv1.Job{}, &corev1.Pod{}).
+		WithIndex(&corev1.Event{}, eventRegardingUID, eventRegarding).Build()
 	faulty := interceptor.NewClient(base, o.funcs)
 	h := &harness{t: t, ctx: context.Background(), clock: clocktesting.NewFakeClock(t0), log: &callLog{}}
 	h.rec = &fakeRecorder{log: h.log}
@@ -410,4 +411,74 @@ func progressJSON(t testing.TB, p cluster.ShardProgress) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// runnerPod creates the pod the Job controller would make for shard index of
+// Job job (named job-index-suffix, created at the fake clock's now), with the
+// status status; edit, if given, changes the pod before it is created.
+func (h *harness) runnerPod(job string, index int, suffix string, status corev1.PodStatus, edit ...func(*corev1.Pod)) *corev1.Pod {
+	h.t.Helper()
+	j := &batchv1.Job{}
+	if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: testNS, Name: job}, j); err != nil {
+		h.t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: testNS, Name: fmt.Sprintf("%s-%d-%s", job, index, suffix),
+			Labels:            j.Spec.Template.Labels,
+			Annotations:       map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(index)},
+			CreationTimestamp: metav1.NewTime(h.clock.Now()),
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptrTo(true),
+			}},
+		},
+		Spec: *j.Spec.Template.Spec.DeepCopy(),
+	}
+	for _, e := range edit {
+		e(pod)
+	}
+	if err := h.c.Create(h.ctx, pod); err != nil {
+		h.t.Fatal(err)
+	}
+	pod.Status = status
+	if err := h.c.Status().Update(h.ctx, pod); err != nil {
+		h.t.Fatal(err)
+	}
+	return pod
+}
+
+// setPodStatus replaces a pod's status, as the kubelet would.
+func (h *harness) setPodStatus(name string, status corev1.PodStatus) {
+	h.t.Helper()
+	pod := &corev1.Pod{}
+	if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: testNS, Name: name}, pod); err != nil {
+		h.t.Fatal(err)
+	}
+	pod.Status = status
+	if err := h.c.Status().Update(h.ctx, pod); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+var (
+	podRunning = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+		{Name: "runner", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
+	}}
+	podCreating = corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{
+		{Name: "runner", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}},
+	}}
+)
+
+// waitingPod is the status of a pod whose runner container waits for reason.
+func waitingPod(reason, message string) corev1.PodStatus {
+	return corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{
+		{Name: "runner", Image: "registry.example/agent:1", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}},
+	}}
+}
+
+// failedPod is the status of a pod whose runner container ended.
+func failedPod(reason string, exitCode int32, message string) corev1.PodStatus {
+	return corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{
+		{Name: "runner", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: reason, ExitCode: exitCode, Message: message}}},
+	}}
 }

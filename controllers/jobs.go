@@ -92,6 +92,9 @@ func (r *EvaluationReconciler) shardJob(p *pass, model string, shards int) *batc
 			Parallelism:          ptr.To(*spec.Parallelism),
 			CompletionMode:       ptr.To(batchv1.IndexedCompletion),
 			BackoffLimitPerIndex: ptr.To(r.Options.ShardRetries),
+			// A shard that failed for good fails the run: the Job stops at once
+			// instead of running the other shards of a run that cannot succeed.
+			MaxFailedIndexes: ptr.To(int32(0)),
 			// A replacement pod starts only once the old one is gone, so a shard
 			// never has two writers.
 			PodReplacementPolicy: ptr.To(batchv1.Failed),
@@ -165,6 +168,10 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 		},
 		Resources:    rs.Resources,
 		VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: scratchDir}},
+		// proctor writes its fatal error there; without one (killed, OOM), the
+		// kubelet takes the end of the log. The controller puts it in status.
+		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		SecurityContext: &corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr.To(false),
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
@@ -192,11 +199,13 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "proctor-bin", MountPath: proctorBinDir})
 			volumes = append(volumes, corev1.Volume{Name: "proctor-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 			initContainers = append(initContainers, corev1.Container{
-				Name:            "install-proctor",
-				Image:           runnerImage,
-				Command:         []string{runnerBinary, "install", proctorBinDir + runnerBinary},
-				VolumeMounts:    []corev1.VolumeMount{{Name: "proctor-bin", MountPath: proctorBinDir}},
-				SecurityContext: c.SecurityContext.DeepCopy(),
+				Name:                     "install-proctor",
+				Image:                    runnerImage,
+				Command:                  []string{runnerBinary, "install", proctorBinDir + runnerBinary},
+				VolumeMounts:             []corev1.VolumeMount{{Name: "proctor-bin", MountPath: proctorBinDir}},
+				SecurityContext:          c.SecurityContext.DeepCopy(),
+				TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			})
 		} else {
 			c.SecurityContext.RunAsNonRoot = ptr.To(true)

@@ -83,6 +83,7 @@ func TestShardJobGolden(t *testing.T) {
 			Parallelism:          ptr.To[int32](3),
 			CompletionMode:       ptr.To(batchv1.IndexedCompletion),
 			BackoffLimitPerIndex: ptr.To[int32](3),
+			MaxFailedIndexes:     ptr.To[int32](0),
 			PodReplacementPolicy: ptr.To(batchv1.Failed),
 			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
 				{
@@ -119,6 +120,8 @@ func TestShardJobGolden(t *testing.T) {
 							{Name: "scratch", MountPath: "/scratch"},
 							{Name: "dataset-1", MountPath: "/datasets/data", ReadOnly: true},
 						},
+						TerminationMessagePath:   "/dev/termination-log",
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 						SecurityContext: &corev1.SecurityContext{
 							AllowPrivilegeEscalation: ptr.To(false),
 							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
@@ -177,8 +180,10 @@ func TestPlannerJobGolden(t *testing.T) {
 						Command: []string{"/proctor"},
 						Args:    []string{"plan", "--evaluation", "arith", "--run", run},
 						// The planner only counts: it gets no API key.
-						Env:          withEnv(),
-						VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}},
+						Env:                      withEnv(),
+						VolumeMounts:             []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}},
+						TerminationMessagePath:   "/dev/termination-log",
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 						SecurityContext: &corev1.SecurityContext{
 							AllowPrivilegeEscalation: ptr.To(false),
 							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
@@ -234,6 +239,9 @@ func TestAgentPodTemplate(t *testing.T) {
 			Command:         []string{"/proctor", "install", "/proctor-bin/proctor"},
 			VolumeMounts:    []corev1.VolumeMount{{Name: "proctor-bin", MountPath: "/proctor-bin"}},
 			SecurityContext: secCtx,
+			// Why a pod failed reaches the Evaluation's status.
+			TerminationMessagePath:   "/dev/termination-log",
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		}},
 		Containers: []corev1.Container{{
 			Name:    "runner",
@@ -250,7 +258,9 @@ func TestAgentPodTemplate(t *testing.T) {
 				{Name: "proctor-bin", MountPath: "/proctor-bin"},
 			},
 			// An agent image may need root: RunAsNonRoot is not forced on it.
-			SecurityContext: secCtx,
+			SecurityContext:          secCtx,
+			TerminationMessagePath:   "/dev/termination-log",
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		}},
 		Volumes: []corev1.Volume{
 			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},

@@ -273,9 +273,11 @@ func (r *EvaluationReconciler) ensurePlanner(ctx context.Context, p *pass) (bool
 		return false, err
 	}
 	var existing batchv1.Job
-	if err := r.Get(ctx, client.ObjectKeyFromObject(job), &existing); err == nil && jobFinished(&existing, batchv1.JobFailed) {
-		p.fail(ReasonPlanningFailed, "the planner Job %s failed; see its pod's log", job.Name)
-		return false, nil
+	if err := r.Get(ctx, client.ObjectKeyFromObject(job), &existing); err == nil {
+		// Its pod's failure, or a stall, ends the run (observePlanner says why).
+		if ended, err := r.observePlanner(ctx, p, &existing); err != nil || ended {
+			return false, err
+		}
 	}
 	p.pendingReason, p.pendingMessage = ReasonPlanning, "counting the samples of url and pvc datasets"
 	return false, nil

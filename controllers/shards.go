@@ -21,22 +21,38 @@ import (
 // shardState is what the controller knows of one shard.
 type shardState struct {
 	cluster.Shard
-	head      string
-	progress  cluster.ShardProgress
-	hasHead   bool
-	active    bool // running, and heard from recently
+	head     string
+	progress cluster.ShardProgress
+	hasHead  bool
+	// active: its runner reports running and was heard from recently (it holds
+	// a share of the budget).
+	active    bool
 	completed bool
 	failed    bool
+	// pod is what its newest pod shows; cause, for a failed shard, why its
+	// last pod failed.
+	pod   podView
+	cause *problem
 }
 
 // observeShards reads every shard's progress from its head (a metadata-only
-// cache: progress is an annotation) and its outcome from its Job, and derives the
-// status's progress, shard counts and live score.
+// cache: progress is an annotation), its outcome from its Job and its state
+// from its newest pod, and derives the status's progress, shard counts, live
+// score, and what is wrong with the pods (judgeHealth).
 func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool, error) {
 	if p.plan == nil {
 		return true, nil
 	}
 	ev := p.ev
+	suspended := ev.Spec.Suspend != nil && *ev.Spec.Suspend
+	jobs := make([]*batchv1.Job, 0, len(p.jobs))
+	for _, j := range p.jobs {
+		jobs = append(jobs, j)
+	}
+	podsByJob, err := r.listJobPods(ctx, ev.Namespace, jobs)
+	if err != nil {
+		return false, err
+	}
 	var heads metav1.PartialObjectMetadataList
 	heads.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
 	if err := r.List(ctx, &heads, client.InNamespace(ev.Namespace), client.MatchingLabels{
@@ -61,10 +77,21 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 		job := p.jobs[model]
 		shards := p.plan.Shards(&ev.Spec, model)
 		completed, failed := map[int]bool{}, map[int]bool{}
+		var pods map[int]*corev1.Pod
 		if job != nil {
 			completed = parseIndexes(job.Status.CompletedIndexes, len(shards))
 			if job.Status.FailedIndexes != nil {
 				failed = parseIndexes(*job.Status.FailedIndexes, len(shards))
+			}
+			pods = indexPods(podsByJob[job.Name])
+			if !suspended && job.UID != "" {
+				fc, err := r.failedCreate(ctx, job, podsByJob[job.Name])
+				if err != nil {
+					return false, err
+				}
+				if fc != nil {
+					p.problems = append(p.problems, *fc)
+				}
 			}
 		}
 		for _, s := range shards {
@@ -75,6 +102,20 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 				changed := r.heads.changedAt(key, st.head, h.ResourceVersion, p.now)
 				fresh := p.now.Sub(changed) < r.Options.StaleAfter
 				st.active = st.progress.State == cluster.StateRunning && fresh && !st.completed && !st.failed
+			}
+			if pod := pods[s.Index]; pod != nil && !st.completed {
+				attempts := int32(1)
+				if n, err := strconv.Atoi(pod.Annotations[annotationIndexFailures]); err == nil {
+					attempts += int32(n)
+				}
+				st.pod = viewPod(pod, s.Key(), attempts)
+				if st.failed {
+					st.cause = st.pod.problem
+				}
+				if st.pod.problem != nil && !suspended {
+					p.problems = append(p.problems, *st.pod.problem)
+				}
+				p.anyRunning = p.anyRunning || st.pod.running
 			}
 			anyActive = anyActive || st.active
 			progress.Completed += int64(st.progress.Done)
@@ -89,8 +130,10 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 				counts.Succeeded++
 			case st.failed:
 				counts.Failed++
-			case st.active:
+			case st.pod.running:
 				counts.Active++
+			case st.pod.pending:
+				counts.Pending++
 			}
 			p.shards = append(p.shards, st)
 		}
@@ -103,8 +146,10 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 		p.status.Score = fmt.Sprintf("%.4f", scoreSum/float64(scoreDone))
 	}
 	if old := p.ev.Status.Shards; counts.Failed > 0 && (old == nil || counts.Failed > old.Failed) {
-		p.event(corev1.EventTypeWarning, ReasonShardFailed, "%s", failedShards(p.shards, r.Options.ShardRetries))
+		_, msg := failedShards(p.shards, r.Options.ShardRetries)
+		p.event(corev1.EventTypeWarning, ReasonShardFailed, "%s", msg)
 	}
+	r.judgeHealth(p)
 	if anyActive {
 		// Staleness is noticed even if a dead runner sends nothing more.
 		p.requeueAfter(r.Options.StaleAfter)
@@ -206,16 +251,39 @@ func parseIndexes(s string, limit int) map[int]bool {
 	return out
 }
 
-// failedShards names the failed shards for messages.
-func failedShards(shards []shardState, retries int32) string {
+// failedShards names the failed shards for messages, with why their last pod
+// failed when it is known; reason is the first shard's cause, else ShardsFailed.
+func failedShards(shards []shardState, retries int32) (reason, message string) {
 	var names []string
+	unexplained := false
 	for _, s := range shards {
-		if s.failed {
-			names = append(names, fmt.Sprintf("%s/%d (%s samples %d-%d)", s.Model, s.Index, s.Dataset, s.Start, s.End-1))
+		if !s.failed {
+			continue
 		}
+		name := fmt.Sprintf("%s/%d (%s samples %d-%d)", s.Model, s.Index, s.Dataset, s.Start, s.End-1)
+		if s.cause != nil {
+			name += ": " + s.cause.message
+			if reason == "" {
+				reason = s.cause.reason
+			}
+		} else {
+			unexplained = true
+		}
+		names = append(names, name)
 	}
-	return fmt.Sprintf("%d shard(s) failed (each is retried up to %d times, a configuration error not at all): %s; "+
-		"see the logs of their pods", len(names), retries, strings.Join(names, ", "))
+	if reason == "" {
+		reason = ReasonShardsFailed
+	}
+	sep := ", "
+	if reason != ReasonShardsFailed {
+		sep = "; " // the causes have commas of their own
+	}
+	message = fmt.Sprintf("%d shard(s) failed (each is retried up to %d times, a configuration error not at all): %s",
+		len(names), retries, strings.Join(names, sep))
+	if unexplained {
+		message += "; see the logs of their pods"
+	}
+	return reason, message
 }
 
 // jobsFinished reports whether every model's Job has finished, and which failed.

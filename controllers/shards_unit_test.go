@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sort"
 	"testing"
@@ -40,8 +41,24 @@ func TestObserveShards(t *testing.T) {
 		chunkCM(t, "arith", run, shardOf("small", 0), "aaaaaa", 0, recsOf("small", "d", 0), 0),
 	)
 	jobs := map[string]*batchv1.Job{
-		"small": {Status: batchv1.JobStatus{CompletedIndexes: "0"}},
-		"big":   {Status: batchv1.JobStatus{FailedIndexes: ptr.To("1")}},
+		"small": {ObjectMeta: metav1.ObjectMeta{Name: "arith-small"}, Status: batchv1.JobStatus{CompletedIndexes: "0"}},
+		"big":   {ObjectMeta: metav1.ObjectMeta{Name: "arith-big"}, Status: batchv1.JobStatus{FailedIndexes: ptr.To("1")}},
+	}
+	// Shard counts follow the pods: small/1 and big/0 run; big/1's pod failed
+	// (its Job index failed); small/0's succeeded.
+	for _, pod := range []struct {
+		job   string
+		index int
+		phase corev1.PodPhase
+	}{{"arith-small", 0, corev1.PodSucceeded}, {"arith-small", 1, corev1.PodRunning}, {"arith-big", 0, corev1.PodRunning}, {"arith-big", 1, corev1.PodFailed}} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Namespace: testNS, Name: fmt.Sprintf("%s-%d-x", pod.job, pod.index),
+			Labels:          cluster.Labels("arith", run, cluster.ComponentRunner),
+			Annotations:     map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(pod.index)},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: pod.job, Controller: ptr.To(true)}},
+		}}
+		h.create(p)
+		h.setPodStatus(p.Name, corev1.PodStatus{Phase: pod.phase})
 	}
 	observe := func() *pass {
 		t.Helper()
@@ -81,7 +98,7 @@ func TestObserveShards(t *testing.T) {
 	if p.result.RequeueAfter != 30*time.Second {
 		t.Errorf("RequeueAfter = %v, want StaleAfter", p.result.RequeueAfter)
 	}
-	wantEvent := []event{{corev1.EventTypeWarning, ReasonShardFailed, "1 shard(s) failed (each is retried up to 3 times, a configuration error not at all): big/1 (d samples 5-9); see the logs of their pods"}}
+	wantEvent := []event{{corev1.EventTypeWarning, ReasonShardFailed, "1 shard(s) failed (each is retried up to 3 times, a configuration error not at all): big/1 (d samples 5-9): pod arith-big-1-x (shard big/1) failed (attempt 1)"}}
 	if diff := cmp.Diff(wantEvent, p.events, cmp.AllowUnexported(event{})); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
@@ -96,8 +113,9 @@ func TestObserveShards(t *testing.T) {
 	if got := activeKeys(p); len(got) != 0 {
 		t.Errorf("after StaleAfter, active = %v, want none", got)
 	}
-	if p.status.Shards.Active != 0 || p.result.RequeueAfter != 0 {
-		t.Errorf("stale shards: active %d, requeue %v; want 0, 0", p.status.Shards.Active, p.result.RequeueAfter)
+	// They hold no budget any more, but their pods still run: the counts say so.
+	if p.status.Shards.Active != 2 || p.result.RequeueAfter != 0 {
+		t.Errorf("stale shards: active %d, requeue %v; want 2 (their pods run), 0", p.status.Shards.Active, p.result.RequeueAfter)
 	}
 	// Progress from stale heads still counts.
 	if p.status.Progress.Completed != 12 {
@@ -286,11 +304,20 @@ func TestFailedShards(t *testing.T) {
 		st("big", "e", 2, 0, 7, true),
 	}
 	want := "2 shard(s) failed (each is retried up to 3 times, a configuration error not at all): small/1 (d samples 100-199), big/2 (e samples 0-6); see the logs of their pods"
-	if got := failedShards(shards, 3); got != want {
-		t.Errorf("failedShards = %q\nwant            %q", got, want)
+	if reason, got := failedShards(shards, 3); got != want || reason != ReasonShardsFailed {
+		t.Errorf("failedShards = %q, %q\nwant            %q, %q", reason, got, ReasonShardsFailed, want)
 	}
-	if got, want := failedShards(nil, 0), "0 shard(s) failed (each is retried up to 0 times, a configuration error not at all): ; see the logs of their pods"; got != want {
-		t.Errorf("failedShards(nil) = %q, want %q", got, want)
+	// With the pods' causes: the first names the reason, and no log is needed.
+	shards[1].cause = &problem{reason: "OOMKilled", message: "pod p1 (shard small/1) container runner was OOMKilled (exit code 137, memory limit 8Mi)"}
+	shards[2].cause = &problem{reason: ReasonConfigurationError, message: "pod p2 (shard big/2) stopped on a configuration error (exit code 2), which no retry can fix: bad template"}
+	want = "2 shard(s) failed (each is retried up to 3 times, a configuration error not at all): " +
+		"small/1 (d samples 100-199): pod p1 (shard small/1) container runner was OOMKilled (exit code 137, memory limit 8Mi); " +
+		"big/2 (e samples 0-6): pod p2 (shard big/2) stopped on a configuration error (exit code 2), which no retry can fix: bad template"
+	if reason, got := failedShards(shards, 3); got != want || reason != "OOMKilled" {
+		t.Errorf("failedShards with causes = %q, %q\nwant %q, %q", reason, got, "OOMKilled", want)
+	}
+	if _, got := failedShards(nil, 0); got != "0 shard(s) failed (each is retried up to 0 times, a configuration error not at all): " {
+		t.Errorf("failedShards(nil) = %q", got)
 	}
 }
 

@@ -22,6 +22,10 @@ const (
 	ConditionComplete    = "Complete"
 	ConditionFailed      = "Failed"
 	ConditionSuspended   = "Suspended"
+	// ConditionDegraded is True while runner pods cannot start or fail: its
+	// reason is the pods' (ImagePullBackOff, CreateContainerConfigError,
+	// Unschedulable, FailedCreate, OOMKilled, ConfigurationError, Evicted...).
+	ConditionDegraded = "Degraded"
 )
 
 // Reasons, for conditions and events.
@@ -40,6 +44,15 @@ const (
 	ReasonShardsFailed      = "ShardsFailed"
 	ReasonCompleted         = "Completed"
 	ReasonFailed            = "Failed"
+	// ReasonRecovered: the runner pods' problem went away (Degraded is False).
+	ReasonRecovered = "Recovered"
+	// Reasons of pod problems besides the kubelet's own (ImagePullBackOff,
+	// CreateContainerConfigError, CreateContainerError, OOMKilled, Evicted,
+	// DeadlineExceeded, ...), which are used as they are.
+	ReasonUnschedulable      = "Unschedulable"
+	ReasonFailedCreate       = reasonFailedCreate
+	ReasonConfigurationError = "ConfigurationError"
+	ReasonRunnerFailed       = "RunnerFailed"
 )
 
 // pass is what one reconcile learns and decides.
@@ -64,6 +77,15 @@ type pass struct {
 	shards       []shardState
 	finished     bool
 	events       []event
+
+	// problems are what is wrong with the run's pods now; healthObserved says
+	// the pass looked. degraded summarizes them for the Degraded condition;
+	// stalled is set when a stall lasted spec.runner.stallTimeout: it ends the run.
+	problems       []problem
+	healthObserved bool
+	anyRunning     bool
+	degraded       *problem
+	stalled        *problem
 }
 
 type event struct {
@@ -99,9 +121,10 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 		})
 	}
 	suspended := p.ev.Spec.Suspend != nil && *p.ev.Spec.Suspend
+	st.Reason = ""
 	switch {
 	case p.failureReason != "":
-		st.Phase, st.Message = v1alpha1.PhaseFailed, p.failureMessage
+		st.Phase, st.Message, st.Reason = v1alpha1.PhaseFailed, p.failureMessage, p.failureReason
 		set(ConditionProgressing, metav1.ConditionFalse, p.failureReason, p.failureMessage)
 		set(ConditionFailed, metav1.ConditionTrue, p.failureReason, p.failureMessage)
 		set(ConditionComplete, metav1.ConditionFalse, p.failureReason, "")
@@ -115,10 +138,26 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 		set(ConditionProgressing, metav1.ConditionFalse, ReasonSuspended, st.Message)
 	case p.pendingReason != "":
 		st.Phase, st.Message = v1alpha1.PhasePending, p.pendingMessage
-		set(ConditionProgressing, metav1.ConditionFalse, p.pendingReason, p.pendingMessage)
+		if p.pendingReason != ReasonPlanning {
+			st.Reason = p.pendingReason
+		}
+		if p.degraded != nil {
+			st.Message, st.Reason = p.pendingMessage+": "+p.degraded.message, p.degraded.reason
+		}
+		set(ConditionProgressing, metav1.ConditionFalse, p.pendingReason, st.Message)
 	case len(p.jobs) > 0:
 		st.Phase, st.Message = v1alpha1.PhaseRunning, ""
-		set(ConditionProgressing, metav1.ConditionTrue, ReasonRunning, "shards are running")
+		switch {
+		case p.degraded != nil && !p.anyRunning:
+			// Nothing runs: say why instead of "shards are running".
+			st.Message, st.Reason = p.degraded.message, p.degraded.reason
+			set(ConditionProgressing, metav1.ConditionFalse, p.degraded.reason, p.degraded.message)
+		case p.degraded != nil:
+			st.Message, st.Reason = p.degraded.message, p.degraded.reason
+			set(ConditionProgressing, metav1.ConditionTrue, ReasonRunning, "shards are running")
+		default:
+			set(ConditionProgressing, metav1.ConditionTrue, ReasonRunning, "shards are running")
+		}
 	default:
 		st.Phase = v1alpha1.PhasePending
 		set(ConditionProgressing, metav1.ConditionFalse, ReasonPlanning, "planning shards")
@@ -130,10 +169,34 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 			meta.RemoveStatusCondition(&st.Conditions, ConditionSuspended)
 		}
 	}
+	r.setDegraded(p, set, suspended)
 	if (st.Phase == v1alpha1.PhaseSucceeded || st.Phase == v1alpha1.PhaseFailed) && st.CompletionTime == nil {
 		st.CompletionTime = &metav1.Time{Time: p.now}
 	}
 	r.emitPhaseEvents(p)
+}
+
+// setDegraded sets the Degraded condition from what the pass saw of the pods
+// (nothing, if it did not look), with an event when the problem appears or
+// changes reason, and when it goes away.
+func (r *EvaluationReconciler) setDegraded(p *pass, set func(t string, status metav1.ConditionStatus, reason, msg string), suspended bool) {
+	if !p.healthObserved {
+		return
+	}
+	old := meta.FindStatusCondition(p.status.Conditions, ConditionDegraded)
+	wasDegraded := old != nil && old.Status == metav1.ConditionTrue
+	switch {
+	case p.degraded != nil:
+		if !wasDegraded || old.Reason != p.degraded.reason {
+			p.event(corev1.EventTypeWarning, p.degraded.reason, "%s", p.degraded.message)
+		}
+		set(ConditionDegraded, metav1.ConditionTrue, p.degraded.reason, p.degraded.message)
+	case wasDegraded && suspended:
+		set(ConditionDegraded, metav1.ConditionFalse, ReasonSuspended, "spec.suspend is true: no runner pod runs")
+	case wasDegraded:
+		p.event(corev1.EventTypeNormal, ReasonRecovered, "The runner pods recovered from %s", old.Reason)
+		set(ConditionDegraded, metav1.ConditionFalse, ReasonRecovered, "")
+	}
 }
 
 // emitPhaseEvents adds the events a phase change deserves.
@@ -174,6 +237,7 @@ func onlyProgress(a, b *v1alpha1.EvaluationStatus) bool {
 	x.Score, y.Score = "", ""
 	if x.Shards != nil && y.Shards != nil {
 		x.Shards.Active, y.Shards.Active = 0, 0
+		x.Shards.Pending, y.Shards.Pending = 0, 0
 	}
 	x.ObservedGeneration = y.ObservedGeneration
 	for i := range x.Conditions {

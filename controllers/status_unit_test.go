@@ -61,6 +61,7 @@ func TestProgressOnlyChangesAreThrottled(t *testing.T) {
 
 	head := headCM(t, "arith", run, shardOf("small", 0), cluster.ShardProgress{State: cluster.StateRunning, Total: 5, Done: 2, Scores: map[string]float64{"exact_match": 1}}, nil)
 	h.create(head)
+	h.runnerPod("arith-small-"+run, 0, "a", podRunning) // a shard starting is progress too
 	h.clock.Step(time.Second)
 	res := h.mustReconcile(ev)
 	if got := h.statusWrites(); got != 1 {

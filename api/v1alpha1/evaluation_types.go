@@ -556,6 +556,18 @@ type Runner struct {
 	// Tolerations for runner pods.
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// StallTimeout is how long the run may stay unable to start any runner pod
+	// before it fails: pods that cannot be created (a ResourceQuota, Pod
+	// Security), scheduled, pull their image or create their container (a
+	// missing Secret key), while no shard runs. The problem is shown in status
+	// at once; this is how long it has to be fixed. A duration such as 5m, at
+	// most 24h. Default 5m. Editing it does not start a new run.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="runner.stallTimeout must be a duration such as 90s, 5m or 1h"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))`,message="runner.stallTimeout must be longer than 0s and at most 24h"
+	StallTimeout *metav1.Duration `json:"stallTimeout,omitempty"`
 }
 
 // Phase is a coarse summary of where an Evaluation is.
@@ -583,7 +595,8 @@ type EvaluationStatus struct {
 	Run string `json:"run,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Progressing, Complete, Failed, Suspended.
+	// Conditions: Progressing, Complete, Failed, Suspended, Degraded (runner
+	// pods cannot start or failed; its reason says why).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -599,6 +612,12 @@ type EvaluationStatus struct {
 	// `kubectl get`.
 	// +optional
 	Score string `json:"score,omitempty"`
+	// Reason is a CamelCase word for what is wrong, when something is: why the
+	// run waits (SecretNotFound), cannot make progress (ImagePullBackOff,
+	// CreateContainerConfigError, Unschedulable, FailedCreate...) or failed
+	// (OOMKilled, ConfigurationError...). Empty while all is well.
+	// +optional
+	Reason string `json:"reason,omitempty"`
 	// Message explains the phase: what is missing, which shards failed.
 	// +optional
 	Message string `json:"message,omitempty"`
@@ -620,10 +639,17 @@ type Progress struct {
 	Text string `json:"text,omitempty"`
 }
 
-// ShardCounts counts shards by state.
+// ShardCounts counts shards by the state of their Job index and pod. Shards
+// not counted in active, pending, succeeded or failed wait for their turn
+// (parallelism), for a retry, or for the Evaluation to be resumed.
 type ShardCounts struct {
-	Total     int32 `json:"total"`
-	Active    int32 `json:"active"`
+	Total int32 `json:"total"`
+	// Active shards have a running pod.
+	Active int32 `json:"active"`
+	// Pending shards have a pod that is not running yet: being scheduled,
+	// pulling its image, or stuck (conditions say why).
+	// +optional
+	Pending   int32 `json:"pending"`
 	Succeeded int32 `json:"succeeded"`
 	Failed    int32 `json:"failed"`
 }
@@ -664,6 +690,7 @@ type TokenUsage struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.progress.text`
 // +kubebuilder:printcolumn:name="Score",type=string,JSONPath=`.status.score`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Evaluation struct {
 	metav1.TypeMeta   `json:",inline"`

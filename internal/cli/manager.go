@@ -11,6 +11,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -118,6 +119,8 @@ func CacheOptions(watchNamespaces string) cache.Options {
 		&corev1.ServiceAccount{}: managed,
 		&rbacv1.Role{}:           managed,
 		&rbacv1.RoleBinding{}:    managed,
+		&corev1.Pod{}:            managed,
+		&corev1.Event{}:          {Field: fields.SelectorFromSet(fields.Set{"involvedObject.kind": "Job", "reason": "FailedCreate"})},
 	}}
 	if watchNamespaces != "" {
 		o.DefaultNamespaces = map[string]cache.Config{}

@@ -9,9 +9,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -73,7 +75,12 @@ func podFlags(cmd *cobra.Command, o *shard.Options) {
 // runInPod connects to the cluster and runs fn until done or SIGTERM. Exit codes
 // tell the Job what to do: 0 done (or the run is obsolete), 2 invalid input (the
 // pod failure policy fails the shard at once), 1 anything else (retried).
-func runInPod(s streams, o shard.Options, fn func(context.Context, client.Client, shard.Options) error) error {
+func runInPod(s streams, o shard.Options, fn func(context.Context, client.Client, shard.Options) error) (err error) {
+	defer func() {
+		if err != nil {
+			writeTerminationMessage(terminationLog, err)
+		}
+	}()
 	if o.Namespace == "" || o.Evaluation == "" || o.Run == "" {
 		return invalid(errors.New("--namespace, --evaluation and --run are required"))
 	}
@@ -101,6 +108,52 @@ func runInPod(s streams, o shard.Options, fn func(context.Context, client.Client
 		return invalid(err)
 	}
 	return &exitError{code: exitFailed, err: err}
+}
+
+// terminationLog is where the kubelet reads a container's termination message
+// (the pod's terminationMessagePath).
+var terminationLog = corev1.TerminationMessagePathDefault
+
+// maxTerminationMessage bounds the message (the kubelet keeps 4 KiB).
+const maxTerminationMessage = 1024
+
+// writeTerminationMessage leaves a runner's fatal error where the kubelet reads
+// it, so that the controller can say in the Evaluation's status why the pod
+// failed. Outside a pod the file does not exist and nothing is written. Values
+// of the environment that could be secret (API keys come as variables) are
+// removed first, though errors should not hold them.
+func writeTerminationMessage(path string, err error) {
+	f, openErr := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if openErr != nil {
+		return
+	}
+	defer f.Close()
+	msg := scrubEnvironment(err.Error(), os.Environ())
+	if len(msg) > maxTerminationMessage {
+		msg = msg[:maxTerminationMessage]
+	}
+	f.WriteString(msg)
+}
+
+// scrubEnvironment replaces in msg the values of env ("NAME=value") that are
+// long enough to be secrets, but for variables known to hold none.
+func scrubEnvironment(msg string, env []string) string {
+	for _, kv := range env {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || len(value) < 6 || safeVariable(name) {
+			continue
+		}
+		msg = strings.ReplaceAll(msg, value, "[redacted]")
+	}
+	return msg
+}
+
+func safeVariable(name string) bool {
+	switch name {
+	case "PATH", "HOME", "HOSTNAME", "PWD", "TMPDIR", "LANG", "TERM", "POD_NAME", "POD_NAMESPACE", "JOB_COMPLETION_INDEX":
+		return true
+	}
+	return strings.HasPrefix(name, "KUBERNETES_")
 }
 
 // newInstallCommand copies this binary, so an init container can put proctor

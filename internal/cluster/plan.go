@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 )
 
@@ -13,11 +15,19 @@ import (
 // its results or its Jobs. Editing one starts a new run. The others change the
 // run in place: suspend, parallelism and rate limits at once; concurrency, retry
 // and timeoutPerSample for the runner pods that start from then on (a local
-// run's checkpoint leaves them out too).
+// run's checkpoint leaves them out too); runner.stallTimeout at once.
 func RunID(spec *v1alpha1.EvaluationSpec) string {
 	s := spec.DeepCopy()
 	s.Suspend, s.Parallelism = nil, nil
 	s.Concurrency, s.Retry, s.TimeoutPerSample = nil, nil, nil
+	if s.Runner != nil && s.Runner.StallTimeout != nil {
+		// How long a stalled run may wait decides nothing about its results: a
+		// runner holding only stallTimeout hashes as no runner at all.
+		s.Runner.StallTimeout = nil
+		if apiequality.Semantic.DeepEqual(*s.Runner, v1alpha1.Runner{}) {
+			s.Runner = nil
+		}
+	}
 	for i := range s.Models {
 		s.Models[i].RateLimit = nil
 		s.Models[i].Concurrency = nil

@@ -18,6 +18,15 @@
 - apiGroups:
   - ""
   resources:
+  - events
+  - pods
+  verbs:
+  - get
+  - list
+  - watch
+- apiGroups:
+  - ""
+  resources:
   - persistentvolumeclaims
   - secrets
   verbs:
@@ -94,6 +103,15 @@
   - list
   - patch
   - update
+  - watch
+- apiGroups:
+  - ""
+  resources:
+  - events
+  - pods
+  verbs:
+  - get
+  - list
   - watch
 - apiGroups:
   - ""

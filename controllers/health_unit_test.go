@@ -1,0 +1,447 @@
+package controllers
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/testutil"
+)
+
+// setJobUID gives a Job the UID the API server would have (the fake client
+// gives none), so that events can name it.
+func (h *harness) setJobUID(name string, uid types.UID) *batchv1.Job {
+	h.t.Helper()
+	j := &batchv1.Job{}
+	if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: testNS, Name: name}, j); err != nil {
+		h.t.Fatal(err)
+	}
+	j.UID = uid
+	if err := h.c.Update(h.ctx, j); err != nil {
+		h.t.Fatal(err)
+	}
+	return j
+}
+
+// failedCreateEvent is the Job controller's event when admission refuses a pod.
+func failedCreateEvent(job *batchv1.Job, at time.Time, message string) *corev1.Event {
+	return &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: testNS, Name: job.Name + ".fc", CreationTimestamp: metav1.NewTime(at)},
+		InvolvedObject: corev1.ObjectReference{Kind: "Job", APIVersion: "batch/v1", Namespace: testNS, Name: job.Name, UID: job.UID},
+		Reason:         "FailedCreate", Type: corev1.EventTypeWarning, Message: message,
+		FirstTimestamp: metav1.NewTime(at), LastTimestamp: metav1.NewTime(at), Count: 1,
+	}
+}
+
+func condition(st v1alpha1.EvaluationStatus, t string) *metav1.Condition {
+	return meta.FindStatusCondition(st.Conditions, t)
+}
+
+// Every reason a runner pod can be stuck or fail for shows in status at once:
+// status.reason (kubectl get's REASON), status.message naming the pod, the
+// container and the object at fault, the Degraded condition, Progressing false
+// while nothing runs, shard counts that match the pods, and a Warning event
+// after the status write.
+func TestPodProblemsAreVisible(t *testing.T) {
+	unschedulable := corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message: "0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.",
+	}}}
+	evicted := corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: ephemeral-storage."}
+	deadline := corev1.PodStatus{Phase: corev1.PodFailed, Reason: "DeadlineExceeded", Message: "Pod was active on the node longer than the specified deadline"}
+	initPull := corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{{
+		Name: "install-proctor", Image: "registry.example/proctor:nope",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: `failed to pull and unpack image "registry.example/proctor:nope": not found`}},
+	}}}
+	cases := []struct {
+		name    string
+		pod     *corev1.PodStatus // nil: no pod, a FailedCreate event
+		edit    func(*corev1.Pod)
+		reason  string
+		message []string
+		stall   bool
+		pending int32
+	}{
+		{
+			name: "a Secret without the key", pod: ptr.To(waitingPod("CreateContainerConfigError", "couldn't find key nope in Secret ns/openai")),
+			reason: "CreateContainerConfigError", stall: true, pending: 1,
+			message: []string{"pod arith-small-RUN-0-a (shard small/0) container runner: CreateContainerConfigError: couldn't find key nope in Secret ns/openai"},
+		},
+		{
+			name: "an image that cannot be pulled", pod: ptr.To(waitingPod("ErrImagePull", "failed to pull and unpack image \"registry.example/agent:1\": not found")),
+			reason: "ImagePullBackOff", stall: true, pending: 1,
+			message: []string{"pod arith-small-RUN-0-a", "container runner: ErrImagePull", "registry.example/agent:1", "not found"},
+		},
+		{
+			name: "image pull back-off", pod: ptr.To(waitingPod("ImagePullBackOff", "Back-off pulling image \"registry.example/agent:1\"")),
+			reason: "ImagePullBackOff", stall: true, pending: 1,
+			message: []string{"container runner: ImagePullBackOff: Back-off pulling image \"registry.example/agent:1\""},
+		},
+		{
+			name: "the runner image of the init container", pod: &initPull,
+			reason: "ImagePullBackOff", stall: true, pending: 1,
+			message: []string{"container install-proctor: ErrImagePull", "registry.example/proctor:nope"},
+		},
+		{
+			name: "a container that cannot be created", pod: ptr.To(waitingPod("CreateContainerError", "failed to reserve container name")),
+			reason: "CreateContainerError", stall: true, pending: 1,
+			message: []string{"container runner: CreateContainerError: failed to reserve container name"},
+		},
+		{
+			name: "no node can hold it", pod: &unschedulable, reason: "Unschedulable", stall: true, pending: 1,
+			edit: func(p *corev1.Pod) {
+				p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1000Gi")}
+			},
+			message: []string{"pod arith-small-RUN-0-a (shard small/0) cannot be scheduled: 0/1 nodes are available: 1 Insufficient memory", "it requests memory 1000Gi"},
+		},
+		{
+			name: "pods refused at admission", reason: "FailedCreate", stall: true,
+			message: []string{`Job arith-small-RUN cannot create pods: pods "arith-small-RUN-0-x" is forbidden: failed quota: q: must specify limits.memory for: runner`},
+		},
+		{
+			name: "OOMKilled, retried", pod: ptr.To(failedPod("OOMKilled", 137, "")), reason: "OOMKilled",
+			edit: func(p *corev1.Pod) {
+				p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Mi")}
+				p.Annotations["batch.kubernetes.io/job-index-failure-count"] = "1"
+			},
+			message: []string{"pod arith-small-RUN-0-a (shard small/0) container runner was OOMKilled (exit code 137, memory limit 8Mi) (attempt 2)"},
+		},
+		{
+			name: "a runner error, with its termination message", pod: ptr.To(failedPod("Error", 1, "proctor: reading the plan: connection refused\n")), reason: "RunnerFailed",
+			message: []string{"container runner failed (Error, exit code 1): proctor: reading the plan: connection refused (attempt 1)"},
+		},
+		{name: "evicted", pod: &evicted, reason: "Evicted", message: []string{"pod arith-small-RUN-0-a (shard small/0) Evicted: The node was low on resource: ephemeral-storage."}},
+		{name: "past its deadline", pod: &deadline, reason: "DeadlineExceeded", message: []string{"DeadlineExceeded: Pod was active on the node longer"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h, ev, run := finishedRun(t)
+			jobName := "arith-small-" + run
+			if tc.pod != nil {
+				edit := func(*corev1.Pod) {}
+				if tc.edit != nil {
+					edit = tc.edit
+				}
+				h.runnerPod(jobName, 0, "a", *tc.pod, edit)
+			} else {
+				job := h.setJobUID(jobName, "job-uid")
+				h.create(failedCreateEvent(job, t0.Add(time.Second),
+					`Error creating: pods "`+jobName+`-0-x" is forbidden: failed quota: q: must specify limits.memory for: runner`))
+			}
+			h.clock.Step(2 * time.Second)
+			writes := h.statusWrites()
+			res := h.mustReconcile(ev)
+			st := h.eval("arith").Status
+			if h.statusWrites() != writes+1 {
+				t.Errorf("status was not written at once")
+			}
+			if st.Phase != v1alpha1.PhaseRunning || st.Reason != tc.reason {
+				t.Errorf("phase %q reason %q, want Running %q", st.Phase, st.Reason, tc.reason)
+			}
+			for _, m := range tc.message {
+				m = strings.ReplaceAll(m, "RUN", run)
+				if !strings.Contains(st.Message, m) {
+					t.Errorf("status.message %q\ndoes not say %q", st.Message, m)
+				}
+			}
+			c := condition(st, ConditionDegraded)
+			if c == nil || c.Status != metav1.ConditionTrue || c.Reason != tc.reason || c.Message != st.Message || c.ObservedGeneration != 1 {
+				t.Errorf("Degraded condition = %+v, want True %s with status.message", c, tc.reason)
+			}
+			// Nothing runs: Progressing says why instead of "shards are running".
+			if c := condition(st, ConditionProgressing); c == nil || c.Status != metav1.ConditionFalse || c.Reason != tc.reason {
+				t.Errorf("Progressing = %+v, want False %s", c, tc.reason)
+			}
+			if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 2, Pending: tc.pending}, st.Shards); diff != "" {
+				t.Errorf("shard counts (-want +got):\n%s", diff)
+			}
+			if tc.stall {
+				want := "; the run fails at " + t0.Add(2*time.Second+DefaultStallTimeout).Format(time.RFC3339) + " unless a runner pod starts (spec.runner.stallTimeout 5m0s)"
+				if !strings.HasSuffix(st.Message, want) {
+					t.Errorf("a stall's message %q does not end with its deadline %q", st.Message, want)
+				}
+				if res.RequeueAfter != DefaultStallTimeout {
+					t.Errorf("RequeueAfter = %v, want the stall timeout", res.RequeueAfter)
+				}
+			} else if strings.Contains(st.Message, "stallTimeout") {
+				t.Errorf("a failure that is retried has no stall deadline: %q", st.Message)
+			}
+			want := []recordedEvent{{Type: corev1.EventTypeWarning, Reason: tc.reason, Action: tc.reason, Note: st.Message}}
+			if diff := cmp.Diff(want, h.rec.take()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]string{"status update", "event " + tc.reason}, h.log.all()[len(h.log.all())-2:]); diff != "" {
+				t.Errorf("the event does not follow the status write (-want +got):\n%s", diff)
+			}
+			// The same problem again: no write, no event.
+			h.clock.Step(time.Second)
+			h.mustReconcile(ev)
+			if h.statusWrites() != writes+1 || len(h.rec.take()) != 0 {
+				t.Errorf("an unchanged problem was written or announced again")
+			}
+		})
+	}
+}
+
+// A stall (here a Secret without the key) that lasts spec.runner.stallTimeout
+// while no shard runs ends the run Failed with the reason; its Jobs are then
+// suspended, so no pod waits forever, and it stays Failed. Editing
+// stallTimeout changes the deadline without starting a new run.
+func TestStallEndsTheRun(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	job := "arith-small-" + run
+	pod := h.runnerPod(job, 0, "a", waitingPod("CreateContainerConfigError", "couldn't find key nope in Secret ns/openai"))
+	h.runnerPod(job, 1, "b", podCreating)
+	h.mustReconcile(ev)
+	if st := h.eval("arith").Status; st.Reason != "CreateContainerConfigError" || st.Shards.Pending != 2 {
+		t.Fatalf("reason %q shards %+v", st.Reason, st.Shards)
+	}
+
+	// A shorter stallTimeout: the same run, an earlier deadline.
+	ev = h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) {
+		s.Runner = &v1alpha1.Runner{StallTimeout: &metav1.Duration{Duration: 30 * time.Second}}
+	})
+	if got := cluster.RunID(&ev.Spec); got != run {
+		t.Fatalf("editing stallTimeout changed the run: %s, was %s", got, run)
+	}
+	h.clock.Step(29 * time.Second)
+	res := h.mustReconcile(ev)
+	st := h.eval("arith").Status
+	if st.Phase != v1alpha1.PhaseRunning || st.Run != run || res.RequeueAfter != time.Second {
+		t.Fatalf("after 29s of 30s: phase %s run %s requeue %v (message %q)", st.Phase, st.Run, res.RequeueAfter, st.Message)
+	}
+	if !strings.Contains(st.Message, "the run fails at "+t0.Add(30*time.Second).Format(time.RFC3339)) {
+		t.Errorf("message %q does not give the new deadline", st.Message)
+	}
+	h.rec.take()
+
+	h.clock.Step(time.Second)
+	h.mustReconcile(ev)
+	st = h.eval("arith").Status
+	wantMsg := "pod " + pod.Name + " (shard small/0) container runner: CreateContainerConfigError: couldn't find key nope in Secret ns/openai; " +
+		"no runner pod could start for 30s (spec.runner.stallTimeout)"
+	if st.Phase != v1alpha1.PhaseFailed || st.Reason != "CreateContainerConfigError" || st.Message != wantMsg {
+		t.Errorf("phase %q reason %q message %q\nwant Failed CreateContainerConfigError %q", st.Phase, st.Reason, st.Message, wantMsg)
+	}
+	if c := condition(st, ConditionFailed); c == nil || c.Status != metav1.ConditionTrue || c.Reason != "CreateContainerConfigError" {
+		t.Errorf("Failed condition = %+v", c)
+	}
+	if st.ResultsConfigMap == "" || st.CompletionTime == nil {
+		t.Errorf("the ended run's results were not gathered: %+v", st)
+	}
+	if got := reasons(h.rec.take()); !cmp.Equal([]string{ReasonFailed}, got) {
+		t.Errorf("events %v, want Failed", got)
+	}
+
+	// The next pass stops the Jobs, and keeps the run as it ended.
+	writes := h.statusWrites()
+	h.mustReconcile(ev)
+	if j := h.jobs()[job]; !ptr.Deref(j.Spec.Suspend, false) {
+		t.Errorf("the stalled run's Job was not stopped")
+	}
+	h.setPodStatus(pod.Name, podRunning) // too late
+	h.clock.Step(time.Minute)
+	h.mustReconcile(ev)
+	if got := h.eval("arith").Status; got.Phase != v1alpha1.PhaseFailed || h.statusWrites() != writes {
+		t.Errorf("an ended run changed: phase %s, %d more writes", got.Phase, h.statusWrites()-writes)
+	}
+	// A live edit does not resume it either.
+	ev = h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) { s.Parallelism = ptr.To[int32](1) })
+	h.mustReconcile(ev)
+	if j := h.jobs()[job]; !ptr.Deref(j.Spec.Suspend, false) || h.eval("arith").Status.Phase != v1alpha1.PhaseFailed {
+		t.Errorf("a live edit resumed the ended run")
+	}
+}
+
+// A stall does not end the run while other shards run (a quota that lets some
+// pods in, one node that fits fewer pods than parallelism): it only shows.
+func TestStallWaitsWhileShardsRun(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	job := "arith-small-" + run
+	h.runnerPod(job, 0, "a", podRunning)
+	h.runnerPod(job, 1, "b", corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient cpu.",
+	}}})
+	h.mustReconcile(ev)
+	h.clock.Step(time.Hour)
+	h.mustReconcile(ev)
+	st := h.eval("arith").Status
+	if st.Phase != v1alpha1.PhaseRunning || st.Reason != ReasonUnschedulable || strings.Contains(st.Message, "the run fails") {
+		t.Errorf("phase %s reason %q message %q; want Running, Unschedulable, no deadline", st.Phase, st.Reason, st.Message)
+	}
+	if c := condition(st, ConditionProgressing); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Progressing = %+v, want True: a shard runs", c)
+	}
+	if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 2, Active: 1, Pending: 1}, st.Shards); diff != "" {
+		t.Errorf("shard counts (-want +got):\n%s", diff)
+	}
+}
+
+// A problem that goes away leaves Degraded False (Recovered), with an event.
+func TestPodProblemRecovers(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	pod := h.runnerPod("arith-small-"+run, 0, "a", waitingPod("CreateContainerConfigError", "couldn't find key nope in Secret ns/openai"))
+	h.mustReconcile(ev)
+	h.rec.take()
+	h.clock.Step(10 * time.Second)
+	h.setPodStatus(pod.Name, podRunning) // the user added the key
+	h.mustReconcile(ev)
+	st := h.eval("arith").Status
+	if st.Reason != "" || st.Message != "" || st.Phase != v1alpha1.PhaseRunning {
+		t.Errorf("reason %q message %q phase %s, want none, Running", st.Reason, st.Message, st.Phase)
+	}
+	if c := condition(st, ConditionDegraded); c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonRecovered {
+		t.Errorf("Degraded = %+v, want False Recovered", c)
+	}
+	if c := condition(st, ConditionProgressing); c == nil || c.Status != metav1.ConditionTrue || c.Message != "shards are running" {
+		t.Errorf("Progressing = %+v", c)
+	}
+	if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 2, Active: 1}, st.Shards); diff != "" {
+		t.Errorf("shard counts (-want +got):\n%s", diff)
+	}
+	if got := reasons(h.rec.take()); !cmp.Equal([]string{ReasonRecovered}, got) {
+		t.Errorf("events %v, want Recovered", got)
+	}
+}
+
+// A FailedCreate event older than the Job's newest pod is over: the pods were
+// created since (the quota was raised).
+func TestFailedCreateResolvedByANewerPod(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	job := h.setJobUID("arith-small-"+run, "job-uid")
+	h.create(failedCreateEvent(job, t0, "Error creating: pods is forbidden: exceeded quota"))
+	h.clock.Step(time.Second)
+	h.runnerPod(job.Name, 0, "a", podRunning)
+	h.mustReconcile(ev)
+	if st := h.eval("arith").Status; st.Reason != "" || condition(st, ConditionDegraded) != nil {
+		t.Errorf("reason %q conditions %+v: an old FailedCreate still counted", st.Reason, st.Conditions)
+	}
+}
+
+// A shard that fails for good fails the run at once, with the reason of its
+// last pod and what that pod said, not "see the logs".
+func TestShardFailureNamesTheCause(t *testing.T) {
+	cases := []struct {
+		name, reason string
+		status       corev1.PodStatus
+		limit        string
+		message      string
+	}{
+		{"OOMKilled", "OOMKilled", failedPod("OOMKilled", 137, ""), "8Mi",
+			"small/0 (d samples 0-4): pod POD (shard small/0) container runner was OOMKilled (exit code 137, memory limit 8Mi) (attempt 4)"},
+		{"a configuration error", ReasonConfigurationError,
+			failedPod("Error", 2, "proctor: spec.prompt.template: template: prompt:1: unclosed action\n"), "",
+			"small/0 (d samples 0-4): pod POD (shard small/0) stopped on a configuration error (exit code 2), which no retry can fix: proctor: spec.prompt.template: template: prompt:1: unclosed action (attempt 4)"},
+		{"runc refused to start it", "StartError",
+			failedPod("StartError", 128, "failed to create containerd task: runc create failed: container init was OOM-killed (memory limit too low?)"), "8Mi",
+			"container runner failed (StartError, exit code 128) with memory limit 8Mi: failed to create containerd task: runc create failed: container init was OOM-killed (memory limit too low?)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h, ev, run := finishedRun(t)
+			job := "arith-small-" + run
+			pod := h.runnerPod(job, 0, "a", tc.status, func(p *corev1.Pod) {
+				if tc.limit != "" {
+					p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(tc.limit)}
+				}
+				p.Annotations["batch.kubernetes.io/job-index-failure-count"] = "3"
+			})
+			// The index failed; maxFailedIndexes 0 fails the Job at once.
+			h.setJobStatus(job, batchv1.JobStatus{
+				FailedIndexes: ptr.To("0"),
+				Conditions:    []batchv1.JobCondition{jobCondition(batchv1.JobFailureTarget), jobCondition(batchv1.JobFailed)},
+			})
+			h.mustReconcile(ev)
+			st := h.eval("arith").Status
+			want := strings.ReplaceAll(tc.message, "POD", pod.Name)
+			if st.Phase != v1alpha1.PhaseFailed || st.Reason != tc.reason || !strings.Contains(st.Message, want) || strings.Contains(st.Message, "see the logs") {
+				t.Errorf("phase %q reason %q message %q\nwant Failed %s, containing %q", st.Phase, st.Reason, st.Message, tc.reason, want)
+			}
+			if c := condition(st, ConditionFailed); c == nil || c.Reason != tc.reason || c.Message != st.Message {
+				t.Errorf("Failed condition = %+v", c)
+			}
+			if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 2, Failed: 1}, st.Shards); diff != "" {
+				t.Errorf("shard counts (-want +got):\n%s", diff)
+			}
+			for _, e := range h.rec.take() {
+				if e.Reason == ReasonFailed && e.Note != st.Message {
+					t.Errorf("Failed event %q, want the status message", e.Note)
+				}
+			}
+		})
+	}
+}
+
+// Shard counts are the pods': a shard is active while its pod runs, pending
+// while it waits, and neither once the Evaluation is suspended and its pods
+// are going away, whatever the shard's last heartbeat said.
+func TestShardCountsFollowPods(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	job := "arith-small-" + run
+	h.create(headCM(t, "arith", run, shardOf("small", 0), running(1, 0, 1), nil))
+	p0 := h.runnerPod(job, 0, "a", podRunning, func(p *corev1.Pod) { p.Finalizers = []string{"batch.kubernetes.io/job-tracking"} })
+	h.runnerPod(job, 1, "b", podCreating, func(p *corev1.Pod) { p.Finalizers = []string{"batch.kubernetes.io/job-tracking"} })
+	h.clock.Step(3 * time.Second)
+	h.mustReconcile(ev)
+	if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 2, Active: 1, Pending: 1}, h.eval("arith").Status.Shards); diff != "" {
+		t.Errorf("running (-want +got):\n%s", diff)
+	}
+
+	ev = h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) { s.Suspend = ptr.To(true) })
+	h.clock.Step(time.Second)
+	h.mustReconcile(ev)
+	// The Job controller deletes the pods of a suspended Job.
+	for _, name := range []string{p0.Name, job + "-1-b"} {
+		if err := h.c.Delete(h.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.clock.Step(3 * time.Second) // past ProgressInterval; the head is still fresh
+	h.mustReconcile(ev)
+	st := h.eval("arith").Status
+	if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 2}, st.Shards); diff != "" {
+		t.Errorf("suspended (-want +got):\n%s", diff)
+	}
+	if st.Phase != v1alpha1.PhaseSuspended {
+		t.Errorf("phase %s", st.Phase)
+	}
+}
+
+// The planner's pod is watched the same way: a planner that cannot start
+// shows why while the Evaluation is Pending, and ends the run after the stall
+// timeout.
+func TestPlannerStall(t *testing.T) {
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).
+		Dataset(v1alpha1.Dataset{Name: "web", Source: v1alpha1.DatasetSource{URL: "https://example.org/qa.jsonl"}}).
+		OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	run := cluster.RunID(&ev.Spec)
+	h.mustReconcile(ev)
+	h.runnerPod(cluster.PlannerJobName("arith", run), 0, "a", waitingPod("ImagePullBackOff", "Back-off pulling image \"registry.example/proctor:nope\""))
+	h.mustReconcile(ev)
+	st := h.eval("arith").Status
+	if st.Phase != v1alpha1.PhasePending || st.Reason != "ImagePullBackOff" || !strings.Contains(st.Message, "counting the samples") || !strings.Contains(st.Message, "Back-off pulling image") {
+		t.Errorf("phase %s reason %q message %q", st.Phase, st.Reason, st.Message)
+	}
+	h.clock.Step(DefaultStallTimeout)
+	h.mustReconcile(ev)
+	if st := h.eval("arith").Status; st.Phase != v1alpha1.PhaseFailed || st.Reason != "ImagePullBackOff" {
+		t.Errorf("after the stall timeout: phase %s reason %q message %q", st.Phase, st.Reason, st.Message)
+	}
+	h.mustReconcile(ev)
+	if j := h.jobs()[cluster.PlannerJobName("arith", run)]; !ptr.Deref(j.Spec.Suspend, false) {
+		t.Errorf("the stalled planner Job was not stopped")
+	}
+}
