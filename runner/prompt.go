@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"errors"
+	"strings"
 	"text/template"
 
 	"github.com/proctor-dev/proctor/runner/dataset"
@@ -14,7 +16,15 @@ type Prompt struct {
 	user   *template.Template
 	// The sources, which identify the prompt in checkpoints.
 	systemSrc, userSrc string
+	// EmptyIsError makes a sample whose rendered prompt is empty (or only
+	// space) and that carries no conversation fail before any call: a paid
+	// model would answer nothing in particular. Agents that do not read the
+	// prompt leave it unset.
+	EmptyIsError bool
 }
+
+// ErrEmptyPrompt is the error of a sample whose prompt rendered empty.
+var ErrEmptyPrompt = errors.New("the prompt is empty: the sample's input is empty or missing")
 
 // promptData is what prompt templates see: .Sample (the record's fields, by their
 // names in the data) and the mapped .Input, .Expected and .ID. It is a map rather
@@ -79,6 +89,9 @@ func (p *Prompt) Request(s *dataset.Sample) (*provider.Request, error) {
 	user, err := tmpl.Execute(p.user, data)
 	if err != nil {
 		return nil, &PromptError{Field: "template", Err: err}
+	}
+	if p.EmptyIsError && strings.TrimSpace(user) == "" {
+		return nil, &PromptError{Field: "template", Err: ErrEmptyPrompt}
 	}
 	req.Prompt = user
 	req.Messages = []provider.Message{{Role: provider.RoleUser, Content: user}}

@@ -139,6 +139,7 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 		}
 		plan.Scorers = append(plan.Scorers, sc)
 	}
+	plan.Prompt.EmptyIsError = needsPrompt(spec, plan)
 	// Datasets last: they may be large downloads, and every cheaper mistake
 	// (a missing key, a bad rubric) should be reported before one starts.
 	for i := range spec.Datasets {
@@ -147,6 +148,9 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 		}
 		d, err := buildDataset(ctx, &spec.Datasets[i], fmt.Sprintf("spec.datasets[%d]", i), env)
 		if err != nil {
+			return nil, err
+		}
+		if err := checkData(&spec.Datasets[i], fmt.Sprintf("spec.datasets[%d]", i), d, plan.Prompt); err != nil {
 			return nil, err
 		}
 		plan.Datasets = append(plan.Datasets, d)
@@ -610,7 +614,11 @@ func preflight(spec *v1alpha1.EvaluationSpec, plan *runner.Plan, env Env) error 
 			continue
 		}
 		where := fmt.Sprintf("dataset %q sample %q (line %d)", d.Name, s.ID, s.Line)
-		req, err := plan.Prompt.Request(s)
+		// An empty prompt is that sample's error (checkData judged the data);
+		// here only the templates are checked.
+		prompt := *plan.Prompt
+		prompt.EmptyIsError = false
+		req, err := prompt.Request(s)
 		if err != nil {
 			return promptError(err, where)
 		}

@@ -433,9 +433,10 @@ func TestFileDatasetFingerprint(t *testing.T) {
 	changed := map[string]string{
 		"content":       fingerprint(t, strings.Replace(jsonlData, `"expected": "2"`, `"expected": "3"`, 1), ""),
 		"a sample more": fingerprint(t, jsonlData+`{"id": "d", "input": "?"}`+"\n", ""),
-		"input field":   fingerprint(t, jsonlData, "fields: {input: question}"),
-		"id field":      fingerprint(t, jsonlData, "fields: {id: qid}"),
-		"expected":      fingerprint(t, jsonlData, "fields: {expected: answer}"),
+		// Mappings must name fields the data has (Build checks), so these swap them.
+		"input field": fingerprint(t, jsonlData, "fields: {input: expected}"),
+		"id field":    fingerprint(t, jsonlData, "fields: {id: input}"),
+		"expected":    fingerprint(t, jsonlData, "fields: {expected: input}"),
 	}
 	for name, fp := range changed {
 		if fp == base {
@@ -445,7 +446,7 @@ func TestFileDatasetFingerprint(t *testing.T) {
 
 	// One line that is both a json array and a (malformed) jsonl record: the
 	// same bytes read another way are other samples.
-	const array = `[{"id": "a"}]` + "\n"
+	const array = `[{"id": "a", "input": "x"}]` + "\n"
 	if fingerprint(t, array, "") == fingerprint(t, array, "format: json") {
 		t.Errorf("changing the format left the Fingerprint unchanged")
 	}
@@ -1392,7 +1393,7 @@ scoring:
 		{name: "baseURL", spec: replace("'http://127.0.0.1:9/v1'", "'http://127.0.0.1:10/v1'"), changed: true},
 		{name: "headers", spec: replace("parameters: {temperature: 0.2}}", "parameters: {temperature: 0.2}, headers: {X-Org: a}}"), changed: true},
 		{name: "data", spec: replace(`expected: "4"`, `expected: "four"`), changed: true},
-		{name: "field mapping", spec: replace(`name: qa`, "name: qa\n  fields: {expected: answer}"), changed: true},
+		{name: "field mapping", spec: replace(`name: qa`, "name: qa\n  fields: {expected: input}"), changed: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -165,6 +165,34 @@ func TestBadInputExitsTwoWithoutCalls(t *testing.T) {
 			want: []string{"spec.datasets[0].source.file", "qs.csv", "line 4", "never closed"},
 		},
 		{
+			// Without fields, every prompt would be empty: a paid model asked nothing.
+			name: "csv-without-fields-mapping",
+			setup: func(t *testing.T, w *workspace, srv *fake) []string {
+				w.write("qa.csv", "id,question,answer\nq1,What is 1 + 1?,2\nq2,What is 2 + 2?,4\n")
+				w.writeEval("bad", "  datasets:\n  - name: qs\n    source: {file: qa.csv}\n"+model(srv)+scoring)
+				return nil
+			},
+			want: []string{"spec.datasets[0].fields.input", `"input"`, `"question"`},
+		},
+		{
+			name: "fields-input-typo",
+			setup: func(t *testing.T, w *workspace, srv *fake) []string {
+				w.write("qa.csv", "id,question,answer\nq1,What is 1 + 1?,2\n")
+				w.writeEval("bad", "  datasets:\n  - name: qs\n    source: {file: qa.csv}\n    fields: {input: questoin, expected: answer}\n"+model(srv)+scoring)
+				return nil
+			},
+			want: []string{"spec.datasets[0].fields.input", "questoin", `"question"`},
+		},
+		{
+			name: "duplicate-ids",
+			setup: func(t *testing.T, w *workspace, srv *fake) []string {
+				w.write("qs.jsonl", data+`{"id":"q2","input":"What is 2 + 2?","expected":"4"}`+"\n"+data)
+				w.writeEval("bad", fileDataset+model(srv)+scoring)
+				return nil
+			},
+			want: []string{"spec.datasets[0]", "line 3", `"q1"`, "line 1"},
+		},
+		{
 			name: "agent-template-names-missing-field",
 			setup: func(t *testing.T, w *workspace, srv *fake) []string {
 				w.writeEval("bad", fileDataset+"  models:\n  - name: bot\n    provider: agent\n    agent:\n      command: [/bin/echo, \"{{ .Sample.nothere }}\"]\n"+scoring)

@@ -1,0 +1,122 @@
+package compile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/runner"
+	"github.com/proctor-dev/proctor/runner/dataset"
+)
+
+// mappingSampleSize is how many records the field mapping is checked against:
+// enough to find a field that only some records have, few enough to be instant.
+const mappingSampleSize = 100
+
+// checkData checks what only the data can tell, before any call: that the
+// fields mapping names fields the records have, that prompts are not all
+// empty (a mapping that misses the input would send empty prompts to a paid
+// model), and that ids are unique. path is the dataset's spec path.
+func checkData(ds *v1alpha1.Dataset, path string, d *runner.Dataset, prompt *runner.Prompt) error {
+	var head []dataset.Sample
+	err := eachSample(d, min(d.Total, mappingSampleSize), func(s *dataset.Sample) {
+		if s.Fields != nil {
+			head = append(head, *s)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if len(head) > 0 {
+		names := dataset.FieldNames(head)
+		if f := ds.Fields; f != nil {
+			m := dataset.Mapping{ID: f.ID, Input: f.Input, Expected: f.Expected, Messages: f.Messages, Tools: f.Tools}
+			if key, name, ok := m.Unmapped(names); ok {
+				return fmt.Errorf("%s.fields.%s: no record has a field %q (the data's fields: %s)", path, key, name, dataset.QuoteNames(names))
+			}
+		}
+		if err := checkPrompts(ds, path, head, names, prompt); err != nil {
+			return err
+		}
+	}
+	if err := dataset.CheckIDs(d.Open, d.Total); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// checkPrompts refuses data for which every sampled prompt is empty, when
+// empty prompts are errors: each sample would fail, or worse, be paid for.
+func checkPrompts(ds *v1alpha1.Dataset, path string, head []dataset.Sample, names []string, prompt *runner.Prompt) error {
+	if !prompt.EmptyIsError {
+		return nil
+	}
+	for i := range head {
+		// One real prompt and the mapping works: empty ones are per-sample
+		// errors. A template that fails is preflight's to report.
+		if _, err := prompt.Request(&head[i]); !errors.Is(err, runner.ErrEmptyPrompt) {
+			return nil
+		}
+	}
+	input := dataset.DefaultMapping.Input
+	if ds.Fields != nil && ds.Fields.Input != "" {
+		input = ds.Fields.Input
+	}
+	if !slices.Contains(names, input) {
+		return fmt.Errorf("%s.fields.input: no record has a field %q, so every prompt would be empty (the data's fields: %s); "+
+			"name the field that holds the input", path, input, dataset.QuoteNames(names))
+	}
+	return fmt.Errorf("spec.prompt.template: renders an empty prompt for each of the first %d samples of dataset %q", len(head), ds.Name)
+}
+
+// needsPrompt reports whether a model of the plan sends the rendered prompt
+// anywhere: chat models do, agents only when a template of theirs uses it.
+func needsPrompt(spec *v1alpha1.EvaluationSpec, plan *runner.Plan) bool {
+	for _, pm := range plan.Models {
+		if pm.JudgeOnly {
+			continue
+		}
+		for i := range spec.Models {
+			m := &spec.Models[i]
+			if m.Name != pm.Name {
+				continue
+			}
+			if m.Agent == nil {
+				return true
+			}
+			texts := append([]string{m.Agent.Stdin}, m.Agent.Command...)
+			for _, f := range m.Agent.Files {
+				texts = append(texts, f)
+			}
+			for _, t := range texts {
+				if strings.Contains(t, ".Prompt") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// eachSample calls fn on each of the first n samples of d.
+func eachSample(d *runner.Dataset, n int, fn func(*dataset.Sample)) error {
+	r, c, err := d.Open()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for range n {
+		s, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fn(&s)
+	}
+	return nil
+}

@@ -1,0 +1,136 @@
+package dataset
+
+import (
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestCheckIDs(t *testing.T) {
+	tests := []struct {
+		name    string
+		format  Format
+		data    string
+		inline  []string
+		mapping Mapping
+		n       int
+		want    *DuplicateIDError
+	}{
+		{
+			name:   "unique",
+			format: FormatJSONL,
+			data:   `{"id":"a"}` + "\n" + `{"id":"b"}` + "\n",
+			n:      10,
+		},
+		{
+			name:   "jsonl duplicate names both lines",
+			format: FormatJSONL,
+			data:   `{"id":"a"}` + "\n" + `{"id":"b"}` + "\n\n" + `{"id":"a"}` + "\n",
+			n:      10,
+			want:   &DuplicateIDError{ID: "a", Unit: "line", First: 1, Second: 4},
+		},
+		{
+			name:   "duplicate past n is not looked at",
+			format: FormatJSONL,
+			data:   `{"id":"a"}` + "\n" + `{"id":"b"}` + "\n" + `{"id":"a"}` + "\n",
+			n:      2,
+		},
+		{
+			name:   "csv duplicate",
+			format: FormatCSV,
+			data:   "id,input\nq1,a\nq2,b\nq1,c\n",
+			n:      10,
+			want:   &DuplicateIDError{ID: "q1", Unit: "line", First: 2, Second: 4},
+		},
+		{
+			name:    "csv with a mapped id column",
+			format:  FormatCSV,
+			data:    "qid,input\nx,a\ny,b\ny,c\n",
+			mapping: Mapping{ID: "qid"},
+			n:       10,
+			want:    &DuplicateIDError{ID: "y", Unit: "line", First: 3, Second: 4},
+		},
+		{
+			name:   "a record without an id is numbered by its position",
+			format: FormatJSONL,
+			data:   `{"id":"2"}` + "\n" + `{"input":"x"}` + "\n",
+			n:      10,
+			want:   &DuplicateIDError{ID: "2", Unit: "line", First: 1, Second: 2},
+		},
+		{
+			name:   "json array elements",
+			format: FormatJSON,
+			data:   `[{"id":1},{"id":2},{"id":1}]`,
+			n:      10,
+			want:   &DuplicateIDError{ID: "1", Unit: "element", First: 1, Second: 3},
+		},
+		{
+			name:   "inline items",
+			inline: []string{`{"id":"a"}`, `{"id":"a"}`},
+			n:      10,
+			want:   &DuplicateIDError{ID: "a", Unit: "item", First: 1, Second: 2},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			open := func() (Reader, io.Closer, error) {
+				if tt.inline != nil {
+					items := make([]json.RawMessage, len(tt.inline))
+					for i, s := range tt.inline {
+						items[i] = json.RawMessage(s)
+					}
+					return Inline(items, tt.mapping), io.NopCloser(nil), nil
+				}
+				r, err := NewReader(strings.NewReader(tt.data), tt.format, tt.mapping)
+				return r, io.NopCloser(nil), err
+			}
+			err := CheckIDs(open, tt.n)
+			var got *DuplicateIDError
+			if err != nil {
+				var ok bool
+				if got, ok = err.(*DuplicateIDError); !ok {
+					t.Fatalf("CheckIDs: %v, want a *DuplicateIDError or nil", err)
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("CheckIDs mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDuplicateIDErrorText(t *testing.T) {
+	err := &DuplicateIDError{ID: "q1", Unit: "line", First: 2, Second: 4}
+	want := `line 4: id "q1" is already the id of line 2; ids must be unique (a record without an id is numbered by its position)`
+	if diff := cmp.Diff(want, err.Error()); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestMappingUnmapped(t *testing.T) {
+	names := []string{"answer", "id", "question"}
+	tests := []struct {
+		name    string
+		m       Mapping
+		wantKey string
+		wantVal string
+		wantOK  bool
+	}{
+		{name: "no mapping", m: Mapping{}},
+		{name: "all found", m: Mapping{ID: "id", Input: "question", Expected: "answer"}},
+		{name: "typo in input", m: Mapping{Input: "questoin", Expected: "answer"}, wantKey: "input", wantVal: "questoin", wantOK: true},
+		{name: "expected missing", m: Mapping{Input: "question", Expected: "expected"}, wantKey: "expected", wantVal: "expected", wantOK: true},
+		{name: "messages missing", m: Mapping{Messages: "conversation"}, wantKey: "messages", wantVal: "conversation", wantOK: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k, v, ok := tt.m.Unmapped(names)
+			if diff := cmp.Diff([]any{tt.wantKey, tt.wantVal, tt.wantOK}, []any{k, v, ok}); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
