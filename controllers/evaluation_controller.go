@@ -147,6 +147,7 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		{"StartRun", r.startRun},
 		{"KeepEnded", r.keepEnded},
 		{"CheckReferences", r.checkReferences},
+		{"SnapshotDatasets", r.snapshotDatasets},
 		{"LoadPlan", r.loadPlan},
 		{"EnsurePermissions", r.ensurePermissions},
 		{"EnsurePlanner", r.ensurePlanner},

@@ -101,7 +101,7 @@ func (r *EvaluationReconciler) runnerRules(p *pass) []rbacv1.PolicyRule {
 	read := []string{cluster.PlanName(ev.Name, p.run), cluster.BudgetName(ev.Name)}
 	for _, d := range ev.Spec.Datasets {
 		if d.Source.ConfigMap != nil {
-			read = append(read, d.Source.ConfigMap.Name)
+			read = append(read, cluster.DataName(ev.Name, p.run, d.Name)) // the run's snapshot
 		}
 	}
 	if cacheOn(&ev.Spec) {

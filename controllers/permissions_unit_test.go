@@ -50,7 +50,7 @@ func TestRunnerRules(t *testing.T) {
 			name: "before the plan: no heads yet",
 			want: []rbacv1.PolicyRule{
 				evalRule,
-				getRule("arith-"+run+"-plan", "arith-budget", "qa-data"),
+				getRule("arith-"+run+"-data-qa", "arith-"+run+"-data-qa2", "arith-"+run+"-plan", "arith-budget"),
 				createRule,
 			},
 		},
@@ -59,7 +59,7 @@ func TestRunnerRules(t *testing.T) {
 			plan: plan,
 			want: []rbacv1.PolicyRule{
 				evalRule,
-				getRule("arith-"+run+"-plan", "arith-budget", "qa-data"),
+				getRule("arith-"+run+"-data-qa", "arith-"+run+"-data-qa2", "arith-"+run+"-plan", "arith-budget"),
 				createRule,
 				headRule(
 					"arith-"+run+"-small-0", "arith-"+run+"-small-1", "arith-"+run+"-small-2",
@@ -74,7 +74,7 @@ func TestRunnerRules(t *testing.T) {
 			cacheSources: []string{"arith-old-small-0", "arith-old-small-0-abc123-0"},
 			want: []rbacv1.PolicyRule{
 				evalRule,
-				getRule("arith-"+runCached+"-cache", "arith-"+runCached+"-plan", "arith-budget", "arith-old-small-0", "arith-old-small-0-abc123-0", "qa-data"),
+				getRule("arith-"+runCached+"-cache", "arith-"+runCached+"-data-qa", "arith-"+runCached+"-data-qa2", "arith-"+runCached+"-plan", "arith-budget", "arith-old-small-0", "arith-old-small-0-abc123-0"),
 				createRule,
 				headRule(
 					"arith-"+runCached+"-small-0", "arith-"+runCached+"-small-1", "arith-"+runCached+"-small-2",

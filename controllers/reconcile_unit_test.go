@@ -310,7 +310,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			wantPhase:     v1alpha1.PhaseFailed,
 			wantReason:    ReasonPlanningFailed,
 			wantFailed:    true,
-			wantMessage:   "reading the datasets failed: web: sha256 mismatch",
+			wantMessage:   "planning failed: web: sha256 mismatch",
 			wantNoPermsSA: true,
 		},
 		{

@@ -210,9 +210,14 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 	cm := &metav1.PartialObjectMetadata{}
 	cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
 	err := r.Get(ctx, key, cm)
+	if apierrors.IsNotFound(err) {
+		// The cache may not have the planner's plan yet when it already has the
+		// planner Job's end: read it from the API server, so its error is said.
+		err = r.APIReader.Get(ctx, key, cm)
+	}
 	if err == nil {
 		if msg, failed := cm.Annotations[shard.AnnotationPlanError]; failed {
-			p.fail(ReasonPlanningFailed, "reading the datasets failed: %s", msg)
+			p.fail(ReasonPlanningFailed, "planning failed: %s", msg)
 			return false, nil
 		}
 		var plan cluster.Plan
@@ -245,6 +250,10 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 			return true, nil // a pod must count: ensurePlanner runs it
 		}
 		totals[d.Name] = n
+	}
+	if err := r.checkSpec(ctx, p); err != nil {
+		p.fail(ReasonPlanningFailed, "planning failed: %v", err)
+		return false, nil
 	}
 	plan := cluster.Plan{Totals: totals, ShardSize: cluster.DefaultShardSize(totals)}
 	if p.ev.Spec.ShardSize != nil {

@@ -27,6 +27,7 @@ const (
 	ComponentResults    = "results"     // NAME-results
 	ComponentPermission = "permissions" // the runner's ServiceAccount, Role, RoleBinding
 	ComponentCache      = "cache"       // the list of the previous run's records a run may reuse
+	ComponentData       = "data"        // a run's snapshot of a ConfigMap dataset
 )
 
 // Annotation keys.
@@ -37,6 +38,11 @@ const (
 	AnnotationPlan = "proctor.dev/plan"
 	// AnnotationRun is the run a results ConfigMap was written for.
 	AnnotationRun = "proctor.dev/run"
+	// AnnotationSource says which ConfigMap (name, uid, resourceVersion, key) a
+	// dataset snapshot was copied from.
+	AnnotationSource = "proctor.dev/source"
+	// AnnotationSHA256 is the SHA-256 of a dataset snapshot's data.
+	AnnotationSHA256 = "proctor.dev/sha256"
 )
 
 // Name lengths. Other objects are DNS subdomains (253). A Job's name is a pod
@@ -93,6 +99,11 @@ func noDots(name string) string { return strings.ReplaceAll(name, ".", "-") }
 // answers from, when its cache is on.
 func CacheSourcesName(eval, run string) string {
 	return ChildName(MaxName, eval, run, "cache")
+}
+
+// DataName is a run's snapshot of a ConfigMap dataset: the data its pods read.
+func DataName(eval, run, dataset string) string {
+	return ChildName(MaxName, eval, run, "data", dataset)
 }
 
 // HeadName is a shard's head ConfigMap: its progress, done set and pending records.

@@ -624,8 +624,8 @@ func preflight(spec *v1alpha1.EvaluationSpec, plan *runner.Plan, env Env) error 
 		}
 		for j := range spec.Models {
 			m := &spec.Models[j]
-			if m.Agent == nil {
-				continue
+			if m.Agent == nil || (len(env.Models) > 0 && !slices.Contains(env.Models, m.Name)) {
+				continue // a runner pod checks only the models it calls
 			}
 			data := agent.TemplateData{Prompt: req.Prompt, System: req.System, Sample: s.Fields, ID: s.ID, Workspace: env.WorkspaceRoot}
 			cfg := agent.Config{Command: m.Agent.Command, Stdin: m.Agent.Stdin, Files: m.Agent.Files}

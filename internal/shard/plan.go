@@ -21,15 +21,17 @@ import (
 const AnnotationPlanError = "proctor.dev/plan-error"
 
 // Plan counts the samples of every dataset of a run and publishes the plan: the
-// planner Job, for sources only a pod can read (url, pvc). A problem with the data
-// is published too, as the plan's error, so the Evaluation can say what it is.
+// planner Job, for sources only a pod can read (url, pvc). It compiles the run as
+// its runner pods will (compile.Check), so a problem with the data or with a
+// template is published too, as the plan's error, and the run fails before any
+// of its Jobs starts.
 func Plan(ctx context.Context, c client.Client, o Options) error {
 	o.defaults()
 	ev, err := currentEvaluation(ctx, c, o)
 	if err != nil {
 		return err
 	}
-	totals, countErr := compile.CountDatasets(ctx, ev, compile.Env{
+	totals, countErr := compile.Check(ctx, ev, compile.Env{
 		DataDir: filepath.Join(o.WorkDir, "data"),
 		Cluster: true,
 		ResolveSource: func(ds *v1alpha1.Dataset) (string, error) {

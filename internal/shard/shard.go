@@ -249,16 +249,17 @@ func resolveSource(ctx context.Context, c client.Client, o Options, ds *v1alpha1
 	case ds.Source.PVC != nil:
 		return filepath.Join(o.DatasetRoot, ds.Source.PVC.ClaimName, filepath.FromSlash(ds.Source.PVC.Path)), nil
 	case ds.Source.ConfigMap != nil:
+		// The run's snapshot of the ConfigMap, which the plan counted: never the
+		// user's ConfigMap, which may have been edited since.
 		ref := ds.Source.ConfigMap
 		var cm corev1.ConfigMap
-		if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: ref.Name}, &cm); err != nil {
-			return "", err
+		name := cluster.DataName(o.Evaluation, o.Run, ds.Name)
+		if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: name}, &cm); err != nil {
+			return "", fmt.Errorf("reading the run's copy of ConfigMap %s: %w", ref.Name, err)
 		}
-		data := []byte(cm.Data[ref.Key])
-		if b, ok := cm.BinaryData[ref.Key]; ok {
-			data = b
-		} else if _, ok := cm.Data[ref.Key]; !ok {
-			return "", fmt.Errorf("ConfigMap %s has no key %s", ref.Name, ref.Key)
+		data, err := cluster.SnapshotData(&cm, ref.Key)
+		if err != nil {
+			return "", err
 		}
 		dir := filepath.Join(o.WorkDir, "data")
 		if err := os.MkdirAll(dir, 0o755); err != nil {

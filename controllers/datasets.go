@@ -1,0 +1,71 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/compile"
+)
+
+// snapshotDatasets gives the run one version of each ConfigMap dataset: the
+// data as it is when the run is planned is copied into an immutable ConfigMap
+// of the run (cluster.DataName), which the plan counts and runner pods read.
+// A later pass finds the copy and uses it, whatever the user's ConfigMap holds
+// by then. It runs only before the run's Jobs exist (checkReferences reads the
+// user's ConfigMaps only then).
+func (r *EvaluationReconciler) snapshotDatasets(ctx context.Context, p *pass) (bool, error) {
+	for _, d := range p.ev.Spec.Datasets {
+		src := p.configMaps[d.Name]
+		if src == nil || d.Source.ConfigMap == nil {
+			continue
+		}
+		key := client.ObjectKey{Namespace: p.ev.Namespace, Name: cluster.DataName(p.ev.Name, p.run, d.Name)}
+		var snap corev1.ConfigMap
+		err := r.APIReader.Get(ctx, key, &snap)
+		switch {
+		case apierrors.IsNotFound(err):
+			snap = *cluster.NewDataSnapshot(src, d.Source.ConfigMap.Key, p.ev.Name, p.run, d.Name)
+			if err := r.createOwned(ctx, p.ev, &snap); err != nil {
+				return false, fmt.Errorf("snapshotting dataset %s: %w", d.Name, err)
+			}
+		case err != nil:
+			return false, err
+		}
+		p.configMaps[d.Name] = &snap
+	}
+	return true, nil
+}
+
+// checkSpec compiles the run as its runner pods will (templates against the
+// first sample, field checks, rubrics), without API keys, so that a spec the
+// pods would refuse fails the run now, before any Job starts, with a message
+// naming the field. It reads the data the controller holds (inline, ConfigMap
+// snapshots); the planner Job checks runs with url or pvc datasets the same way.
+func (r *EvaluationReconciler) checkSpec(ctx context.Context, p *pass) error {
+	dir, err := os.MkdirTemp("", "proctor-check-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	_, err = compile.Check(ctx, p.ev, compile.Env{
+		DataDir: dir,
+		ResolveSource: func(ds *v1alpha1.Dataset) (string, error) {
+			cm := p.configMaps[ds.Name]
+			if ds.Source.ConfigMap == nil || cm == nil {
+				return "", fmt.Errorf("the controller holds no data for dataset %s", ds.Name)
+			}
+			data, _ := cluster.ConfigMapData(cm, ds.Source.ConfigMap.Key)
+			path := filepath.Join(dir, "configmap-"+ds.Name)
+			return path, os.WriteFile(path, data, 0o600)
+		},
+	})
+	return err
+}

@@ -1,0 +1,38 @@
+package compile
+
+import (
+	"context"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/runner/cache"
+)
+
+// Check compiles every model, scorer and dataset of ev as the runner pods will,
+// without their API keys, and returns each dataset's number of samples (after
+// its limit). It is what a cluster checks while planning a run, before any Job
+// starts: templates that do not parse, a template naming a field the data
+// lacks, a bad rubric, unreadable data. env says where the data is
+// (ResolveSource, DataDir, HTTPClient); its LookupEnv and Cache are ignored.
+func Check(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (map[string]int, error) {
+	env.Cluster = true
+	env.Models, env.Datasets = nil, nil
+	// Keys and passed-through variables are the pods' business: any value does,
+	// since nothing is called.
+	env.LookupEnv = func(string) (string, bool) { return "unused-by-check", true }
+	env.Cache = noCache{}
+	plan, err := Build(ctx, ev, env)
+	if err != nil {
+		return nil, err
+	}
+	totals := map[string]int{}
+	for _, d := range plan.Datasets {
+		totals[d.Name] = d.Total
+	}
+	return totals, nil
+}
+
+// noCache is the response cache of a check, which makes no calls.
+type noCache struct{}
+
+func (noCache) Get(string) (*cache.Entry, bool) { return nil, false }
+func (noCache) Put(string, *cache.Entry) error  { return nil }
