@@ -228,7 +228,7 @@ func buildModel(spec *v1alpha1.EvaluationSpec, m *v1alpha1.Model, path string, e
 			fp.Agent.Env = append(fp.Agent.Env, e.Name+"="+e.Value)
 		}
 		out.Provider, err = agent.New(agent.Config{
-			Command: a.Command, Stdin: a.Stdin, Files: a.Files, Env: agentEnv,
+			Command: a.Command, Stdin: a.Stdin, Files: a.Files, Env: agentEnv, BaseDir: env.BaseDir,
 			WorkspaceRoot: env.WorkspaceRoot, KeepWorkspaces: env.KeepWorkspaces,
 		})
 		if err != nil {

@@ -31,8 +31,12 @@ const (
 type Config struct {
 	// Command is the argv; each element is a template rendered per sample.
 	// Command[0] is looked up in PATH when it holds no slash; a relative path
-	// with a slash is taken relative to the current directory (not the workspace).
+	// with a slash is taken relative to BaseDir (not the workspace).
 	Command []string
+	// BaseDir resolves a relative command path (./agent.sh, bin/agent): the
+	// Evaluation file's directory, as for data files. "" means the current
+	// directory.
+	BaseDir string
 	// Stdin, when non-empty, is a template rendered and written to the
 	// process's standard input; otherwise stdin is empty (/dev/null).
 	Stdin string
@@ -57,6 +61,7 @@ type Config struct {
 // Provider runs an agent process per request. It is safe for concurrent use:
 // everything in it is read-only after New.
 type Provider struct {
+	baseDir   string // absolute
 	tmpl      templates
 	env       []string
 	root      string
@@ -94,7 +99,12 @@ func New(cfg Config) (*Provider, error) {
 	if root, err = filepath.Abs(root); err != nil {
 		return nil, fmt.Errorf("workspace root: %w", err)
 	}
+	baseDir, err := filepath.Abs(cfg.BaseDir)
+	if err != nil {
+		return nil, fmt.Errorf("base dir: %w", err)
+	}
 	return &Provider{
+		baseDir:   baseDir,
 		tmpl:      tmpl,
 		env:       cfg.Env,
 		root:      root,

@@ -196,6 +196,28 @@ func TestCommandPathResolution(t *testing.T) {
 	}
 }
 
+// TestCommandRelativeToBaseDir: a relative path with a slash is relative to
+// BaseDir (the Evaluation file's directory), wherever proctor runs.
+func TestCommandRelativeToBaseDir(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(base, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(base, "bin", "agent"), []byte("#!/bin/sh\necho from-base\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"bin/agent", "./bin/agent", "../" + filepath.Base(base) + "/bin/agent"} {
+		t.Run(cmd, func(t *testing.T) {
+			t.Parallel()
+			p := newProvider(t, Config{Command: []string{cmd}, BaseDir: base})
+			if got := mustComplete(t, p, &provider.Request{}); got != "from-base" {
+				t.Errorf("answer = %q, want %q", got, "from-base")
+			}
+		})
+	}
+}
+
 func TestEnvironmentIsExactlyConfigured(t *testing.T) {
 	// Not parallel: t.Setenv. The agent must not see our environment.
 	t.Setenv("PROCTOR_AGENT_TEST_LEAK", "secret")

@@ -30,13 +30,10 @@ const (
 func (p *Provider) run(ctx context.Context, ws, id string, r *rendered) (*provider.Response, error) {
 	name := r.argv[0]
 	// exec.Cmd would resolve a relative path against Dir, the fresh workspace,
-	// where the program cannot be; the user meant it relative to where they are.
+	// where the program cannot be; the user meant it relative to the
+	// Evaluation file, as data files are.
 	if strings.Contains(name, "/") && !filepath.IsAbs(name) {
-		abs, err := filepath.Abs(name)
-		if err != nil {
-			return nil, fmt.Errorf("start agent: %w", err)
-		}
-		name = abs
+		name = filepath.Join(p.baseDir, name)
 	}
 
 	cmd := exec.CommandContext(ctx, name, r.argv[1:]...)
