@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
 )
 
 // Options tune the controller. Zero values take the defaults.
@@ -39,6 +40,10 @@ type Options struct {
 	RecheckAfter time.Duration
 	// ShardRetries is how many times a failed shard is retried (backoffLimitPerIndex).
 	ShardRetries int32
+	// StorageBudget bounds the records a run stores in the cluster (their JSON,
+	// before compression): past it, records are stored without their output.
+	// Default cluster.DefaultStorageBudget; negative means unbounded.
+	StorageBudget int64
 }
 
 func (o *Options) defaults() {
@@ -53,6 +58,9 @@ func (o *Options) defaults() {
 	}
 	if o.ShardRetries == 0 {
 		o.ShardRetries = 3
+	}
+	if o.StorageBudget == 0 {
+		o.StorageBudget = cluster.DefaultStorageBudget
 	}
 }
 
@@ -154,6 +162,7 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		{"EnsureBudget", r.ensureBudget},
 		{"EnsureJobs", r.ensureJobs},
 		{"ObserveShards", r.observeShards},
+		{"ObserveStorage", r.observeStorage},
 		{"DivideBudget", r.divideBudget},
 		{"Finish", r.finish},
 	}

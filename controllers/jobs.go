@@ -122,7 +122,8 @@ func (r *EvaluationReconciler) shardJob(p *pass, model string, shards int) *batc
 func (r *EvaluationReconciler) plannerJob(p *pass) *batchv1.Job {
 	ev := p.ev
 	labels := cluster.Labels(ev.Name, p.run, cluster.ComponentPlanner)
-	pod := r.podTemplate(p, maps.Clone(labels), []string{"plan", "--evaluation", ev.Name, "--run", p.run}, "")
+	args := []string{"plan", "--evaluation", ev.Name, "--run", p.run, fmt.Sprintf("--storage-budget=%d", max(0, r.Options.StorageBudget))}
+	pod := r.podTemplate(p, maps.Clone(labels), args, "")
 	return &batchv1.Job{
 		ObjectMeta: objectMeta(ev.Namespace, cluster.PlannerJobName(ev.Name, p.run), labels),
 		Spec: batchv1.JobSpec{

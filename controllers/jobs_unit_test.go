@@ -178,7 +178,7 @@ func TestPlannerJobGolden(t *testing.T) {
 						Name:    "runner",
 						Image:   "registry.example/proctor:2",
 						Command: []string{"/proctor"},
-						Args:    []string{"plan", "--evaluation", "arith", "--run", run},
+						Args:    []string{"plan", "--evaluation", "arith", "--run", run, "--storage-budget=67108864"},
 						// The planner only counts: it gets no API key.
 						Env:                      withEnv(),
 						VolumeMounts:             []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}},

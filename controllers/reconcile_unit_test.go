@@ -75,7 +75,7 @@ func TestReconcileNewInlineEvaluation(t *testing.T) {
 	if err := json.Unmarshal([]byte(planCM.Annotations[cluster.AnnotationPlan]), &plan); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 10}}, plan); diff != "" {
+	if diff := cmp.Diff(cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 10}, StorageBytes: cluster.DefaultStorageBudget}, plan); diff != "" {
 		t.Errorf("plan (-want +got):\n%s", diff)
 	}
 	if got := planCM.Labels[cluster.LabelComponent]; got != cluster.ComponentPlan {

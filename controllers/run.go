@@ -255,7 +255,7 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 		p.fail(ReasonPlanningFailed, "planning failed: %v", err)
 		return false, nil
 	}
-	plan := cluster.Plan{Totals: totals, ShardSize: cluster.DefaultShardSize(totals)}
+	plan := cluster.Plan{Totals: totals, ShardSize: cluster.DefaultShardSize(totals), StorageBytes: max(0, r.Options.StorageBudget)}
 	if p.ev.Spec.ShardSize != nil {
 		plan.ShardSize = int(*p.ev.Spec.ShardSize)
 	}

@@ -32,6 +32,7 @@ type managerOptions struct {
 	leaderElect     bool
 	runnerImage     string
 	watchNamespaces string
+	storageBudget   int64
 	zap             zap.Options
 }
 
@@ -52,6 +53,7 @@ func newManagerCommand(s streams) *cobra.Command {
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader, so that only one replica reconciles")
 	f.StringVar(&o.runnerImage, "runner-image", os.Getenv("PROCTOR_RUNNER_IMAGE"), "image of runner pods, unless an Evaluation names one (default $PROCTOR_RUNNER_IMAGE)")
 	f.StringVar(&o.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default all)")
+	f.Int64Var(&o.storageBudget, "storage-budget", cluster.DefaultStorageBudget, "bytes of records one run may store in the cluster (their JSON, before compression); past it, outputs are not stored. 0: unbounded")
 	gofs := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(gofs)
 	f.AddGoFlagSet(gofs)
@@ -92,6 +94,7 @@ func runManager(o *managerOptions, s streams) error {
 		Scheme:      mgr.GetScheme(),
 		Recorder:    mgr.GetEventRecorder("proctor"),
 		RunnerImage: o.runnerImage,
+		Options:     controllers.Options{StorageBudget: storageBudgetOption(o.storageBudget)},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)
@@ -107,6 +110,15 @@ func runManager(o *managerOptions, s streams) error {
 		return &exitError{code: exitFailed, err: err}
 	}
 	return nil
+}
+
+// storageBudgetOption maps the flag (0: unbounded) to controllers.Options
+// (0: the default, negative: unbounded).
+func storageBudgetOption(flag int64) int64 {
+	if flag <= 0 {
+		return -1
+	}
+	return flag
 }
 
 // CacheOptions keep the manager's caches to what Proctor made (labelled

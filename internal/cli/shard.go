@@ -58,6 +58,7 @@ func newPlanCommand(s streams) *cobra.Command {
 		},
 	}
 	podFlags(cmd, &o)
+	cmd.Flags().Int64Var(&o.StorageBudget, "storage-budget", 0, "bytes of records the run may store, put in the plan (0: unbounded)")
 	return cmd
 }
 

@@ -52,6 +52,19 @@ func RunID(spec *v1alpha1.EvaluationSpec) string {
 type Plan struct {
 	ShardSize int            `json:"shardSize"`
 	Totals    map[string]int `json:"totals"`
+	// StorageBytes bounds the records the run stores (their JSON, before
+	// compression); 0 means unbounded. Each shard gets StorageShare of it.
+	StorageBytes int64 `json:"storageBytes,omitempty"`
+}
+
+// StorageShare is shard s's share of the run's storage budget, in proportion to
+// its samples among all the records of the run; 0 means unbounded.
+func (p Plan) StorageShare(spec *v1alpha1.EvaluationSpec, s Shard) int64 {
+	records := int64(p.Total()) * int64(len(Subjects(spec)))
+	if p.StorageBytes <= 0 || records == 0 {
+		return 0
+	}
+	return max(1, p.StorageBytes*int64(s.End-s.Start)/records)
 }
 
 // Shard is one unit of work: a slice [Start, End) of one dataset for one model.

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,8 +73,13 @@ const (
 	// FlushPendingRaw asks for an early flush when this much accumulates between flushes.
 	FlushPendingRaw = 1 << 20
 	// MaxOutputBytes caps one record's output in a cluster, so that any record fits
-	// a chunk; longer outputs are cut and marked.
+	// a chunk; longer outputs are cut, and the record says so (OutputTruncated,
+	// OutputBytes).
 	MaxOutputBytes = 256 << 10
+	// DefaultStorageBudget bounds the records a run stores in the cluster (their
+	// JSON, before compression) unless the manager is told otherwise: past it,
+	// records are stored without their output.
+	DefaultStorageBudget = 64 << 20
 )
 
 // ShardProgress is a head's progress annotation.
@@ -90,6 +96,12 @@ type ShardProgress struct {
 	// Chunks counts the chunks this shard sealed.
 	Chunks int    `json:"chunks"`
 	Pod    string `json:"pod,omitempty"`
+	// Stored is the size of the records stored (their JSON, before compression).
+	Stored int64 `json:"stored,omitempty"`
+	// Cut counts outputs cut at MaxOutputBytes; Dropped, outputs not stored
+	// because the shard's share of the storage budget was used up.
+	Cut     int `json:"cut,omitempty"`
+	Dropped int `json:"dropped,omitempty"`
 }
 
 // ParseProgress reads a head's progress annotation.
@@ -120,6 +132,8 @@ type Store struct {
 	pending  [][]byte // journal lines not yet sealed
 	raw      int      // bytes in pending
 	wake     chan struct{}
+	// budget bounds progress.Stored; 0 means unbounded.
+	budget int64
 }
 
 // OpenStore opens (creating) a shard's head and loads what an earlier pod of the
@@ -210,31 +224,57 @@ func (s *Store) Done(_, _ string, index int) bool {
 	return i >= 0 && i < len(s.done) && s.done[i]
 }
 
+// SetStorageBudget bounds the bytes of records the shard stores (its share of
+// the run's storage budget); 0 means unbounded. Once a record would pass it,
+// records are stored without their output.
+func (s *Store) SetStorageBudget(n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.budget = n
+}
+
 // Put implements runner.Sink: the record is kept in memory and written by the next
-// Flush (soon, if a lot accumulates).
+// Flush (soon, if a lot accumulates). An output longer than MaxOutputBytes is cut,
+// and once the shard's storage budget is used up outputs are not stored at all;
+// either way the record says so, and keeps its scores.
 func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
-	if len(rec.Output) > MaxOutputBytes {
-		rec.Output = rec.Output[:MaxOutputBytes] + "\n[output cut by proctor: longer than 256 KiB]"
-	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	var line []byte
-	if rec.CacheKey != "" {
-		line = fmt.Appendf(nil, `{"i":%d,"k":%q,"r":%s}`, index, rec.CacheKey, b)
-	} else {
-		line = fmt.Appendf(nil, `{"i":%d,"r":%s}`, index, b)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := index - s.shard.Start
 	if i < 0 || i >= len(s.done) {
 		return fmt.Errorf("sample %d is outside shard [%d, %d)", index, s.shard.Start, s.shard.End)
 	}
+	whole := len(rec.Output)
+	if rec.OutputTruncated {
+		whole = rec.OutputBytes // the engine cut it already (an agent's cap)
+	}
+	cut := len(rec.Output) > MaxOutputBytes
+	if cut {
+		rec.Output = cutUTF8(rec.Output, MaxOutputBytes)
+		rec.OutputTruncated, rec.OutputBytes = true, whole
+	}
+	line, err := recordLine(index, rec)
+	if err != nil {
+		return err
+	}
+	dropped := false
+	if s.budget > 0 && s.progress.Stored+int64(len(line)) > s.budget && rec.Output != "" {
+		rec.Output, rec.OutputTruncated, rec.OutputBytes = "", true, whole
+		dropped = true
+		if line, err = recordLine(index, rec); err != nil {
+			return err
+		}
+	}
+	s.progress.Stored += int64(len(line))
 	if !s.done[i] {
 		s.done[i] = true
 		s.progress.Done++
+		switch {
+		case dropped:
+			s.progress.Dropped++
+		case cut:
+			s.progress.Cut++
+		}
 		if rec.Error != "" {
 			s.progress.Errored++
 		} else {
@@ -257,6 +297,29 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 		}
 	}
 	return nil
+}
+
+// recordLine is a record as the shard's ConfigMaps hold it.
+func recordLine(index int, rec *results.Record) ([]byte, error) {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	if rec.CacheKey != "" {
+		return fmt.Appendf(nil, `{"i":%d,"k":%q,"r":%s}`, index, rec.CacheKey, b), nil
+	}
+	return fmt.Appendf(nil, `{"i":%d,"r":%s}`, index, b), nil
+}
+
+// cutUTF8 cuts s to at most n bytes, not inside a character.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // Wake is signalled when enough records accumulated to flush early.

@@ -278,6 +278,10 @@ func TestStoreCheckpointAndResume(t *testing.T) {
 		State: StateRunning, Total: 5, Done: 4, Errored: 1, Scores: map[string]float64{"exact_match": 1},
 		Tokens: results.Tokens{Input: 12, Output: 3}, Budget: 4, Pod: "pod-a", // the duplicate counts once
 	}
+	if prog.Stored < 5*50 || prog.Stored > 5*200 {
+		t.Errorf("stored %d bytes for 5 small records", prog.Stored) // the duplicate is stored too
+	}
+	prog.Stored = 0
 	if diff := cmp.Diff(wantProg, prog); diff != "" {
 		t.Errorf("progress (-want +got):\n%s", diff)
 	}
@@ -347,7 +351,9 @@ func TestStoreCutsLongOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := record(0, 1)
-	r.Output = strings.Repeat("x", MaxOutputBytes+10)
+	// A 3-byte character straddles the cap: the cut must not split it.
+	r.Output = strings.Repeat("x", MaxOutputBytes-1) + "€" + strings.Repeat("y", 10)
+	whole := len(r.Output)
 	if err := s.Put("small", "d", 0, r); err != nil {
 		t.Fatal(err)
 	}
@@ -363,8 +369,69 @@ func TestStoreCutsLongOutputs(t *testing.T) {
 	if err := json.Unmarshal(lines[0].Record, &got); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(got.Output, strings.Repeat("x", MaxOutputBytes)) || !strings.Contains(got.Output, "[output cut by proctor") || len(got.Output) > MaxOutputBytes+100 {
-		t.Errorf("stored output is %d bytes, ends %q", len(got.Output), got.Output[len(got.Output)-50:])
+	if got.Output != strings.Repeat("x", MaxOutputBytes-1) || !got.OutputTruncated || got.OutputBytes != whole || got.Scores["exact_match"] != 1 {
+		t.Errorf("stored output of %d bytes, truncated %v, outputBytes %d (want %d), scores %v",
+			len(got.Output), got.OutputTruncated, got.OutputBytes, whole, got.Scores)
+	}
+	if p := s.Progress(); p.Cut != 1 || p.Dropped != 0 {
+		t.Errorf("progress %+v, want one output cut", p)
+	}
+}
+
+func TestStoreStorageBudget(t *testing.T) {
+	// Past the shard's share of the storage budget, records are stored without
+	// their output, flagged, and keep their scores; the stored bytes stay within
+	// the budget but for those small records.
+	ctx := context.Background()
+	c := newFakeClient(t)
+	const n = 40
+	s, err := OpenStore(ctx, c, testEvaluation(), "r1", Shard{Model: "small", Dataset: "d", Start: 0, End: n}, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 100 << 10
+	s.SetStorageBudget(budget)
+	for i := range n {
+		r := record(i, 1)
+		r.Output = strings.Repeat("z", 10<<10)
+		if err := s.Put("small", "d", i, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Flush(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	p := s.Progress()
+	if p.Dropped == 0 || p.Dropped == n || p.Stored > budget+int64(p.Dropped)*200 {
+		t.Errorf("progress %+v: want some outputs dropped and about %d bytes stored", p, budget)
+	}
+	_, chunks := listShardCMs(t, c)
+	kept, dropped := 0, 0
+	for _, ch := range chunks {
+		lines, err := ReadRecords(&ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lines {
+			var got results.Record
+			if err := json.Unmarshal(l.Record, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Scores["exact_match"] != 1 {
+				t.Errorf("record %d lost its score: %+v", l.Index, got.Scores)
+			}
+			switch {
+			case got.Output == "" && got.OutputTruncated && got.OutputBytes == 10<<10:
+				dropped++
+			case len(got.Output) == 10<<10 && !got.OutputTruncated:
+				kept++
+			default:
+				t.Errorf("record %d: output %d bytes, truncated %v, outputBytes %d", l.Index, len(got.Output), got.OutputTruncated, got.OutputBytes)
+			}
+		}
+	}
+	if kept+dropped != n || dropped != p.Dropped {
+		t.Errorf("%d kept and %d dropped, want %d records with %d dropped", kept, dropped, n, p.Dropped)
 	}
 }
 

@@ -75,8 +75,8 @@ func loadRecordCache(ctx context.Context, c client.Client, ns, eval, run string,
 				continue
 			}
 			var rec results.Record
-			if json.Unmarshal(l.Record, &rec) != nil || rec.Error != "" {
-				continue
+			if json.Unmarshal(l.Record, &rec) != nil || rec.Error != "" || rec.OutputTruncated {
+				continue // no answer, or not the whole of it
 			}
 			rc.m[l.Key] = &cache.Entry{
 				Response: provider.Response{

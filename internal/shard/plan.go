@@ -42,7 +42,7 @@ func Plan(ctx context.Context, c client.Client, o Options) error {
 	if countErr != nil {
 		cm.Annotations[AnnotationPlanError] = countErr.Error()
 	} else {
-		plan := cluster.Plan{Totals: totals, ShardSize: cluster.DefaultShardSize(totals)}
+		plan := cluster.Plan{Totals: totals, ShardSize: cluster.DefaultShardSize(totals), StorageBytes: o.StorageBudget}
 		if ev.Spec.ShardSize != nil {
 			plan.ShardSize = int(*ev.Spec.ShardSize)
 		}

@@ -50,6 +50,9 @@ type Options struct {
 	FenceAfter time.Duration
 	// GracePeriod is how long samples in flight may finish after ctx ends.
 	GracePeriod time.Duration
+	// StorageBudget is what the planner puts in the plan as the run's storage
+	// budget for records (cluster.Plan.StorageBytes); 0 means unbounded.
+	StorageBudget int64
 	Clock       clock.WithTicker
 	Log         logr.Logger
 }
@@ -119,6 +122,7 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	if err != nil {
 		return err
 	}
+	store.SetStorageBudget(plan.StorageShare(&ev.Spec, sh))
 	eng, err := runner.New(p, runner.Options{Log: log})
 	if err != nil {
 		return &InvalidError{err}

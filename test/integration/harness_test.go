@@ -72,6 +72,12 @@ type manager struct {
 // with test timings) for namespace ns.
 func startManager(t testing.TB, ns string) *manager {
 	t.Helper()
+	return startManagerWith(t, ns, nil)
+}
+
+// startManagerWith starts the manager with options edited by edit.
+func startManagerWith(t testing.TB, ns string, edit func(*controllers.Options)) *manager {
+	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 k8sClient.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -88,6 +94,9 @@ func startManager(t testing.TB, ns string) *manager {
 		Recorder:    mgr.GetEventRecorder("proctor"),
 		RunnerImage: "proctor:test",
 		Options:     controllers.Options{StaleAfter: testStaleAfter, ProgressInterval: 100 * time.Millisecond, RecheckAfter: 300 * time.Millisecond, ShardRetries: 3},
+	}
+	if edit != nil {
+		edit(&r.Options)
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

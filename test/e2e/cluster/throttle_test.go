@@ -1,0 +1,80 @@
+//go:build e2e
+
+package cluster_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTwoTeamsShareOneKey is the trial of issue 8 on a real cluster: two
+// Evaluations in two namespaces each declare the server's whole limit (120
+// requests a minute) against one server that enforces it, as two teams on one
+// API key would. The server must refuse some calls (else the test proves
+// nothing), and yet both must end with every sample answered and right: a 429
+// is "later", never "wrong".
+func TestTwoTeamsShareOneKey(t *testing.T) {
+	const rpm, n = 120, 60
+	teams := []string{namespace(t, "e2e-team-a"), namespace(t, "e2e-team-b")}
+	fakeServers(t, teams[0], "shared", []string{fmt.Sprintf("-rpm=%d", rpm)})
+	base := fmt.Sprintf("http://shared.%s.svc:8081/v1", teams[0])
+
+	var items strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&items, "      - {id: q%d, input: \"What is %d+%d?\", expected: \"%d\"}\n", i, i, i, 2*i)
+	}
+	for _, ns := range teams {
+		applyYAML(t, ns, fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: shared-key}
+spec:
+  datasets:
+  - name: add
+    source:
+      inline:
+%s  models:
+  - name: gpt
+    provider: openai
+    model: fake-model
+    baseURL: %s
+    apiKey: {env: API_KEY, secretKeyRef: {name: openai, key: api-key}}
+    rateLimit: {requestsPerMinute: %d}
+  prompt: {system: "Answer with a number only."}
+  scoring: [{type: exact_match, normalize: [trim]}]
+  concurrency: 8
+  shardSize: 30
+  parallelism: 2
+`, items.String(), base, rpm))
+	}
+	start := time.Now()
+	eventually(t, 6*time.Minute, 2*time.Second, "both Evaluations to finish", func() error {
+		for _, ns := range teams {
+			if p := getEvaluation(t, ns, "shared-key").Status.Phase; p != "Succeeded" && p != "Failed" {
+				return fmt.Errorf("%s is %q", ns, p)
+			}
+		}
+		return nil
+	})
+	record("2 teams x 60 samples on one 120 RPM key", time.Since(start))
+	s := stats(t, teams[0], "shared", 8081)
+	if s["rateLimited"] < 1 {
+		t.Fatalf("the server refused no call (stats %v): the teams did not contend, the test proves nothing", s)
+	}
+	t.Logf("server: %v requests, %v answered 429", s["requests"], s["rateLimited"])
+	for _, ns := range teams {
+		ev := getEvaluation(t, ns, "shared-key")
+		if ev.Status.Phase != "Succeeded" || ev.Status.Score != "1.0000" || ev.Status.Progress == nil || ev.Status.Progress.Errored != 0 {
+			t.Errorf("%s: phase %s, score %q, progress %+v, message %q; want Succeeded with every sample right",
+				ns, ev.Status.Phase, ev.Status.Score, ev.Status.Progress, ev.Status.Message)
+		}
+		recs, _ := fetchRecords(t, ns, "shared-key")
+		exactlyOnce(t, recs, n)
+		for _, r := range recs {
+			if r.Error != "" || r.Scores["exact_match"] != 1 {
+				t.Errorf("%s: record %s: output %q, error %q", ns, r.ID, r.Output, r.Error)
+			}
+		}
+	}
+}
