@@ -14,6 +14,11 @@
 // Reservations are first come, first served and may be taken for the future: a caller
 // reserves, then sleeps until its turn. Token amounts are estimates when reserved and
 // corrected with Settle once the server reports its usage.
+//
+// Limits may change while calls wait (a cluster re-dividing a model's budget among
+// its shards, a user editing it): SetLimits re-times the calls still waiting under
+// the new limits, and counts what was sent before the change at the limit then in
+// force, so a change applies at once, with no pause and no queue left at the old pace.
 package ratelimit
 
 import (
@@ -71,6 +76,9 @@ type Limiter struct {
 	// last is the time of the latest reservation: reservations never go before it,
 	// which keeps the logs sorted and service first come, first served.
 	last time.Time
+	// waiting holds the reservations that were due in the future when taken, in
+	// order; SetLimits re-times those still waiting.
+	waiting []*Reservation
 }
 
 type dim struct {
@@ -79,16 +87,22 @@ type dim struct {
 	// log[head:] holds what was reserved within the last window, oldest first;
 	// sum is its total. Pruning advances head, and the slice is compacted only when
 	// the dead prefix dominates, so a long log is not copied on every call.
+	// Amounts are in units of the current limit: when the limit changes, what was
+	// sent before is rescaled, so that it counts as the same share of the budget.
 	log  []*entry
 	head int
-	sum  int64
+	sum  float64
 }
 
 type entry struct {
 	at     time.Time
-	n      int64
-	logged bool // still counted in its dim's sum
+	n      float64
+	scale  float64 // current limit / limit when reserved: n is the amount × scale
+	logged bool    // still counted in its dim's sum
 }
+
+// epsilon absorbs the rounding of rescaled amounts.
+const epsilon = 1e-6
 
 // New returns a limiter for limits, counting over Period plus slack.
 func New(limits Limits, slack time.Duration, clock clockwork.Clock) *Limiter {
@@ -98,23 +112,51 @@ func New(limits Limits, slack time.Duration, clock clockwork.Clock) *Limiter {
 }
 
 // SetLimits changes the budgets, for example when a cluster re-divides a model's
-// budget among its shards. What was sent within the current window still counts
-// against the new limits.
+// budget among its shards. It applies at once:
+//
+//   - what was sent within the current window counts as the same share of the new
+//     limits as it was of the old ones: after a raise the extra budget is usable
+//     at once, and after a cut calls go on at the new pace rather than stopping
+//     until the window's calls fit the new limit (any window then holds at most
+//     its share of each limit in force during it);
+//   - calls still waiting for their turn are re-timed, in order, under the new
+//     limits: none keeps a turn the old limits gave it.
+//
+// Setting the limits in force changes nothing.
 func (l *Limiter) SetLimits(limits Limits) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	// Reservations may reach into the future; a pacing bucket changed at an
-	// earlier time would count that stretch twice and grant a burst.
-	at := l.clock.Now()
-	if l.last.After(at) {
-		at = l.last
-	}
-	for i, v := range limits.values() {
+	vals := limits.values()
+	changed := false
+	for i, v := range vals {
+		v = max(v, 0)
 		d := &l.dims[i]
-		if d.limit == max(v, 0) && (v <= 0 || d.pace != nil) {
-			continue // unchanged: leave the pacing state alone
+		if d.limit != v || (v > 0 && d.pace == nil) {
+			changed = true
 		}
-		d.limit = v
+	}
+	if !changed {
+		return // leave the pacing state and the queue alone
+	}
+	now := l.clock.Now()
+
+	// Take back the turns of the calls still waiting; they are given new ones below.
+	var waiting []*Reservation
+	for _, r := range l.waiting {
+		if r.at.After(now) && !r.cancelled {
+			waiting = append(waiting, r)
+		}
+	}
+	l.waiting = nil
+	for i := range l.dims {
+		l.dims[i].unreserveAfter(now)
+	}
+	if l.last.After(now) {
+		l.last = now
+	}
+
+	for i, v := range vals {
+		d := &l.dims[i]
 		if v <= 0 {
 			for _, e := range d.log[d.head:] {
 				e.logged = false
@@ -122,17 +164,55 @@ func (l *Limiter) SetLimits(limits Limits) {
 			d.limit, d.pace, d.log, d.head, d.sum = 0, nil, nil, 0, 0
 			continue
 		}
+		if d.limit > 0 && d.limit != v {
+			d.rescale(float64(v) / float64(d.limit))
+		}
+		d.limit = v
 		r := rate.Limit(float64(v) / l.window.Seconds())
 		burst := int(max(1, v/60))
 		if i == 0 {
 			// Requests: pace one at a time; even a per-second quantized limit is met.
 			burst = 1
 		}
-		if d.pace == nil {
-			d.pace = rate.NewLimiter(r, burst)
-		} else {
-			d.pace.SetLimitAt(at, r)
-			d.pace.SetBurstAt(at, burst)
+		// A new bucket, as empty as the last call sent left it: the calls taken
+		// back above no longer hold its tokens.
+		d.pace = rate.NewLimiter(r, burst)
+		if n := len(d.log); n > d.head {
+			last := d.log[n-1]
+			d.pace.ReserveN(last.at, burst)
+		}
+	}
+	for _, r := range waiting {
+		l.reserve(r, now)
+		close(r.moved)
+		r.moved = make(chan struct{})
+	}
+}
+
+// unreserveAfter removes what calls due after now reserved (the end of the log).
+func (d *dim) unreserveAfter(now time.Time) {
+	for n := len(d.log); n > d.head && d.log[n-1].at.After(now); n-- {
+		e := d.log[n-1]
+		if e.logged {
+			d.sum -= e.n
+			e.logged = false
+		}
+		d.log[n-1] = nil
+		d.log = d.log[:n-1]
+	}
+	if d.head == len(d.log) {
+		d.sum = 0 // no rounding left behind
+	}
+}
+
+// rescale makes what was sent count as the same share of a limit f times larger.
+func (d *dim) rescale(f float64) {
+	d.sum = 0
+	for _, e := range d.log[d.head:] {
+		e.n *= f
+		e.scale *= f
+		if e.logged {
+			d.sum += e.n
 		}
 	}
 }
@@ -146,10 +226,14 @@ func (l *Limiter) Limits() Limits {
 
 // Reservation is a place in line for one call.
 type Reservation struct {
-	l       *Limiter
-	at      time.Time
-	entries [numDims]*entry
-	paces   [numDims]*rate.Reservation
+	l         *Limiter
+	cost      Cost
+	at        time.Time // guarded by l.mu, like the fields below
+	entries   [numDims]*entry
+	paces     [numDims]*rate.Reservation
+	cancelled bool
+	// moved is closed when SetLimits gives the reservation a new time.
+	moved chan struct{}
 }
 
 // Reserve takes the earliest time at which cost fits every budget and returns it as
@@ -159,11 +243,22 @@ func (l *Limiter) Reserve(cost Cost) *Reservation {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
+	r := &Reservation{l: l, cost: cost, moved: make(chan struct{})}
+	l.reserve(r, now)
+	if r.at.After(now) {
+		l.waiting = append(l.waiting, r)
+	}
+	return r
+}
+
+// reserve gives r the earliest time at or after l.last when its cost fits every
+// budget, and takes that budget.
+func (l *Limiter) reserve(r *Reservation, now time.Time) {
 	t := now
 	if l.last.After(t) {
 		t = l.last
 	}
-	costs := cost.values()
+	costs := r.cost.values()
 	// The earliest time that suits every budget: moving later never hurts a budget
 	// already satisfied, so iterate until no budget moves it.
 	for changed := true; changed; {
@@ -174,23 +269,22 @@ func (l *Limiter) Reserve(cost Cost) *Reservation {
 			}
 		}
 	}
-	r := &Reservation{l: l, at: t}
+	r.at = t
+	r.entries, r.paces = [numDims]*entry{}, [numDims]*rate.Reservation{}
 	for i := range l.dims {
 		d := &l.dims[i]
 		if d.limit == 0 {
 			continue
 		}
-		e := &entry{at: t, n: costs[i], logged: true}
+		e := &entry{at: t, n: float64(costs[i]), scale: 1, logged: true}
 		d.log = append(d.log, e)
 		d.sum += e.n
 		r.entries[i] = e
 		if n := d.paceCost(costs[i]); n > 0 {
-			pr := d.pace.ReserveN(t, n)
-			r.paces[i] = pr
+			r.paces[i] = d.pace.ReserveN(t, n)
 		}
 	}
 	l.last = t
-	return r
 }
 
 // paceCost is the pacing bucket's share of n: capped at the burst, since a bucket
@@ -214,7 +308,8 @@ func (d *dim) earliest(now, t time.Time, n int64, window time.Duration) time.Tim
 			t = t.Add(time.Duration(math.Ceil(wait * float64(time.Second))))
 		}
 	}
-	need := min(n, d.limit)
+	need := float64(min(n, d.limit))
+	limit := float64(d.limit) + epsilon
 	// Entries at or before t-window no longer count at t.
 	live := d.log[d.head:]
 	inWindow := d.sum
@@ -224,7 +319,7 @@ func (d *dim) earliest(now, t time.Time, n int64, window time.Duration) time.Tim
 		}
 		inWindow -= e.n
 	}
-	if inWindow+need <= d.limit {
+	if inWindow+need <= limit {
 		return t
 	}
 	// Drop the oldest entries still counted until n fits; t moves to when the last
@@ -235,7 +330,7 @@ func (d *dim) earliest(now, t time.Time, n int64, window time.Duration) time.Tim
 		}
 		inWindow -= e.n
 		t = e.at.Add(window)
-		if inWindow+need <= d.limit {
+		if inWindow+need <= limit {
 			break
 		}
 	}
@@ -252,30 +347,43 @@ func (d *dim) prune(now time.Time, window time.Duration) {
 		d.log[d.head] = nil
 		d.head++
 	}
+	if d.head == len(d.log) {
+		d.sum = 0 // no rounding left behind
+	}
 	if d.head > 1024 && d.head > len(d.log)/2 {
 		d.log = append(d.log[:0], d.log[d.head:]...)
 		d.head = 0
 	}
 }
 
-// At is when the call may start.
-func (r *Reservation) At() time.Time { return r.at }
+// At is when the call may start (SetLimits may move it).
+func (r *Reservation) At() time.Time {
+	r.l.mu.Lock()
+	defer r.l.mu.Unlock()
+	return r.at
+}
 
-// Wait sleeps until the reservation's time. If ctx ends first, the reservation is
-// cancelled and ctx's error returned.
+// Wait sleeps until the reservation's time, following it if SetLimits moves it. If
+// ctx ends first, the reservation is cancelled and ctx's error returned.
 func (r *Reservation) Wait(ctx context.Context) error {
-	d := r.at.Sub(r.l.clock.Now())
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := r.l.clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.Chan():
-		return nil
-	case <-ctx.Done():
-		r.Cancel()
-		return ctx.Err()
+	for {
+		r.l.mu.Lock()
+		at, moved := r.at, r.moved
+		r.l.mu.Unlock()
+		d := at.Sub(r.l.clock.Now())
+		if d <= 0 {
+			return ctx.Err()
+		}
+		t := r.l.clock.NewTimer(d)
+		select {
+		case <-t.Chan():
+		case <-moved:
+		case <-ctx.Done():
+			t.Stop()
+			r.Cancel()
+			return ctx.Err()
+		}
+		t.Stop()
 	}
 }
 
@@ -283,6 +391,7 @@ func (r *Reservation) Wait(ctx context.Context) error {
 func (r *Reservation) Cancel() {
 	r.l.mu.Lock()
 	defer r.l.mu.Unlock()
+	r.cancelled = true
 	now := r.l.clock.Now()
 	for i, e := range r.entries {
 		if e == nil {
@@ -310,8 +419,9 @@ func (r *Reservation) Settle(actual Cost) {
 
 // adjust sets an entry's amount, keeping the sum right if it is still logged.
 func (d *dim) adjust(e *entry, n int64) {
+	v := float64(n) * e.scale
 	if e.logged {
-		d.sum += n - e.n
+		d.sum += v - e.n
 	}
-	e.n = n
+	e.n = v
 }

@@ -235,28 +235,35 @@ func TestLimiterSettleCorrectsEstimates(t *testing.T) {
 }
 
 func TestLimiterSetLimitsCountsWhatWasSent(t *testing.T) {
-	// Re-dividing a budget: a shard whose share halves must first let its recent
-	// sends age out, so the shards' sum stays within the model's budget.
+	// Re-dividing a budget: a shard whose share halves counts what it sent before
+	// as the share of the old limit it was. Every window ending after the change
+	// holds at most its share of each limit in force during it (plus the one call
+	// paced at the change), so the shards' sum stays within the model's budget.
 	clock := clockwork.NewFakeClockAt(epoch)
 	l := New(Limits{RequestsPerMinute: 600}, DefaultSlack, clock)
 	events := simulate(t, l, clock, 600, func(int) Cost { return Cost{Requests: 1} })
+	change := clock.Now()
 	l.SetLimits(Limits{RequestsPerMinute: 300})
 	events = append(events, simulate(t, l, clock, 600, func(int) Cost { return Cost{Requests: 1} })...)
 	tail := events[600:]
 	for i := range tail {
-		// Every window ending after the change holds at most 300 (+ what was sent
-		// before the change and is still in that window, which must be nothing
-		// beyond the new limit).
-		lo := tail[i].at.Add(-Period)
-		n := 0
+		lo := tail[i].at.Add(-Period - DefaultSlack)
+		used := 0.0
 		for _, e := range events {
 			if e.at.After(lo) && !e.at.After(tail[i].at) {
-				n++
+				if e.at.After(change) {
+					used += 1.0 / 300
+				} else {
+					used += 1.0 / 600
+				}
 			}
 		}
-		if n > 300 {
-			t.Fatalf("window ending %v holds %d requests after the limit dropped to 300", tail[i].at.Sub(epoch), n)
+		if used > 1+1.0/300 {
+			t.Fatalf("window ending %v used %.4f of the limits in force", tail[i].at.Sub(epoch), used)
 		}
+	}
+	if got := maxInWindow(tail[300:], Period)[0]; got > 300 {
+		t.Errorf("%d requests in a minute once the limit dropped to 300", got)
 	}
 	if got := l.Limits(); got.RequestsPerMinute != 300 {
 		t.Errorf("Limits() = %+v", got)

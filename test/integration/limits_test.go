@@ -1,0 +1,106 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/testutil"
+	"github.com/proctor-dev/proctor/test/fakellm"
+)
+
+// arrivals records when the fake server received each call.
+type arrivals struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (a *arrivals) add() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.at = append(a.at, time.Now())
+}
+
+// since returns the arrivals after t.
+func (a *arrivals) since(t time.Time) []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []time.Time
+	for _, x := range a.at {
+		if x.After(t) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func setRateLimit(t *testing.T, ns, name string, rpm int64) time.Time {
+	t.Helper()
+	ev := getEvaluation(t, ns, name)
+	patch := client.MergeFrom(ev.DeepCopy())
+	ev.Spec.Models[0].RateLimit = &v1alpha1.RateLimit{RequestsPerMinute: rpm}
+	if err := k8sClient.Patch(context.Background(), ev, patch); err != nil {
+		t.Fatal(err)
+	}
+	return time.Now()
+}
+
+// TestRateLimitEditAppliesWithinSeconds: a rateLimit edited mid-run applies
+// within seconds both ways. Raised, the calls queued at the old pace do not keep
+// their turns (it took as long as the queue, 45 s in the report); lowered, calls
+// go on at the new pace instead of stopping until the last minute's calls fit
+// under the new limit (about 47 s).
+func TestRateLimitEditAppliesWithinSeconds(t *testing.T) {
+	ns := newNamespace(t)
+	var calls arrivals
+	_, url := fakeLLM(t, fakellm.Config{Responder: func(req fakellm.Request) fakellm.Reply {
+		calls.add()
+		return fakellm.DefaultReply(req)
+	}})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	create(t, testutil.MakeEvaluation("paced", ns).InlineDataset("d", 400).OpenAIModel("m", url).RateLimit(20).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(400).Concurrency(16).Obj())
+	eventually(t, 30*time.Second, "calls at the first limit", func() (bool, string) {
+		n := len(calls.since(time.Time{}))
+		return n >= 3, fmt.Sprintf("%d calls", n)
+	})
+	time.Sleep(2 * time.Second) // let callers queue at 20 per minute
+
+	raised := setRateLimit(t, ns, "paced", 1200)
+	eventually(t, 40*time.Second, "20 calls after raising to 1200/min", func() (bool, string) {
+		n := len(calls.since(raised))
+		return n >= 20, fmt.Sprintf("%d calls since the raise", n)
+	})
+	tookRaise := calls.since(raised)[19].Sub(raised)
+	t.Logf("raised 20 → 1200/min: the 20th call after the edit came %v after it", tookRaise)
+	if tookRaise > 5*time.Second {
+		t.Errorf("the raise took %v to apply, want a few seconds", tookRaise)
+	}
+
+	time.Sleep(3 * time.Second) // a few seconds at 1200 per minute
+	lowered := setRateLimit(t, ns, "paced", 60)
+	time.Sleep(12 * time.Second)
+	after := calls.since(lowered)
+	prev, longest := lowered, time.Duration(0)
+	for _, at := range after {
+		longest = max(longest, at.Sub(prev))
+		prev = at
+	}
+	longest = max(longest, time.Since(prev))
+	t.Logf("lowered 1200 → 60/min: %d calls in the 12 s after, longest pause %v", len(after), longest)
+	if longest > 3*time.Second {
+		t.Errorf("calls paused %v after lowering the limit, want the new pace (1 s)", longest)
+	}
+	// From a second after the edit on, the new pace: about one call a second.
+	if n := len(calls.since(lowered.Add(2 * time.Second))); n > 12 {
+		t.Errorf("%d calls in the 10 s from 2 s after lowering to 60/min", n)
+	}
+	suspend := getEvaluation(t, ns, "paced")
+	_ = k8sClient.Delete(context.Background(), suspend)
+}
