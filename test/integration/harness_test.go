@@ -331,6 +331,7 @@ func (k *kubelet) runIndex(ctx context.Context, j *batchv1.Job, r *jobRun, opts 
 
 		o := opts
 		o.Index, o.Pod = index, fmt.Sprintf("%s-%d-%d", j.Name, index, attempt)
+		pod := k.startPod(ctx, j, index, attempt, failures, o.Pod)
 		k.mu.Lock()
 		crashing := k.crash[key]
 		k.mu.Unlock()
@@ -340,6 +341,7 @@ func (k *kubelet) runIndex(ctx context.Context, j *batchv1.Job, r *jobRun, opts 
 		} else {
 			err = shard.Run(podCtx, k8sClient, o)
 		}
+		k.endPod(ctx, pod, err)
 		kill()
 		k.mu.Lock()
 		delete(k.running, key)

@@ -496,8 +496,11 @@ func TestFailedShardFailsTheEvaluation(t *testing.T) {
 	if !strings.Contains(ev.Status.Message, "m/1 (d samples 10-19)") {
 		t.Errorf("message %q does not name the failed shard", ev.Status.Message)
 	}
-	if c := findCondition(ev, controllers.ConditionFailed); c == nil || c.Reason != controllers.ReasonShardsFailed {
-		t.Errorf("Failed condition = %+v", c)
+	// The reason and the message say why its last pod failed (its error, as the
+	// termination message), not "see the logs".
+	if c := findCondition(ev, controllers.ConditionFailed); c == nil || c.Reason != controllers.ReasonRunnerFailed ||
+		!strings.Contains(c.Message, "failed (Error, exit code 1): the pod crashed (attempt 4)") || ev.Status.Reason != c.Reason {
+		t.Errorf("Failed condition = %+v, status.reason %q", c, ev.Status.Reason)
 	}
 	if got := k.attempts("m", 1); got != 4 {
 		t.Errorf("the failing shard ran %d times, want 4 (3 retries)", got)
