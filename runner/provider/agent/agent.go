@@ -59,8 +59,9 @@ type Config struct {
 }
 
 // Provider runs an agent process per request. It is safe for concurrent use:
-// everything in it is read-only after New.
+// everything in it but the reaper (which locks) is read-only after New.
 type Provider struct {
+	reaper    *reaper
 	baseDir   string // absolute
 	tmpl      templates
 	env       []string
@@ -103,7 +104,11 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("base dir: %w", err)
 	}
+	if !cfg.KeepWorkspaces {
+		removeStaleWorkspaces(root)
+	}
 	return &Provider{
+		reaper:    newReaper(),
 		baseDir:   baseDir,
 		tmpl:      tmpl,
 		env:       cfg.Env,
@@ -126,7 +131,13 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	ws, err := os.MkdirTemp(p.root, "proctor-ws-*")
+	// Named after our PID, so that the next proctor can tell a workspace left
+	// by a kill -9 from one in use; kept ones are named apart, never removed.
+	pattern := workspacePrefix() + "*"
+	if p.keep {
+		pattern = "proctor-ws-keep-*"
+	}
+	ws, err := os.MkdirTemp(p.root, pattern)
 	if err != nil {
 		return nil, fmt.Errorf("create workspace: %w", err)
 	}

@@ -44,7 +44,8 @@ func (p *Provider) run(ctx context.Context, ws, id string, r *rendered) (*provid
 	cmd.Env = append(cmd.Env, "PROCTOR_WORKSPACE="+ws, "PROCTOR_SAMPLE_ID="+id)
 	// A process group of its own, so that one signal reaches everything the
 	// agent spawned (shells, tools, servers) and nothing of ours.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: the agent dies with proctor, even by kill -9 (see reap.go).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
 	// Our own pipes (see streams) are not covered by WaitDelay; finish bounds
 	// them by the same delay. Here it only caps Wait after Cancel.
@@ -56,16 +57,19 @@ func (p *Provider) run(ctx context.Context, ws, id string, r *rendered) (*provid
 	if err != nil {
 		return nil, fmt.Errorf("start agent: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := p.reaper.start(cmd); err != nil {
 		s.abort()
 		return nil, fmt.Errorf("start agent: %w", err)
 	}
 	s.started()
 
 	waitErr := cmd.Wait()
+	p.reaper.waited(cmd.Process.Pid)
 	// Stragglers: a shell that exited (or was killed) leaves its background
-	// jobs running, and they still hold our pipes. Kill them whatever the outcome.
+	// jobs running, and they still hold our pipes. Kill them whatever the
+	// outcome: the group, then those that left it (setsid).
 	_ = killGroup(cmd.Process.Pid)
+	p.reaper.cleanup(ws)
 	s.finish(p.waitDelay)
 
 	state := cmd.ProcessState

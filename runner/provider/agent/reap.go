@@ -1,0 +1,175 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Agents must not outlive their sample, nor proctor. Three mechanisms:
+//
+//   - Each agent is started with Pdeathsig SIGKILL: the kernel kills it when
+//     proctor dies, even by kill -9. Pdeathsig fires when the *thread* that
+//     forked exits; the Go runtime never ends a thread except one whose
+//     goroutine exits while locked to it (LockOSThread), which proctor never
+//     does, so the forking thread lives as long as the process.
+//   - Proctor is a child subreaper (PR_SET_CHILD_SUBREAPER): what an agent
+//     leaves behind when it exits, even processes that left its group with
+//     setsid, is re-parented to proctor instead of init. When the sample ends,
+//     those that carry the sample's PROCTOR_WORKSPACE are killed and reaped;
+//     so are their children, re-parented in turn.
+//   - Workspaces are named after proctor's PID (proctor-ws-<pid>-*); those of
+//     a proctor that no longer exists are removed by the next one.
+//
+// A process that clears its environment and escapes the group is not
+// recognised: it is reaped when it exits, and dies with proctor if it is the
+// agent itself, but not otherwise.
+
+// prSetChildSubreaper is PR_SET_CHILD_SUBREAPER from linux/prctl.h.
+const prSetChildSubreaper = 36
+
+// reaper knows which of proctor's children os/exec is waiting for, so that it
+// reaps only the others.
+type reaper struct {
+	self int
+	mu   sync.Mutex
+	// agents are the PIDs of agents being waited for by os/exec; reaping one
+	// would make its Wait fail.
+	agents map[int]bool
+}
+
+func newReaper() *reaper {
+	// Best effort: on a kernel without it (or not Linux) orphans go to init,
+	// as before.
+	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
+	return &reaper{self: os.Getpid(), agents: map[int]bool{}}
+}
+
+// start starts cmd and records it, under the lock that cleanup holds while it
+// reaps, so that an agent that exits at once is never taken for an orphan.
+func (r *reaper) start(cmd *exec.Cmd) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	r.agents[cmd.Process.Pid] = true
+	return nil
+}
+
+// waited forgets an agent that os/exec has reaped.
+func (r *reaper) waited(pid int) {
+	r.mu.Lock()
+	delete(r.agents, pid)
+	r.mu.Unlock()
+}
+
+// cleanup kills what the sample whose workspace is ws left running, and reaps
+// every orphan that has exited (this sample's or any other's). Killed
+// processes' own children are re-parented to us in turn, so it goes round
+// until a round kills nothing.
+func (r *reaper) cleanup(ws string) {
+	marker := []byte("PROCTOR_WORKSPACE=" + ws + "\x00")
+	for round := 0; round < 50; round++ {
+		killed := r.round(marker)
+		if killed == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // let the kills land before reaping
+	}
+}
+
+func (r *reaper) round(marker []byte) (killed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range children(r.self) {
+		if r.agents[c.pid] {
+			continue
+		}
+		if c.zombie {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(c.pid, &ws, syscall.WNOHANG, nil)
+			continue
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", c.pid))
+		if err == nil && bytes.Contains(append([]byte{0}, env...), append([]byte{0}, marker...)) {
+			_ = syscall.Kill(c.pid, syscall.SIGKILL)
+			killed++
+		}
+	}
+	return killed
+}
+
+type child struct {
+	pid    int
+	zombie bool
+}
+
+// children lists the processes whose parent is ppid, from /proc.
+func children(ppid int) []child {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []child
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if p, err := strconv.Atoi(f[1]); err == nil && p == ppid {
+			out = append(out, child{pid: pid, zombie: f[0] == "Z"})
+		}
+	}
+	return out
+}
+
+// workspacePrefix names this process's workspaces: proctor-ws-<pid>-.
+func workspacePrefix() string { return "proctor-ws-" + strconv.Itoa(os.Getpid()) + "-" }
+
+// removeStaleWorkspaces removes the workspaces of proctor processes that no
+// longer exist (killed with -9: nothing removed them). Kept workspaces
+// (--keep-workspaces) carry no PID and stay.
+func removeStaleWorkspaces(root string) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), "proctor-ws-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		// Signal 0 tests existence; EPERM means alive (another user's).
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			removeWorkspace(filepath.Join(root, e.Name()))
+		}
+	}
+}
