@@ -19,6 +19,7 @@
 package fakellm
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/subtle"
@@ -178,6 +179,7 @@ func New(cfg Config) *Server {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok"))
 	})
+	mux.HandleFunc("GET /datasets/arithmetic.jsonl", serveArithmetic)
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats())
 	})
@@ -516,4 +518,25 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	w.WriteHeader(status)
 	w.Write(b)
+}
+
+// serveArithmetic serves a dataset for url: sources in tests (so that no test
+// reaches the internet): ?n= (default 10) arithmetic questions this server
+// answers, as JSON lines {"id": "<prefix>-<i>", "input": "What is i+1?",
+// "expected": "<i+1>"}, ids prefixed by ?prefix= (default "q").
+func serveArithmetic(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.Atoi(r.URL.Query().Get("n"))
+	if err != nil || n < 0 || n > 1_000_000 {
+		n = 10
+	}
+	prefix := r.URL.Query().Get("prefix")
+	if prefix == "" {
+		prefix = "q"
+	}
+	w.Header().Set("Content-Type", "application/jsonl")
+	bw := bufio.NewWriter(w)
+	for i := range n {
+		fmt.Fprintf(bw, `{"id":%q,"input":"What is %d+1?","expected":"%d"}`+"\n", fmt.Sprintf("%s-%d", prefix, i), i, i+1)
+	}
+	bw.Flush()
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -455,4 +456,21 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}()
 	fakellm.New(bad[0])
+}
+
+func TestServesArithmeticDataset(t *testing.T) {
+	srv := httptest.NewServer(fakellm.New(fakellm.Config{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/datasets/arithmetic.jsonl?n=3&prefix=web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	want := `{"id":"web-0","input":"What is 0+1?","expected":"1"}` + "\n" +
+		`{"id":"web-1","input":"What is 1+1?","expected":"2"}` + "\n" +
+		`{"id":"web-2","input":"What is 2+1?","expected":"3"}` + "\n"
+	if resp.StatusCode != 200 || string(b) != want {
+		t.Errorf("GET: %s\n%s", resp.Status, b)
+	}
 }
