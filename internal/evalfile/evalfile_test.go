@@ -903,9 +903,10 @@ func TestDecodeBaseAppliesDefaults(t *testing.T) {
 			Concurrency: ptr[int32](10),
 			Parallelism: ptr[int32](4),
 			Retry: &v1alpha1.RetryPolicy{
-				MaxAttempts:    ptr[int32](3),
-				InitialBackoff: dur(time.Second),
-				MaxBackoff:     dur(60 * time.Second),
+				MaxAttempts:     ptr[int32](3),
+				InitialBackoff:  dur(time.Second),
+				MaxBackoff:      dur(60 * time.Second),
+				MaxThrottleWait: dur(10 * time.Minute),
 			},
 			TimeoutPerSample: dur(2 * time.Minute),
 			Cache:            &v1alpha1.Cache{},
@@ -984,7 +985,7 @@ func TestDecodeDefaults(t *testing.T) {
 			name:  "partial retry is completed",
 			edits: []edit{set("spec.retry", obj{"maxAttempts": 5})},
 			got:   func(ev *v1alpha1.Evaluation) any { return ev.Spec.Retry },
-			want:  &v1alpha1.RetryPolicy{MaxAttempts: ptr[int32](5), InitialBackoff: dur(time.Second), MaxBackoff: dur(time.Minute)},
+			want:  &v1alpha1.RetryPolicy{MaxAttempts: ptr[int32](5), InitialBackoff: dur(time.Second), MaxBackoff: dur(time.Minute), MaxThrottleWait: dur(10 * time.Minute)},
 		},
 		{
 			name:  "quoted temperature is accepted",
