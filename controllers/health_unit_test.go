@@ -445,3 +445,15 @@ func TestPlannerStall(t *testing.T) {
 		t.Errorf("the stalled planner Job was not stopped")
 	}
 }
+
+// Event notes past the events API's 1 KiB limit would be refused: they are cut.
+func TestEventNoteIsCut(t *testing.T) {
+	if got := eventNote("short"); got != "short" {
+		t.Errorf("eventNote(short) = %q", got)
+	}
+	long := strings.Repeat("é", 600) // 1200 bytes
+	got := eventNote(long)
+	if len(got) > maxEventNote || !strings.HasSuffix(got, "...") || !strings.HasPrefix(long, strings.TrimSuffix(got, "...")) {
+		t.Errorf("eventNote cut %d bytes to %d: %q", len(long), len(got), got[len(got)-10:])
+	}
+}

@@ -224,8 +224,23 @@ func (r *EvaluationReconciler) emit(p *pass) {
 		return
 	}
 	for _, e := range p.events {
-		r.Recorder.Eventf(p.ev, nil, e.eventType, e.reason, e.reason, "%s", e.note)
+		r.Recorder.Eventf(p.ev, nil, e.eventType, e.reason, e.reason, "%s", eventNote(e.note))
 	}
+}
+
+// maxEventNote is what the events API accepts of a note (it refuses longer ones).
+const maxEventNote = 1024
+
+// eventNote cuts a note to what the events API accepts, on a rune boundary.
+func eventNote(note string) string {
+	if len(note) <= maxEventNote {
+		return note
+	}
+	cut := maxEventNote - len("...")
+	for cut > 0 && !utf8Start(note[cut]) {
+		cut--
+	}
+	return note[:cut] + "..."
 }
 
 // onlyProgress reports whether two statuses differ only in running progress
