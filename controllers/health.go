@@ -205,7 +205,7 @@ func failedProblem(pod *corev1.Pod, shard string, attempts int32) *problem {
 				p.message += fmt.Sprintf(", signal %d", t.Signal)
 			}
 			p.message += ")"
-			if strings.Contains(strings.ToLower(t.Message), "oom") {
+			if lower := strings.ToLower(t.Message); t.ExitCode == 137 || strings.Contains(lower, "oom") || strings.Contains(lower, "out of memory") {
 				if lim := memoryLimit(pod, cs); lim != "" {
 					p.message += " with memory limit " + lim
 				}

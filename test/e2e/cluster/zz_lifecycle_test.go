@@ -169,7 +169,7 @@ spec:
 	// Deleting it, the fake server and the test namespaces leaves nothing behind.
 	mustKubectl(t, "delete", "-k", filepath.Join(repo, "config", "fakellm"), "--wait=true", "--timeout=2m")
 	mustKubectl(t, "delete", "crd", "evaluations.proctor.dev", "--wait=true", "--timeout=2m")
-	for _, ns := range []string{"e2e-samples", "e2e-ratelimit", "e2e-agent", "e2e-restarts", "e2e-invalid", "e2e-upgrade", "e2e-unwatched"} {
+	for _, ns := range append([]string{"e2e-samples", "e2e-ratelimit", "e2e-agent", "e2e-restarts", "e2e-invalid", "e2e-upgrade", "e2e-unwatched"}, failureNamespaces...) {
 		if _, err := kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
 			t.Error(err)
 		}

@@ -1,0 +1,184 @@
+//go:build e2e
+
+package cluster_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// failureNamespaces are the namespaces of TestFailuresAreVisible (deleted by
+// TestHelmUpgradeAndUninstall, after TestSecretsNeverLeak read what they hold).
+var failureNamespaces = []string{"e2e-fail-key", "e2e-fail-image", "e2e-fail-sched", "e2e-fail-quota", "e2e-fail-psa", "e2e-fail-oom", "e2e-fail-config"}
+
+// failureEvaluation is an Evaluation of 20 samples in 2 shards, both running
+// at once, that fails within stallTimeout 20s when its pods cannot start.
+func failureEvaluation(name, model, runner string) string {
+	var samples strings.Builder
+	for i := 1; i <= 20; i++ {
+		fmt.Fprintf(&samples, "      - {id: s%d, input: \"What is %d+1?\", expected: \"%d\"}\n", i, i, i+1)
+	}
+	return fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: %s}
+spec:
+  datasets:
+  - name: d
+    source:
+      inline:
+%s  models:
+%s  scoring: [{type: exact_match, normalize: [trim]}]
+  shardSize: 10
+  parallelism: 2
+  runner:
+    stallTimeout: 20s
+%s`, name, samples.String(), model, runner)
+}
+
+const (
+	fakeModel = `  - {name: small, provider: openai, model: fake, baseURL: "http://fakellm.proctor-system.svc:8080/v1", apiKey: {env: OPENAI_API_KEY, secretKeyRef: {name: %s, key: %s}}}
+`
+	agentModel = `  - name: small
+    provider: agent
+    agent: {image: %s, command: [echo, "{{ .Prompt }}"], timeout: 10s}
+`
+)
+
+// TestFailuresAreVisible: each way a runner can fail to start or run shows in
+// the Evaluation's status within seconds (status.reason, kubectl get's REASON
+// column, a message naming the object at fault, the Degraded condition, a
+// Warning event), and ends the run Failed: at once for a shard that failed for
+// good, after spec.runner.stallTimeout for pods that cannot start, whose Jobs
+// are then stopped.
+func TestFailuresAreVisible(t *testing.T) {
+	cases := []struct {
+		ns, name string
+		prepare  func(t *testing.T, ns string)
+		model    string
+		runner   string
+		// reasons accepted (the kubelet's words for the same thing vary).
+		reasons []string
+		message []string // all said in status.message
+		stall   bool     // fails after the stall timeout, and its pods go away
+		timeout time.Duration
+	}{
+		{ns: "e2e-fail-key", name: "missing-key", model: fmt.Sprintf(fakeModel, "openai", "nope"),
+			reasons: []string{"CreateContainerConfigError"}, message: []string{`couldn't find key nope in Secret e2e-fail-key/openai`}, stall: true},
+		{ns: "e2e-fail-image", name: "no-image", model: fmt.Sprintf(agentModel, "registry.invalid/proctor/no-such-agent:1"),
+			reasons: []string{"ImagePullBackOff"}, message: []string{"registry.invalid/proctor/no-such-agent:1"}, stall: true},
+		{ns: "e2e-fail-sched", name: "too-big", model: fmt.Sprintf(fakeModel, "openai", "api-key"),
+			runner:  "    resources: {requests: {memory: 1000Gi}}\n",
+			reasons: []string{"Unschedulable"}, message: []string{"cannot be scheduled", "Insufficient memory", "memory 1000Gi"}, stall: true},
+		{ns: "e2e-fail-quota", name: "quota", model: fmt.Sprintf(fakeModel, "openai", "api-key"),
+			prepare: func(t *testing.T, ns string) {
+				applyYAML(t, ns, "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: limits-required}\nspec: {hard: {limits.memory: 1Gi, limits.cpu: '2'}}\n")
+			},
+			reasons: []string{"FailedCreate"}, message: []string{"cannot create pods", "limits-required", "must specify limits"}, stall: true},
+		{ns: "e2e-fail-psa", name: "restricted", model: fmt.Sprintf(agentModel, "busybox:1.35.0"),
+			prepare: func(t *testing.T, ns string) {
+				mustKubectl(t, "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+			},
+			reasons: []string{"FailedCreate"}, message: []string{"cannot create pods", `violates PodSecurity "restricted`, "runAsNonRoot"}, stall: true},
+		{ns: "e2e-fail-oom", name: "oom", model: fmt.Sprintf(fakeModel, "openai", "api-key"),
+			runner: "    resources: {limits: {memory: 8Mi}}\n",
+			// runc may be killed before the runner starts (StartError, "container init was OOM-killed").
+			reasons: []string{"OOMKilled", "StartError", "RunnerFailed"}, message: []string{"8Mi"}, timeout: 5 * time.Minute},
+		{ns: "e2e-fail-config", name: "empty-key", model: fmt.Sprintf(fakeModel, "empty", "api-key"),
+			prepare: func(t *testing.T, ns string) {
+				applyYAML(t, ns, "apiVersion: v1\nkind: Secret\nmetadata: {name: empty}\nstringData: {api-key: \"\"}\n")
+			},
+			reasons: []string{"ConfigurationError"}, message: []string{"configuration error", "the key of Secret empty is empty or missing"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ns := namespace(t, tc.ns)
+			if tc.prepare != nil {
+				tc.prepare(t, ns)
+			}
+			applyYAML(t, ns, failureEvaluation(tc.name, tc.model, tc.runner))
+			applied := time.Now()
+
+			// Visible within seconds.
+			var reason, message string
+			eventually(t, 90*time.Second, 250*time.Millisecond, "the reason in status", func() error {
+				ev := getEvaluation(t, ns, tc.name)
+				reason, message = ev.Status.Reason, ev.Status.Message
+				if !slices.Contains(tc.reasons, reason) {
+					return fmt.Errorf("phase %s reason %q message %q", ev.Status.Phase, reason, message)
+				}
+				return nil
+			})
+			visible := time.Since(applied)
+			record(fmt.Sprintf("apply -> %s in status", reason), visible)
+			t.Logf("%s: %s after %v: %s", tc.name, reason, visible.Round(100*time.Millisecond), message)
+			if visible > 30*time.Second {
+				t.Errorf("%s took %v to show in status; want seconds", reason, visible)
+			}
+			for _, m := range tc.message {
+				if !strings.Contains(message, m) {
+					t.Errorf("status.message %q does not say %q", message, m)
+				}
+			}
+			if row := printed(t, ns); !strings.Contains(row, reason) {
+				t.Errorf("kubectl get evaluations does not show %s:\n%s", reason, row)
+			}
+			if tc.stall {
+				ev := getEvaluation(t, ns, tc.name)
+				if ev.Status.Phase != "Running" || !strings.Contains(ev.Status.Message, "the run fails at") {
+					t.Errorf("a stall: phase %s message %q; want Running with its deadline", ev.Status.Phase, ev.Status.Message)
+				}
+				for _, c := range ev.Status.Conditions {
+					if c.Type == "Progressing" && (c.Status != "False" || c.Reason != reason) {
+						t.Errorf("Progressing = %s %s, want False %s", c.Status, c.Reason, reason)
+					}
+				}
+			}
+
+			// And it ends.
+			timeout := tc.timeout
+			if timeout == 0 {
+				timeout = 2 * time.Minute
+			}
+			eventually(t, timeout, time.Second, "Failed", func() error {
+				ev := getEvaluation(t, ns, tc.name)
+				if ev.Status.Phase != "Failed" {
+					return fmt.Errorf("phase %s reason %q message %q", ev.Status.Phase, ev.Status.Reason, ev.Status.Message)
+				}
+				reason, message = ev.Status.Reason, ev.Status.Message
+				return nil
+			})
+			record(fmt.Sprintf("apply -> Failed (%s)", tc.name), time.Since(applied))
+			if !slices.Contains(tc.reasons, reason) {
+				t.Errorf("Failed with reason %q (%s), want one of %v", reason, message, tc.reasons)
+			}
+			if strings.Contains(message, "see the logs") {
+				t.Errorf("the failure says %q instead of why", message)
+			}
+			ev := getEvaluation(t, ns, tc.name)
+			degraded := false
+			for _, c := range ev.Status.Conditions {
+				degraded = degraded || (c.Type == "Degraded" && c.Status == "True")
+			}
+			if !degraded {
+				t.Errorf("no Degraded condition: %+v", ev.Status.Conditions)
+			}
+			if r := reasons(t, ns, "Evaluation", tc.name); !slices.Contains(r, "Failed") || !slices.ContainsFunc(r, func(s string) bool { return slices.Contains(tc.reasons, s) }) {
+				t.Errorf("events %v, want %v and Failed", r, tc.reasons)
+			}
+			if tc.stall {
+				// The ended run's pods go away (its Jobs are suspended).
+				eventually(t, 90*time.Second, time.Second, "no runner pod left", func() error {
+					out, err := kubectl("get", "pods", "-n", ns, "-l", "proctor.dev/component=runner", "-o", "name")
+					if err != nil || strings.TrimSpace(out) != "" {
+						return fmt.Errorf("%v %s", err, out)
+					}
+					return nil
+				})
+			}
+		})
+	}
+}
