@@ -166,7 +166,22 @@ func pendingProblem(pod *corev1.Pod, shard string) *problem {
 // failedProblem says why a pod failed. attempts counts the pods its index ran.
 func failedProblem(pod *corev1.Pod, shard string, attempts int32) *problem {
 	var p problem
+	var disruption *corev1.PodCondition
+	for i, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			disruption = &pod.Status.Conditions[i]
+		}
+	}
 	switch {
+	case disruption != nil && pod.Status.Reason == "":
+		// Preempted, evicted through the API, its node lost: not the shard's
+		// fault, and not counted against its retries.
+		p.reason = conditionReason(disruption.Reason, "Disrupted")
+		p.message = fmt.Sprintf("pod %s (shard %s) was stopped (%s)", pod.Name, shard, orDefault(disruption.Reason, "disrupted"))
+		if d := detail(disruption.Message); d != "" {
+			p.message += ": " + d
+		}
+		p.message += "; the shard runs again"
 	case pod.Status.Reason != "":
 		// Evicted, DeadlineExceeded, a node's admission refusing it...
 		p.reason = conditionReason(pod.Status.Reason, "PodFailed")

@@ -60,6 +60,8 @@ func TestPodProblemsAreVisible(t *testing.T) {
 		Message: "0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.",
 	}}}
 	evicted := corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: ephemeral-storage."}
+	preempted := failedPod("Error", 143, "")
+	preempted.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "PreemptionByScheduler", Message: "Preempted by a higher priority pod"}}
 	deadline := corev1.PodStatus{Phase: corev1.PodFailed, Reason: "DeadlineExceeded", Message: "Pod was active on the node longer than the specified deadline"}
 	initPull := corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{{
 		Name: "install-proctor", Image: "registry.example/proctor:nope",
@@ -122,6 +124,8 @@ func TestPodProblemsAreVisible(t *testing.T) {
 			name: "a runner error, with its termination message", pod: ptr.To(failedPod("Error", 1, "proctor: reading the plan: connection refused\n")), reason: "RunnerFailed",
 			message: []string{"container runner failed (Error, exit code 1): proctor: reading the plan: connection refused (attempt 1)"},
 		},
+		{name: "preempted", pod: &preempted, reason: "PreemptionByScheduler",
+			message: []string{"pod arith-small-RUN-0-a (shard small/0) was stopped (PreemptionByScheduler): Preempted by a higher priority pod; the shard runs again"}},
 		{name: "evicted", pod: &evicted, reason: "Evicted", message: []string{"pod arith-small-RUN-0-a (shard small/0) Evicted: The node was low on resource: ephemeral-storage."}},
 		{name: "past its deadline", pod: &deadline, reason: "DeadlineExceeded", message: []string{"DeadlineExceeded: Pod was active on the node longer"}},
 	}
