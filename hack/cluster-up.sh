@@ -175,7 +175,16 @@ kubeconfig "$D/clusterdns.kubeconfig" clusterdns
 launch() { # name command...: run in the background, log to logs/<name>.log, record the PID
 	local name=$1; shift
 	log "Starting $name"
-	setsid "$@" >>"$D/logs/$name.log" 2>&1 </dev/null &
+	# The daemons outlive this script: they must not keep the caller's other
+	# descriptors open (a lock held with flock, a pipe to tee), or the caller's
+	# lock or pipe would last as long as the cluster.
+	(
+		for fd in /proc/self/fd/*; do
+			fd=${fd##*/}
+			[ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
+		done
+		exec setsid "$@" >>"$D/logs/$name.log" 2>&1 </dev/null
+	) &
 	echo $! >"$D/pids/$name.pid"
 }
 wait_for() { # description timeout-seconds command...
