@@ -69,7 +69,7 @@ func (p *Provider) run(ctx context.Context, ws, id string, r *rendered) (*provid
 	// jobs running, and they still hold our pipes. Kill them whatever the
 	// outcome: the group, then those that left it (setsid).
 	_ = killGroup(cmd.Process.Pid)
-	p.reaper.cleanup(ws)
+	p.reaper.cleanup(ws, cmd.Process.Pid)
 	s.finish(p.waitDelay)
 
 	state := cmd.ProcessState

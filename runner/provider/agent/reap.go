@@ -73,21 +73,24 @@ func (r *reaper) waited(pid int) {
 }
 
 // cleanup kills what the sample whose workspace is ws left running, and reaps
-// every orphan that has exited (this sample's or any other's). Killed
-// processes' own children are re-parented to us in turn, so it goes round
-// until a round kills nothing.
-func (r *reaper) cleanup(ws string) {
+// every orphan that has exited (this sample's or any other's). Its processes
+// are those carrying PROCTOR_WORKSPACE=ws and those still in the agent's
+// process group pgid (already sent SIGKILL, but maybe not dead yet: a dying
+// process's environment can no longer be read). Killed processes' own
+// children are re-parented to us in turn, so it goes round until a round
+// kills nothing.
+func (r *reaper) cleanup(ws string, pgid int) {
 	marker := []byte("PROCTOR_WORKSPACE=" + ws + "\x00")
 	for round := 0; round < 50; round++ {
-		killed := r.round(marker)
-		if killed == 0 {
+		killed := r.round(marker, pgid)
+		if len(killed) == 0 {
 			return
 		}
-		time.Sleep(5 * time.Millisecond) // let the kills land before reaping
+		r.reap(killed)
 	}
 }
 
-func (r *reaper) round(marker []byte) (killed int) {
+func (r *reaper) round(marker []byte, pgid int) (killed []int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range children(r.self) {
@@ -99,17 +102,45 @@ func (r *reaper) round(marker []byte) (killed int) {
 			_, _ = syscall.Wait4(c.pid, &ws, syscall.WNOHANG, nil)
 			continue
 		}
-		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", c.pid))
-		if err == nil && bytes.Contains(append([]byte{0}, env...), append([]byte{0}, marker...)) {
+		ours := c.pgid == pgid
+		if !ours {
+			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", c.pid))
+			ours = err == nil && bytes.Contains(append([]byte{0}, env...), append([]byte{0}, marker...))
+		}
+		if ours {
 			_ = syscall.Kill(c.pid, syscall.SIGKILL)
-			killed++
+			killed = append(killed, c.pid)
 		}
 	}
 	return killed
 }
 
+// reap waits for killed children to die and reaps them, for at most a second:
+// SIGKILL lands at once, unless a process is in uninterruptible sleep (then it
+// is reaped by a later cleanup). Waiting only a fixed moment left zombies on a
+// loaded machine.
+func (r *reaper) reap(pids []int) {
+	for deadline := time.Now().Add(time.Second); len(pids) > 0 && time.Now().Before(deadline); {
+		time.Sleep(2 * time.Millisecond)
+		r.mu.Lock()
+		left := pids[:0]
+		for _, pid := range pids {
+			if r.agents[pid] {
+				continue // reaped meanwhile by another cleanup, and the PID reused by an agent
+			}
+			var ws syscall.WaitStatus
+			if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); got == 0 && err == nil {
+				left = append(left, pid) // still dying
+			}
+		}
+		r.mu.Unlock()
+		pids = left
+	}
+}
+
 type child struct {
 	pid    int
+	pgid   int
 	zombie bool
 }
 
@@ -129,18 +160,20 @@ func children(ppid int) []child {
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
 		s := string(b)
 		i := strings.LastIndexByte(s, ')')
 		if i < 0 {
 			continue
 		}
 		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
+		if len(f) < 3 {
 			continue
 		}
-		if p, err := strconv.Atoi(f[1]); err == nil && p == ppid {
-			out = append(out, child{pid: pid, zombie: f[0] == "Z"})
+		p, err1 := strconv.Atoi(f[1])
+		pgid, err2 := strconv.Atoi(f[2])
+		if err1 == nil && err2 == nil && p == ppid {
+			out = append(out, child{pid: pid, pgid: pgid, zombie: f[0] == "Z"})
 		}
 	}
 	return out
