@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +22,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/internal/evalfile"
 	"github.com/proctor-dev/proctor/runner"
+	"github.com/proctor-dev/proctor/runner/provider/agent"
 	"github.com/proctor-dev/proctor/runner/results"
 )
 
@@ -121,6 +124,9 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 	// at the end (or by the next run, after a kill -9).
 	dataDir := filepath.Join(os.TempDir(), dataDirPrefix+strconv.Itoa(os.Getpid()))
 	removeStaleDataDirs(os.TempDir())
+	// What agents of a proctor killed with -9 started lives on (its agents died
+	// with it): any run ends them, whether or not it has agents of its own.
+	reportLeftovers(s.errOut, agent.KillLeftovers())
 	defer os.RemoveAll(dataDir)
 
 	var prepSig os.Signal
@@ -322,5 +328,22 @@ func removeStaleDataDirs(tmp string) {
 		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
 			_ = os.RemoveAll(filepath.Join(tmp, e.Name()))
 		}
+	}
+}
+
+// reportLeftovers says which processes of dead proctors' agents were killed, one
+// line per dead proctor.
+func reportLeftovers(w io.Writer, killed []agent.Leftover) {
+	byOwner := map[int][]string{}
+	var owners []int
+	for _, l := range killed {
+		if _, ok := byOwner[l.Owner]; !ok {
+			owners = append(owners, l.Owner)
+		}
+		byOwner[l.Owner] = append(byOwner[l.Owner], strconv.Itoa(l.PID))
+	}
+	slices.Sort(owners)
+	for _, o := range owners {
+		fmt.Fprintf(w, "Killed processes left running by the agents of proctor %d, which was killed: PID %s\n", o, strings.Join(byOwner[o], ", "))
 	}
 }
