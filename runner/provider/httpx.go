@@ -102,8 +102,16 @@ func NewHTTPClient(maxConnsPerHost int) *http.Client {
 	if t.MaxIdleConns != 0 { // 0 already means "no limit"
 		t.MaxIdleConns = max(t.MaxIdleConns, 4*perHost)
 	}
-	return &http.Client{Transport: t}
+	return &http.Client{Transport: t, CheckRedirect: noRedirects}
 }
+
+// noRedirects makes a redirect the answer rather than following it. An API
+// endpoint that redirects is a wrong baseURL (http for https, a moved host),
+// and following it would resend the request and its headers elsewhere: Go drops
+// Authorization on a change of host but not Anthropic's x-api-key nor the
+// user's headers, and turns a POST into a GET on 301-303. ErrorFromResponse
+// names the new location instead.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // ParseRetryAfter returns how long the server asked us to wait.
 //
@@ -204,6 +212,11 @@ func ErrorFromResponse(resp *http.Response, secrets ...string) *HTTPError {
 	msg, code := parseErrorBody(raw)
 	if msg == "" {
 		msg = strings.TrimSpace(string(raw))
+	}
+	if resp.StatusCode/100 == 3 {
+		if loc := resp.Header.Get("Location"); loc != "" {
+			msg = fmt.Sprintf("the server redirects to %s; set baseURL to the new address (Proctor does not follow redirects, which would send the request and its key elsewhere)", loc)
+		}
 	}
 	e.Message = truncate(Redact(msg, secrets...), maxErrorMessage)
 	e.Code = truncate(Redact(code, secrets...), maxErrorCode)

@@ -566,3 +566,35 @@ func TestParseErrorBodyIgnoresNonScalars(t *testing.T) {
 		t.Errorf("list detail: got %q, want empty (the raw body is used instead)", msg)
 	}
 }
+
+// TestNoRedirects: a redirect is reported, not followed: following it would
+// send the request and its credentials (x-api-key survives Go's cross-host
+// redirect rules) to another host, or turn the POST into a GET.
+func TestNoRedirects(t *testing.T) {
+	var elsewhere atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		fmt.Fprint(w, `{"ok":true}`)
+	}))
+	defer other.Close()
+	// The same server under another host name, as a cross-host redirect.
+	target := strings.Replace(other.URL, "127.0.0.1", "localhost", 1) + "/v1/messages"
+	for _, code := range []int{301, 302, 307, 308} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, target, code)
+			}))
+			defer srv.Close()
+			h := JSONHeaders(map[string]string{"X-Api-Key": "sk-secret"}, nil)
+			var out map[string]any
+			err := PostJSON(context.Background(), NewHTTPClient(4), srv.URL+"/v1/messages", h, map[string]string{"q": "x"}, &out, "sk-secret")
+			he, ok := AsHTTPError(err)
+			if !ok || he.StatusCode != code || !strings.Contains(he.Message, target) || !strings.Contains(he.Message, "baseURL") {
+				t.Errorf("err = %v, want an HTTP %d error naming %s and baseURL", err, code, target)
+			}
+		})
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("the redirect target got %d requests, want none", n)
+	}
+}
