@@ -264,8 +264,12 @@ func apiKey(m *v1alpha1.Model, path string, env Env) (string, error) {
 			return "", fmt.Errorf("%s.apiKey.secretKeyRef: model %q needs an API key, which a cluster takes from a Secret", path, m.Name)
 		}
 		key, ok := env.LookupEnv(APIKeyEnv(m.Name))
+		key = strings.TrimSpace(key)
 		if !ok || key == "" {
 			return "", fmt.Errorf("%s.apiKey.secretKeyRef: the key of Secret %s is empty or missing", path, m.APIKey.SecretKeyRef.Name)
+		}
+		if err := checkKey(key); err != nil {
+			return "", fmt.Errorf("%s.apiKey.secretKeyRef: the key of Secret %s %w", path, m.APIKey.SecretKeyRef.Name, err)
 		}
 		return key, nil
 	}
@@ -273,11 +277,28 @@ func apiKey(m *v1alpha1.Model, path string, env Env) (string, error) {
 		return "", fmt.Errorf("%s.apiKey.env: name the environment variable that holds the key", path)
 	}
 	key, ok := env.LookupEnv(name)
+	key = strings.TrimSpace(key)
 	if !ok || key == "" {
 		return "", fmt.Errorf("%s.apiKey.env: environment variable %s is not set (model %q needs an API key; "+
 			"export it, or for a server that needs no key set baseURL and leave apiKey out)", path, name, m.Name)
 	}
+	if err := checkKey(key); err != nil {
+		return "", fmt.Errorf("%s.apiKey.env: environment variable %s %w", path, name, err)
+	}
 	return key, nil
+}
+
+// checkKey refuses a key that cannot go into an HTTP header. Surrounding white
+// space is removed before (a key read from a file with `$(cat key)`, `echo` into
+// a file, or a Secret made with --from-file ends in a newline); a key with
+// space or control characters inside would fail every call, so it fails now.
+func checkKey(key string) error {
+	for i, c := range key {
+		if c < 0x21 || c == 0x7f {
+			return fmt.Errorf("holds a space or control character (%q at byte %d); an API key has none", c, i)
+		}
+	}
+	return nil
 }
 
 // CountDatasets counts the samples of each dataset (after its limit), reading

@@ -745,6 +745,26 @@ func TestAPIKeys(t *testing.T) {
 			wantSecrets: []string{key},
 		},
 		{
+			// echo "$KEY" > file; export KEY=$(cat file) keeps no newline, but
+			// KEY="$(cat file)\n", .env files and Secrets --from-file do.
+			name:        "key with a trailing newline is trimmed",
+			model:       "{name: gpt, provider: openai, model: m, baseURL: 'http://127.0.0.1:9/v1', apiKey: {env: MY_KEY}}",
+			vars:        map[string]string{"MY_KEY": " " + key + "\r\n"},
+			wantSecrets: []string{key},
+		},
+		{
+			name:    "key of white space only",
+			model:   "{name: gpt, provider: openai, model: m, baseURL: 'http://127.0.0.1:9/v1', apiKey: {env: MY_KEY}}",
+			vars:    map[string]string{"MY_KEY": "\n"},
+			wantErr: "spec.models[0].apiKey.env: environment variable MY_KEY is not set",
+		},
+		{
+			name:    "key with a newline inside",
+			model:   "{name: gpt, provider: openai, model: m, baseURL: 'http://127.0.0.1:9/v1', apiKey: {env: MY_KEY}}",
+			vars:    map[string]string{"MY_KEY": key + "\n" + key},
+			wantErr: "spec.models[0].apiKey.env: environment variable MY_KEY holds a space or control character",
+		},
+		{
 			name:    "custom baseURL, empty apiKey takes the default variable",
 			model:   "{name: gpt, provider: openai, model: m, baseURL: 'http://127.0.0.1:9/v1', apiKey: {}}",
 			wantErr: "spec.models[0].apiKey.env: environment variable OPENAI_API_KEY is not set",
@@ -1492,8 +1512,9 @@ models:
 scoring:
 - {type: judge, judge: {model: j}}
 `
-	// The pod of model b holds b's and the judge's keys, not a's.
-	env := newEnv(t, map[string]string{compile.APIKeyEnv("b"): "kb", compile.APIKeyEnv("j"): "kj"})
+	// The pod of model b holds b's and the judge's keys, not a's. A Secret made
+	// with --from-file usually ends in a newline, which is not part of the key.
+	env := newEnv(t, map[string]string{compile.APIKeyEnv("b"): "kb\n", compile.APIKeyEnv("j"): "kj"})
 	env.Cluster = true
 	t.Run("all models", func(t *testing.T) {
 		_, err := build(t, spec, env)
