@@ -223,6 +223,51 @@ func ErrorFromResponse(resp *http.Response, secrets ...string) *HTTPError {
 	return e
 }
 
+// ErrorInBody returns the error that a server put in the "error" member of a 2xx
+// answer, or nil when raw (that member) is absent or null. Gateways do this
+// (OpenRouter for an upstream failure; proxies of the Anthropic API), and such
+// an answer has no completion: read as one it would score as an empty answer.
+//
+// Its StatusCode is the error's numeric code when it is one of 400-599, else
+// what its type means (overloaded 529, server or API error 500, rate limit
+// 429), else 200, which retry treats as final.
+func ErrorInBody(raw json.RawMessage, secrets ...string) *HTTPError {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	wrapped := append(append([]byte(`{"error":`), raw...), '}')
+	msg, code := parseErrorBody(wrapped)
+	if msg == "" {
+		msg = string(raw)
+	}
+	status := http.StatusOK
+	if n, err := strconv.Atoi(code); err == nil && n >= 400 && n <= 599 {
+		status = n
+	} else if s, ok := bodyErrorStatus[code]; ok {
+		status = s
+	}
+	if status != http.StatusOK {
+		msg += " (in an HTTP 200 answer)"
+	}
+	return &HTTPError{
+		StatusCode: status,
+		Code:       truncate(Redact(code, secrets...), maxErrorCode),
+		Message:    truncate(Redact(msg, secrets...), maxErrorMessage),
+	}
+}
+
+// bodyErrorStatus maps error types to the status they come with when sent as
+// an HTTP status, so that retries treat them alike.
+var bodyErrorStatus = map[string]int{
+	"overloaded_error":      529,
+	"api_error":             http.StatusInternalServerError,
+	"server_error":          http.StatusInternalServerError,
+	"internal_server_error": http.StatusInternalServerError,
+	"rate_limit_error":      http.StatusTooManyRequests,
+	"rate_limit_exceeded":   http.StatusTooManyRequests,
+}
+
 // parseErrorBody extracts a message and a code from the error JSON shapes listed
 // at ErrorFromResponse. Every field is decoded leniently (as raw JSON first) so
 // that one unexpected type does not hide the others.

@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -103,6 +104,14 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	if err := provider.PostJSON(ctx, p.client, p.url, p.header, body, &out, p.secrets...); err != nil {
 		return nil, err
 	}
+	if e := provider.ErrorInBody(out.Error, p.secrets...); e != nil {
+		return nil, e
+	}
+	// An empty content array is a real (empty) answer; no content at all is not
+	// a message, unless the server says it is one.
+	if out.Content == nil && out.Type != "message" {
+		return nil, fmt.Errorf("anthropic: the response has no content and is not a message (type %q); is baseURL the Messages API?", out.Type)
+	}
 	return out.toResponse(), nil
 }
 
@@ -150,6 +159,10 @@ var emptySchema = json.RawMessage(`{"type":"object"}`)
 var emptyInput = json.RawMessage(`{}`)
 
 type messagesResponse struct {
+	// Type is "message", or "error" when a proxy answers 200 with an error.
+	Type  string          `json:"type"`
+	Error json.RawMessage `json:"error"`
+	// Content is nil when absent or null, which no message is.
 	Content []struct {
 		Type  string          `json:"type"`
 		Text  string          `json:"text"`

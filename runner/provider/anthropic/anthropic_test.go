@@ -328,7 +328,8 @@ func TestResponse(t *testing.T) {
 }
 
 func TestBadResponses(t *testing.T) {
-	for _, body := range []string{`{"content":[`, `<html>hello</html>`} {
+	// No content, and not a message: not an answer of the Messages API.
+	for _, body := range []string{`{"content":[`, `<html>hello</html>`, `{}`, `{"content":null}`, `{"type":"completion","completion":"4"}`} {
 		srv := newFakeServer(t, 200, nil, body)
 		p, err := New(Config{BaseURL: srv.URL, Model: "m"})
 		if err != nil {
@@ -642,5 +643,40 @@ func BenchmarkComplete(b *testing.B) {
 		if _, err := p.Complete(ctx, req); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestErrorInA200: a proxy answering 200 with the API's error object, and an
+// empty message, which is a real (empty) answer.
+func TestErrorInA200(t *testing.T) {
+	tests := []struct {
+		name       string
+		body       string
+		wantStatus int // 0: no error
+		wantIn     string
+	}{
+		{"overloaded", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, 529, "Overloaded"},
+		{"invalid request: final", `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too large"}}`, 200, "max_tokens"},
+		{"empty message", `{"type":"message","content":[],"stop_reason":"end_turn"}`, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newFakeServer(t, 200, nil, tt.body)
+			p, err := New(Config{BaseURL: srv.URL, Model: "m"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := p.Complete(context.Background(), &provider.Request{Messages: userMessage("Hi")})
+			if tt.wantStatus == 0 {
+				if err != nil || resp.Text != "" {
+					t.Errorf("Complete = %+v, %v; want an empty answer", resp, err)
+				}
+				return
+			}
+			he, ok := provider.AsHTTPError(err)
+			if !ok || he.StatusCode != tt.wantStatus || !strings.Contains(he.Message, tt.wantIn) {
+				t.Errorf("err = %#v, want an *HTTPError with status %d and message containing %q", err, tt.wantStatus, tt.wantIn)
+			}
+		})
 	}
 }

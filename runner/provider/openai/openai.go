@@ -99,6 +99,9 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	if err := provider.PostJSON(ctx, p.client, p.url, p.header, body, &out, p.secrets...); err != nil {
 		return nil, err
 	}
+	if e := provider.ErrorInBody(out.Error, p.secrets...); e != nil {
+		return nil, e
+	}
 	return out.toResponse()
 }
 
@@ -154,8 +157,12 @@ type chatToolDef struct {
 var emptyParameters = json.RawMessage(`{"type":"object","properties":{}}`)
 
 type chatResponse struct {
+	// Error is set by gateways that answer 200 with an error instead of choices.
+	Error   json.RawMessage `json:"error"`
 	Choices []struct {
-		Message struct {
+		// Message is nil when the choice has none: not a chat completion (a
+		// legacy completions endpoint answers {"text": ...}).
+		Message *struct {
 			// Content is null when the model only calls tools; decoding null into
 			// a string leaves it empty.
 			Content   string         `json:"content"`
@@ -273,6 +280,9 @@ func (r *chatResponse) toResponse() (*provider.Response, error) {
 		return nil, errors.New("openai: response has no choices")
 	}
 	c := &r.Choices[0]
+	if c.Message == nil {
+		return nil, errors.New("openai: the response's choice has no message; is baseURL a chat completions API?")
+	}
 	resp := &provider.Response{
 		Text:         c.Message.Content,
 		FinishReason: c.FinishReason,

@@ -378,6 +378,8 @@ func TestBadResponses(t *testing.T) {
 		{name: "missing choices", body: `{}`},
 		{name: "malformed JSON", body: `{"choices":[`},
 		{name: "not JSON", body: `<html>hello</html>`},
+		// A legacy completions endpoint: read as a chat completion, an empty answer.
+		{name: "choice without message", body: `{"choices":[{"text":"4","finish_reason":"stop"}]}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -693,5 +695,35 @@ func BenchmarkComplete(b *testing.B) {
 		if _, err := p.Complete(ctx, req); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestErrorInA200: gateways answer 200 with an error object instead of choices;
+// it is the sample's error, retried as its code or type says, with its message.
+func TestErrorInA200(t *testing.T) {
+	tests := []struct {
+		name       string
+		body       string
+		wantStatus int
+		wantIn     string
+	}{
+		{"OpenRouter upstream failure", `{"error":{"code":502,"message":"Provider returned error"}}`, 502, "Provider returned error"},
+		{"server error type", `{"error":{"message":"model overloaded, try later","type":"server_error"}}`, 500, "model overloaded"},
+		{"request error: final", `{"error":{"message":"bad request","type":"invalid_request_error"},"choices":[]}`, 200, "bad request"},
+		{"a string", `{"error":"no credits"}`, 200, "no credits"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newFakeServer(t, 200, nil, tt.body)
+			p, err := New(Config{BaseURL: srv.URL, Model: "m"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{{Role: "user", Content: "Hi"}}})
+			he, ok := provider.AsHTTPError(err)
+			if !ok || he.StatusCode != tt.wantStatus || !strings.Contains(he.Message, tt.wantIn) {
+				t.Errorf("err = %#v, want an *HTTPError with status %d and message containing %q", err, tt.wantStatus, tt.wantIn)
+			}
+		})
 	}
 }
