@@ -28,11 +28,19 @@ type Entry struct {
 	LatencyMillis int64             `json:"latencyMillis"`
 }
 
-// New opens (creating) a cache directory.
+// New opens (creating) a cache directory, which must be writable: a cache that
+// cannot store answers would let a run pay for every call again next time
+// while the user believes they are cached.
 func New(dir string) (*Cache, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cache directory: %w", err)
 	}
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return nil, fmt.Errorf("cache directory %s is not writable: %w", dir, err)
+	}
+	f.Close()
+	_ = os.Remove(f.Name())
 	return &Cache{dir: dir}, nil
 }
 

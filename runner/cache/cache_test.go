@@ -3,6 +3,7 @@ package cache
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -92,4 +93,38 @@ func TestConcurrentWritersLeaveWholeEntries(t *testing.T) {
 	if len(entries) != 1 {
 		t.Errorf("%d files left in the shard directory, want 1 (no temporaries)", len(entries))
 	}
+}
+
+// TestNewRefusesAnUnwritableDirectory: an existing directory that cannot be
+// written (another user's shared cache) is an error up front, not a failed
+// write logged after every paid call.
+func TestNewRefusesAnUnwritableDirectory(t *testing.T) {
+	readOnly := filepath.Join(t.TempDir(), "ro")
+	if err := os.Mkdir(readOnly, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		dir  string
+		skip string
+	}{
+		{name: "mode 0555", dir: readOnly, skip: map[bool]string{true: "root writes anyway"}[os.Geteuid() == 0]},
+		// Read-only even for root.
+		{name: "sysfs", dir: "/sys", skip: map[bool]string{false: "no /sys"}[dirExists("/sys")]},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.skip != "" {
+				t.Skip(tt.skip)
+			}
+			if _, err := New(tt.dir); err == nil || !strings.Contains(err.Error(), "not writable") {
+				t.Errorf("New(%s) = %v, want a 'not writable' error", tt.dir, err)
+			}
+		})
+	}
+}
+
+func dirExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }
