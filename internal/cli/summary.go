@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -45,11 +47,23 @@ type errorCount struct {
 	Pair  string // model/dataset
 	Error string
 	Count int
+	// Unit and At say where, for errors about a record of the data ("line 17:
+	// invalid JSON"): the location is taken out of Error, so that one fault in
+	// many records counts as one error, and the first few are kept here.
+	Unit string
+	At   []int
 }
 
-// maxDistinctErrors bounds the errors counted apart: data errors name their
-// line, so a large file of bad records would otherwise count each one.
+// maxDistinctErrors bounds the errors counted apart, whose texts may hold
+// anything (a regex, a tool name).
 const maxDistinctErrors = 10000
+
+// maxLocations is how many record locations an error lists.
+const maxLocations = 3
+
+// recordLocation matches the start of a dataset record's error (see
+// dataset.RecordError): "line 17: ", "element 3: ", "item 2: ".
+var recordLocation = regexp.MustCompile(`^(line|element|item) ([0-9]+): `)
 
 // topErrors reads results.jsonl and returns its n most common errors, most
 // common first (ties by pair, then error text).
@@ -60,7 +74,7 @@ func topErrors(resultsFile string, n int) ([]errorCount, error) {
 	}
 	defer f.Close()
 	type key struct{ pair, err string }
-	counts := map[key]int{}
+	counts := map[key]*errorCount{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 64<<20)
 	for sc.Scan() {
@@ -70,22 +84,58 @@ func topErrors(resultsFile string, n int) ([]errorCount, error) {
 		if json.Unmarshal(sc.Bytes(), &r) != nil || r.Error == "" {
 			continue
 		}
-		k := key{r.Model + "/" + r.Dataset, r.Error}
-		if _, ok := counts[k]; ok || len(counts) < maxDistinctErrors {
-			counts[k]++
+		text, unit, at := r.Error, "", 0
+		if m := recordLocation.FindStringSubmatch(text); m != nil {
+			if n, err := strconv.Atoi(m[2]); err == nil {
+				text, unit, at = text[len(m[0]):], m[1], n
+			}
+		}
+		k := key{r.Model + "/" + r.Dataset, text}
+		c, ok := counts[k]
+		if !ok {
+			if len(counts) >= maxDistinctErrors {
+				continue
+			}
+			c = &errorCount{Pair: k.pair, Error: k.err, Unit: unit}
+			counts[k] = c
+		}
+		c.Count++
+		if unit != "" && unit == c.Unit && len(c.At) < maxLocations {
+			c.At = append(c.At, at)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
 	out := make([]errorCount, 0, len(counts))
-	for k, c := range counts {
-		out = append(out, errorCount{Pair: k.pair, Error: k.err, Count: c})
+	for _, c := range counts {
+		out = append(out, *c)
 	}
 	slices.SortFunc(out, func(a, b errorCount) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Pair, b.Pair), cmp.Compare(a.Error, b.Error))
 	})
 	return out[:min(n, len(out))], nil
+}
+
+// where is " (line 3)", " (lines 3, 7, 9 and 12 more)", or "" for an error
+// that is not about a record.
+func (e errorCount) where() string {
+	if len(e.At) == 0 {
+		return ""
+	}
+	unit := e.Unit
+	if e.Count > 1 {
+		unit += "s"
+	}
+	nums := make([]string, len(e.At))
+	for i, n := range e.At {
+		nums[i] = strconv.Itoa(n)
+	}
+	s := " (" + unit + " " + strings.Join(nums, ", ")
+	if more := e.Count - len(e.At); more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	return s + ")"
 }
 
 // maxErrorText is how much of an error the summary shows; results.jsonl has it whole.
@@ -103,6 +153,6 @@ func printErrors(w io.Writer, errs []errorCount) {
 		if r := []rune(text); len(r) > maxErrorText {
 			text = string(r[:maxErrorText]) + "…"
 		}
-		fmt.Fprintf(w, "  %d× %s: %s\n", e.Count, e.Pair, text)
+		fmt.Fprintf(w, "  %d× %s: %s%s\n", e.Count, e.Pair, text, e.where())
 	}
 }

@@ -39,6 +39,24 @@ func TestTopErrors(t *testing.T) {
 			},
 		},
 		{
+			// One fault in many records is one error, with its first locations.
+			name: "record errors counted without their location",
+			lines: []string{
+				rec("a", "line 2: invalid JSON: unexpected end of JSON input"),
+				rec("a", "line 5: not a JSON object"),
+				rec("a", "line 7: invalid JSON: unexpected end of JSON input"),
+				rec("a", "line 9: invalid JSON: unexpected end of JSON input"),
+				rec("a", "line 12: invalid JSON: unexpected end of JSON input"),
+				rec("a", "scorer numeric: line 3: x"),
+			},
+			n: 3,
+			want: []errorCount{
+				{Pair: "a/qs", Error: "invalid JSON: unexpected end of JSON input", Count: 4, Unit: "line", At: []int{2, 7, 9}},
+				{Pair: "a/qs", Error: "not a JSON object", Count: 1, Unit: "line", At: []int{5}},
+				{Pair: "a/qs", Error: "scorer numeric: line 3: x", Count: 1},
+			},
+		},
+		{
 			name:  "fewer than n",
 			lines: []string{rec("a", "boom")},
 			n:     3,
@@ -73,6 +91,14 @@ func TestPrintErrors(t *testing.T) {
 			name: "one line each, whitespace collapsed",
 			errs: []errorCount{{Pair: "gpt/qs", Error: "call: dial tcp:\n  connection refused", Count: 12}},
 			want: "\nMost common errors:\n  12× gpt/qs: call: dial tcp: connection refused\n",
+		},
+		{
+			name: "record errors name their first lines",
+			errs: []errorCount{
+				{Pair: "m/d", Error: "not a JSON object", Count: 5, Unit: "line", At: []int{2, 3, 4}},
+				{Pair: "m/d", Error: "invalid JSON", Count: 1, Unit: "element", At: []int{7}},
+			},
+			want: "\nMost common errors:\n  5× m/d: not a JSON object (lines 2, 3, 4 and 2 more)\n  1× m/d: invalid JSON (element 7)\n",
 		},
 		{
 			name: "long errors cut",
