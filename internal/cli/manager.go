@@ -122,7 +122,9 @@ func storageBudgetOption(flag int64) int64 {
 }
 
 // CacheOptions keep the manager's caches to what Proctor made (labelled
-// managed-by=proctor), in the watched namespaces.
+// managed-by=proctor: runner pods too), in the watched namespaces; of Events,
+// only the Job controller's FailedCreate (pods refused by a ResourceQuota or
+// Pod Security), which no Job condition shows.
 func CacheOptions(watchNamespaces string) cache.Options {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{cluster.LabelManagedBy: cluster.ManagedBy})}
 	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
