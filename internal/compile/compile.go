@@ -196,6 +196,9 @@ func buildModel(spec *v1alpha1.EvaluationSpec, m *v1alpha1.Model, path string, e
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s.parameters: %w", path, err)
 	}
+	if err := provider.CheckHeaders(m.Headers); err != nil {
+		return nil, nil, fmt.Errorf("%s.headers: %w", path, err)
+	}
 	if m.Provider == v1alpha1.ProviderAnthropic && params.MaxTokens == 0 {
 		// The API requires a cap; the default is part of what identifies answers.
 		params.MaxTokens = v1alpha1.DefaultAnthropicMaxToken

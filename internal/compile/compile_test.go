@@ -1536,3 +1536,30 @@ scoring:
 		}
 	})
 }
+
+// TestHeadersThatCannotBeSent: a header net/http refuses would fail every call
+// (retried, then every sample an error); it is refused before any.
+func TestHeadersThatCannotBeSent(t *testing.T) {
+	tests := []struct {
+		name    string
+		headers string
+		wantErr string // prefix; "" means accepted
+	}{
+		{name: "valid", headers: `{X-Title: "My eval", HTTP-Referer: "https://example.org"}`},
+		{name: "newline in a value", headers: `{X-Title: "a\nb"}`, wantErr: "spec.models[0].headers: X-Title: the value holds a newline"},
+		{name: "space in a name", headers: `{"X Title": a}`, wantErr: `spec.models[0].headers: "X Title" is not a valid header name`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			model := "models:\n- {name: m, provider: openai, model: m, baseURL: 'http://127.0.0.1:9/v1', headers: " + tt.headers + "}\n"
+			_, err := build(t, inlineDataset+model, newEnv(t, nil))
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Build: %v", err)
+				}
+				return
+			}
+			wantError(t, err, tt.wantErr)
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -20,6 +21,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 const (
@@ -479,6 +482,20 @@ func JSONHeaders(fixed, extra map[string]string) http.Header {
 		h.Set(k, v)
 	}
 	return h
+}
+
+// CheckHeaders reports a header that net/http would refuse to send: every call
+// would fail with it, so it is better refused before the first one.
+func CheckHeaders(h map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return fmt.Errorf("%q is not a valid header name", k)
+		}
+		if !httpguts.ValidHeaderFieldValue(h[k]) {
+			return fmt.Errorf("%s: the value holds a newline or another control character, which a header cannot", k)
+		}
+	}
+	return nil
 }
 
 // ClientOrDefault returns c, or a pooled client when c is nil.
