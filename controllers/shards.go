@@ -118,6 +118,9 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 				p.anyRunning = p.anyRunning || st.pod.running
 			}
 			anyActive = anyActive || st.active
+			if st.active {
+				p.noteThrottled(st.progress.Throttled)
+			}
 			progress.Completed += int64(st.progress.Done)
 			progress.Errored += int64(st.progress.Errored)
 			if mi == 0 {

@@ -2,6 +2,9 @@ package controllers
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +29,9 @@ const (
 	// reason is the pods' (ImagePullBackOff, CreateContainerConfigError,
 	// Unschedulable, FailedCreate, OOMKilled, ConfigurationError, Evicted...).
 	ConditionDegraded = "Degraded"
+	// ConditionRateLimited is True while a model's server answers 429: calls
+	// wait, and no sample fails for it (retry.maxThrottleWait bounds the wait).
+	ConditionRateLimited = "RateLimited"
 )
 
 // Reasons, for conditions and events.
@@ -46,6 +52,10 @@ const (
 	ReasonFailed            = "Failed"
 	// ReasonRecovered: the runner pods' problem went away (Degraded is False).
 	ReasonRecovered = "Recovered"
+	// ReasonRateLimited: a model's server answers 429 (RateLimited is True).
+	ReasonRateLimited = "RateLimited"
+	// ReasonRateLimitLifted: no model is rate limited any more.
+	ReasonRateLimitLifted = "RateLimitLifted"
 	// Reasons of pod problems besides the kubelet's own (ImagePullBackOff,
 	// CreateContainerConfigError, CreateContainerError, OOMKilled, Evicted,
 	// DeadlineExceeded, ...), which are used as they are.
@@ -86,6 +96,45 @@ type pass struct {
 	anyRunning     bool
 	degraded       *problem
 	stalled        *problem
+
+	// throttled holds, by model, the runs of 429s the active shards reported:
+	// the earliest start and the latest retry-after end.
+	throttled map[string]cluster.Throttle
+}
+
+// noteThrottled adds a shard's rate-limited models to the pass.
+func (p *pass) noteThrottled(models map[string]cluster.Throttle) {
+	for m, t := range models {
+		if p.throttled == nil {
+			p.throttled = map[string]cluster.Throttle{}
+		}
+		have, ok := p.throttled[m]
+		if !ok || t.Since.Before(&have.Since) {
+			have.Since = t.Since
+		}
+		if t.Until != nil && (have.Until == nil || have.Until.Before(t.Until)) {
+			have.Until = t.Until
+		}
+		have.Refusals += t.Refusals
+		p.throttled[m] = have
+	}
+}
+
+// rateLimitMessage says which models are rate limited, since when, and what
+// that means for the run. It names times, not durations, so that it does not
+// change (and rewrite the status) while the throttling lasts.
+func (p *pass) rateLimitMessage() string {
+	models := slices.Sorted(maps.Keys(p.throttled))
+	parts := make([]string, len(models))
+	for i, m := range models {
+		parts[i] = fmt.Sprintf("model %s since %s", m, p.throttled[m].Since.UTC().Format(time.RFC3339))
+	}
+	wait := v1alpha1.DefaultMaxThrottleWait
+	if r := p.ev.Spec.Retry; r != nil && r.MaxThrottleWait != nil {
+		wait = r.MaxThrottleWait.Duration
+	}
+	return fmt.Sprintf("rate limited by the server (HTTP 429): %s; calls wait for it and no sample fails for it, "+
+		"but the run fails if a model has no successful call for retry.maxThrottleWait (%v)", strings.Join(parts, ", "), wait)
 }
 
 type event struct {
@@ -155,6 +204,9 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 		case p.degraded != nil:
 			st.Message, st.Reason = p.degraded.message, p.degraded.reason
 			set(ConditionProgressing, metav1.ConditionTrue, ReasonRunning, "shards are running")
+		case len(p.throttled) > 0:
+			st.Message, st.Reason = p.rateLimitMessage(), ReasonRateLimited
+			set(ConditionProgressing, metav1.ConditionTrue, ReasonRunning, "shards are running")
 		default:
 			set(ConditionProgressing, metav1.ConditionTrue, ReasonRunning, "shards are running")
 		}
@@ -170,6 +222,7 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 		}
 	}
 	r.setDegraded(p, set, suspended)
+	r.setRateLimited(p, set)
 	if (st.Phase == v1alpha1.PhaseSucceeded || st.Phase == v1alpha1.PhaseFailed) && st.CompletionTime == nil {
 		st.CompletionTime = &metav1.Time{Time: p.now}
 	}
@@ -196,6 +249,28 @@ func (r *EvaluationReconciler) setDegraded(p *pass, set func(t string, status me
 	case wasDegraded:
 		p.event(corev1.EventTypeNormal, ReasonRecovered, "The runner pods recovered from %s", old.Reason)
 		set(ConditionDegraded, metav1.ConditionFalse, ReasonRecovered, "")
+	}
+}
+
+// setRateLimited sets the RateLimited condition from the shards' reports, with
+// an event when a model starts being throttled and when none is any more. It
+// is left alone by passes that did not look at the shards.
+func (r *EvaluationReconciler) setRateLimited(p *pass, set func(t string, status metav1.ConditionStatus, reason, msg string)) {
+	old := meta.FindStatusCondition(p.status.Conditions, ConditionRateLimited)
+	was := old != nil && old.Status == metav1.ConditionTrue
+	running := p.status.Phase == v1alpha1.PhaseRunning
+	switch {
+	case running && len(p.throttled) > 0:
+		msg := p.rateLimitMessage()
+		if !was {
+			p.event(corev1.EventTypeWarning, ReasonRateLimited, "%s", msg)
+		}
+		set(ConditionRateLimited, metav1.ConditionTrue, ReasonRateLimited, msg)
+	case was && (p.plan != nil || !running):
+		if running {
+			p.event(corev1.EventTypeNormal, ReasonRateLimitLifted, "No model is rate limited any more")
+		}
+		set(ConditionRateLimited, metav1.ConditionFalse, ReasonRateLimitLifted, "")
 	}
 }
 

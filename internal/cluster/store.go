@@ -102,6 +102,19 @@ type ShardProgress struct {
 	// because the shard's share of the storage budget was used up.
 	Cut     int `json:"cut,omitempty"`
 	Dropped int `json:"dropped,omitempty"`
+	// Throttled lists the models (the shard's and its judges) that the server
+	// is rate limiting (429) at the last flush.
+	Throttled map[string]Throttle `json:"throttled,omitempty"`
+}
+
+// Throttle is a model's current run of 429s, as a runner saw it.
+type Throttle struct {
+	// Since is the first 429 after the model's last successful call.
+	Since metav1.Time `json:"since"`
+	// Until is when the server's latest retry-after ends, if it sent one.
+	Until *metav1.Time `json:"until,omitempty"`
+	// Refusals counts the 429s since Since.
+	Refusals int `json:"refusals"`
 }
 
 // ParseProgress reads a head's progress annotation.
@@ -331,6 +344,13 @@ func (s *Store) SetBudget(version int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.progress.Budget = version
+}
+
+// SetThrottled records which models are being rate limited, for the next flush.
+func (s *Store) SetThrottled(t map[string]Throttle) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.progress.Throttled = t
 }
 
 // Progress returns the shard's progress so far.

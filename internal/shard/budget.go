@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/internal/cluster"
@@ -27,7 +28,9 @@ type budgetFollower struct {
 	eng     *runner.Engine
 	store   *cluster.Store
 	limited map[string]bool
-	log     logr.Logger
+	// models are the models the shard calls (its own and the judges).
+	models []string
+	log    logr.Logger
 
 	lastRead time.Time
 	fenced   bool
@@ -58,9 +61,30 @@ func (b *budgetFollower) loop(ctx context.Context) {
 }
 
 func (b *budgetFollower) flush(ctx context.Context) {
+	b.store.SetThrottled(throttled(b.eng, b.models))
 	if err := b.store.Flush(ctx, false); err != nil && ctx.Err() == nil {
 		b.log.Error(err, "Failed to checkpoint; will retry")
 	}
+}
+
+// throttled reports the models that the server is rate limiting now.
+func throttled(eng *runner.Engine, models []string) map[string]cluster.Throttle {
+	var out map[string]cluster.Throttle
+	for _, m := range models {
+		st := eng.Throttle(m)
+		if !st.Throttled() {
+			continue
+		}
+		t := cluster.Throttle{Since: metav1.NewTime(st.Since), Refusals: st.Refusals}
+		if !st.Until.IsZero() {
+			t.Until = &metav1.Time{Time: st.Until}
+		}
+		if out == nil {
+			out = map[string]cluster.Throttle{}
+		}
+		out[m] = t
+	}
+	return out
 }
 
 // poll reads the budget and applies this shard's shares; if the budget has been

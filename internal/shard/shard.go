@@ -53,8 +53,8 @@ type Options struct {
 	// StorageBudget is what the planner puts in the plan as the run's storage
 	// budget for records (cluster.Plan.StorageBytes); 0 means unbounded.
 	StorageBudget int64
-	Clock       clock.WithTicker
-	Log         logr.Logger
+	Clock         clock.WithTicker
+	Log           logr.Logger
 }
 
 // InvalidError is a problem no retry can fix (a template naming a missing field,
@@ -137,7 +137,7 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 			delete(limited, m) // another pod's model: this one never calls it
 		}
 	}
-	b := &budgetFollower{c: c, o: o, shard: sh, eng: eng, store: store, limited: limited, log: log}
+	b := &budgetFollower{c: c, o: o, shard: sh, eng: eng, store: store, limited: limited, models: models, log: log}
 	if len(limited) > 0 {
 		// Until the controller grants a share, limited models send nothing.
 		for m := range limited {

@@ -3,10 +3,13 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
@@ -103,4 +106,50 @@ func TestRateLimitEditAppliesWithinSeconds(t *testing.T) {
 	}
 	suspend := getEvaluation(t, ns, "paced")
 	_ = k8sClient.Delete(context.Background(), suspend)
+}
+
+// TestThrottledRunSaysSoAndLosesNothing: a server answering 429 for a while
+// (another team on the key) makes the Evaluation say which model is rate
+// limited (REASON RateLimited, condition RateLimited) while it lasts; every
+// sample still ends right, and the condition clears.
+func TestThrottledRunSaysSoAndLosesNothing(t *testing.T) {
+	ns := newNamespace(t)
+	var mu sync.Mutex
+	var refusals int
+	throttledUntil := time.Now().Add(time.Hour) // until the status shows it
+	_, url := fakeLLM(t, fakellm.Config{Responder: func(req fakellm.Request) fakellm.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Now().Before(throttledUntil) {
+			refusals++
+			return fakellm.Reply{Status: 429}
+		}
+		return fakellm.DefaultReply(req)
+	}})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	// maxAttempts 1: were a 429 an attempt, every sample would fail at once.
+	create(t, testutil.MakeEvaluation("throttled", ns).InlineDataset("d", 6).OpenAIModel("m", url).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(6).Concurrency(3).Retry(1, "50ms", "300ms").Obj())
+	eventually(t, 30*time.Second, "the status to say the model is rate limited", func() (bool, string) {
+		ev := getEvaluation(t, ns, "throttled")
+		c := meta.FindStatusCondition(ev.Status.Conditions, "RateLimited")
+		ok := c != nil && c.Status == metav1.ConditionTrue && ev.Status.Reason == "RateLimited" &&
+			strings.Contains(ev.Status.Message, "model m since")
+		return ok, fmt.Sprintf("reason %q, message %q, condition %+v", ev.Status.Reason, ev.Status.Message, c)
+	})
+	mu.Lock()
+	throttledUntil = time.Time{}
+	n := refusals
+	mu.Unlock()
+	if n < 3 {
+		t.Fatalf("the server refused %d calls; the test proves nothing", n)
+	}
+	ev := waitPhase(t, ns, "throttled", v1alpha1.PhaseSucceeded, time.Minute)
+	if ev.Status.Progress == nil || ev.Status.Progress.Completed != 6 || ev.Status.Progress.Errored != 0 || ev.Status.Score != "1.0000" {
+		t.Errorf("progress %+v, score %q; want 6 done, none errored, 1.0000", ev.Status.Progress, ev.Status.Score)
+	}
+	if c := meta.FindStatusCondition(ev.Status.Conditions, "RateLimited"); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("RateLimited after the run = %+v; want False", c)
+	}
 }

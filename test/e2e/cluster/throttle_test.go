@@ -16,7 +16,7 @@ import (
 // nothing), and yet both must end with every sample answered and right: a 429
 // is "later", never "wrong".
 func TestTwoTeamsShareOneKey(t *testing.T) {
-	const rpm, n = 120, 60
+	const rpm, n = 120, 100 // 200 requests: more than one window holds
 	teams := []string{namespace(t, "e2e-team-a"), namespace(t, "e2e-team-b")}
 	fakeServers(t, teams[0], "shared", []string{fmt.Sprintf("-rpm=%d", rpm)})
 	base := fmt.Sprintf("http://shared.%s.svc:8081/v1", teams[0])
@@ -57,7 +57,7 @@ spec:
 		}
 		return nil
 	})
-	record("2 teams x 60 samples on one 120 RPM key", time.Since(start))
+	record("2 teams x 100 samples on one 120 RPM key", time.Since(start))
 	s := stats(t, teams[0], "shared", 8081)
 	if s["rateLimited"] < 1 {
 		t.Fatalf("the server refused no call (stats %v): the teams did not contend, the test proves nothing", s)
