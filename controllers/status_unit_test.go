@@ -160,6 +160,7 @@ func TestNoEventsWhenStatusWriteConflicts(t *testing.T) {
 		t.Fatalf("phase after the retry = %q", st.Phase)
 	}
 	if got := reasons(h.rec.take()); !cmp.Equal([]string{ReasonCompleted}, got) {
+		t.Errorf("events = %v; want only %s, once, from the pass whose write succeeded", got, ReasonCompleted)
 	}
 }
 
@@ -176,6 +177,7 @@ func TestShardFailedEventOnceWhenThrottled(t *testing.T) {
 	h.mustReconcile(ev)
 	got := reasons(h.rec.take())
 	if diff := cmp.Diff([]string{ReasonShardFailed}, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
 
