@@ -79,7 +79,8 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 			Model: s.Model, Dataset: s.Dataset, Total: s.Total, Completed: s.Completed, Errored: s.Errored,
 			Metrics:       map[string]string{},
 			LatencyMillis: &v1alpha1.LatencySummary{P50: s.LatencyMillis.P50, P95: s.LatencyMillis.P95},
-			Tokens:        &v1alpha1.TokenUsage{Input: s.Tokens.Input, Output: s.Tokens.Output},
+			Tokens: &v1alpha1.TokenUsage{Input: s.Tokens.Input, Output: s.Tokens.Output,
+				JudgeInput: s.Tokens.JudgeInput, JudgeOutput: s.Tokens.JudgeOutput},
 		}
 		for k, v := range s.Metrics {
 			mr.Metrics[k] = fmt.Sprintf("%.4f", v)

@@ -303,7 +303,8 @@ func completeStatus(indexes string) batchv1.JobStatus {
 // --- shard ConfigMaps, in the formats of cluster.Store ---
 
 // rec is a record of sample i of a model on a dataset: even samples score 1,
-// odd ones 0; latency 100+10i ms; 10 input and 2 output tokens.
+// odd ones 0; latency 100+10i ms; 10 input and 2 output tokens; judging cost 7
+// and 1.
 func rec(model, dataset string, i int) results.Record {
 	score := 0.0
 	if i%2 == 0 {
@@ -313,6 +314,7 @@ func rec(model, dataset string, i int) results.Record {
 		ID: fmt.Sprintf("%s-%d", dataset, i), Model: model, Dataset: dataset, Output: fmt.Sprint(i + 1),
 		Scores: map[string]float64{"exact_match": score}, Attempts: 1,
 		LatencyMillis: int64(100 + 10*i), InputTokens: 10, OutputTokens: 2,
+		JudgeInputTokens: 7, JudgeOutputTokens: 1,
 	}
 }
 

@@ -702,7 +702,7 @@ func TestReconcileSucceeded(t *testing.T) {
 			Model: "small", Dataset: "d", Total: 10, Completed: 10, Errored: 1,
 			Metrics:       map[string]string{"exact_match": "0.5000"},
 			LatencyMillis: &v1alpha1.LatencySummary{P50: 140, P95: 190},
-			Tokens:        &v1alpha1.TokenUsage{Input: 100, Output: 18},
+			Tokens:        &v1alpha1.TokenUsage{Input: 100, Output: 18, JudgeInput: 63, JudgeOutput: 9},
 		}},
 		Score:            "0.5000",
 		ResultsConfigMap: "arith-results",
@@ -738,7 +738,7 @@ func TestReconcileSucceeded(t *testing.T) {
 		Model: "small", Dataset: "d", Total: 10, Completed: 10, Errored: 1,
 		Metrics:       map[string]float64{"exact_match": 0.5},
 		LatencyMillis: results.Latency{P50: 140, P95: 190},
-		Tokens:        results.Tokens{Input: 100, Output: 18},
+		Tokens:        results.Tokens{Input: 100, Output: 18, JudgeInput: 63, JudgeOutput: 9},
 	}}
 	if diff := cmp.Diff(wantSummary, gotSummary.Results); diff != "" {
 		t.Errorf("summary.json (-want +got):\n%s", diff)

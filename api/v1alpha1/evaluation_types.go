@@ -676,10 +676,15 @@ type LatencySummary struct {
 	P95 int64 `json:"p95"`
 }
 
-// TokenUsage totals tokens.
+// TokenUsage totals tokens: the evaluated model's, and what judging its
+// answers cost.
 type TokenUsage struct {
 	Input  int64 `json:"input"`
 	Output int64 `json:"output"`
+	// +optional
+	JudgeInput int64 `json:"judgeInput,omitempty"`
+	// +optional
+	JudgeOutput int64 `json:"judgeOutput,omitempty"`
 }
 
 // Evaluation runs models over datasets and scores them.
