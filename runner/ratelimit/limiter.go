@@ -245,6 +245,13 @@ func (l *Limiter) Reserve(cost Cost) *Reservation {
 	now := l.clock.Now()
 	r := &Reservation{l: l, cost: cost, moved: make(chan struct{})}
 	l.reserve(r, now)
+	// waiting is in time order: forget the calls whose turn has come, or it
+	// would hold every paced call of a long run.
+	done := 0
+	for done < len(l.waiting) && (!l.waiting[done].at.After(now) || l.waiting[done].cancelled) {
+		done++
+	}
+	l.waiting = l.waiting[done:]
 	if r.at.After(now) {
 		l.waiting = append(l.waiting, r)
 	}

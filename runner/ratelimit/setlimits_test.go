@@ -91,3 +91,21 @@ func TestSetLimitsLoweredSlowsWithoutPausing(t *testing.T) {
 		t.Errorf("%d calls in a minute at 120 per minute", got)
 	}
 }
+
+// TestWaitingCallsAreForgottenOnceDue: the limiter remembers waiting calls (to
+// re-time them on a change) only until their turn: a long paced run must not
+// keep every call it ever made.
+func TestWaitingCallsAreForgottenOnceDue(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(epoch)
+	l := New(Limits{RequestsPerMinute: 600}, DefaultSlack, clock)
+	for range 10000 {
+		r := l.Reserve(Cost{Requests: 1})
+		clock.Advance(r.At().Sub(clock.Now())) // the caller waits for its turn
+	}
+	l.mu.Lock()
+	n := len(l.waiting)
+	l.mu.Unlock()
+	if n > 1 {
+		t.Errorf("%d reservations remembered after 10000 paced calls, each waited for; want at most the last", n)
+	}
+}
