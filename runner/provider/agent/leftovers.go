@@ -44,10 +44,16 @@ func killLeftovers(proc string, self, uid int) []Leftover {
 	if err != nil {
 		return nil
 	}
+	// A PID names a proctor only in our PID namespace: agents of proctors in
+	// containers on this machine show here with their own namespace's PIDs.
+	selfNS, _ := os.Readlink(filepath.Join(proc, "self", "ns", "pid"))
 	var killed []Leftover
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == self {
+			continue
+		}
+		if selfNS != "" && pidNamespace(proc, pid) != selfNS {
 			continue
 		}
 		ws, owner, ok := leftoverOf(proc, pid, uid)
@@ -66,6 +72,15 @@ func killLeftovers(proc string, self, uid int) []Leftover {
 		}
 	}
 	return killed
+}
+
+// pidNamespace identifies the PID namespace of pid ("" when unknown).
+func pidNamespace(proc string, pid int) string {
+	ns, err := os.Readlink(filepath.Join(proc, strconv.Itoa(pid), "ns", "pid"))
+	if err != nil {
+		return ""
+	}
+	return ns
 }
 
 // wsMarker finds PROCTOR_WORKSPACE in a NUL-separated environment that is

@@ -123,3 +123,33 @@ func TestProctorDeadAfterPIDReuse(t *testing.T) {
 		t.Errorf("a live process older than the leftover counts as dead")
 	}
 }
+
+// TestLeftoversInAnotherPIDNamespaceAreLeftAlone: a process of a container on
+// this machine names a proctor by its own namespace's PID, which means nothing
+// here; it is never taken for a leftover.
+func TestLeftoversInAnotherPIDNamespaceAreLeftAlone(t *testing.T) {
+	if _, err := os.Stat("/proc/self/ns/pid"); err != nil {
+		t.Skip("needs /proc")
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(t.TempDir(), fmt.Sprintf("proctor-ws-%d-1", dead.Process.Pid))
+	cmd := exec.Command("sleep", "30")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "PROCTOR_WORKSPACE=" + ws}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("cannot start a process in a new PID namespace here: %v", err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	killLeftovers("/proc", -1, os.Getuid())
+	if killedBySIGKILL(t, cmd) {
+		t.Error("a process in another PID namespace was killed as a leftover")
+	}
+}
