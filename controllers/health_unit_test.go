@@ -261,6 +261,24 @@ func TestStallEndsTheRun(t *testing.T) {
 	if got := h.eval("arith").Status; got.Phase != v1alpha1.PhaseFailed || h.statusWrites() != writes {
 		t.Errorf("an ended run changed: phase %s, %d more writes", got.Phase, h.statusWrites()-writes)
 	}
+	// The suspended Job's pods go away: that is the end, not a recovery.
+	var pods corev1.PodList
+	if err := h.c.List(h.ctx, &pods, client.InNamespace(testNS)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods.Items {
+		if err := h.c.Delete(h.ctx, &pods.Items[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.mustReconcile(ev)
+	st = h.eval("arith").Status
+	if c := condition(st, ConditionDegraded); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Degraded after the ended run's pods went = %+v; want it still explaining the end", c)
+	}
+	if got := reasons(h.rec.take()); len(got) != 0 {
+		t.Errorf("events after the ended run's pods went: %v; want none (no Recovered)", got)
+	}
 	// A live edit does not resume it either.
 	ev = h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) { s.Parallelism = ptr.To[int32](1) })
 	h.mustReconcile(ev)
