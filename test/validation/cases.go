@@ -485,10 +485,12 @@ var Differences = []Case{
 		Manifest: build("status-set", set("status", `{phase: Succeeded}`)),
 		Local:    "status: set by Proctor, not by the file; remove it",
 	},
-	// metadata is the API server's business; the local loader does not check it.
+	// Both refuse a name that is no DNS-1123 subdomain: the local loader because
+	// the name becomes the output directory (results/NAME), with its own words.
 	{
 		Name:      "bad-metadata-name",
 		Manifest:  build("bad-metadata-name", set("metadata.name", `Not_A_Name`)),
+		Local:     `metadata.name: Invalid value: "Not_A_Name": a lowercase RFC 1123 subdomain`,
 		Admission: "metadata.name: Invalid value",
 	},
 }
