@@ -123,16 +123,24 @@ func (r *csvReader) unclosedQuote(pe *csv.ParseError) error {
 // one field of several lines that look like records of their own. Quoted
 // multi-line text is normal in csv, so the test is strict: the text after the
 // quote on its first line holds exactly the fields that were left of that
-// record, and every whole line inside the field has exactly the header's
-// number of fields, as a record would. A single column cannot be told apart.
+// record (at least two, so the field is not the last column), and every whole
+// line inside the field has exactly the header's number of fields, as a record
+// would. A stray quote in the last column that happens to close cleanly further
+// down cannot be told apart from multi-line text, and is not refused.
 func (r *csvReader) swallowed(rec []string) error {
 	n := len(r.header)
 	if n < 2 {
 		return nil
 	}
 	for j, v := range rec {
+		// In the last column the signature is too weak: its first line would
+		// hold the one field left, which any text does, and multi-line text
+		// (code, say) is often put last.
+		if j >= n-1 {
+			continue
+		}
 		parts := strings.Split(v, "\n")
-		if len(parts) < 3 || j >= n || csvFieldCount(parts[0]) != n-j {
+		if len(parts) < 3 || csvFieldCount(parts[0]) != n-j {
 			continue
 		}
 		inner := parts[1 : len(parts)-1]

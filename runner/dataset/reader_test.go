@@ -406,6 +406,17 @@ func TestCSV(t *testing.T) {
 			fatal: `line 3: the quoted field at column 3 does not close until line 5, so line 4 would be read as part of it, not as a record; ` + quoteAdvice,
 		},
 		{
+			// Code in the last column: lines with commas are no records.
+			name:    "multi-line code in the last column stays one field",
+			data:    "id,input\n1,\"def f(a):\nreturn g(a, b)\nh(x, y)\nend\"\n2,b\n",
+			mapping: Mapping{},
+			want: []Sample{
+				{Index: 0, Line: 2, ID: "1", Input: "def f(a):\nreturn g(a, b)\nh(x, y)\nend",
+					Fields: map[string]any{"id": "1", "input": "def f(a):\nreturn g(a, b)\nh(x, y)\nend"}},
+				{Index: 1, Line: 6, ID: "2", Input: "b", Fields: map[string]any{"id": "2", "input": "b"}},
+			},
+		},
+		{
 			name:    "quoted multi-line text stays one field",
 			data:    "id,input\n1,\"first line, with a comma\nsecond line\nthird, and last\"\n2,b\n",
 			mapping: Mapping{},
