@@ -113,7 +113,7 @@ func (r *EvaluationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Runner pods (owned by the Jobs) and the Job controller's FailedCreate
 		// events: what is wrong shows in status within seconds. The manager's
 		// cache holds only Proctor's pods and those events (see CacheOptions).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.evaluationOfJobChild)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.evaluationOfJobChild), builder.WithPredicates(podJudgementChanged)).
 		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.evaluationOfJobEvent)).
 		Owns(&corev1.ConfigMap{}, builder.OnlyMetadata).
 		Owns(&corev1.ServiceAccount{}, builder.OnlyMetadata).

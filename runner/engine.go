@@ -68,6 +68,8 @@ type Engine struct {
 	log     logr.Logger
 	models  map[string]*modelRun
 	scorers []score.Scorer
+	// judged says a scorer calls a judge model, whose tokens each record counts.
+	judged bool
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -130,6 +132,7 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 				return nil, fmt.Errorf("scorer %s: judge model %q is not in the plan", s.Config.Name, s.JudgeModel)
 			}
 			judge = e.judgeFunc(jm)
+			e.judged = true
 		}
 		sc, err := score.New(s.Config, judge)
 		if err != nil {
@@ -233,6 +236,12 @@ func (e *Engine) Run(ctx context.Context, tasks []Task, sink Sink) error {
 func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *modelRun, tasks []Task, sink Sink) error {
 	ctx, throttledOut := context.WithCancelCause(ctx)
 	defer throttledOut(nil)
+	// The waits before a request is sent end with Stop too: one context for the
+	// model's calls (and the judge calls they make), not one per attempt.
+	waits, stopWaits := context.WithCancel(ctx)
+	defer stopWaits()
+	defer context.AfterFunc(e.stopCtx, stopWaits)()
+	ctx = context.WithValue(ctx, waitsKey{}, waits)
 	jobs := make(chan job)
 	var workers sync.WaitGroup
 	for range m.concurrency() {
@@ -405,11 +414,13 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		Expected: s.Expected, HasExpected: s.HasExpected,
 		Prompt: req.Prompt, Input: s.Input, Sample: s.Fields,
 	}
-	var judged judgeUsage
-	defer func() {
-		rec.JudgeInputTokens, rec.JudgeOutputTokens = judged.in.Load(), judged.out.Load()
-	}()
-	ctx = context.WithValue(ctx, judgeUsageKey{}, &judged)
+	if e.judged {
+		judged := new(judgeUsage)
+		defer func() {
+			rec.JudgeInputTokens, rec.JudgeOutputTokens = judged.in.Load(), judged.out.Load()
+		}()
+		ctx = context.WithValue(ctx, judgeUsageKey{}, judged)
+	}
 	for _, sc := range e.scorers {
 		v, err := sc.Score(ctx, in)
 		if err != nil {
@@ -585,14 +596,16 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 	}
 }
 
-// waitCtx is ctx, also ended by Stop: for the waits before a request is sent.
-func (e *Engine) waitCtx(ctx context.Context) (context.Context, func()) {
-	wctx, cancel := context.WithCancel(ctx)
-	unregister := context.AfterFunc(e.stopCtx, cancel)
-	return wctx, func() {
-		unregister()
-		cancel()
+// waitsKey holds, in a model's context, the context of its waits: the
+// model's, also ended by Stop.
+type waitsKey struct{}
+
+// waitCtx is the context for the waits before a request is sent.
+func waitCtx(ctx context.Context) context.Context {
+	if w, ok := ctx.Value(waitsKey{}).(context.Context); ok {
+		return w
 	}
+	return ctx
 }
 
 // waitErr is the error of a wait that wctx (from waitCtx(ctx)) cut short.
@@ -609,8 +622,7 @@ func waitErr(ctx context.Context, err error) error {
 // attempt makes one call within the model's window, gate and limits. Only the
 // waits before the request is sent end with Stop; a request sent runs to its end.
 func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request, rawIn int64, timeout time.Duration) (*provider.Response, time.Duration, *ratelimit.Reservation, error) {
-	wctx, done := e.waitCtx(ctx)
-	defer done()
+	wctx := waitCtx(ctx)
 	if err := m.window.Acquire(wctx); err != nil {
 		return nil, 0, nil, waitErr(ctx, err)
 	}

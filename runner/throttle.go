@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,6 +59,9 @@ func isThrottledOut(err error) bool {
 // throttle tracks a model's run of 429s: since when it has had no successful
 // call. It is shared by the model's calls and by every sample judged by it.
 type throttle struct {
+	// active says status.Since is set: a successful call checks it without the
+	// lock, as every call of every sample succeeds through here.
+	active atomic.Bool
 	mu     sync.Mutex
 	status ThrottleStatus
 	// out, once set, fails every later call at once: the quota did not recover.
@@ -78,6 +82,7 @@ func (t *throttle) refused(model string, now time.Time, retryAfter, limit time.D
 	if t.status.Since.IsZero() {
 		t.status.Since, first = now, true
 		t.logged = now // the first 429 is logged as the start
+		t.active.Store(true)
 	}
 	t.status.Refusals++
 	if retryAfter > 0 && now.Add(retryAfter).After(t.status.Until) {
@@ -94,17 +99,24 @@ func (t *throttle) refused(model string, now time.Time, retryAfter, limit time.D
 // succeeded records a successful call and returns the throttled period it ended,
 // if any.
 func (t *throttle) succeeded() (ended ThrottleStatus) {
+	if !t.active.Load() {
+		return ThrottleStatus{}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.status.Since.IsZero() {
 		return ThrottleStatus{}
 	}
 	ended, t.status = t.status, ThrottleStatus{}
+	t.active.Store(false)
 	return ended
 }
 
 // exhausted returns the error that throttled the model out, if one did.
 func (t *throttle) exhausted() *ThrottledOutError {
+	if !t.active.Load() {
+		return nil // out is only ever set while throttled, and never cleared
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.out

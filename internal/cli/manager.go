@@ -127,13 +127,13 @@ func storageBudgetOption(flag int64) int64 {
 // Pod Security), which no Job condition shows.
 func CacheOptions(watchNamespaces string) cache.Options {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{cluster.LabelManagedBy: cluster.ManagedBy})}
-	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
+	o := cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 		&batchv1.Job{}:           managed,
 		&corev1.ConfigMap{}:      managed,
 		&corev1.ServiceAccount{}: managed,
 		&rbacv1.Role{}:           managed,
 		&rbacv1.RoleBinding{}:    managed,
-		&corev1.Pod{}:            managed,
+		&corev1.Pod{}:            {Label: managed.Label, Transform: controllers.TrimPod},
 		&corev1.Event{}:          {Field: fields.SelectorFromSet(fields.Set{"involvedObject.kind": "Job", "reason": "FailedCreate"})},
 	}}
 	if watchNamespaces != "" {
