@@ -3,7 +3,6 @@ package compile
 import (
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
@@ -22,10 +21,11 @@ const mappingSampleSize = 100
 // model), and that ids are unique. path is the dataset's spec path.
 func checkData(ds *v1alpha1.Dataset, path string, d *runner.Dataset, prompt *runner.Prompt) error {
 	var head []dataset.Sample
-	err := eachSample(d, min(d.Total, mappingSampleSize), func(s *dataset.Sample) {
+	err := dataset.EachSample(d.Open, min(d.Total, mappingSampleSize), func(s *dataset.Sample) error {
 		if s.Fields != nil {
 			head = append(head, *s)
 		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
@@ -99,24 +99,4 @@ func needsPrompt(spec *v1alpha1.EvaluationSpec, plan *runner.Plan) bool {
 		}
 	}
 	return false
-}
-
-// eachSample calls fn on each of the first n samples of d.
-func eachSample(d *runner.Dataset, n int, fn func(*dataset.Sample)) error {
-	r, c, err := d.Open()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	for range n {
-		s, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		fn(&s)
-	}
-	return nil
 }

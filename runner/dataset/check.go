@@ -45,7 +45,7 @@ func unitOf(r Reader) string {
 func CheckIDs(open func() (Reader, io.Closer, error), n int) error {
 	seed := maphash.MakeSeed()
 	hashes := make([]uint64, 0, min(n, 1<<20))
-	err := eachSample(open, n, func(s *Sample) error {
+	err := EachSample(open, n, func(s *Sample) error {
 		hashes = append(hashes, maphash.String(seed, s.ID))
 		return nil
 	})
@@ -66,7 +66,7 @@ func CheckIDs(open func() (Reader, io.Closer, error), n int) error {
 	errDup := errors.New("duplicate")
 	var dup *DuplicateIDError
 	var unit string
-	err = eachSample(func() (Reader, io.Closer, error) {
+	err = EachSample(func() (Reader, io.Closer, error) {
 		r, c, err := open()
 		if err == nil {
 			unit = unitOf(r)
@@ -89,8 +89,9 @@ func CheckIDs(open func() (Reader, io.Closer, error), n int) error {
 	return err
 }
 
-// eachSample calls fn on each of the first n samples of the data open returns.
-func eachSample(open func() (Reader, io.Closer, error), n int, fn func(*Sample) error) error {
+// EachSample calls fn on each of the first n samples of the data open returns,
+// stopping at the first error fn returns.
+func EachSample(open func() (Reader, io.Closer, error), n int, fn func(*Sample) error) error {
 	r, c, err := open()
 	if err != nil {
 		return err
