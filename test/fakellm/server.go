@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -535,8 +536,21 @@ func serveArithmetic(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/jsonl")
 	bw := bufio.NewWriter(w)
-	for i := range n {
-		fmt.Fprintf(bw, `{"id":%q,"input":"What is %d+1?","expected":"%d"}`+"\n", fmt.Sprintf("%s-%d", prefix, i), i, i+1)
-	}
+	WriteArithmetic(bw, prefix, n)
 	bw.Flush()
+}
+
+// WriteArithmetic writes n questions the server answers, as JSON lines with
+// ids prefix-0 .. prefix-(n-1): what GET /datasets/arithmetic.jsonl serves.
+func WriteArithmetic(w io.Writer, prefix string, n int) {
+	for i := range n {
+		fmt.Fprintf(w, `{"id":%q,"input":"What is %d+1?","expected":"%d"}`+"\n", fmt.Sprintf("%s-%d", prefix, i), i, i+1)
+	}
+}
+
+// ArithmeticJSONL is WriteArithmetic's data as a string.
+func ArithmeticJSONL(prefix string, n int) string {
+	var b strings.Builder
+	WriteArithmetic(&b, prefix, n)
+	return b.String()
 }

@@ -23,21 +23,12 @@ import (
 	"github.com/proctor-dev/proctor/test/fakellm"
 )
 
-// arithmeticJSONL is n questions the fake server answers, with ids prefix-i.
-func arithmeticJSONL(prefix string, n int) string {
-	var b strings.Builder
-	for i := range n {
-		fmt.Fprintf(&b, `{"id":"%s-%d","input":"What is %d+1?","expected":"%d"}`+"\n", prefix, i, i, i+1)
-	}
-	return b.String()
-}
-
 // TestURLDatasetIsPlanned: url datasets, with and without sha256, are counted by
 // the planner Job (which crashed on a nil HTTP client) and run to the end.
 func TestURLDatasetIsPlanned(t *testing.T) {
 	ns := newNamespace(t)
 	_, url := fakeLLM(t, fakellm.Config{})
-	data := arithmeticJSONL("web", 12)
+	data := fakellm.ArithmeticJSONL("web", 12)
 	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/data.jsonl" {
 			http.NotFound(w, r)
@@ -71,7 +62,7 @@ func TestConfigMapEditedMidRun(t *testing.T) {
 	startManager(t, ns)
 	startKubelet(t, ns)
 	const n = 50
-	qa := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "qa"}, Data: map[string]string{"data.jsonl": arithmeticJSONL("old", n)}}
+	qa := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "qa"}, Data: map[string]string{"data.jsonl": fakellm.ArithmeticJSONL("old", n)}}
 	create(t, qa)
 	create(t, testutil.MakeEvaluation("edited", ns).ConfigMapDataset("d", "qa", "data.jsonl").OpenAIModel("m", url).
 		Scorer(v1alpha1.ScorerExactMatch).ShardSize(10).Parallelism(1).Concurrency(2).Obj())
@@ -79,7 +70,7 @@ func TestConfigMapEditedMidRun(t *testing.T) {
 		ev := getEvaluation(t, ns, "edited")
 		return ev.Status.Progress != nil && ev.Status.Progress.Completed >= 3, fmt.Sprintf("%+v", ev.Status.Progress)
 	})
-	qa.Data["data.jsonl"] = arithmeticJSONL("new", 120)
+	qa.Data["data.jsonl"] = fakellm.ArithmeticJSONL("new", 120)
 	if err := k8sClient.Update(context.Background(), qa); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +89,7 @@ func TestTemplateErrorFailsAtPlanning(t *testing.T) {
 	ns := newNamespace(t)
 	_, url := fakeLLM(t, fakellm.Config{})
 	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, arithmeticJSONL("web", 3))
+		fmt.Fprint(w, fakellm.ArithmeticJSONL("web", 3))
 	}))
 	t.Cleanup(files.Close)
 	startManager(t, ns)

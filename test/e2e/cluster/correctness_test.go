@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proctor-dev/proctor/test/fakellm"
 )
 
 // TestDatasetEditedMidRun: the ConfigMap a run reads is replaced while the run
@@ -16,7 +18,7 @@ import (
 func TestDatasetEditedMidRun(t *testing.T) {
 	ns := namespace(t, "e2e-dataset-edit")
 	const n = 24
-	mustKubectl(t, "-n", ns, "create", "configmap", "qa", "--from-literal=data.jsonl="+arithmetic("old", n))
+	mustKubectl(t, "-n", ns, "create", "configmap", "qa", "--from-literal=data.jsonl="+fakellm.ArithmeticJSONL("old", n))
 	applyYAML(t, ns, `apiVersion: proctor.dev/v1alpha1
 kind: Evaluation
 metadata: {name: edited}

@@ -8,20 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
-)
 
-// arithmetic is n questions the fake server answers, as JSON lines, the same
-// as its /datasets/arithmetic.jsonl?n=N&prefix=PREFIX serves.
-func arithmetic(prefix string, n int) string {
-	var b strings.Builder
-	for i := range n {
-		fmt.Fprintf(&b, `{"id":%q,"input":"What is %d+1?","expected":"%d"}`+"\n", fmt.Sprintf("%s-%d", prefix, i), i, i+1)
-	}
-	return b.String()
-}
+	"github.com/proctor-dev/proctor/test/fakellm"
+)
 
 // TestEveryDatasetSource: one Evaluation reads every cluster source: inline, a
 // ConfigMap, a url with and without sha256 (served in the cluster by the fake
@@ -41,7 +32,7 @@ func TestEveryDatasetSource(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "qa"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "qa", "data.jsonl"), []byte(arithmetic("pvc", 7)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "qa", "data.jsonl"), []byte(fakellm.ArithmeticJSONL("pvc", 7)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	pv := "proctor-e2e-datasets"
@@ -67,10 +58,10 @@ spec:
   volumeName: %[1]s
   resources: {requests: {storage: 1Mi}}
 `, pv, dir, ns))
-	mustKubectl(t, "-n", ns, "create", "configmap", "qa", "--from-literal=data.jsonl="+arithmetic("cm", 5))
+	mustKubectl(t, "-n", ns, "create", "configmap", "qa", "--from-literal=data.jsonl="+fakellm.ArithmeticJSONL("cm", 5))
 
 	web := "http://fakellm.proctor-system.svc:8080/datasets/arithmetic.jsonl?n=6&prefix=web"
-	sum := sha256.Sum256([]byte(arithmetic("web", 6)))
+	sum := sha256.Sum256([]byte(fakellm.ArithmeticJSONL("web", 6)))
 	start := time.Now()
 	applyYAML(t, ns, fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
 kind: Evaluation
