@@ -2,11 +2,11 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +70,9 @@ type Engine struct {
 	scorers []score.Scorer
 	// judged says a scorer calls a judge model, whose tokens each record counts.
 	judged bool
+	// redactor removes the plan's secrets, and their encodings, from what the
+	// engine writes out; built once, as every record passes through it.
+	redactor *provider.Redactor
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -113,7 +116,8 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 	if opts.ThrottleLogEvery == 0 {
 		opts.ThrottleLogEvery = 30 * time.Second
 	}
-	e := &Engine{plan: plan, opts: opts, clock: opts.Clock, log: opts.Log, models: map[string]*modelRun{}, stop: make(chan struct{})}
+	e := &Engine{plan: plan, opts: opts, clock: opts.Clock, log: opts.Log, models: map[string]*modelRun{}, stop: make(chan struct{}),
+		redactor: provider.NewRedactor(plan.Secrets...)}
 	e.stopCtx, e.stopCancel = context.WithCancel(context.Background())
 	for _, m := range plan.Models {
 		e.models[m.Name] = &modelRun{
@@ -369,22 +373,23 @@ func skip(r dataset.Reader, n int) error {
 func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *dataset.Sample, answered *results.Record) (*results.Record, error) {
 	rec := &results.Record{ID: s.ID, Model: m.Name, Dataset: ds.Name, Scores: map[string]float64{}}
 	if s.Err != nil {
-		rec.Error, rec.ErrorKind = s.Err.Error(), results.ErrorKindData
+		rec.Error, rec.ErrorKind = e.redact(s.Err.Error()), results.ErrorKindData
 		return rec, nil
 	}
 	req, err := e.plan.Prompt.Request(s)
 	if err != nil {
-		rec.Error, rec.ErrorKind = fmt.Sprintf("rendering the prompt: %v", err), results.ErrorKindPrompt
+		rec.Error, rec.ErrorKind = e.redact(fmt.Sprintf("rendering the prompt: %v", err)), results.ErrorKindPrompt
 		return rec, nil
 	}
-	var output string
+	var output string // what scorers see: the whole answer, before redaction
+	var toolCalls []provider.ToolCall
 	if answered != nil {
 		// The judge failed last time, not the model: pay for the judge only.
 		rec.Attempts, rec.LatencyMillis = answered.Attempts, answered.LatencyMillis
 		rec.Output, rec.ToolCalls = answered.Output, answered.ToolCalls
 		rec.OutputTruncated, rec.OutputBytes = answered.OutputTruncated, answered.OutputBytes
 		rec.InputTokens, rec.OutputTokens = answered.InputTokens, answered.OutputTokens
-		output = answered.Output
+		output, toolCalls = answered.Output, answered.ToolCalls
 	} else {
 		res := e.call(ctx, m, req)
 		if ctx.Err() != nil || errors.Is(res.err, errStopping) {
@@ -404,13 +409,13 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		if res.resp.Truncated {
 			rec.OutputTruncated, rec.OutputBytes = true, res.resp.FullBytes
 		}
-		rec.ToolCalls = res.resp.ToolCalls
+		rec.ToolCalls = e.redactToolCalls(res.resp.ToolCalls)
 		rec.InputTokens = res.resp.Usage.InputTokens
 		rec.OutputTokens = res.resp.Usage.OutputTokens
-		output = res.resp.Text
+		output, toolCalls = res.resp.Text, res.resp.ToolCalls
 	}
 	in := score.Input{
-		Output: output, ToolCalls: rec.ToolCalls,
+		Output: output, ToolCalls: toolCalls,
 		Expected: s.Expected, HasExpected: s.HasExpected,
 		Prompt: req.Prompt, Input: s.Input, Sample: s.Fields,
 	}
@@ -440,13 +445,37 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 }
 
 // redact removes secrets from text the engine writes out.
-func (e *Engine) redact(s string) string {
-	for _, secret := range e.plan.Secrets {
-		if secret != "" && strings.Contains(s, secret) {
-			s = strings.ReplaceAll(s, secret, "[REDACTED]")
+func (e *Engine) redact(s string) string { return e.redactor.Redact(s) }
+
+// redactToolCalls removes secrets from the tools a model called (their
+// arguments are model output too). calls is not modified.
+func (e *Engine) redactToolCalls(calls []provider.ToolCall) []provider.ToolCall {
+	var out []provider.ToolCall
+	for i, c := range calls {
+		args := e.redact(string(c.Arguments))
+		rc := provider.ToolCall{ID: e.redact(c.ID), Name: e.redact(c.Name), Arguments: c.Arguments}
+		if args != string(c.Arguments) {
+			rc.Arguments = json.RawMessage(args)
+			if !json.Valid(rc.Arguments) {
+				// The secret was not inside a JSON string: keep the record valid.
+				rc.Arguments = json.RawMessage(`{"redacted":true}`)
+			}
 		}
+		if rc.ID == c.ID && rc.Name == c.Name && args == string(c.Arguments) {
+			if out != nil {
+				out = append(out, c)
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]provider.ToolCall, 0, len(calls)), calls[:i]...)
+		}
+		out = append(out, rc)
 	}
-	return s
+	if out == nil {
+		return calls
+	}
+	return out
 }
 
 // judgeUsage adds up the tokens a sample's judging cost; evaluate hands it to
@@ -527,6 +556,7 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 				// must not come back in a later run that no longer knows it.
 				stored := *resp
 				stored.Text = e.redact(stored.Text)
+				stored.ToolCalls = e.redactToolCalls(stored.ToolCalls)
 				if err := e.plan.Cache.Put(key, &cache.Entry{Response: stored, LatencyMillis: latency.Milliseconds()}); err != nil {
 					e.log.Error(err, "Failed to write a cache entry", "model", m.Name)
 				}

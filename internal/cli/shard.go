@@ -19,6 +19,7 @@ import (
 
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/shard"
+	"github.com/proctor-dev/proctor/runner/provider"
 )
 
 // newShardCommand is what runner pods run: one shard of one model.
@@ -137,16 +138,18 @@ func writeTerminationMessage(path string, err error) {
 }
 
 // scrubEnvironment replaces in msg the values of env ("NAME=value") that are
-// long enough to be secrets, but for variables known to hold none.
+// long enough to be secrets, but for variables known to hold none, and their
+// encoded forms (provider.Redactor).
 func scrubEnvironment(msg string, env []string) string {
+	var values []string
 	for _, kv := range env {
 		name, value, ok := strings.Cut(kv, "=")
 		if !ok || len(value) < 6 || safeVariable(name) {
 			continue
 		}
-		msg = strings.ReplaceAll(msg, value, "[redacted]")
+		values = append(values, value)
 	}
-	return msg
+	return provider.NewRedactor(values...).Redact(msg)
 }
 
 func safeVariable(name string) bool {

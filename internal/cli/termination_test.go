@@ -1,11 +1,15 @@
 package cli
 
 import (
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/proctor-dev/proctor/internal/shard"
 )
@@ -25,7 +29,7 @@ func TestWriteTerminationMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := string(b), "calling arith-small-0-abcde with key [redacted]: bad template"; got != want {
+	if got, want := string(b), "calling arith-small-0-abcde with key [REDACTED]: bad template"; got != want {
 		t.Errorf("termination message %q, want %q", got, want)
 	}
 
@@ -39,6 +43,28 @@ func TestWriteTerminationMessage(t *testing.T) {
 	writeTerminationMessage(missing, errors.New("boom"))
 	if _, err := os.Stat(missing); !os.IsNotExist(err) {
 		t.Errorf("a termination log was created outside a pod: %v", err)
+	}
+}
+
+// The termination message loses the encoded forms of secret values too: an
+// error quoting what an agent printed may hold its key reversed or in base64.
+func TestScrubEnvironment(t *testing.T) {
+	const key = "sk-very-secret-123"
+	env := []string{"PROCTOR_API_KEY_SMALL=" + key, "POD_NAME=arith-small-0-abcde", "SHORT=abc", "BROKEN"}
+	tests := []struct{ name, msg, want string }{
+		{"plain", "key " + key, "key [REDACTED]"},
+		{"base64", "key " + base64.StdEncoding.EncodeToString([]byte(key)), "key [REDACTED]"},
+		{"hex", "key " + hex.EncodeToString([]byte(key)), "key [REDACTED]"},
+		{"reversed", "key 321-terces-yrev-ks", "key [REDACTED]"},
+		{"safe variable kept", "pod arith-small-0-abcde", "pod arith-small-0-abcde"},
+		{"short value kept", "abc", "abc"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, scrubEnvironment(tt.msg, env)); diff != "" {
+				t.Errorf("scrubEnvironment(%q) (-want +got):\n%s", tt.msg, diff)
+			}
+		})
 	}
 }
 

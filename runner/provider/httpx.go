@@ -176,21 +176,6 @@ func scaleDuration(v float64, unit time.Duration) time.Duration {
 	return time.Duration(ns)
 }
 
-// Redact replaces every occurrence of each non-empty secret in s with [REDACTED].
-// Longer secrets go first so that a secret containing another is removed whole.
-func Redact(s string, secrets ...string) string {
-	if len(secrets) > 1 {
-		secrets = slices.Clone(secrets)
-		slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
-	}
-	for _, secret := range secrets {
-		if secret != "" {
-			s = strings.ReplaceAll(s, secret, "[REDACTED]")
-		}
-	}
-	return s
-}
-
 // ErrorFromResponse turns a non-2xx answer into an *HTTPError. It reads at most
 // 64 KiB of resp.Body but neither drains nor closes it: that stays the caller's job.
 //

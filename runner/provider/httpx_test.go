@@ -104,30 +104,6 @@ func TestParseRetryAfter(t *testing.T) {
 	}
 }
 
-func TestRedact(t *testing.T) {
-	tests := []struct {
-		name    string
-		s       string
-		secrets []string
-		want    string
-	}{
-		{name: "no secrets", s: "key sk-1", want: "key sk-1"},
-		{name: "empty secret ignored", s: "abc", secrets: []string{""}, want: "abc"},
-		{name: "one occurrence", s: "bad key sk-123 given", secrets: []string{"sk-123"}, want: "bad key [REDACTED] given"},
-		{name: "every occurrence", s: "sk-1/sk-1", secrets: []string{"sk-1"}, want: "[REDACTED]/[REDACTED]"},
-		{name: "several secrets", s: "a=K1 b=K2", secrets: []string{"K1", "", "K2"}, want: "a=[REDACTED] b=[REDACTED]"},
-		{name: "longer secret first", s: "token abcdef", secrets: []string{"abc", "abcdef"}, want: "token [REDACTED]"},
-		{name: "absent", s: "nothing here", secrets: []string{"sk-9"}, want: "nothing here"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := Redact(tt.s, tt.secrets...); got != tt.want {
-				t.Errorf("Redact(%q, %q) = %q, want %q", tt.s, tt.secrets, got, tt.want)
-			}
-		})
-	}
-}
-
 func TestErrorFromResponse(t *testing.T) {
 	const key = "sk-test-0123456789abcdef"
 	long := strings.Repeat("é", 600)
