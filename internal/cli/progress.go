@@ -72,7 +72,7 @@ func newProgress(mode string, s streams, pairs []results.Pair, dir *results.Dir)
 	p := &progress{mode: mode, out: s.errOut, byKey: map[[2]string]*pairProgress{}, quit: make(chan struct{})}
 	for _, pr := range pairs {
 		done, errored := dir.Counts(pr.Model, pr.Dataset)
-		pp := &pairProgress{model: pr.Model, label: pr.Model + "/" + pr.Dataset, total: int64(pr.Total), initial: int64(done), printed: -1}
+		pp := &pairProgress{model: pr.Model, label: terminalSafe(pr.Model + "/" + pr.Dataset), total: int64(pr.Total), initial: int64(done), printed: -1}
 		pp.done.Store(int64(done))
 		pp.errored.Store(int64(errored))
 		p.pairs = append(p.pairs, pp)

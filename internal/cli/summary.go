@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/proctor-dev/proctor/runner/results"
 )
@@ -22,12 +24,14 @@ func printSummary(w io.Writer, ss []results.Summary, metrics []string) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	head := []string{"MODEL", "DATASET", "DONE", "ERRORS"}
 	for _, m := range metrics {
-		head = append(head, strings.ToUpper(m))
+		head = append(head, terminalSafe(strings.ToUpper(m)))
 	}
 	head = append(head, "P50", "P95", "TOKENS IN/OUT")
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
 	for _, s := range ss {
-		row := []string{s.Model, s.Dataset, fmt.Sprintf("%d/%d", s.Completed, s.Total), fmt.Sprint(s.Errored)}
+		// A tab or escape sequence in a name (summary.json from a cluster is
+		// data) would break the table or drive the terminal.
+		row := []string{terminalSafe(s.Model), terminalSafe(s.Dataset), fmt.Sprintf("%d/%d", s.Completed, s.Total), fmt.Sprint(s.Errored)}
 		for _, m := range metrics {
 			if v, ok := s.Metrics[m]; ok {
 				row = append(row, fmt.Sprintf("%.4f", v))
@@ -75,13 +79,22 @@ func topErrors(resultsFile string, n int) ([]errorCount, error) {
 	defer f.Close()
 	type key struct{ pair, err string }
 	counts := map[key]*errorCount{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 64<<20)
-	for sc.Scan() {
+	// Lines of any length: a record holds an answer of up to 16 MiB, which
+	// JSON escaping can make six times longer (a scanner's cap would fail the
+	// run on a hostile answer).
+	br := bufio.NewReaderSize(f, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if err != nil && err != io.EOF {
+			return nil, err
+		}
+		if len(line) == 0 {
+			break
+		}
 		var r struct {
 			Model, Dataset, Error string
 		}
-		if json.Unmarshal(sc.Bytes(), &r) != nil || r.Error == "" {
+		if json.Unmarshal(line, &r) != nil || r.Error == "" {
 			continue
 		}
 		text, unit, at := r.Error, "", 0
@@ -103,9 +116,6 @@ func topErrors(resultsFile string, n int) ([]errorCount, error) {
 		if unit != "" && unit == c.Unit && len(c.At) < maxLocations {
 			c.At = append(c.At, at)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
 	}
 	out := make([]errorCount, 0, len(counts))
 	for _, c := range counts {
@@ -153,6 +163,48 @@ func printErrors(w io.Writer, errs []errorCount) {
 		if r := []rune(text); len(r) > maxErrorText {
 			text = string(r[:maxErrorText]) + "…"
 		}
-		fmt.Fprintf(w, "  %d× %s: %s%s\n", e.Count, e.Pair, text, e.where())
+		// Errors quote servers, agents and data: escape sequences in them must
+		// not reach the terminal.
+		fmt.Fprintf(w, "  %d× %s: %s%s\n", e.Count, terminalSafe(e.Pair), terminalSafe(text), e.where())
 	}
+}
+
+// terminalSafe makes text from outside (model answers, server and agent
+// errors, data) safe to print on a terminal: control characters (escape
+// sequences start with ESC or a C1 control), line and paragraph separators,
+// the bidirectional overrides that make text display in another order, and
+// bytes that are not UTF-8 are shown as Go escapes (\x1b, \u202e) instead.
+func terminalSafe(s string) string {
+	i := strings.IndexFunc(s, unsafeRune)
+	if i < 0 && utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case unsafeRune(r):
+			q := strconv.QuoteRuneToASCII(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
+}
+
+func unsafeRune(r rune) bool {
+	switch {
+	case unicode.IsControl(r): // C0, DEL, C1
+		return true
+	case r == '\u2028', r == '\u2029': // line and paragraph separators
+		return true
+	case r >= '\u202a' && r <= '\u202e', r >= '\u2066' && r <= '\u2069', r == '\u200e', r == '\u200f', r == '\u061c':
+		return true // bidirectional controls
+	}
+	return false
 }

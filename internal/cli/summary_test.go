@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/proctor-dev/proctor/runner/results"
 )
 
 func TestTopErrors(t *testing.T) {
@@ -114,5 +116,71 @@ func TestPrintErrors(t *testing.T) {
 				t.Errorf("printErrors mismatch (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// Text from outside reaches the terminal in the summary table and the error
+// summary: escape sequences (colours, OSC 8 links, window titles, cursor moves
+// that overwrite earlier lines), bidirectional overrides and bytes that are
+// not UTF-8 are shown escaped; ordinary text, accents and emoji are not.
+func TestTerminalSafe(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"plain", "connection refused", "connection refused"},
+		{"unicode kept", "réponse ✓ 日本 👍🏽", "réponse ✓ 日本 👍🏽"},
+		{"CSI colour", "\x1b[31mred\x1b[0m", `\x1b[31mred\x1b[0m`},
+		{"OSC title with BEL", "\x1b]0;pwned\x07", `\x1b]0;pwned\a`},
+		{"OSC 8 link", "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\", `\x1b]8;;https://evil.example\x1b\click\x1b]8;;\x1b\`},
+		{"C1 CSI", "\u009b2J", `\u009b2J`},
+		{"carriage return", "ok\rFAKE", `ok\rFAKE`},
+		{"tab", "a\tb", `a\tb`},
+		{"NUL", "a\x00b", `a\x00b`},
+		{"line separator", "a\u2028b", `a\u2028b`},
+		{"bidi override", "file\u202egpj.exe", `file\u202egpj.exe`},
+		{"invalid UTF-8", "a\xffb", `a\xffb`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, terminalSafe(tt.in)); diff != "" {
+				t.Errorf("terminalSafe(%q) (-want +got):\n%s", tt.in, diff)
+			}
+		})
+	}
+}
+
+func TestPrintErrorsEscapesControls(t *testing.T) {
+	var b bytes.Buffer
+	printErrors(&b, []errorCount{{Pair: "m/d", Error: "HTTP 500: \x1b[2J\x1b[Hall good\x1b]0;owned\x07", Count: 2}})
+	want := "\nMost common errors:\n  2× m/d: HTTP 500: \\x1b[2J\\x1b[Hall good\\x1b]0;owned\\a\n"
+	if diff := cmp.Diff(want, b.String()); diff != "" {
+		t.Errorf("printErrors (-want +got):\n%s", diff)
+	}
+}
+
+// proctor results prints a summary.json read from a cluster: a name in it
+// cannot break the table or reach the terminal raw.
+func TestPrintSummaryEscapesNames(t *testing.T) {
+	var b bytes.Buffer
+	printSummary(&b, []results.Summary{{Model: "m\tX", Dataset: "\x1b[31md", Total: 1, Completed: 1,
+		Metrics: map[string]float64{"exact_match": 1}}}, []string{"exact_match"})
+	if strings.ContainsAny(b.String(), "\x1b") || !strings.Contains(b.String(), `m\tX`) {
+		t.Errorf("summary table:\n%s", b.String())
+	}
+}
+
+// A record whose line is longer than any line buffer (a 16 MiB answer of
+// control characters is 96 MiB of JSON) is read, not a failure of the run.
+func TestTopErrorsLongLine(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "results.jsonl")
+	huge := `{"id":"x","model":"m","dataset":"d","output":"` + strings.Repeat(`\u0000`, 12<<20) + `","error":"scorer judge: no verdict"}`
+	if err := os.WriteFile(p, []byte(huge+"\n"+`{"model":"m","dataset":"d","error":"boom"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := topErrors(p, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []errorCount{{Pair: "m/d", Error: "boom", Count: 1}, {Pair: "m/d", Error: "scorer judge: no verdict", Count: 1}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("topErrors (-want +got):\n%s", diff)
 	}
 }
