@@ -33,11 +33,13 @@ func (r *EvaluationReconciler) snapshotDatasets(ctx context.Context, p *pass) (b
 		switch {
 		case apierrors.IsNotFound(err):
 			snap = *cluster.NewDataSnapshot(src, d.Source.ConfigMap.Key, p.ev.Name, p.run, d.Name)
-			if err := r.createOwned(ctx, p.ev, &snap); err != nil {
-				return false, fmt.Errorf("snapshotting dataset %s: %w", d.Name, err)
+			if ok, err := r.claim(ctx, p, &snap); !ok || err != nil {
+				return false, err
 			}
 		case err != nil:
 			return false, err
+		case !r.ours(p, "ConfigMap", &snap):
+			return false, nil
 		}
 		p.configMaps[d.Name] = &snap
 	}

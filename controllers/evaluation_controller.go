@@ -6,6 +6,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -154,9 +155,11 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	steps := []step{
 		{"StartRun", r.startRun},
 		{"KeepEnded", r.keepEnded},
+		{"ClaimResults", r.claimResults},
 		{"CheckReferences", r.checkReferences},
 		{"SnapshotDatasets", r.snapshotDatasets},
 		{"LoadPlan", r.loadPlan},
+		{"EnsureShardObjects", r.ensureShardObjects},
 		{"EnsurePermissions", r.ensurePermissions},
 		{"EnsurePlanner", r.ensurePlanner},
 		{"EnsureBudget", r.ensureBudget},
@@ -166,6 +169,7 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		{"DivideBudget", r.divideBudget},
 		{"Finish", r.finish},
 	}
+	p.complete = true
 	for _, s := range steps {
 		cont, err := s.run(ctx, p)
 		if err != nil {
@@ -174,8 +178,19 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			return ctrl.Result{}, fmt.Errorf("%s: %w", s.name, err)
 		}
 		if !cont {
+			p.complete = false
 			break
 		}
+	}
+	if len(p.conflicts) > 0 {
+		// A name may be freed without any event of ours: look again.
+		p.requeueAfter(r.Options.RecheckAfter)
+	}
+	if len(p.ignored) > 0 {
+		logger.Info("Ignored objects labelled as the Evaluation's that it does not control", "objects", p.ignored)
+		p.event(corev1.EventTypeWarning, ReasonForeignObjectIgnored,
+			"Ignored %d object(s) labelled as this Evaluation's that it does not control (never read, adopted nor deleted): %s",
+			len(p.ignored), strings.Join(p.ignored, ", "))
 	}
 	r.setPhase(p)
 	wrote, err := r.writeStatus(ctx, p, logger)

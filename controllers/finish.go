@@ -62,7 +62,7 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	if err != nil {
 		return false, err
 	}
-	if err := r.writeResults(ctx, p, summaries, records, chunks); err != nil {
+	if ok, err := r.writeResults(ctx, p, summaries, records, chunks); !ok || err != nil {
 		return false, err
 	}
 	// The records an earlier run left as this run's cache are no longer needed.
@@ -115,8 +115,9 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass) ([]results.S
 		return nil, nil, nil, err
 	}
 	var names []string
-	for _, m := range list.Items {
-		if c := m.Labels[cluster.LabelComponent]; c == cluster.ComponentShard || c == cluster.ComponentRecords {
+	for i := range list.Items {
+		m := &list.Items[i]
+		if c := m.Labels[cluster.LabelComponent]; (c == cluster.ComponentShard || c == cluster.ComponentRecords) && !r.ignoreForeign(p, "ConfigMap", m) {
 			names = append(names, m.Name)
 		}
 	}
@@ -143,7 +144,8 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass) ([]results.S
 		}
 	}
 	rawBytes, keep := 0, true
-	err := cluster.ForEachRecord(ctx, r.APIReader, ev.Namespace, names, func(l cluster.Line, rec *results.Record) error {
+	foreign := func(fe *cluster.ForeignError) { r.ignoreForeign(p, fe.Kind, &metav1.ObjectMeta{Name: fe.Name}) }
+	err := cluster.ForEachRecord(ctx, r.APIReader, ev, names, foreign, func(l cluster.Line, rec *results.Record) error {
 		pp := pairs[pairKey{rec.Model, rec.Dataset}]
 		if pp == nil || l.Index < 0 || l.Index >= len(pp.seen) || pp.seen[l.Index] {
 			return nil
@@ -181,13 +183,14 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass) ([]results.S
 
 // writeResults writes NAME-results: the summary (as summary.json, the same as a
 // local run's) and the records: results.jsonl.gz in sample order when small
-// enough, else the list of ConfigMaps that hold them.
-func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, summaries []results.Summary, records [][]byte, chunks []string) error {
+// enough, else the list of ConfigMaps that hold them. It writes only into a
+// NAME-results the Evaluation controls, and reports false otherwise.
+func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, summaries []results.Summary, records [][]byte, chunks []string) (bool, error) {
 	summary, err := json.MarshalIndent(struct {
 		Results []results.Summary `json:"results"`
 	}{summaries}, "", "  ")
 	if err != nil {
-		return err
+		return false, err
 	}
 	cm := &corev1.ConfigMap{
 		ObjectMeta: objectMeta(p.ev.Namespace, cluster.ResultsName(p.ev.Name), cluster.Labels(p.ev.Name, p.run, cluster.ComponentResults)),
@@ -205,14 +208,16 @@ func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, summar
 	// ConfigMaps, which it deliberately keeps as metadata only.
 	var existing corev1.ConfigMap
 	err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(cm), &existing)
-	if apierrors.IsNotFound(err) {
-		return r.createOwned(ctx, p.ev, cm)
-	}
-	if err != nil {
-		return err
+	switch {
+	case apierrors.IsNotFound(err):
+		return r.claim(ctx, p, cm)
+	case err != nil:
+		return false, err
+	case !r.ours(p, "ConfigMap", &existing):
+		return false, nil
 	}
 	existing.Labels, existing.Annotations, existing.Data, existing.BinaryData = cm.Labels, cm.Annotations, cm.Data, cm.BinaryData
-	return r.Update(ctx, &existing)
+	return true, r.Update(ctx, &existing)
 }
 
 func gzipRecords(records [][]byte) ([]byte, bool) {

@@ -13,10 +13,13 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -279,13 +282,32 @@ func (h *harness) setJobStatus(name string, status batchv1.JobStatus) {
 	}
 }
 
+// create creates objs; a ConfigMap that exists (a head or chunk slot the
+// controller made) is updated instead, as a runner would.
 func (h *harness) create(objs ...client.Object) {
 	h.t.Helper()
 	for _, o := range objs {
-		if err := h.c.Create(h.ctx, o); err != nil {
+		err := h.c.Create(h.ctx, o)
+		if cm, ok := o.(*corev1.ConfigMap); ok && apierrors.IsAlreadyExists(err) {
+			var have corev1.ConfigMap
+			if err = h.c.Get(h.ctx, client.ObjectKeyFromObject(cm), &have); err == nil {
+				have.Labels, have.Annotations, have.Data, have.BinaryData = cm.Labels, cm.Annotations, cm.Data, cm.BinaryData
+				err = h.c.Update(h.ctx, &have)
+			}
+		}
+		if err != nil {
 			h.t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
 		}
 	}
+}
+
+// ownedBy is the controller reference of the test Evaluation ev (the builders'
+// UID).
+func ownedBy(ev string) []metav1.OwnerReference {
+	return []metav1.OwnerReference{{
+		APIVersion: v1alpha1.GroupVersion.String(), Kind: "Evaluation", Name: ev,
+		UID: types.UID("uid-" + testNS + "-" + ev), Controller: ptr.To(true),
+	}}
 }
 
 func jobCondition(t batchv1.JobConditionType) batchv1.JobCondition {
@@ -375,8 +397,9 @@ func headCM(t testing.TB, ev, run string, s cluster.Shard, prog cluster.ShardPro
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: testNS, Name: cluster.HeadName(ev, run, s.Model, s.Index),
-			Labels:      shardLabelsFor(ev, run, cluster.ComponentShard, s.Model, s.Dataset),
-			Annotations: map[string]string{cluster.AnnotationProgress: string(b)},
+			Labels:          shardLabelsFor(ev, run, cluster.ComponentShard, s.Model, s.Dataset),
+			Annotations:     map[string]string{cluster.AnnotationProgress: string(b)},
+			OwnerReferences: ownedBy(ev),
 		},
 	}
 	if len(order) > 0 {
@@ -385,14 +408,15 @@ func headCM(t testing.TB, ev, run string, s cluster.Shard, prog cluster.ShardPro
 	return cm
 }
 
-// chunkCM is a sealed chunk of a shard's records.
-func chunkCM(t testing.TB, ev, run string, s cluster.Shard, writer string, k int, recs map[int]results.Record, order ...int) *corev1.ConfigMap {
+// chunkCM is the k-th chunk slot of a shard, filled with records.
+func chunkCM(t testing.TB, ev, run string, s cluster.Shard, k int, recs map[int]results.Record, order ...int) *corev1.ConfigMap {
 	t.Helper()
 	head := cluster.HeadName(ev, run, s.Model, s.Index)
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: testNS, Name: cluster.ChunkName(head+"-"+writer, k),
-			Labels: shardLabelsFor(ev, run, cluster.ComponentRecords, s.Model, s.Dataset),
+			Namespace: testNS, Name: cluster.ChunkName(head, k),
+			Labels:          shardLabelsFor(ev, run, cluster.ComponentRecords, s.Model, s.Dataset),
+			OwnerReferences: ownedBy(ev),
 		},
 		BinaryData: map[string][]byte{cluster.KeyRecords: gzipJournal(t, recs, order)},
 	}

@@ -514,6 +514,9 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 	}
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
+		if cluster.Owned("Job", j, p.ev) != nil {
+			continue
+		}
 		if jobFinished(j, batchv1.JobComplete) || jobFinished(j, batchv1.JobFailed) || ptr.Deref(j.Spec.Suspend, false) || j.DeletionTimestamp != nil {
 			continue
 		}

@@ -219,7 +219,7 @@ func TestStallEndsTheRun(t *testing.T) {
 	ev = h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) {
 		s.Runner = &v1alpha1.Runner{StallTimeout: &metav1.Duration{Duration: 30 * time.Second}}
 	})
-	if got := cluster.RunID(&ev.Spec); got != run {
+	if got := cluster.RunID(ev); got != run {
 		t.Fatalf("editing stallTimeout changed the run: %s, was %s", got, run)
 	}
 	h.clock.Step(29 * time.Second)
@@ -454,7 +454,7 @@ func TestPlannerStall(t *testing.T) {
 		Dataset(v1alpha1.Dataset{Name: "web", Source: v1alpha1.DatasetSource{URL: "https://example.org/qa.jsonl"}}).
 		OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj())
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
-	run := cluster.RunID(&ev.Spec)
+	run := cluster.RunID(ev)
 	h.mustReconcile(ev)
 	h.runnerPod(cluster.PlannerJobName("arith", run), 0, "a", waitingPod("ImagePullBackOff", "Back-off pulling image \"registry.example/proctor:nope\""))
 	h.mustReconcile(ev)

@@ -55,6 +55,8 @@ func (r *EvaluationReconciler) ensureJobs(ctx context.Context, p *pass) (bool, e
 			job = *want
 		case err != nil:
 			return false, err
+		case !r.ours(p, "Job", &job):
+			return false, nil // never run, suspend or delete someone else's Job
 		default:
 			if err := r.syncJob(ctx, &job, want); err != nil {
 				return false, err

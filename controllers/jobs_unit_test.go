@@ -19,7 +19,7 @@ import (
 // passFor is a pass over ev at t0 for its current run.
 func passFor(ev *v1alpha1.Evaluation) *pass {
 	p := newPass(ev, t0)
-	p.run = cluster.RunID(&ev.Spec)
+	p.run = cluster.RunID(ev)
 	return p
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -21,11 +22,11 @@ import (
 )
 
 // ensurePermissions gives the runner pods of an Evaluation a ServiceAccount
-// bound to a Role allowing only what its shards need: to read its Evaluation,
-// plan, budget and dataset ConfigMaps, and to read and update its shards' heads,
-// all by name; and to create ConfigMaps (sealed record chunks, the plan), which
-// Kubernetes cannot restrict by name. Nothing else: no Secrets (keys reach pods
-// as secretKeyRef env vars), no listing.
+// bound to a Role allowing only what its shards need, all by name: to read its
+// Evaluation, plan, budget and dataset ConfigMaps, and to read and update its
+// shards' heads and chunk slots (and the plan, while the planner makes it).
+// Nothing else: no create (the controller makes every object a runner writes
+// to), no Secrets (keys reach pods as secretKeyRef env vars), no listing.
 func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (bool, error) {
 	ev := p.ev
 	if cacheOn(&ev.Spec) {
@@ -35,8 +36,12 @@ func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (
 		if err := r.List(ctx, &cms, client.InNamespace(ev.Namespace), client.MatchingLabels{cluster.LabelEvaluation: cluster.LabelValue(ev.Name)}); err != nil {
 			return false, err
 		}
-		for _, cm := range cms.Items {
+		for i := range cms.Items {
+			cm := &cms.Items[i]
 			if c := cm.Labels[cluster.LabelComponent]; cm.Labels[cluster.LabelRun] != p.run && (c == cluster.ComponentShard || c == cluster.ComponentRecords) {
+				if r.ignoreForeign(p, "ConfigMap", cm) {
+					continue
+				}
 				p.cacheSources = append(p.cacheSources, cm.Name)
 			}
 		}
@@ -49,7 +54,7 @@ func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (
 		saName = ev.Spec.Runner.ServiceAccountName
 	} else {
 		sa := &corev1.ServiceAccount{ObjectMeta: objectMeta(ev.Namespace, name, labels)}
-		if err := r.createOwned(ctx, ev, sa); err != nil {
+		if ok, err := r.claim(ctx, p, sa); !ok || err != nil {
 			return false, err
 		}
 	}
@@ -59,11 +64,13 @@ func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (
 	err := r.Get(ctx, client.ObjectKeyFromObject(role), &existing)
 	switch {
 	case apierrors.IsNotFound(err):
-		if err := r.createOwned(ctx, ev, role); err != nil {
+		if ok, err := r.claim(ctx, p, role); !ok || err != nil {
 			return false, err
 		}
 	case err != nil:
 		return false, err
+	case !r.ours(p, "Role", &existing):
+		return false, nil
 	case !apiequality.Semantic.DeepEqual(existing.Rules, role.Rules):
 		existing.Rules = role.Rules
 		if err := r.Update(ctx, &existing); err != nil {
@@ -80,11 +87,13 @@ func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (
 	err = r.Get(ctx, client.ObjectKeyFromObject(rb), &existingRB)
 	switch {
 	case apierrors.IsNotFound(err):
-		if err := r.createOwned(ctx, ev, rb); err != nil {
+		if ok, err := r.claim(ctx, p, rb); !ok || err != nil {
 			return false, err
 		}
 	case err != nil:
 		return false, err
+	case !r.ours(p, "RoleBinding", &existingRB):
+		return false, nil
 	case !apiequality.Semantic.DeepEqual(existingRB.Subjects, rb.Subjects):
 		// The role reference cannot change; a new subject (spec.runner.serviceAccountName) can.
 		existingRB.Subjects = rb.Subjects
@@ -98,7 +107,7 @@ func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (
 // runnerRules are the runner's permissions for the current run.
 func (r *EvaluationReconciler) runnerRules(p *pass) []rbacv1.PolicyRule {
 	ev := p.ev
-	read := []string{cluster.PlanName(ev.Name, p.run), cluster.BudgetName(ev.Name)}
+	read := []string{cluster.BudgetName(ev.Name)}
 	for _, d := range ev.Spec.Datasets {
 		if d.Source.ConfigMap != nil {
 			read = append(read, cluster.DataName(ev.Name, p.run, d.Name)) // the run's snapshot
@@ -108,36 +117,102 @@ func (r *EvaluationReconciler) runnerRules(p *pass) []rbacv1.PolicyRule {
 		read = append(read, cluster.CacheSourcesName(ev.Name, p.run))
 		read = append(read, p.cacheSources...)
 	}
-	var heads []string
-	if p.plan != nil {
-		for _, model := range cluster.Subjects(&ev.Spec) {
-			for _, s := range p.plan.Shards(&ev.Spec, model) {
-				heads = append(heads, cluster.HeadName(ev.Name, p.run, model, s.Index))
-			}
-		}
+	// The planner fills in the plan the controller made; once it is made, the
+	// plan is only read.
+	write := slices.Clone(p.shardObjects)
+	if p.plan == nil {
+		write = append(write, cluster.PlanName(ev.Name, p.run))
+	} else {
+		read = append(read, cluster.PlanName(ev.Name, p.run))
 	}
 	slices.Sort(read)
 	read = slices.Compact(read)
+	slices.Sort(write)
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"evaluations"}, Verbs: []string{"get"}, ResourceNames: []string{ev.Name}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}, ResourceNames: read},
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
 	}
-	if len(heads) > 0 {
-		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "update"}, ResourceNames: heads})
+	if len(write) > 0 {
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "update"}, ResourceNames: write})
 	}
 	return rules
 }
 
-// createOwned creates obj owned by ev, if absent.
-func (r *EvaluationReconciler) createOwned(ctx context.Context, ev *v1alpha1.Evaluation, obj client.Object) error {
-	if err := controllerutil.SetControllerReference(ev, obj, r.Scheme); err != nil {
+// claim creates obj, controlled by the Evaluation, if absent, and reports
+// whether the object of that name is the Evaluation's. One that is not (a
+// user's own object, or one made before the Evaluation existed) is left as it
+// is and reported as a NameConflict; the caller stops the pass.
+func (r *EvaluationReconciler) claim(ctx context.Context, p *pass, obj client.Object) (bool, error) {
+	if err := controllerutil.SetControllerReference(p.ev, obj, r.Scheme); err != nil {
+		return false, err
+	}
+	err := r.Create(ctx, obj)
+	if err == nil {
+		return true, nil
+	}
+	gvk, gvkErr := r.GroupVersionKindFor(obj)
+	if gvkErr != nil {
+		return false, gvkErr
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return false, fmt.Errorf("creating %s %s: %w", gvk.Kind, obj.GetName(), err)
+	}
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(gvk)
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), m); err != nil {
+		if apierrors.IsNotFound(err) {
+			p.requeueAfter(time.Second) // deleted meanwhile: create it next pass
+			return false, nil
+		}
+		return false, err
+	}
+	return r.ours(p, gvk.Kind, m), nil
+}
+
+// ours reports whether obj is controlled by the Evaluation, noting a
+// NameConflict if not.
+func (r *EvaluationReconciler) ours(p *pass, kind string, obj metav1.Object) bool {
+	if err := cluster.Owned(kind, obj, p.ev); err != nil {
+		p.conflict(err)
+		return false
+	}
+	return true
+}
+
+// ignoreForeign reports whether obj, found by the Evaluation's labels, is not
+// the Evaluation's; such objects are skipped (never read nor deleted) and
+// reported.
+func (r *EvaluationReconciler) ignoreForeign(p *pass, kind string, obj metav1.Object) bool {
+	if cluster.Owned(kind, obj, p.ev) == nil {
+		return false
+	}
+	name := kind + " " + obj.GetName()
+	if !slices.Contains(p.ignored, name) {
+		p.ignored = append(p.ignored, name)
+	}
+	return true
+}
+
+// deleteIfOurs deletes the ConfigMap name if the Evaluation controls it.
+func (r *EvaluationReconciler) deleteIfOurs(ctx context.Context, p *pass, name string) error {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: p.ev.Namespace, Name: name}, m)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	if err := r.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
+	if cluster.Owned("ConfigMap", m, p.ev) != nil {
+		return nil // not ours: left alone (claim reports it if the run needs the name)
 	}
-	return nil
+	uid := m.UID
+	err = r.Delete(ctx, m, client.Preconditions{UID: &uid})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
 }
 
 // ensureBudget creates the budget ConfigMap runners read their shares from.
@@ -148,12 +223,16 @@ func (r *EvaluationReconciler) ensureBudget(ctx context.Context, p *pass) (bool,
 	cm := &corev1.ConfigMap{ObjectMeta: objectMeta(p.ev.Namespace, cluster.BudgetName(p.ev.Name), cluster.Labels(p.ev.Name, "", cluster.ComponentBudget))}
 	var existing metav1.PartialObjectMetadata
 	existing.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
-	if err := r.Get(ctx, client.ObjectKeyFromObject(cm), &existing); err == nil || !apierrors.IsNotFound(err) {
-		return true, err
+	err := r.Get(ctx, client.ObjectKeyFromObject(cm), &existing)
+	switch {
+	case err == nil:
+		return r.ours(p, "ConfigMap", &existing), nil
+	case !apierrors.IsNotFound(err):
+		return false, err
 	}
 	b, _ := json.Marshal(&cluster.Budget{})
 	cm.Annotations = map[string]string{shard.AnnotationBudget: string(b)}
-	return true, r.createOwned(ctx, p.ev, cm)
+	return r.claim(ctx, p, cm)
 }
 
 func objectMeta(ns, name string, labels map[string]string) metav1.ObjectMeta {

@@ -22,7 +22,7 @@ import (
 func TestRateLimitedModelsAreVisible(t *testing.T) {
 	ev := withUID(simpleEval("arith").OpenAIModel("big", llmURL).Obj())
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
-	run := cluster.RunID(&ev.Spec)
+	run := cluster.RunID(ev)
 	since := metav1.NewTime(time.Date(2026, 11, 23, 19, 20, 5, 0, time.UTC))
 	until := metav1.NewTime(since.Add(time.Minute))
 	throttled := running(1, 0, 1)

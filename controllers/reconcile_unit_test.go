@@ -37,7 +37,7 @@ func simpleEval(name string) *testutil.EvaluationWrapper {
 }
 
 func withUID(ev *v1alpha1.Evaluation) *v1alpha1.Evaluation {
-	ev.UID = types.UID("uid-" + ev.Name)
+	ev.UID = types.UID("uid-" + ev.Namespace + "-" + ev.Name) // as the builders give it
 	return ev
 }
 
@@ -59,7 +59,7 @@ func TestReconcileNewInlineEvaluation(t *testing.T) {
 	ev.Spec.Scoring = append(ev.Spec.Scoring, v1alpha1.Scorer{Type: v1alpha1.ScorerJudge, Judge: &v1alpha1.Judge{Model: "judge"}})
 	withUID(ev)
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
-	run := cluster.RunID(&ev.Spec)
+	run := cluster.RunID(ev)
 
 	res := h.mustReconcile(ev)
 	if res.RequeueAfter != 0 {
@@ -148,7 +148,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "data"}}
 	urlDataset := v1alpha1.Dataset{Name: "web", Source: v1alpha1.DatasetSource{URL: "https://example.org/qa.jsonl"}}
 	planCM := func(ev *v1alpha1.Evaluation, annotations map[string]string) *corev1.ConfigMap {
-		cm := shard.NewPlanConfigMap(ev, cluster.RunID(&ev.Spec))
+		cm := shard.NewPlanConfigMap(ev, cluster.RunID(ev))
 		cm.Annotations = annotations
 		return cm
 	}
@@ -280,8 +280,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			wantPhase:    v1alpha1.PhasePending,
 			wantReason:   ReasonPlanning,
 			wantMessage:  "counting the samples of url and pvc datasets",
-			wantPlanner:  true,
-			wantNoPlanCM: true,
+			wantPlanner:  true, // and the empty plan ConfigMap it fills in
 		},
 		{
 			name:         "a url dataset is counted by the planner",
@@ -289,8 +288,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			wantPhase:    v1alpha1.PhasePending,
 			wantReason:   ReasonPlanning,
 			wantMessage:  "counting the samples of url and pvc datasets",
-			wantPlanner:  true,
-			wantNoPlanCM: true,
+			wantPlanner:  true, // and the empty plan ConfigMap it fills in
 		},
 		{
 			name: "the planner's plan",
@@ -317,14 +315,13 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			name: "the planner Job failed",
 			ev:   testutil.MakeEvaluation("e", testNS).Dataset(urlDataset).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
 			before: func(h *harness, ev *v1alpha1.Evaluation) {
-				h.setJobStatus(cluster.PlannerJobName(ev.Name, cluster.RunID(&ev.Spec)), batchv1.JobStatus{Conditions: []batchv1.JobCondition{jobCondition(batchv1.JobFailed)}})
+				h.setJobStatus(cluster.PlannerJobName(ev.Name, cluster.RunID(ev)), batchv1.JobStatus{Conditions: []batchv1.JobCondition{jobCondition(batchv1.JobFailed)}})
 			},
 			wantPhase:    v1alpha1.PhaseFailed,
 			wantReason:   ReasonPlanningFailed,
 			wantFailed:   true,
 			wantMessage:  "the planner Job e-",
-			wantPlanner:  true,
-			wantNoPlanCM: true,
+			wantPlanner:  true, // and the empty plan ConfigMap it fills in
 		},
 	}
 	for _, tc := range cases {
@@ -372,7 +369,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 				t.Errorf("unexpected Failed condition %+v", failed)
 			}
 
-			run := cluster.RunID(&ev.Spec)
+			run := cluster.RunID(ev)
 			gotJobs := map[string]int32{}
 			planner := false
 			for _, j := range h.jobs() {
@@ -458,7 +455,7 @@ func TestReconcileSuspend(t *testing.T) {
 func TestReconcileLiveEditsUpdateJobsInPlace(t *testing.T) {
 	ev := withUID(simpleEval("arith").Parallelism(4).Obj())
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
-	run := cluster.RunID(&ev.Spec)
+	run := cluster.RunID(ev)
 	jobName := "arith-small-" + run
 	h.mustReconcile(ev)
 	h.rec.take()
@@ -530,14 +527,14 @@ func TestReconcileSpecEditStartsNewRun(t *testing.T) {
 			ev := withUID(simpleEval("arith").RateLimit(600).Obj())
 			ev.Spec.Cache.Enabled = cache
 			h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
-			oldRun := cluster.RunID(&ev.Spec)
+			oldRun := cluster.RunID(ev)
 			h.mustReconcile(ev)
 			h.rec.take()
 
 			// What the old run's shards left, and an older results ConfigMap.
 			s0 := cluster.Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 5}
 			oldHead := headCM(t, "arith", oldRun, s0, cluster.ShardProgress{State: cluster.StateRunning, Total: 5, Done: 2}, recsOf("small", "d", 0, 1), 0, 1)
-			oldChunk := chunkCM(t, "arith", oldRun, s0, "abc123", 0, recsOf("small", "d", 2), 2)
+			oldChunk := chunkCM(t, "arith", oldRun, s0, 0, recsOf("small", "d", 2), 2)
 			results := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "arith-results", Labels: cluster.Labels("arith", oldRun, cluster.ComponentResults)}}
 			h.create(oldHead, oldChunk, results)
 			budget, ok := h.configMaps()["arith-budget"]
@@ -551,7 +548,7 @@ func TestReconcileSpecEditStartsNewRun(t *testing.T) {
 			h.clock.Step(time.Minute)
 
 			ev = h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) { s.Prompt.Template = "Q: {{ .Input }}" })
-			newRun := cluster.RunID(&ev.Spec)
+			newRun := cluster.RunID(ev)
 			if newRun == oldRun {
 				t.Fatal("a prompt edit kept the run")
 			}
@@ -565,8 +562,8 @@ func TestReconcileSpecEditStartsNewRun(t *testing.T) {
 			if _, ok := cms["arith-"+oldRun+"-plan"]; ok {
 				t.Errorf("the old run's plan was kept")
 			}
-			if _, ok := cms["arith-results"]; ok {
-				t.Errorf("the old results were kept")
+			if res, ok := cms["arith-results"]; !ok || len(res.Data)+len(res.BinaryData) > 0 || res.Annotations[cluster.AnnotationRun] != newRun {
+				t.Errorf("the old results were kept, or the new run's results ConfigMap was not made: %+v", res)
 			}
 			// The budget starts over (it was deleted and made again): no grants.
 			if b, ok := cms["arith-budget"]; !ok {
@@ -591,6 +588,8 @@ func TestReconcileSpecEditStartsNewRun(t *testing.T) {
 				want := []cluster.CacheSource{
 					{Model: "small", Dataset: "d", Name: oldHead.Name},
 					{Model: "small", Dataset: "d", Name: oldChunk.Name},
+					// The other shard's head, which the controller made.
+					{Model: "small", Dataset: "d", Name: cluster.HeadName("arith", oldRun, "small", 1)},
 				}
 				if diff := cmp.Diff(want, got, cmpopts.SortSlices(func(a, b cluster.CacheSource) bool { return a.Name < b.Name })); diff != "" {
 					t.Errorf("cache sources (-want +got):\n%s", diff)
@@ -654,7 +653,7 @@ func finishedRun(t *testing.T, models ...string) (*harness, *v1alpha1.Evaluation
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
 	h.mustReconcile(ev)
 	h.rec.take()
-	return h, ev, cluster.RunID(&ev.Spec)
+	return h, ev, cluster.RunID(ev)
 }
 
 func shardOf(model string, index int) cluster.Shard {
@@ -669,10 +668,10 @@ func storeModelRecords(t *testing.T, h *harness, run, model string) {
 	recs[7] = erroredRec(model, "d", 7)
 	h.create(
 		headCM(t, "arith", run, shardOf(model, 0), cluster.ShardProgress{State: cluster.StateSucceeded, Total: 5, Done: 5, Scores: map[string]float64{"exact_match": 3}}, recs, 0, 1, 2),
-		chunkCM(t, "arith", run, shardOf(model, 0), "aaaaaa", 0, recs, 2, 3, 4),
+		chunkCM(t, "arith", run, shardOf(model, 0), 0, recs, 2, 3, 4),
 		headCM(t, "arith", run, shardOf(model, 1), cluster.ShardProgress{State: cluster.StateSucceeded, Total: 5, Done: 5, Errored: 1, Scores: map[string]float64{"exact_match": 2}}, recs),
-		chunkCM(t, "arith", run, shardOf(model, 1), "bbbbbb", 0, recs, 5, 6, 7, 8),
-		chunkCM(t, "arith", run, shardOf(model, 1), "bbbbbb", 1, recs, 9, 8),
+		chunkCM(t, "arith", run, shardOf(model, 1), 0, recs, 5, 6, 7, 8),
+		chunkCM(t, "arith", run, shardOf(model, 1), 1, recs, 9, 8),
 	)
 }
 
@@ -680,7 +679,7 @@ func TestReconcileSucceeded(t *testing.T) {
 	h, ev, run := finishedRun(t)
 	storeModelRecords(t, h, run, "small")
 	// Records of another run are not this run's, and go at the end.
-	stale := chunkCM(t, "arith", "0ldrun00", shardOf("small", 0), "cccccc", 0, map[int]results.Record{0: erroredRec("small", "d", 0)}, 0)
+	stale := chunkCM(t, "arith", "0ldrun00", shardOf("small", 0), 0, map[int]results.Record{0: erroredRec("small", "d", 0)}, 0)
 	h.create(stale)
 	h.setJobStatus("arith-small-"+run, completeStatus("0-1"))
 	h.clock.Step(time.Minute)
@@ -858,10 +857,12 @@ func TestReconcileLargeResultsListChunks(t *testing.T) {
 		s := shardOf("small", i/5)
 		r := rec("small", "d", i)
 		r.Output = noise()
-		cm := chunkCM(t, "arith", run, s, "aaaaaa", i, map[int]results.Record{i: r}, i)
+		cm := chunkCM(t, "arith", run, s, i, map[int]results.Record{i: r}, i)
 		h.create(cm)
 		names = append(names, cm.Name)
 	}
+	// The heads the controller made are read too.
+	names = append(names, cluster.HeadName("arith", run, "small", 0), cluster.HeadName("arith", run, "small", 1))
 	sort.Strings(names)
 	h.setJobStatus("arith-small-"+run, completeStatus("0-1"))
 	h.mustReconcile(ev)

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
@@ -25,7 +24,10 @@ import (
 // one are deleted and status starts over. With the cache on, the old run's records
 // are kept until the new run ends, as its response cache.
 func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, error) {
-	p.run = cluster.RunID(&p.ev.Spec)
+	p.run = cluster.RunID(p.ev)
+	if p.status.Run != "" && cluster.IsRun(p.ev, p.status.Run) {
+		p.run = p.status.Run // a run started by an older manager keeps its identity
+	}
 	if p.status.Run == p.run {
 		return true, nil
 	}
@@ -43,8 +45,7 @@ func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, err
 		return false, err
 	}
 	for _, name := range []string{cluster.ResultsName(p.ev.Name), cluster.BudgetName(p.ev.Name)} {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: p.ev.Namespace, Name: name}}
-		if err := r.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
+		if err := r.deleteIfOurs(ctx, p, name); err != nil {
 			return false, err
 		}
 	}
@@ -54,7 +55,7 @@ func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, err
 			ObjectMeta: objectMeta(p.ev.Namespace, cluster.CacheSourcesName(p.ev.Name, p.run), cluster.Labels(p.ev.Name, p.run, cluster.ComponentCache)),
 			Data:       map[string]string{cluster.KeySources: string(b)},
 		}
-		if err := r.createOwned(ctx, p.ev, cm); err != nil {
+		if ok, err := r.claim(ctx, p, cm); !ok || err != nil {
 			return false, err
 		}
 	}
@@ -80,6 +81,9 @@ func (r *EvaluationReconciler) deleteOtherRuns(ctx context.Context, p *pass, kee
 		return nil, err
 	}
 	for i := range jobs.Items {
+		if r.ignoreForeign(p, "Job", &jobs.Items[i]) {
+			continue
+		}
 		if err := r.Delete(ctx, &jobs.Items[i], bg); client.IgnoreNotFound(err) != nil {
 			return nil, err
 		}
@@ -92,6 +96,9 @@ func (r *EvaluationReconciler) deleteOtherRuns(ctx context.Context, p *pass, kee
 	var kept []cluster.CacheSource
 	for i := range cms.Items {
 		cm := &cms.Items[i]
+		if r.ignoreForeign(p, "ConfigMap", cm) {
+			continue
+		}
 		if c := cm.Labels[cluster.LabelComponent]; keep != "" && cm.Labels[cluster.LabelRun] == keep && (c == cluster.ComponentShard || c == cluster.ComponentRecords) {
 			kept = append(kept, cluster.CacheSource{Model: cm.Labels[cluster.LabelModel], Dataset: cm.Labels[cluster.LabelDataset], Name: cm.Name})
 			continue
@@ -116,8 +123,10 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 	}); err != nil {
 		return false, err
 	}
-	if len(jobs.Items) > 0 {
-		return true, nil
+	for i := range jobs.Items {
+		if cluster.Owned("Job", &jobs.Items[i], p.ev) == nil {
+			return true, nil
+		}
 	}
 	ns := p.ev.Namespace
 	for i, m := range p.ev.Spec.Models {
@@ -215,21 +224,24 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 		// planner Job's end: read it from the API server, so its error is said.
 		err = r.APIReader.Get(ctx, key, cm)
 	}
-	if err == nil {
-		if msg, failed := cm.Annotations[shard.AnnotationPlanError]; failed {
-			p.fail(ReasonPlanningFailed, "planning failed: %s", msg)
-			return false, nil
-		}
+	exists := err == nil
+	switch {
+	case exists && !r.ours(p, "ConfigMap", cm):
+		return false, nil
+	case exists && cm.Annotations[shard.AnnotationPlanError] != "":
+		p.fail(ReasonPlanningFailed, "planning failed: %s", cm.Annotations[shard.AnnotationPlanError])
+		return false, nil
+	case exists && cm.Annotations[cluster.AnnotationPlan] != "":
 		var plan cluster.Plan
 		if err := json.Unmarshal([]byte(cm.Annotations[cluster.AnnotationPlan]), &plan); err != nil {
 			return false, fmt.Errorf("plan %s: %w", key.Name, err)
 		}
 		p.plan = &plan
 		return true, nil
-	}
-	if !apierrors.IsNotFound(err) {
+	case !exists && !apierrors.IsNotFound(err):
 		return false, err
 	}
+	// No plan yet (or only the empty ConfigMap the planner is to fill in).
 
 	totals := map[string]int{}
 	for i := range p.ev.Spec.Datasets {
@@ -260,10 +272,21 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 		plan.ShardSize = int(*p.ev.Spec.ShardSize)
 	}
 	b, _ := json.Marshal(plan)
-	planCM := shard.NewPlanConfigMap(p.ev, p.run)
-	planCM.Annotations[cluster.AnnotationPlan] = string(b)
-	if err := r.Create(ctx, planCM); err != nil && !apierrors.IsAlreadyExists(err) {
-		return false, err
+	if exists {
+		patch := client.MergeFrom(cm.DeepCopy())
+		if cm.Annotations == nil {
+			cm.Annotations = map[string]string{}
+		}
+		cm.Annotations[cluster.AnnotationPlan] = string(b)
+		if err := r.Patch(ctx, cm, patch); err != nil {
+			return false, fmt.Errorf("writing the plan into %s: %w", key.Name, err)
+		}
+	} else {
+		planCM := shard.NewPlanConfigMap(p.ev, p.run)
+		planCM.Annotations[cluster.AnnotationPlan] = string(b)
+		if ok, err := r.claim(ctx, p, planCM); !ok || err != nil {
+			return false, err
+		}
 	}
 	p.plan = &plan
 	return true, nil
@@ -274,11 +297,12 @@ func (r *EvaluationReconciler) ensurePlanner(ctx context.Context, p *pass) (bool
 	if p.plan != nil {
 		return true, nil
 	}
-	job := r.plannerJob(p)
-	if err := controllerutil.SetControllerReference(p.ev, job, r.Scheme); err != nil {
+	// The planner may not create objects: it fills in the plan ConfigMap made here.
+	if ok, err := r.claim(ctx, p, shard.NewPlanConfigMap(p.ev, p.run)); !ok || err != nil {
 		return false, err
 	}
-	if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+	job := r.plannerJob(p)
+	if ok, err := r.claim(ctx, p, job); !ok || err != nil {
 		return false, err
 	}
 	var existing batchv1.Job

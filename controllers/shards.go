@@ -62,7 +62,9 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 	}
 	byName := map[string]*metav1.PartialObjectMetadata{}
 	for i := range heads.Items {
-		byName[heads.Items[i].Name] = &heads.Items[i]
+		if !r.ignoreForeign(p, "ConfigMap", &heads.Items[i]) {
+			byName[heads.Items[i].Name] = &heads.Items[i]
+		}
 	}
 
 	key := client2key(ev)

@@ -29,7 +29,7 @@ func running(done, errored int, score float64) cluster.ShardProgress {
 func TestObserveShards(t *testing.T) {
 	ev := withUID(simpleEval("arith").OpenAIModel("big", llmURL).Obj())
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
-	run := cluster.RunID(&ev.Spec)
+	run := cluster.RunID(ev)
 	succeeded := cluster.ShardProgress{State: cluster.StateSucceeded, Total: 5, Done: 5, Scores: map[string]float64{"exact_match": 3}}
 	h.create(
 		headCM(t, "arith", run, shardOf("small", 0), succeeded, nil),
@@ -38,7 +38,7 @@ func TestObserveShards(t *testing.T) {
 		headCM(t, "arith", run, shardOf("big", 1), running(1, 0, 0), nil), // its Job index failed
 		// Not this run's, or not a head: ignored.
 		headCM(t, "arith", "0ldrun00", shardOf("small", 0), running(5, 0, 5), nil),
-		chunkCM(t, "arith", run, shardOf("small", 0), "aaaaaa", 0, recsOf("small", "d", 0), 0),
+		chunkCM(t, "arith", run, shardOf("small", 0), 0, recsOf("small", "d", 0), 0),
 	)
 	jobs := map[string]*batchv1.Job{
 		"small": {ObjectMeta: metav1.ObjectMeta{Name: "arith-small"}, Status: batchv1.JobStatus{CompletedIndexes: "0"}},
@@ -157,7 +157,7 @@ func TestObserveShardsWithoutHeadsOrScorers(t *testing.T) {
 	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 7).InlineDataset("e", 3).OpenAIModel("small", llmURL).ShardSize(5).Generation(1).Obj())
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
 	p := newPass(ev, t0)
-	p.run = cluster.RunID(&ev.Spec)
+	p.run = cluster.RunID(ev)
 	p.plan = &cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 7, "e": 3}}
 	if _, err := h.r.observeShards(h.ctx, p); err != nil {
 		t.Fatal(err)
@@ -209,7 +209,7 @@ func TestDivideBudget(t *testing.T) {
 	ev.Spec.Scoring = append(ev.Spec.Scoring, v1alpha1.Scorer{Type: v1alpha1.ScorerJudge, Judge: &v1alpha1.Judge{Model: "judge"}})
 	withUID(ev)
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
-	run := cluster.RunID(&ev.Spec)
+	run := cluster.RunID(ev)
 
 	h.mustReconcile(ev)
 	if diff := cmp.Diff(map[string][]string{"small": {}, "judge": {}}, grantKeys(budgetOf(t, h))); diff != "" {

@@ -32,6 +32,10 @@ const (
 	// ConditionRateLimited is True while a model's server answers 429: calls
 	// wait, and no sample fails for it (retry.maxThrottleWait bounds the wait).
 	ConditionRateLimited = "RateLimited"
+	// ConditionNameConflict is True while an object of a name the run needs
+	// exists and is not the Evaluation's (a user's own NAME-results, say): it is
+	// left alone, and the run waits until the name is free.
+	ConditionNameConflict = "NameConflict"
 )
 
 // Reasons, for conditions and events.
@@ -63,6 +67,13 @@ const (
 	ReasonFailedCreate       = reasonFailedCreate
 	ReasonConfigurationError = "ConfigurationError"
 	ReasonRunnerFailed       = "RunnerFailed"
+	// ReasonNameConflict: a name the run needs is taken (NameConflict is True).
+	ReasonNameConflict = "NameConflict"
+	// ReasonNamesFreed: no name the run needs is taken any more.
+	ReasonNamesFreed = "NamesFreed"
+	// ReasonForeignObjectIgnored: objects labelled as the Evaluation's that it
+	// does not control were ignored (neither read, nor deleted).
+	ReasonForeignObjectIgnored = "ForeignObjectIgnored"
 )
 
 // pass is what one reconcile learns and decides.
@@ -82,6 +93,9 @@ type pass struct {
 	configMaps map[string]*corev1.ConfigMap
 	// cacheSources are record ConfigMaps of an earlier run this run may reuse.
 	cacheSources []string
+	// shardObjects are the heads and chunk slots of the run's shards, which
+	// their runners may update.
+	shardObjects []string
 	plan         *cluster.Plan
 	jobs         map[string]*batchv1.Job // by model
 	shards       []shardState
@@ -96,6 +110,13 @@ type pass struct {
 	anyRunning     bool
 	degraded       *problem
 	stalled        *problem
+
+	// conflicts are the objects of names the run needs that are not the
+	// Evaluation's; ignored, objects labelled as its own that it does not
+	// control. complete says every step ran (so no conflict is left).
+	conflicts []string
+	ignored   []string
+	complete  bool
 
 	// throttled holds, by model, the runs of 429s the active shards reported:
 	// the earliest start and the latest retry-after end.
@@ -155,6 +176,13 @@ func (p *pass) event(eventType, reason, format string, args ...any) {
 	p.events = append(p.events, event{eventType, reason, fmt.Sprintf(format, args...)})
 }
 
+// conflict notes a name the run needs that another object holds.
+func (p *pass) conflict(err error) {
+	if !slices.Contains(p.conflicts, err.Error()) {
+		p.conflicts = append(p.conflicts, err.Error())
+	}
+}
+
 func (p *pass) fail(reason, format string, args ...any) {
 	p.failureReason, p.failureMessage = reason, fmt.Sprintf(format, args...)
 }
@@ -185,6 +213,9 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 	case suspended:
 		st.Phase, st.Message = v1alpha1.PhaseSuspended, "spec.suspend is true; finished samples are kept"
 		set(ConditionProgressing, metav1.ConditionFalse, ReasonSuspended, st.Message)
+	case len(p.conflicts) > 0 && len(p.jobs) == 0:
+		st.Phase, st.Message, st.Reason = v1alpha1.PhasePending, p.conflictMessage(), ReasonNameConflict
+		set(ConditionProgressing, metav1.ConditionFalse, ReasonNameConflict, st.Message)
 	case p.pendingReason != "":
 		st.Phase, st.Message = v1alpha1.PhasePending, p.pendingMessage
 		if p.pendingReason != ReasonPlanning {
@@ -197,6 +228,9 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 	case len(p.jobs) > 0:
 		st.Phase, st.Message = v1alpha1.PhaseRunning, ""
 		switch {
+		case len(p.conflicts) > 0:
+			st.Message, st.Reason = p.conflictMessage(), ReasonNameConflict
+			set(ConditionProgressing, metav1.ConditionTrue, ReasonRunning, "shards are running")
 		case p.degraded != nil && !p.anyRunning:
 			// Nothing runs: say why instead of "shards are running".
 			st.Message, st.Reason = p.degraded.message, p.degraded.reason
@@ -223,10 +257,35 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 	}
 	r.setDegraded(p, set, suspended)
 	r.setRateLimited(p, set)
+	r.setNameConflict(p, set)
 	if (st.Phase == v1alpha1.PhaseSucceeded || st.Phase == v1alpha1.PhaseFailed) && st.CompletionTime == nil {
 		st.CompletionTime = &metav1.Time{Time: p.now}
 	}
 	r.emitPhaseEvents(p)
+}
+
+// conflictMessage says which names are taken, and what to do.
+func (p *pass) conflictMessage() string {
+	return strings.Join(p.conflicts, "; ") + ". Rename or delete it to let the run go on"
+}
+
+// setNameConflict sets the NameConflict condition, with an event when a name
+// is found taken and when none is any more. A pass that stopped early (before
+// every object was checked) leaves it alone.
+func (r *EvaluationReconciler) setNameConflict(p *pass, set func(t string, status metav1.ConditionStatus, reason, msg string)) {
+	old := meta.FindStatusCondition(p.status.Conditions, ConditionNameConflict)
+	was := old != nil && old.Status == metav1.ConditionTrue
+	switch {
+	case len(p.conflicts) > 0:
+		msg := p.conflictMessage()
+		if !was || old.Message != msg {
+			p.event(corev1.EventTypeWarning, ReasonNameConflict, "%s", msg)
+		}
+		set(ConditionNameConflict, metav1.ConditionTrue, ReasonNameConflict, msg)
+	case was && p.complete:
+		p.event(corev1.EventTypeNormal, ReasonNamesFreed, "Every name the run needs is free or its own now")
+		set(ConditionNameConflict, metav1.ConditionFalse, ReasonNamesFreed, "")
+	}
 }
 
 // setDegraded sets the Degraded condition from what the pass saw of the pods

@@ -53,7 +53,7 @@ func TestNoOpReconcileDoesNotWriteStatus(t *testing.T) {
 func TestProgressOnlyChangesAreThrottled(t *testing.T) {
 	ev := withUID(simpleEval("arith").Obj())
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}}) // ProgressInterval 2s
-	run := cluster.RunID(&ev.Spec)
+	run := cluster.RunID(ev)
 	h.mustReconcile(ev) // t0: the run starts (a phase change: written)
 	if got := h.statusWrites(); got != 1 {
 		t.Fatalf("writes = %d, want 1", got)
@@ -228,17 +228,17 @@ func TestStepErrorsNameTheStep(t *testing.T) {
 		{
 			name:       "LoadPlan",
 			funcs:      createFault(withComponent(cluster.ComponentPlan)),
-			wantPrefix: "LoadPlan: injected fault",
+			wantPrefix: "LoadPlan: creating ConfigMap arith-",
 		},
 		{
 			name:       "EnsurePermissions",
 			funcs:      createFault(isKind[*rbacv1.Role]()),
-			wantPrefix: "EnsurePermissions: creating *v1.Role arith-runner: injected fault",
+			wantPrefix: "EnsurePermissions: creating Role arith-runner: injected fault",
 		},
 		{
 			name:       "EnsureBudget",
 			funcs:      createFault(withComponent(cluster.ComponentBudget)),
-			wantPrefix: "EnsureBudget: creating *v1.ConfigMap arith-budget: injected fault",
+			wantPrefix: "EnsureBudget: creating ConfigMap arith-budget: injected fault",
 		},
 		{
 			name:       "EnsureJobs",
@@ -280,7 +280,7 @@ func TestStepErrorsNameTheStep(t *testing.T) {
 			// Rate limited (a budget), keyed from a Secret (a reference to check).
 			ev := withUID(simpleEval("arith").RateLimit(60).APIKeySecret("openai", "k").Obj())
 			h := newHarness(t, harnessOpts{objs: []client.Object{ev, secret}, funcs: tc.funcs(armed)})
-			run := cluster.RunID(&ev.Spec)
+			run := cluster.RunID(ev)
 			if tc.secondPass {
 				h.mustReconcile(ev)
 				// A running shard, so that the budget is divided again.
@@ -347,7 +347,7 @@ func TestFinishFailureIsNotSucceeded(t *testing.T) {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	}})
-	run := cluster.RunID(&ev.Spec)
+	run := cluster.RunID(ev)
 	h.mustReconcile(ev)
 	storeModelRecords(t, h, run, "small")
 	h.setJobStatus("arith-small-"+run, completeStatus("0-1"))
@@ -410,7 +410,7 @@ func TestFailedStartRunIsRetried(t *testing.T) {
 			return c.Delete(ctx, obj, opts...)
 		},
 	}})
-	oldRun := cluster.RunID(&ev.Spec)
+	oldRun := cluster.RunID(ev)
 	h.mustReconcile(ev)
 	ev = h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) { s.Prompt.Template = "Q: {{ .Input }}" })
 	failDelete.Store(true)

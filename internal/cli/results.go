@@ -81,6 +81,9 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ev.Status.ResultsConfigMap}, &cm); err != nil {
 		return &exitError{code: exitFailed, err: err}
 	}
+	if err := cluster.Owned("ConfigMap", &cm, ev); err != nil {
+		return &exitError{code: exitFailed, err: err}
+	}
 	if output == "" {
 		output = filepath.Join("results", name)
 	}
@@ -105,7 +108,7 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 			f.Close()
 			return fmt.Errorf("%s: %w", cm.Name, err)
 		}
-	} else if err := writeChunkedRecords(ctx, c, ev, strings.Fields(cm.Data["chunks"]), w); err != nil {
+	} else if err := writeChunkedRecords(ctx, c, ev, strings.Fields(cm.Data["chunks"]), w, s.errOut); err != nil {
 		f.Close()
 		return err
 	}
@@ -126,13 +129,15 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 
 // writeChunkedRecords writes the records held in the named ConfigMaps, one per
 // sample, in the order of a local run: model, dataset, then sample.
-func writeChunkedRecords(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, names []string, w io.Writer) error {
+// ConfigMaps the Evaluation does not control are skipped, with a warning.
+func writeChunkedRecords(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, names []string, w, warn io.Writer) error {
 	type key struct {
 		model, dataset string
 		index          int
 	}
 	byKey := map[key][]byte{}
-	err := cluster.ForEachRecord(ctx, c, ev.Namespace, names, func(l cluster.Line, rec *results.Record) error {
+	foreign := func(fe *cluster.ForeignError) { fmt.Fprintf(warn, "proctor: skipped %v\n", fe) }
+	err := cluster.ForEachRecord(ctx, c, ev, names, foreign, func(l cluster.Line, rec *results.Record) error {
 		k := key{rec.Model, rec.Dataset, l.Index}
 		if _, dup := byKey[k]; !dup {
 			byKey[k] = l.Record

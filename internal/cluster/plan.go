@@ -11,12 +11,29 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 )
 
-// RunID identifies a run of an Evaluation: a hash of the spec fields that decide
-// its results or its Jobs. Editing one starts a new run. The others change the
-// run in place: suspend, parallelism and rate limits at once; concurrency, retry
-// and timeoutPerSample for the runner pods that start from then on (a local
-// run's checkpoint leaves them out too); runner.stallTimeout at once.
-func RunID(spec *v1alpha1.EvaluationSpec) string {
+// RunID identifies a run of an Evaluation: a hash of its UID and of SpecHash.
+// The names of a run's objects derive from it, and the UID makes them
+// unguessable from the spec alone: nothing made before the Evaluation existed
+// can carry its run's names.
+func RunID(ev *v1alpha1.Evaluation) string {
+	sum := sha256.Sum256([]byte(string(ev.UID) + "/" + SpecHash(&ev.Spec)))
+	return hex.EncodeToString(sum[:])[:8]
+}
+
+// IsRun reports whether run is ev's current run: RunID, or for a run started
+// before run identities held the UID (status.run), SpecHash. Such a run keeps
+// its identity, so that an upgrade of the manager does not start every
+// Evaluation over.
+func IsRun(ev *v1alpha1.Evaluation, run string) bool {
+	return run == RunID(ev) || (run == ev.Status.Run && run == SpecHash(&ev.Spec))
+}
+
+// SpecHash is a hash of the spec fields that decide a run's results or its
+// Jobs. Editing one starts a new run. The others change the run in place:
+// suspend, parallelism and rate limits at once; concurrency, retry and
+// timeoutPerSample for the runner pods that start from then on (a local run's
+// checkpoint leaves them out too); runner.stallTimeout at once.
+func SpecHash(spec *v1alpha1.EvaluationSpec) string {
 	s := spec.DeepCopy()
 	s.Suspend, s.Parallelism = nil, nil
 	s.Concurrency, s.Retry, s.TimeoutPerSample = nil, nil, nil

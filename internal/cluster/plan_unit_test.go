@@ -39,11 +39,11 @@ func baseSpec() *v1alpha1.EvaluationSpec {
 }
 
 func TestRunID(t *testing.T) {
-	base := RunID(baseSpec())
+	base := SpecHash(baseSpec())
 	if len(base) != 8 || strings.Trim(base, "0123456789abcdef") != "" {
 		t.Fatalf("RunID = %q, want 8 hex digits", base)
 	}
-	if again := RunID(baseSpec()); again != base {
+	if again := SpecHash(baseSpec()); again != base {
 		t.Fatalf("RunID is not stable: %q then %q", base, again)
 	}
 
@@ -64,7 +64,7 @@ func TestRunID(t *testing.T) {
 		spec := baseSpec()
 		tc.edit(spec)
 		before := spec.DeepCopy()
-		if got := RunID(spec); got != base {
+		if got := SpecHash(spec); got != base {
 			t.Errorf("%s: RunID changed (%s -> %s); the running run should change in place", tc.name, base, got)
 		}
 		if diff := cmp.Diff(before, spec); diff != "" {
@@ -103,7 +103,7 @@ func TestRunID(t *testing.T) {
 	for _, tc := range changed {
 		spec := baseSpec()
 		tc.edit(spec)
-		got := RunID(spec)
+		got := SpecHash(spec)
 		if got == base {
 			t.Errorf("%s: RunID unchanged; this edit decides the results", tc.name)
 		}
@@ -119,7 +119,7 @@ func TestRunID(t *testing.T) {
 // pod as it starts, and changes the run in place, as it leaves a local run's
 // checkpoint valid.
 func TestRunIDRunnerAndPacingEdits(t *testing.T) {
-	base := RunID(baseSpec())
+	base := SpecHash(baseSpec())
 	newRun := map[string]func(*v1alpha1.EvaluationSpec){
 		"runner resources": func(s *v1alpha1.EvaluationSpec) {
 			s.Runner = &v1alpha1.Runner{Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}}
@@ -137,14 +137,14 @@ func TestRunIDRunnerAndPacingEdits(t *testing.T) {
 	for name, edit := range newRun {
 		spec := baseSpec()
 		edit(spec)
-		if RunID(spec) == base {
+		if SpecHash(spec) == base {
 			t.Errorf("%s: RunID unchanged, want a new run", name)
 		}
 	}
 	for name, edit := range inPlace {
 		spec := baseSpec()
 		edit(spec)
-		if RunID(spec) != base {
+		if SpecHash(spec) != base {
 			t.Errorf("%s: RunID changed, want the run changed in place", name)
 		}
 	}
@@ -154,7 +154,7 @@ func TestRunIDIgnoresInlineKeyOrder(t *testing.T) {
 	a, b := baseSpec(), baseSpec()
 	a.Datasets[0].Source.Inline = []runtime.RawExtension{{Raw: []byte(`{"id":"1","input":"x"}`)}}
 	b.Datasets[0].Source.Inline = []runtime.RawExtension{{Raw: []byte(`{"input": "x", "id": "1"}`)}}
-	if RunID(a) != RunID(b) {
+	if SpecHash(a) != SpecHash(b) {
 		t.Error("the same inline sample encoded differently changed the RunID")
 	}
 }

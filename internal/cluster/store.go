@@ -4,23 +4,20 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
@@ -32,14 +29,17 @@ import (
 //   - its head (HeadName) holds its progress (annotation AnnotationProgress, so the
 //     controller can follow every shard from a metadata-only cache), the set of
 //     samples done, and the records not yet sealed (key pending.jsonl.gz);
-//   - sealed chunks (ChunkName-like names, labelled ComponentRecords, immutable)
-//     hold the rest, gzipped JSON lines {"i": position, "r": record}.
+//   - chunk slots (ChunkName(head, k), labelled ComponentRecords) hold the rest,
+//     gzipped JSON lines {"i": position, "r": record}, one batch each.
 //
-// The runner only creates chunks and reads and updates its head, which is all
-// its Role allows. The head's done set, not the chunks, is what a restarted shard
-// resumes from; chunks are read once, by the controller, which keeps one record
-// per sample even when a crash between sealing and updating the head stored some
-// twice.
+// The controller creates the head and the chunk slots, owned by the Evaluation,
+// before the runner writes to them: runners create nothing, and may only read
+// and update their own shard's objects, by name. The controller keeps SpareSlots
+// empty slots ahead of what a shard sealed (progress.Chunks), or as many as it
+// asks for (progress.Want). The head's done set, not the chunks, is what a
+// restarted shard resumes from: a slot written by a pod that died before its
+// head said so is written again by the next pod. The controller reads every
+// slot once and keeps one record per sample.
 
 // Keys of a head ConfigMap.
 const (
@@ -70,6 +70,12 @@ const (
 	MaxChunkBytes = 512 << 10
 	// MaxHeadPendingBytes is when pending records are sealed into chunks.
 	MaxHeadPendingBytes = 256 << 10
+	// MaxHeadBytes bounds the pending records a head may hold while no chunk
+	// slot is free (the controller grants slots within a second or two).
+	MaxHeadBytes = 768 << 10
+	// SpareSlots is how many empty chunk slots the controller keeps ahead of a
+	// shard's sealed chunks.
+	SpareSlots = 2
 	// FlushPendingRaw asks for an early flush when this much accumulates between flushes.
 	FlushPendingRaw = 1 << 20
 	// MaxOutputBytes caps one record's output in a cluster, so that any record fits
@@ -93,9 +99,12 @@ type ShardProgress struct {
 	Tokens results.Tokens     `json:"tokens"`
 	// Budget is the newest budget version the runner applied.
 	Budget int64 `json:"budget"`
-	// Chunks counts the chunks this shard sealed.
-	Chunks int    `json:"chunks"`
-	Pod    string `json:"pod,omitempty"`
+	// Chunks counts the chunk slots this shard filled: slots 0 to Chunks-1.
+	Chunks int `json:"chunks"`
+	// Want, when larger than Chunks+SpareSlots, is how many slots the shard
+	// needs: records are waiting for them.
+	Want int    `json:"want,omitempty"`
+	Pod  string `json:"pod,omitempty"`
 	// Stored is the size of the records stored (their JSON, before compression).
 	Stored int64 `json:"stored,omitempty"`
 	// Cut counts outputs cut at MaxOutputBytes; Dropped, outputs not stored
@@ -129,14 +138,11 @@ func ParseProgress(annotations map[string]string) (ShardProgress, bool) {
 
 // Store is a shard's record sink (a runner.Sink) backed by its ConfigMaps.
 type Store struct {
-	c      client.Client
-	ns     string
-	head   string
-	shard  Shard
-	labels map[string]string
-	owner  metav1.OwnerReference
-	// writer distinguishes this process's chunks from those of an earlier pod.
-	writer string
+	c     client.Client
+	ns    string
+	head  string
+	shard Shard
+	ev    *v1alpha1.Evaluation
 
 	mu       sync.Mutex
 	obj      *corev1.ConfigMap
@@ -149,62 +155,61 @@ type Store struct {
 	budget int64
 }
 
-// OpenStore opens (creating) a shard's head and loads what an earlier pod of the
-// shard left in it.
+// OpenStore opens a shard's head, which the controller made, and loads what an
+// earlier pod of the shard left in it. A head that the Evaluation does not
+// control is refused (a *ForeignError).
 func OpenStore(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, shard Shard, pod string) (*Store, error) {
 	s := &Store{
-		c:      c,
-		ns:     ev.Namespace,
-		head:   HeadName(ev.Name, run, shard.Model, shard.Index),
-		shard:  shard,
-		labels: shardLabels(Labels(ev.Name, run, ComponentShard), shard),
-		owner: metav1.OwnerReference{
-			APIVersion: v1alpha1.GroupVersion.String(), Kind: "Evaluation", Name: ev.Name, UID: ev.UID,
-			Controller: ptr.To(true),
-		},
-		writer:   randomID(),
+		c:        c,
+		ns:       ev.Namespace,
+		head:     HeadName(ev.Name, run, shard.Model, shard.Index),
+		shard:    shard,
+		ev:       ev,
 		done:     make([]bool, shard.End-shard.Start),
 		progress: ShardProgress{State: StateRunning, Total: shard.End - shard.Start, Pod: pod},
 		wake:     make(chan struct{}, 1),
 	}
 	var cm corev1.ConfigMap
-	err := c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: s.head}, &cm)
-	switch {
-	case apierrors.IsNotFound(err):
-		s.obj = s.newHead()
-		if err := c.Create(ctx, s.obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("creating shard head %s: %w", s.head, err)
-		} else if err != nil {
-			return OpenStore(ctx, c, ev, run, shard, pod) // a concurrent create: load it
-		}
-		return s, nil
-	case err != nil:
+	if err := c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: s.head}, &cm); err != nil {
 		return nil, fmt.Errorf("reading shard head %s: %w", s.head, err)
+	}
+	if err := Owned("ConfigMap", &cm, ev); err != nil {
+		return nil, err
 	}
 	if err := s.load(&cm); err != nil {
 		return nil, fmt.Errorf("shard head %s: %w", s.head, err)
 	}
-	s.progress.State, s.progress.Pod = StateRunning, pod
+	s.progress.State, s.progress.Pod, s.progress.Total = StateRunning, pod, shard.End-shard.Start
 	return s, nil
 }
+
+// NewHead is a shard's empty head, as the controller creates it.
+func NewHead(ev *v1alpha1.Evaluation, run string, sh Shard) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Namespace: ev.Namespace, Name: HeadName(ev.Name, run, sh.Model, sh.Index),
+		Labels:          shardLabels(Labels(ev.Name, run, ComponentShard), sh),
+		OwnerReferences: []metav1.OwnerReference{OwnerReference(ev)},
+	}}
+}
+
+// NewChunkSlot is the k-th empty chunk slot of a shard, as the controller
+// creates it.
+func NewChunkSlot(ev *v1alpha1.Evaluation, run string, sh Shard, k int) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Namespace: ev.Namespace, Name: ChunkName(HeadName(ev.Name, run, sh.Model, sh.Index), k),
+		Labels:          shardLabels(Labels(ev.Name, run, ComponentRecords), sh),
+		OwnerReferences: []metav1.OwnerReference{OwnerReference(ev)},
+	}}
+}
+
+// SlotsWanted is how many chunk slots a shard whose head shows p needs now:
+// those it filled and those it asks for.
+func SlotsWanted(p ShardProgress) int { return max(p.Chunks, p.Want) }
 
 func shardLabels(l map[string]string, s Shard) map[string]string {
 	l[LabelModel] = s.Model
 	l[LabelDataset] = s.Dataset
 	return l
-}
-
-func randomID() string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-func (s *Store) newHead() *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-		Namespace: s.ns, Name: s.head, Labels: s.labels,
-		OwnerReferences: []metav1.OwnerReference{s.owner},
-	}}
 }
 
 // load restores the done set, progress and pending records from a head.
@@ -360,56 +365,155 @@ func (s *Store) Progress() ShardProgress {
 	return s.progress
 }
 
+// ErrNoSlot is returned by Flush when records wait for chunk slots that the
+// controller has not granted yet, and the head cannot hold them meanwhile.
+var ErrNoSlot = errors.New("records are waiting for chunk slots from the controller")
+
 // Flush writes the head: progress (also a heartbeat: the controller takes a head
 // that stops changing for a runner that died), the done set and pending records,
-// sealing the pending records into chunks when they grew large. With final, it
-// seals everything and marks the shard succeeded.
+// sealing the pending records into chunk slots when they grew large. With final,
+// it marks the shard succeeded, waiting (until ctx ends) for slots if the
+// records do not fit the head.
 func (s *Store) Flush(ctx context.Context, final bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if final {
-		s.progress.State = StateSucceeded
+	for {
+		err := s.flush(ctx, final)
+		if !final || !errors.Is(err, ErrNoSlot) {
+			return err
+		}
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			s.mu.Lock()
+			return fmt.Errorf("%w: %w", err, ctx.Err())
+		case <-time.After(time.Second):
+		}
+		s.mu.Lock()
 	}
+}
+
+func (s *Store) flush(ctx context.Context, final bool) error {
 	gz, err := gzipLines(s.pending)
 	if err != nil {
 		return err
 	}
-	if final || len(gz) > MaxHeadPendingBytes {
-		if err := s.seal(ctx); err != nil {
+	need := 0 // chunks of records still waiting for a slot
+	if len(gz) > MaxHeadPendingBytes {
+		if need, err = s.seal(ctx); err != nil {
 			return err
 		}
-		gz = nil
+		if gz, err = gzipLines(s.pending); err != nil {
+			return err
+		}
+	}
+	// Ask for slots ahead, once records outgrow a quarter of the head, so that
+	// the controller has made them by the time they are needed.
+	want := 0
+	if s.progress.Chunks > 0 || len(gz) > MaxHeadPendingBytes/4 {
+		want = s.progress.Chunks + SpareSlots
+	}
+	s.progress.Want = max(want, s.progress.Chunks+need)
+	if len(gz) > MaxHeadBytes {
+		// Say how many slots are needed, without touching what the head holds
+		// (its done set must only name records it or the slots hold).
+		return errors.Join(ErrNoSlot, s.askForSlots(ctx))
+	}
+	if final {
+		s.progress.State = StateSucceeded
 	}
 	return s.writeHead(ctx, gz)
 }
 
-// seal moves the pending records into new chunks.
-func (s *Store) seal(ctx context.Context) error {
+// seal moves pending records into the next free chunk slots, as many as the
+// controller granted; what does not fit stays pending, and it returns how many
+// chunks that is.
+func (s *Store) seal(ctx context.Context) (int, error) {
 	chunks, err := packChunks(s.pending, MaxChunkBytes)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	// A chunk is labelled as its head is, but for its component.
-	chunkLabels := maps.Clone(s.labels)
-	chunkLabels[LabelComponent] = ComponentRecords
-	for _, gz := range chunks {
-		name := ChunkName(s.head+"-"+s.writer, s.progress.Chunks)
-		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{
-				Namespace: s.ns, Name: name,
-				Labels:          maps.Clone(chunkLabels),
-				OwnerReferences: []metav1.OwnerReference{s.owner},
-			},
-			BinaryData: map[string][]byte{KeyRecords: gz},
-			Immutable:  ptr.To(true),
+	for i, ch := range chunks {
+		ok, err := s.fillSlot(ctx, ChunkName(s.head, s.progress.Chunks), ch.gz)
+		if err != nil {
+			return 0, err
 		}
-		if err := s.c.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("sealing records into %s: %w", name, err)
+		if !ok {
+			var rest [][]byte
+			for _, c := range chunks[i:] {
+				rest = append(rest, c.lines...)
+			}
+			s.pending, s.raw = rest, rawSize(rest)
+			return len(chunks) - i, nil
 		}
 		s.progress.Chunks++
 	}
 	s.pending, s.raw = nil, 0
+	return 0, nil
+}
+
+// fillSlot writes records into a chunk slot. It reports false when the slot is
+// not there yet, or not yet allowed to this runner.
+func (s *Store) fillSlot(ctx context.Context, name string, gz []byte) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		var cm corev1.ConfigMap
+		err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, &cm)
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("reading chunk slot %s: %w", name, err)
+		}
+		if err := Owned("ConfigMap", &cm, s.ev); err != nil {
+			return false, err
+		}
+		cm.BinaryData = map[string][]byte{KeyRecords: gz}
+		cm.Data = nil
+		err = s.c.Update(ctx, &cm)
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsConflict(err) && attempt < 3:
+			continue
+		case apierrors.IsForbidden(err) || apierrors.IsNotFound(err):
+			return false, nil
+		}
+		return false, fmt.Errorf("sealing records into %s: %w", name, err)
+	}
+}
+
+// askForSlots writes only progress.Want into the head.
+func (s *Store) askForSlots(ctx context.Context) error {
+	var p ShardProgress
+	if old, ok := ParseProgress(s.obj.Annotations); ok {
+		p = old
+	}
+	if p.Want == s.progress.Want {
+		return nil
+	}
+	p.Want = s.progress.Want
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	cm := s.obj.DeepCopy()
+	if cm.Annotations == nil {
+		cm.Annotations = map[string]string{}
+	}
+	cm.Annotations[AnnotationProgress] = string(b)
+	if err := s.c.Update(ctx, cm); err != nil {
+		return fmt.Errorf("asking for chunk slots in %s: %w", s.head, err)
+	}
+	s.obj = cm
 	return nil
+}
+
+func rawSize(lines [][]byte) int {
+	n := 0
+	for _, l := range lines {
+		n += len(l)
+	}
+	return n
 }
 
 // writeHead updates the head, re-reading it after a conflict: the shard's pod is
@@ -446,8 +550,14 @@ func (s *Store) writeHead(ctx context.Context, pendingGz []byte) error {
 	}
 }
 
-// packChunks gzips lines into as few blobs as fit max bytes each.
-func packChunks(lines [][]byte, max int) ([][]byte, error) {
+// chunk is a batch of record lines and their gzip.
+type chunk struct {
+	lines [][]byte
+	gz    []byte
+}
+
+// packChunks gzips lines into as few chunks as fit max bytes each.
+func packChunks(lines [][]byte, max int) ([]chunk, error) {
 	if len(lines) == 0 {
 		return nil, nil
 	}
@@ -456,7 +566,7 @@ func packChunks(lines [][]byte, max int) ([][]byte, error) {
 		return nil, err
 	}
 	if len(gz) <= max {
-		return [][]byte{gz}, nil
+		return []chunk{{lines, gz}}, nil
 	}
 	if len(lines) == 1 {
 		return nil, fmt.Errorf("one record compresses to %d bytes, more than a chunk holds (%d)", len(gz), max)
@@ -590,16 +700,24 @@ func SortLines(lines []Line) {
 // ErrObsolete is returned when a runner's run is no longer the Evaluation's run.
 var ErrObsolete = errors.New("the evaluation changed: this run is obsolete")
 
-// ForEachRecord reads the named shard ConfigMaps one at a time and calls fn for
-// each record they hold. ConfigMaps gone meanwhile are skipped.
-func ForEachRecord(ctx context.Context, r client.Reader, ns string, names []string, fn func(Line, *results.Record) error) error {
+// ForEachRecord reads the named shard ConfigMaps of ev one at a time and calls
+// fn for each record they hold. ConfigMaps gone meanwhile are skipped; one that
+// ev does not control is skipped and passed to foreign.
+func ForEachRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, names []string, foreign func(*ForeignError), fn func(Line, *results.Record) error) error {
 	for _, name := range names {
 		var cm corev1.ConfigMap
-		if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
+		if err := r.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: name}, &cm); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
 			return err
+		}
+		if err := Owned("ConfigMap", &cm, ev); err != nil {
+			var fe *ForeignError
+			if errors.As(err, &fe) && foreign != nil {
+				foreign(fe)
+			}
+			continue
 		}
 		lines, err := ReadRecords(&cm)
 		if err != nil {

@@ -3,13 +3,16 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -140,15 +143,18 @@ func TestPackChunks(t *testing.T) {
 			}
 			var all [][]byte
 			for i, c := range chunks {
-				if len(c) > max {
-					t.Errorf("chunk %d is %d bytes, over %d", i, len(c), max)
+				if len(c.gz) > max {
+					t.Errorf("chunk %d is %d bytes, over %d", i, len(c.gz), max)
 				}
-				lines, err := gunzipLines(c)
+				lines, err := gunzipLines(c.gz)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if len(lines) == 0 {
 					t.Errorf("chunk %d is empty", i)
+				}
+				if !cmp.Equal(lines, c.lines) {
+					t.Errorf("chunk %d's lines differ from its gzip's", i)
 				}
 				all = append(all, lines...)
 			}
@@ -166,6 +172,21 @@ func TestPackChunks(t *testing.T) {
 
 func testEvaluation() *v1alpha1.Evaluation {
 	return &v1alpha1.Evaluation{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "arith", UID: "uid-1"}}
+}
+
+// controllerMakes creates what the controller makes for a shard before its
+// runner starts: the head, and n chunk slots.
+func controllerMakes(t *testing.T, c client.Client, ev *v1alpha1.Evaluation, run string, sh Shard, n int) {
+	t.Helper()
+	objs := []client.Object{NewHead(ev, run, sh)}
+	for k := range n {
+		objs = append(objs, NewChunkSlot(ev, run, sh, k))
+	}
+	for _, o := range objs {
+		if err := c.Create(context.Background(), o); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
 }
 
 func newFakeClient(t *testing.T) client.Client {
@@ -223,6 +244,10 @@ func TestStoreCheckpointAndResume(t *testing.T) {
 	ev := testEvaluation()
 	sh := Shard{Model: "small", Dataset: "d", Index: 2, Start: 10, End: 15}
 
+	if _, err := OpenStore(ctx, c, ev, "r1", sh, "pod-a"); !apierrors.IsNotFound(err) {
+		t.Fatalf("OpenStore before the controller made the head: %v, want not found (runners create nothing)", err)
+	}
+	controllerMakes(t, c, ev, "r1", sh, 0)
 	s, err := OpenStore(ctx, c, ev, "r1", sh, "pod-a")
 	if err != nil {
 		t.Fatal(err)
@@ -312,41 +337,177 @@ func TestStoreCheckpointAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Few records stay in the head: the final flush marks it succeeded.
 	head, chunks = listShardCMs(t, c)
-	if len(chunks) != 1 {
-		t.Fatalf("final flush sealed %d chunks, want 1", len(chunks))
-	}
-	chunk := chunks[0]
-	if !strings.HasPrefix(chunk.Name, "arith-r1-small-2-") || !strings.HasSuffix(chunk.Name, "-0") {
-		t.Errorf("chunk name %q", chunk.Name)
-	}
-	if chunk.Immutable == nil || !*chunk.Immutable {
-		t.Errorf("chunk is not immutable")
-	}
-	if chunk.Labels[LabelModel] != "small" || chunk.Labels[LabelDataset] != "d" || chunk.Labels[LabelRun] != "r1" {
-		t.Errorf("chunk labels %v", chunk.Labels)
-	}
-	if _, ok := head.BinaryData[KeyPending]; ok {
-		t.Errorf("the head still holds pending records after the final flush")
+	if len(chunks) != 0 {
+		t.Fatalf("final flush of small records sealed %d chunks", len(chunks))
 	}
 	prog, _ = ParseProgress(head.Annotations)
-	if prog.State != StateSucceeded || prog.Done != 5 || prog.Chunks != 1 {
+	if prog.State != StateSucceeded || prog.Done != 5 || prog.Chunks != 0 || prog.Pod != "pod-b" {
 		t.Errorf("final progress = %+v", prog)
 	}
-	if diff := cmp.Diff([]int{10, 11, 12, 13, 12, 14}, indexes(t, chunk)); diff != "" {
-		t.Errorf("sealed records (-want +got):\n%s", diff)
+	if diff := cmp.Diff([]int{10, 11, 12, 13, 12, 14}, indexes(t, *head)); diff != "" {
+		t.Errorf("stored records (-want +got):\n%s", diff)
 	}
-	lines, _ := ReadRecords(&chunk)
+	lines, _ := ReadRecords(head)
 	var r results.Record
 	if err := json.Unmarshal(lines[3].Record, &r); err != nil || r.Error != "boom" {
 		t.Errorf("record 13 = %+v, %v", r, err)
 	}
 }
 
+// incompressible returns n bytes that gzip cannot shrink.
+func incompressible(rng *rand.Rand, n int) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/"
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = alphabet[rng.IntN(len(alphabet))]
+	}
+	return string(b)
+}
+
+func TestStoreSealsIntoTheSlotsItIsGiven(t *testing.T) {
+	ctx := context.Background()
+	c := newFakeClient(t)
+	ev := testEvaluation()
+	rng := rand.New(rand.NewPCG(1, 2))
+	const n = 70
+	sh := Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: n}
+	controllerMakes(t, c, ev, "r1", sh, 1) // one slot to begin with
+	s, err := OpenStore(ctx, c, ev, "r1", sh, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// About 1.8 MiB of records once compressed: more than a slot and the head
+	// hold.
+	for i := range 60 {
+		r := record(i, 1)
+		r.Output = incompressible(rng, 40<<10)
+		if err := s.Put("small", "d", i, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	headBefore, _ := listShardCMs(t, c)
+	err = s.Flush(ctx, false)
+	if !errors.Is(err, ErrNoSlot) {
+		t.Fatalf("Flush with too few slots: %v, want ErrNoSlot", err)
+	}
+	head, chunks := listShardCMs(t, c)
+	prog, _ := ParseProgress(head.Annotations)
+	if prog.Want < 2 || head.Data[KeyDone] != headBefore.Data[KeyDone] || len(head.BinaryData) != 0 {
+		t.Errorf("after a blocked flush: want %d slots, done %q, %d binary keys; want slots asked for and the head's records untouched",
+			prog.Want, head.Data[KeyDone], len(head.BinaryData))
+	}
+	if got := indexes(t, chunks...); len(got) == 0 {
+		t.Errorf("the one slot given was not filled")
+	}
+	// The controller grants what the head asks for; the next flush goes through.
+	controllerMakes(t, c, ev, "r1", sh, SlotsWanted(prog))
+	if err := s.Flush(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	for i := 60; i < n; i++ {
+		if err := s.Put("small", "d", i, record(i, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Flush(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	head, chunks = listShardCMs(t, c)
+	prog, _ = ParseProgress(head.Annotations)
+	if prog.State != StateSucceeded || prog.Done != n {
+		t.Errorf("final progress %+v", prog)
+	}
+	got := indexes(t, append(chunks, *head)...)
+	slices.Sort(got)
+	got = slices.Compact(got)
+	if len(got) != n {
+		t.Errorf("%d samples stored in the head and %d slots, want %d", len(got), len(chunks), n)
+	}
+	for _, ch := range chunks {
+		if len(ch.BinaryData[KeyRecords]) > MaxChunkBytes {
+			t.Errorf("slot %s holds %d bytes", ch.Name, len(ch.BinaryData[KeyRecords]))
+		}
+	}
+}
+
+func TestStoreRefusesObjectsItDoesNotOwn(t *testing.T) {
+	ctx := context.Background()
+	ev := testEvaluation()
+	sh := Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 2}
+	other := ev.DeepCopy()
+	other.UID = "uid-of-another"
+
+	// A head made by someone else (a user, or before the Evaluation existed).
+	c := newFakeClient(t)
+	controllerMakes(t, c, other, "r1", sh, 0)
+	var fe *ForeignError
+	if _, err := OpenStore(ctx, c, ev, "r1", sh, "p"); !errors.As(err, &fe) {
+		t.Fatalf("OpenStore on a foreign head: %v, want a ForeignError", err)
+	}
+	c = newFakeClient(t)
+	forged := NewHead(ev, "r1", sh)
+	forged.OwnerReferences = nil
+	forged.Data = map[string]string{KeyDone: "0-1"}
+	if err := c.Create(ctx, forged); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenStore(ctx, c, ev, "r1", sh, "p"); !errors.As(err, &fe) || !strings.Contains(err.Error(), "has no controller") {
+		t.Fatalf("OpenStore on an unowned head: %v", err)
+	}
+
+	// A foreign slot is never written to.
+	c = newFakeClient(t)
+	controllerMakes(t, c, ev, "r1", sh, 0)
+	if err := c.Create(ctx, NewChunkSlot(other, "r1", sh, 0)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenStore(ctx, c, ev, "r1", sh, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.fillSlot(ctx, ChunkName(s.head, 0), []byte("x")); !errors.As(err, &fe) {
+		t.Errorf("fillSlot into a foreign slot: %v", err)
+	}
+
+	// ForEachRecord skips (and reports) ConfigMaps the Evaluation does not control.
+	mine := NewChunkSlot(ev, "r2", sh, 0)
+	mine.BinaryData = map[string][]byte{KeyRecords: mustGzip(t, `{"i":0,"r":{"id":"real"}}`)}
+	theirs := NewChunkSlot(other, "r2", sh, 1)
+	theirs.BinaryData = map[string][]byte{KeyRecords: mustGzip(t, `{"i":1,"r":{"id":"FORGED"}}`)}
+	for _, o := range []client.Object{mine, theirs} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen, skipped []string
+	err = ForEachRecord(ctx, c, ev, []string{mine.Name, theirs.Name}, func(fe *ForeignError) { skipped = append(skipped, fe.Name) },
+		func(_ Line, r *results.Record) error { seen = append(seen, r.ID); return nil })
+	if err != nil || !cmp.Equal(seen, []string{"real"}) || !cmp.Equal(skipped, []string{theirs.Name}) {
+		t.Errorf("ForEachRecord: %v; read %v, skipped %v", err, seen, skipped)
+	}
+}
+
+func mustGzip(t *testing.T, lines ...string) []byte {
+	t.Helper()
+	var b [][]byte
+	for _, l := range lines {
+		b = append(b, []byte(l))
+	}
+	gz, err := gzipLines(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gz
+}
+
 func TestStoreCutsLongOutputs(t *testing.T) {
 	ctx := context.Background()
 	c := newFakeClient(t)
-	s, err := OpenStore(ctx, c, testEvaluation(), "r1", Shard{Model: "small", Dataset: "d", Start: 0, End: 1}, "p")
+	sh := Shard{Model: "small", Dataset: "d", Start: 0, End: 1}
+	controllerMakes(t, c, testEvaluation(), "r1", sh, 0)
+	s, err := OpenStore(ctx, c, testEvaluation(), "r1", sh, "p")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,8 +521,8 @@ func TestStoreCutsLongOutputs(t *testing.T) {
 	if err := s.Flush(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	_, chunks := listShardCMs(t, c)
-	lines, err := ReadRecords(&chunks[0])
+	head, _ := listShardCMs(t, c)
+	lines, err := ReadRecords(head)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +546,9 @@ func TestStoreStorageBudget(t *testing.T) {
 	ctx := context.Background()
 	c := newFakeClient(t)
 	const n = 40
-	s, err := OpenStore(ctx, c, testEvaluation(), "r1", Shard{Model: "small", Dataset: "d", Start: 0, End: n}, "p")
+	sh := Shard{Model: "small", Dataset: "d", Start: 0, End: n}
+	controllerMakes(t, c, testEvaluation(), "r1", sh, 4)
+	s, err := OpenStore(ctx, c, testEvaluation(), "r1", sh, "p")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,9 +568,9 @@ func TestStoreStorageBudget(t *testing.T) {
 	if p.Dropped == 0 || p.Dropped == n || p.Stored > budget+int64(p.Dropped)*200 {
 		t.Errorf("progress %+v: want some outputs dropped and about %d bytes stored", p, budget)
 	}
-	_, chunks := listShardCMs(t, c)
+	head, chunks := listShardCMs(t, c)
 	kept, dropped := 0, 0
-	for _, ch := range chunks {
+	for _, ch := range append(chunks, *head) {
 		lines, err := ReadRecords(&ch)
 		if err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner"
 )
@@ -24,6 +25,7 @@ const AnnotationBudget = "proctor.dev/budget"
 type budgetFollower struct {
 	c       client.Client
 	o       Options
+	ev      *v1alpha1.Evaluation
 	shard   cluster.Shard
 	eng     *runner.Engine
 	store   *cluster.Store
@@ -90,7 +92,7 @@ func throttled(eng *runner.Engine, models []string) map[string]cluster.Throttle 
 // poll reads the budget and applies this shard's shares; if the budget has been
 // unreadable for FenceAfter, it holds every limited model.
 func (b *budgetFollower) poll(ctx context.Context) {
-	budget, err := ReadBudget(ctx, b.c, b.o.Namespace, b.o.Evaluation)
+	budget, err := ReadBudget(ctx, b.c, b.ev)
 	now := b.o.Clock.Now()
 	if err != nil {
 		if b.lastRead.IsZero() {
@@ -120,10 +122,13 @@ func (b *budgetFollower) poll(ctx context.Context) {
 	b.store.SetBudget(budget.Version)
 }
 
-// ReadBudget reads an Evaluation's budget; a missing budget is an empty one.
-func ReadBudget(ctx context.Context, c client.Client, ns, eval string) (*cluster.Budget, error) {
+// ReadBudget reads an Evaluation's budget, from the ConfigMap ev controls.
+func ReadBudget(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation) (*cluster.Budget, error) {
 	var cm corev1.ConfigMap
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster.BudgetName(eval)}, &cm); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: cluster.BudgetName(ev.Name)}, &cm); err != nil {
+		return nil, err
+	}
+	if err := cluster.Owned("ConfigMap", &cm, ev); err != nil {
 		return nil, err
 	}
 	return ParseBudget(cm.Annotations)

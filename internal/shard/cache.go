@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/cache"
 	"github.com/proctor-dev/proctor/runner/provider"
@@ -41,15 +42,19 @@ func (c *recordCache) Put(key string, e *cache.Entry) error {
 
 // loadRecordCache reads, from the sources the controller listed for this run,
 // the answers for the shard's own samples.
-func loadRecordCache(ctx context.Context, c client.Client, ns, eval, run string, sh cluster.Shard) (*recordCache, error) {
+func loadRecordCache(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, sh cluster.Shard) (*recordCache, error) {
 	rc := &recordCache{m: map[string]*cache.Entry{}}
+	ns := ev.Namespace
 	var list corev1.ConfigMap
-	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster.CacheSourcesName(eval, run)}, &list)
+	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster.CacheSourcesName(ev.Name, run)}, &list)
 	if apierrors.IsNotFound(err) {
 		return rc, nil // the first run: nothing to reuse
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the cache sources: %w", err)
+	}
+	if err := cluster.Owned("ConfigMap", &list, ev); err != nil {
+		return nil, err
 	}
 	var sources []cluster.CacheSource
 	if err := json.Unmarshal([]byte(list.Data[cluster.KeySources]), &sources); err != nil {
@@ -65,6 +70,9 @@ func loadRecordCache(ctx context.Context, c client.Client, ns, eval, run string,
 				continue
 			}
 			return nil, fmt.Errorf("reading cached answers from %s: %w", src.Name, err)
+		}
+		if cluster.Owned("ConfigMap", &cm, ev) != nil {
+			continue // not this Evaluation's answers: never reuse them
 		}
 		lines, err := cluster.ReadRecords(&cm)
 		if err != nil {

@@ -7,9 +7,7 @@ import (
 	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
@@ -35,10 +33,21 @@ func Plan(ctx context.Context, c client.Client, o Options) error {
 		DataDir: filepath.Join(o.WorkDir, "data"),
 		Cluster: true,
 		ResolveSource: func(ds *v1alpha1.Dataset) (string, error) {
-			return resolveSource(ctx, c, o, ds)
+			return resolveSource(ctx, c, o, ev, ds)
 		},
 	})
-	cm := NewPlanConfigMap(ev, o.Run)
+	// The controller made the plan ConfigMap before starting this Job; the
+	// planner fills it in (it may not create objects).
+	var cm corev1.ConfigMap
+	if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: cluster.PlanName(o.Evaluation, o.Run)}, &cm); err != nil {
+		return fmt.Errorf("reading the plan ConfigMap: %w", err)
+	}
+	if err := cluster.Owned("ConfigMap", &cm, ev); err != nil {
+		return err
+	}
+	if cm.Annotations == nil {
+		cm.Annotations = map[string]string{}
+	}
 	if countErr != nil {
 		cm.Annotations[AnnotationPlanError] = countErr.Error()
 	} else {
@@ -49,7 +58,7 @@ func Plan(ctx context.Context, c client.Client, o Options) error {
 		b, _ := json.Marshal(plan)
 		cm.Annotations[cluster.AnnotationPlan] = string(b)
 	}
-	if err := c.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := c.Update(ctx, &cm); err != nil {
 		return fmt.Errorf("publishing the plan: %w", err)
 	}
 	if countErr != nil {
@@ -58,15 +67,13 @@ func Plan(ctx context.Context, c client.Client, o Options) error {
 	return nil
 }
 
-// NewPlanConfigMap is a run's (empty) plan ConfigMap.
+// NewPlanConfigMap is a run's (empty) plan ConfigMap, as the controller makes it.
 func NewPlanConfigMap(ev *v1alpha1.Evaluation, run string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-		Namespace:   ev.Namespace,
-		Name:        cluster.PlanName(ev.Name, run),
-		Labels:      cluster.Labels(ev.Name, run, cluster.ComponentPlan),
-		Annotations: map[string]string{},
-		OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: v1alpha1.GroupVersion.String(), Kind: "Evaluation", Name: ev.Name, UID: ev.UID, Controller: ptr.To(true),
-		}},
+		Namespace:       ev.Namespace,
+		Name:            cluster.PlanName(ev.Name, run),
+		Labels:          cluster.Labels(ev.Name, run, cluster.ComponentPlan),
+		Annotations:     map[string]string{},
+		OwnerReferences: []metav1.OwnerReference{cluster.OwnerReference(ev)},
 	}}
 }

@@ -75,7 +75,7 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	if err != nil {
 		return err
 	}
-	plan, err := ReadPlan(ctx, c, o.Namespace, o.Evaluation, o.Run)
+	plan, err := ReadPlan(ctx, c, ev, o.Run)
 	if err != nil {
 		return err
 	}
@@ -104,11 +104,11 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		Datasets:      []string{sh.Dataset},
 		Models:        models,
 		ResolveSource: func(ds *v1alpha1.Dataset) (string, error) {
-			return resolveSource(ctx, c, o, ds)
+			return resolveSource(ctx, c, o, ev, ds)
 		},
 	}
 	if ev.Spec.Cache != nil && ev.Spec.Cache.Enabled {
-		rc, err := loadRecordCache(ctx, c, o.Namespace, o.Evaluation, o.Run, sh)
+		rc, err := loadRecordCache(ctx, c, ev, o.Run, sh)
 		if err != nil {
 			return err
 		}
@@ -137,7 +137,7 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 			delete(limited, m) // another pod's model: this one never calls it
 		}
 	}
-	b := &budgetFollower{c: c, o: o, shard: sh, eng: eng, store: store, limited: limited, models: models, log: log}
+	b := &budgetFollower{c: c, o: o, ev: ev, shard: sh, eng: eng, store: store, limited: limited, models: models, log: log}
 	if len(limited) > 0 {
 		// Until the controller grants a share, limited models send nothing.
 		for m := range limited {
@@ -201,7 +201,7 @@ func currentEvaluation(ctx context.Context, c client.Client, o Options) (*v1alph
 		return nil, fmt.Errorf("reading the evaluation: %w", err)
 	}
 	v1alpha1.SetDefaults(&ev.Spec)
-	if cluster.RunID(&ev.Spec) != o.Run {
+	if !cluster.IsRun(ev, o.Run) {
 		return nil, cluster.ErrObsolete
 	}
 	return ev, nil
@@ -234,12 +234,15 @@ func (o *Options) defaults() {
 	}
 }
 
-// ReadPlan reads a run's plan.
-func ReadPlan(ctx context.Context, c client.Client, ns, eval, run string) (cluster.Plan, error) {
+// ReadPlan reads a run's plan, from the ConfigMap ev controls.
+func ReadPlan(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string) (cluster.Plan, error) {
 	var cm corev1.ConfigMap
 	var plan cluster.Plan
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster.PlanName(eval, run)}, &cm); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: cluster.PlanName(ev.Name, run)}, &cm); err != nil {
 		return plan, fmt.Errorf("reading the plan: %w", err)
+	}
+	if err := cluster.Owned("ConfigMap", &cm, ev); err != nil {
+		return plan, err
 	}
 	if err := json.Unmarshal([]byte(cm.Annotations[cluster.AnnotationPlan]), &plan); err != nil {
 		return plan, fmt.Errorf("reading the plan: %w", err)
@@ -248,7 +251,7 @@ func ReadPlan(ctx context.Context, c client.Client, ns, eval, run string) (clust
 }
 
 // resolveSource makes a cluster dataset source a local file.
-func resolveSource(ctx context.Context, c client.Client, o Options, ds *v1alpha1.Dataset) (string, error) {
+func resolveSource(ctx context.Context, c client.Client, o Options, ev *v1alpha1.Evaluation, ds *v1alpha1.Dataset) (string, error) {
 	switch {
 	case ds.Source.PVC != nil:
 		return filepath.Join(o.DatasetRoot, ds.Source.PVC.ClaimName, filepath.FromSlash(ds.Source.PVC.Path)), nil
@@ -260,6 +263,9 @@ func resolveSource(ctx context.Context, c client.Client, o Options, ds *v1alpha1
 		name := cluster.DataName(o.Evaluation, o.Run, ds.Name)
 		if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: name}, &cm); err != nil {
 			return "", fmt.Errorf("reading the run's copy of ConfigMap %s: %w", ref.Name, err)
+		}
+		if err := cluster.Owned("ConfigMap", &cm, ev); err != nil {
+			return "", err
 		}
 		data, err := cluster.SnapshotData(&cm, ref.Key)
 		if err != nil {

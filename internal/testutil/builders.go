@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
@@ -26,8 +27,10 @@ type EvaluationWrapper struct{ v1alpha1.Evaluation }
 // would (via SetDefaults when Obj is called).
 func MakeEvaluation(name, ns string) *EvaluationWrapper {
 	return &EvaluationWrapper{v1alpha1.Evaluation{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Evaluation"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Evaluation"},
+		// A UID as the API server would give (which replaces it on create): the
+		// controller and runners trust only objects controlled by it.
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + ns + "-" + name)},
 	}}
 }
 

@@ -20,6 +20,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
@@ -268,8 +270,11 @@ func (k *kubelet) runJob(ctx context.Context, j *batchv1.Job, r *jobRun) {
 		Log:         k.log.WithValues("job", j.Name),
 	}
 	k.setStatus(ctx, j.Name, r, false)
+	// The runner acts as its pod would: as the pod's ServiceAccount, under the
+	// Role the controller gave it (the API server's RBAC decides).
+	c := podClient(k.t, j)
 	if args[0] == "plan" {
-		err := shard.Plan(ctx, k8sClient, opts)
+		err := shard.Plan(ctx, c, opts)
 		if ctx.Err() != nil {
 			return
 		}
@@ -310,6 +315,7 @@ func (k *kubelet) runJob(ctx context.Context, j *batchv1.Job, r *jobRun) {
 func (k *kubelet) runIndex(ctx context.Context, j *batchv1.Job, r *jobRun, opts shard.Options, index int) {
 	key := fmt.Sprintf("%s/%d", opts.Model, index)
 	failures := 0
+	c := podClient(k.t, j)
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		if !k.waitUnsuspended(ctx, j) {
 			return
@@ -339,7 +345,7 @@ func (k *kubelet) runIndex(ctx context.Context, j *batchv1.Job, r *jobRun, opts 
 		if crashing {
 			err = errors.New("the pod crashed")
 		} else {
-			err = shard.Run(podCtx, k8sClient, o)
+			err = shard.Run(podCtx, c, o)
 		}
 		k.endPod(ctx, pod, err)
 		kill()
@@ -369,6 +375,22 @@ func (k *kubelet) runIndex(ctx context.Context, j *batchv1.Job, r *jobRun, opts 
 			return
 		}
 	}
+}
+
+// podClient is a client acting as the ServiceAccount of Job j's pods.
+func podClient(t testing.TB, j *batchv1.Job) client.Client {
+	t.Helper()
+	sa := j.Spec.Template.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: serviceaccount.MakeUsername(j.Namespace, sa)}
+	pc, err := client.New(c, client.Options{Scheme: k8sClient.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pc
 }
 
 // waitUnsuspended waits while the Job is suspended; false if it went away.

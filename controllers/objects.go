@@ -1,0 +1,88 @@
+package controllers
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/internal/cluster"
+)
+
+// claimResults makes the run's NAME-results ConfigMap (empty until the run
+// ends) before anything is spent, so that a name taken by someone else's object
+// stops the run at its start, not once its results are due.
+func (r *EvaluationReconciler) claimResults(ctx context.Context, p *pass) (bool, error) {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	name := cluster.ResultsName(p.ev.Name)
+	err := r.Get(ctx, client.ObjectKey{Namespace: p.ev.Namespace, Name: name}, m)
+	switch {
+	case err == nil:
+		// The cache holds only ConfigMaps the Evaluation owns in some way; the
+		// controller reference decides.
+		return r.ours(p, "ConfigMap", m), nil
+	case client.IgnoreNotFound(err) != nil:
+		return false, err
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: objectMeta(p.ev.Namespace, name, cluster.Labels(p.ev.Name, p.run, cluster.ComponentResults))}
+	cm.Annotations = map[string]string{cluster.AnnotationRun: p.run}
+	return r.claim(ctx, p, cm)
+}
+
+// ensureShardObjects makes every shard's head and the chunk slots its records
+// need, before the shard's runner writes to them (runners create nothing). A
+// shard gets the slots its head asks for (cluster.SlotsWanted): none until its
+// records outgrow the head, then always a few ahead of what it filled.
+func (r *EvaluationReconciler) ensureShardObjects(ctx context.Context, p *pass) (bool, error) {
+	if p.plan == nil {
+		return true, nil
+	}
+	ev := p.ev
+	var list metav1.PartialObjectMetadataList
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+	if err := r.List(ctx, &list, client.InNamespace(ev.Namespace), client.MatchingLabels{
+		cluster.LabelEvaluation: cluster.LabelValue(ev.Name), cluster.LabelRun: p.run,
+	}); err != nil {
+		return false, err
+	}
+	have := make(map[string]*metav1.PartialObjectMetadata, len(list.Items))
+	for i := range list.Items {
+		have[list.Items[i].Name] = &list.Items[i]
+	}
+	// ensure makes obj unless the cache has it, and says whether it is ours.
+	ensure := func(obj *corev1.ConfigMap) (bool, error) {
+		if m := have[obj.Name]; m != nil {
+			return r.ours(p, "ConfigMap", m), nil
+		}
+		return r.claim(ctx, p, obj)
+	}
+	ok := true
+	for _, model := range cluster.Subjects(&ev.Spec) {
+		for _, s := range p.plan.Shards(&ev.Spec, model) {
+			head := cluster.NewHead(ev, p.run, s)
+			mine, err := ensure(head)
+			if err != nil {
+				return false, err
+			}
+			ok = ok && mine
+			p.shardObjects = append(p.shardObjects, head.Name)
+			var want int
+			if m := have[head.Name]; m != nil && mine {
+				progress, _ := cluster.ParseProgress(m.Annotations)
+				want = cluster.SlotsWanted(progress)
+			}
+			for k := range want {
+				slot := cluster.NewChunkSlot(ev, p.run, s, k)
+				mine, err := ensure(slot)
+				if err != nil {
+					return false, err
+				}
+				ok = ok && mine
+				p.shardObjects = append(p.shardObjects, slot.Name)
+			}
+		}
+	}
+	return ok, nil
+}
