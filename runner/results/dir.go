@@ -98,12 +98,31 @@ func (d *Dir) Reset() error {
 func (d *Dir) Root() string { return d.root }
 
 func (d *Dir) journalPath(model, dataset string) string {
-	// Model and dataset names are DNS labels, which cannot contain a dot.
+	// Model and dataset names are DNS labels, which cannot contain a dot
+	// (checkName): the file name is unambiguous and stays in the directory.
 	return filepath.Join(d.root, CheckpointDir, model+"."+dataset+".jsonl")
+}
+
+// checkName refuses a model or dataset name that is not a DNS label (lower
+// case letters, digits and '-'), as validation already does: names become
+// file names, and "../x" or "a.b" would leave the directory or collide.
+func checkName(kind, name string) error {
+	ok := name != "" && len(name) <= 63 && name[0] != '-' && name[len(name)-1] != '-'
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		ok = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-'
+	}
+	if !ok {
+		return fmt.Errorf("%s name %q is not a DNS label (lower case letters, digits and '-'), so it cannot name a checkpoint file", kind, name)
+	}
+	return nil
 }
 
 // Open opens the journal of a pair, loading what an earlier run left.
 func (d *Dir) Open(p Pair, retryErrors bool) (*Journal, error) {
+	if err := errors.Join(checkName("model", p.Model), checkName("dataset", p.Dataset)); err != nil {
+		return nil, err
+	}
 	j, err := OpenJournal(d.journalPath(p.Model, p.Dataset), p.Model, p.Dataset, p.Fingerprint, p.Total, retryErrors)
 	if err != nil {
 		return nil, err
@@ -175,6 +194,10 @@ func (d *Dir) Assemble(pairs []Pair) ([]Summary, error) {
 	defer os.Remove(out.Name())
 	summaries := make([]Summary, 0, len(pairs))
 	for _, p := range pairs {
+		if err := errors.Join(checkName("model", p.Model), checkName("dataset", p.Dataset)); err != nil {
+			out.Close()
+			return nil, err
+		}
 		agg := NewAggregate(p.Model, p.Dataset, int64(p.Total), p.Metrics)
 		if err := Assemble(d.journalPath(p.Model, p.Dataset), out, agg, p.Total); err != nil {
 			out.Close()
