@@ -56,7 +56,8 @@ func TestSecretsNeverLeak(t *testing.T) {
 }
 
 // TestRunnerRBAC: a runner's ServiceAccount reads its own Evaluation's
-// ConfigMaps and nothing else: no other ConfigMap, no Secret, no other Evaluation.
+// ConfigMaps and updates its shards' own, nothing else: no create, no other
+// ConfigMap, no Secret, no other Evaluation.
 func TestRunnerRBAC(t *testing.T) {
 	const ns = "e2e-samples"
 	sa := "system:serviceaccount:" + ns + ":openai-arithmetic-runner"
@@ -75,6 +76,13 @@ func TestRunnerRBAC(t *testing.T) {
 		{[]string{"get", "evaluations.proctor.dev/openai-arithmetic"}, true},
 		{[]string{"get", "configmaps/openai-arithmetic-budget"}, true},
 		{[]string{"get", "configmaps/openai-arithmetic-" + run + "-plan"}, true},
+		{[]string{"update", "configmaps/openai-arithmetic-" + run + "-plan"}, false}, // planned by the controller
+		{[]string{"update", "configmaps/openai-arithmetic-" + run + "-small-0"}, true}, // its shard's head
+		// No create: a runner could otherwise make objects under the names of
+		// another Evaluation's run.
+		{[]string{"create", "configmaps"}, false},
+		{[]string{"create", "configmaps/openai-arithmetic-results"}, false},
+		{[]string{"update", "configmaps/openai-arithmetic-results"}, false},
 		{[]string{"get", "evaluations.proctor.dev/claude-tools"}, false},
 		{[]string{"list", "evaluations.proctor.dev"}, false},
 		{[]string{"get", "configmaps/claude-tools-budget"}, false},
