@@ -76,7 +76,7 @@ func TestRunnerRBAC(t *testing.T) {
 		{[]string{"get", "evaluations.proctor.dev/openai-arithmetic"}, true},
 		{[]string{"get", "configmaps/openai-arithmetic-budget"}, true},
 		{[]string{"get", "configmaps/openai-arithmetic-" + run + "-plan"}, true},
-		{[]string{"update", "configmaps/openai-arithmetic-" + run + "-plan"}, false}, // planned by the controller
+		{[]string{"update", "configmaps/openai-arithmetic-" + run + "-plan"}, false},   // planned by the controller
 		{[]string{"update", "configmaps/openai-arithmetic-" + run + "-small-0"}, true}, // its shard's head
 		// No create: a runner could otherwise make objects under the names of
 		// another Evaluation's run.
