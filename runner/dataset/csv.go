@@ -24,6 +24,8 @@ import (
 // dataset is refused when it is counted, before any model is called.
 type csvReader struct {
 	br      *bufio.Reader
+	budget  *budgetReader // under br: bounds the bytes one record may take
+	line    int           // where the last record read started
 	cr      *csv.Reader
 	m       Mapping
 	header  []string
@@ -33,7 +35,27 @@ type csvReader struct {
 }
 
 func newCSVReader(r io.Reader, m Mapping) *csvReader {
-	return &csvReader{br: bufio.NewReaderSize(r, readBufSize), m: m}
+	b := &budgetReader{r: r}
+	return &csvReader{br: bufio.NewReaderSize(b, readBufSize), budget: b, m: m}
+}
+
+// budgetReader fails once more than maxRecordBytes have been read since its
+// last reset: encoding/csv keeps a record whole however long it is (a quoted
+// field may run to the end of the data), and data from elsewhere must not cost
+// unbounded memory. Counted below the read buffer, so a record may be up to a
+// buffer longer before this trips.
+type budgetReader struct {
+	r    io.Reader
+	read int
+}
+
+func (b *budgetReader) Read(p []byte) (int, error) {
+	if b.read > maxRecordBytes {
+		return 0, ErrRecordTooLarge
+	}
+	n, err := b.r.Read(p)
+	b.read += n
+	return n, err
 }
 
 // start reads and checks the header.
@@ -80,19 +102,26 @@ func (r *csvReader) read() (rec []string, line int, recErr, err error) {
 			return nil, 0, nil, err
 		}
 	}
+	r.budget.read = r.br.Buffered() // what is buffered is part of this record, or after it
 	rec, err = r.cr.Read()
 	var pe *csv.ParseError
 	switch {
+	case errors.Is(err, ErrRecordTooLarge):
+		// No telling where the next record starts: refuse the data.
+		r.err = fmt.Errorf("the record after line %d: %w", max(r.line, 1), err)
+		return nil, 0, nil, r.err
 	case errors.As(err, &pe) && errors.Is(pe.Err, csv.ErrQuote) && pe.Line > pe.StartLine:
 		r.err = r.unclosedQuote(pe)
 		return nil, 0, nil, r.err
 	case errors.As(err, &pe):
+		r.line = pe.StartLine
 		return nil, pe.StartLine, parseError(pe), nil
 	case err != nil:
 		r.err = err
 		return nil, 0, nil, err
 	}
 	line, _ = r.cr.FieldPos(0)
+	r.line = line
 	if err := r.swallowed(rec); err != nil {
 		r.err = err
 		return nil, 0, nil, err

@@ -24,7 +24,10 @@ type jsonReader struct {
 	state int
 	index int
 	elem  []byte // the current element, reused
-	err   error  // sticky fatal error, or io.EOF
+	// tooLarge says the current element is longer than maxRecordBytes: it was
+	// scanned past, not kept in elem.
+	tooLarge bool
+	err      error // sticky fatal error, or io.EOF
 }
 
 // States of jsonReader.
@@ -49,6 +52,9 @@ func (r *jsonReader) Next() (Sample, error) {
 	}
 	i, n := r.index, r.index+1
 	r.index++
+	if r.tooLarge {
+		return malformed(i, n, "element", ErrRecordTooLarge), nil
+	}
 	v, off, err := r.dec.decode(r.elem, "array element")
 	if err != nil {
 		r.err = r.syntaxError(n, start+int64(off), err)
@@ -68,7 +74,7 @@ func (r *jsonReader) skipRecord() error {
 		return r.err
 	}
 	start, err := r.nextElement()
-	if err == nil && !json.Valid(r.elem) {
+	if err == nil && !r.tooLarge && !json.Valid(r.elem) {
 		// Decode only to learn what is wrong and where.
 		_, off, derr := r.dec.decode(r.elem, "array element")
 		err = r.syntaxError(r.index+1, start+int64(off), derr)
@@ -190,12 +196,14 @@ func (r *jsonReader) skipSpace() (byte, error) {
 	}
 }
 
-// readValue reads the value starting at the next byte into r.elem.
+// readValue reads the value starting at the next byte into r.elem, or past it
+// when it is longer than maxRecordBytes (tooLarge).
 func (r *jsonReader) readValue() error {
 	r.elem = r.elem[:0]
 	if cap(r.elem) > maxKeptLine {
 		r.elem = nil
 	}
+	r.tooLarge = false
 	r.scan.reset()
 	for {
 		buf, err := r.buffered()
@@ -206,7 +214,15 @@ func (r *jsonReader) readValue() error {
 			return err
 		}
 		n, done := r.scan.feed(buf)
-		r.elem = append(r.elem, buf[:n]...)
+		if r.scan.tooDeep {
+			return r.syntaxError(r.index+1, r.off+int64(n)-1, errTooDeep)
+		}
+		if !r.tooLarge && len(r.elem)+n > maxRecordBytes {
+			r.tooLarge, r.elem = true, nil
+		}
+		if !r.tooLarge {
+			r.elem = append(r.elem, buf[:n]...)
+		}
 		r.discard(n)
 		if done {
 			return nil
@@ -214,12 +230,19 @@ func (r *jsonReader) readValue() error {
 	}
 }
 
+// maxNesting is encoding/json's limit on nested objects and arrays.
+const maxNesting = 10000
+
+// errTooDeep is the error of a value nested deeper than maxNesting.
+var errTooDeep = fmt.Errorf("exceeded max depth (objects and arrays nested more than %d levels)", maxNesting)
+
 // valueScanner finds where a JSON value ends without parsing it: it tracks
 // strings and bracket nesting only. The decoder validates the value afterwards;
 // on malformed input the scanner just has to stop close to the fault, which is
 // why a mismatched closing bracket ends the value.
 type valueScanner struct {
 	stack    []byte // expected closing brackets
+	tooDeep  bool   // nested deeper than maxNesting: scanning stopped
 	started  bool
 	inString bool
 	escaped  bool
@@ -270,10 +293,14 @@ func (s *valueScanner) feed(buf []byte) (int, bool) {
 			switch c {
 			case '"':
 				s.inString = true
-			case '{':
-				s.stack = append(s.stack, '}')
-			case '[':
-				s.stack = append(s.stack, ']')
+			case '{', '[':
+				if len(s.stack) >= maxNesting {
+					// encoding/json refuses it anyway; stop before the stack
+					// grows with the data.
+					s.tooDeep = true
+					return i + 1, true
+				}
+				s.stack = append(s.stack, c+2) // '{'+2 is '}', '['+2 is ']'
 			case '}', ']':
 				top := len(s.stack) - 1
 				if c != s.stack[top] {

@@ -11,12 +11,16 @@ import (
 const maxKeptLine = 1 << 20
 
 // lineReader splits data into lines of any length. Lines that fit the bufio
-// buffer are returned in place; longer ones are assembled in a reused buffer.
+// buffer are returned in place; longer ones are assembled in a reused buffer,
+// up to maxRecordBytes: a longer line is read past, not kept (tooLong).
 type lineReader struct {
 	br      *bufio.Reader
 	long    []byte
 	line    int // lines read so far, blank ones included
 	started bool
+	// tooLong says the line just returned was longer than maxRecordBytes; its
+	// content is not returned.
+	tooLong bool
 }
 
 // next returns the next non-blank line without its line ending, and its 1-based
@@ -50,6 +54,7 @@ func (lr *lineReader) next(keep bool) ([]byte, int, error) {
 // readLine reads one line, blank or not. It returns io.EOF only when no bytes
 // are left; a last line without a newline is a line.
 func (lr *lineReader) readLine(keep bool) (line []byte, blank bool, err error) {
+	lr.tooLong = false
 	frag, err := lr.br.ReadSlice('\n')
 	switch {
 	case err == nil || (err == io.EOF && len(frag) > 0):
@@ -59,6 +64,8 @@ func (lr *lineReader) readLine(keep bool) (line []byte, blank bool, err error) {
 		return nil, false, err
 	}
 	// The line is longer than the buffer: gather it, or only watch it go by.
+	// Past maxRecordBytes it is only watched too: data from elsewhere must not
+	// make one record cost unbounded memory.
 	blank = true
 	if keep {
 		lr.long = append(lr.long[:0], frag...)
@@ -67,7 +74,11 @@ func (lr *lineReader) readLine(keep bool) (line []byte, blank bool, err error) {
 	}
 	for err == bufio.ErrBufferFull {
 		frag, err = lr.br.ReadSlice('\n')
-		if keep {
+		if keep && !lr.tooLong && len(lr.long)+len(frag) > maxRecordBytes {
+			lr.tooLong, blank = true, isBlank(lr.long)
+			lr.long = lr.long[:0]
+		}
+		if keep && !lr.tooLong {
 			lr.long = append(lr.long, frag...)
 		} else if blank {
 			blank = isBlank(frag)
@@ -76,7 +87,7 @@ func (lr *lineReader) readLine(keep bool) (line []byte, blank bool, err error) {
 	if err != nil && err != io.EOF {
 		return nil, false, err
 	}
-	if keep {
+	if keep && !lr.tooLong {
 		line = trimEOL(lr.long)
 		return line, isBlank(line), nil
 	}
@@ -119,6 +130,9 @@ func (r *jsonlReader) Next() (Sample, error) {
 	}
 	i := r.index
 	r.index++
+	if r.lines.tooLong {
+		return malformed(i, n, "line", ErrRecordTooLarge), nil
+	}
 	rec, err := r.dec.decodeObject(line)
 	if err != nil {
 		return malformed(i, n, "line", err), nil

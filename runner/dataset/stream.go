@@ -92,5 +92,15 @@ func malformed(index, line int, unit string, err error) Sample {
 	}
 }
 
+// maxRecordBytes caps one record (a jsonl line, a json array element, a csv
+// record). Data may come from elsewhere (a url), and a line of gigabytes, or a
+// gzip bomb that inflates into one, would otherwise be held whole in memory. A
+// real sample is far smaller: models take a few MiB of text at most. A var for
+// tests.
+var maxRecordBytes = 64 << 20
+
+// ErrRecordTooLarge is the error of a record longer than maxRecordBytes.
+var ErrRecordTooLarge = fmt.Errorf("the record is larger than %d MiB, Proctor's cap on one record", maxRecordBytes>>20)
+
 // errEndOfInput mirrors encoding/json's message for truncated input.
 var errEndOfInput = errors.New("unexpected end of JSON input")
