@@ -9,13 +9,18 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proctor-dev/proctor/runner/cache"
+	"github.com/proctor-dev/proctor/runner/dataset"
 	"github.com/proctor-dev/proctor/runner/provider"
+	"github.com/proctor-dev/proctor/runner/provider/agent"
 	"github.com/proctor-dev/proctor/runner/score"
 )
 
@@ -83,4 +88,94 @@ func (c *memCache) Get(key string) (*cache.Entry, bool) { e, ok := c.m[key]; ret
 func (c *memCache) Put(key string, e *cache.Entry) error {
 	c.m[key] = e
 	return nil
+}
+
+// injection is a dataset value that is template syntax: it must reach
+// prompts, agent arguments, files and stdin as the text it is.
+const injection = `{{ .Sample.secret }} {{ env "HOME" }} {{ template "x" }} {{ define "x" }}y{{ end }} {{ printf "%s" .ID }}`
+
+func hostileSample(t *testing.T) dataset.Sample {
+	t.Helper()
+	r := dataset.Inline([]json.RawMessage{json.RawMessage(`{"id":"q1","input":` + jsonString(injection) +
+		`,"note":"{{ .Input }}","secret":"s3cr3t","path":"../../outside"}`)}, dataset.Mapping{})
+	s, err := r.Next()
+	if err != nil || s.Err != nil {
+		t.Fatal(err, s.Err)
+	}
+	return s
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// Dataset values are data to the prompt templates, never templates.
+func TestDatasetTemplateSyntaxIsInert(t *testing.T) {
+	p, err := NewPrompt("System for {{ .ID }}: {{ .Sample.note }}", "{{ .Input }} | {{ .Sample.note }} | {{ toJSON .Sample.note }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := hostileSample(t)
+	req, err := p.Request(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff("System for q1: {{ .Input }}", req.System); diff != "" {
+		t.Errorf("system prompt (-want +got):\n%s", diff)
+	}
+	want := injection + ` | {{ .Input }} | "{{ .Input }}"`
+	if diff := cmp.Diff(want, req.Prompt); diff != "" {
+		t.Errorf("prompt (-want +got):\n%s", diff)
+	}
+}
+
+// The same for an agent: argv elements, files and stdin get the values as
+// they are, one argv element each (no shell), and a file key is a fixed path,
+// never a template: a dataset value cannot choose where a file goes.
+func TestAgentTemplateSyntaxIsInert(t *testing.T) {
+	root := t.TempDir()
+	script := `cat ctx.md; printf '|%s' "$1" "$2" "$#"; printf '|'; cat; printf '|'; ls -A | tr '\n' ' '`
+	a, err := agent.New(agent.Config{
+		Command:       []string{"/bin/sh", "-c", script, "sh", "{{ .Prompt }}", "{{ .Sample.path }}"},
+		Files:         map[string]string{"ctx.md": "{{ .Sample.note }}", "{{ .Sample.path }}": "x"},
+		Stdin:         "{{ .Sample.secret }}",
+		Env:           []string{"PATH=" + os.Getenv("PATH")},
+		WorkspaceRoot: root,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPrompt("", "{{ .Input }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := hostileSample(t)
+	req, err := p.Request(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	resp, err := a.Complete(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "{{ .Input }}|" + injection + "|../../outside|2|s3cr3t|ctx.md {{ .Sample.path }} "
+	if diff := cmp.Diff(want, resp.Text); diff != "" {
+		t.Errorf("what the agent saw (-want +got):\n%s", diff)
+	}
+	if _, err := os.Stat(filepath.Join(root, "..", "outside")); err == nil {
+		t.Error("a file was written outside the workspace")
+	}
+}
+
+// agent.files keys that leave the workspace are refused before any run.
+func TestAgentFilesStayInTheWorkspace(t *testing.T) {
+	for _, key := range []string{"../x", "/etc/x", "a/../../x", "a/../b", ".", "a/", ""} {
+		_, err := agent.New(agent.Config{Command: []string{"true"}, Files: map[string]string{key: "x"}, WorkspaceRoot: t.TempDir()})
+		if err == nil {
+			t.Errorf("files key %q was accepted", key)
+		}
+	}
 }
