@@ -59,7 +59,8 @@ func execute(args []string, s streams) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil && ee.err.Error() != "" {
-			fmt.Fprintln(s.errOut, "proctor:", ee.err)
+			// Errors may quote a model server or the data (a 429's body).
+			fmt.Fprintln(s.errOut, "proctor:", terminalSafeLines(ee.err.Error()))
 		}
 		return ee.code
 	}

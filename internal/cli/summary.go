@@ -170,13 +170,19 @@ func printErrors(w io.Writer, errs []errorCount) {
 }
 
 // terminalSafe makes text from outside (model answers, server and agent
-// errors, data) safe to print on a terminal: control characters (escape
-// sequences start with ESC or a C1 control), line and paragraph separators,
-// the bidirectional overrides that make text display in another order, and
-// bytes that are not UTF-8 are shown as Go escapes (\x1b, \u202e) instead.
-func terminalSafe(s string) string {
-	i := strings.IndexFunc(s, unsafeRune)
-	if i < 0 && utf8.ValidString(s) {
+// errors, data) safe to print on a terminal on one line: control characters
+// (escape sequences start with ESC or a C1 control), line and paragraph
+// separators, the bidirectional overrides that make text display in another
+// order, and bytes that are not UTF-8 are shown as Go escapes (\x1b, \u202e).
+func terminalSafe(s string) string { return escapeForTerminal(s, false) }
+
+// terminalSafeLines is terminalSafe for messages of several lines: newlines
+// and tabs are kept.
+func terminalSafeLines(s string) string { return escapeForTerminal(s, true) }
+
+func escapeForTerminal(s string, lines bool) string {
+	unsafe := func(r rune) bool { return unsafeRune(r) && !(lines && (r == '\n' || r == '\t')) }
+	if strings.IndexFunc(s, unsafe) < 0 && utf8.ValidString(s) {
 		return s
 	}
 	var b strings.Builder
@@ -186,7 +192,7 @@ func terminalSafe(s string) string {
 		switch {
 		case r == utf8.RuneError && n == 1:
 			fmt.Fprintf(&b, `\x%02x`, s[0])
-		case unsafeRune(r):
+		case unsafe(r):
 			q := strconv.QuoteRuneToASCII(r)
 			b.WriteString(q[1 : len(q)-1])
 		default:

@@ -147,6 +147,13 @@ func TestTerminalSafe(t *testing.T) {
 	}
 }
 
+func TestTerminalSafeLines(t *testing.T) {
+	in := "spec.models[0]: bad\n\tspec.models[1]: \x1b[31mred\r"
+	if diff := cmp.Diff("spec.models[0]: bad\n\tspec.models[1]: \\x1b[31mred\\r", terminalSafeLines(in)); diff != "" {
+		t.Errorf("terminalSafeLines (-want +got):\n%s", diff)
+	}
+}
+
 func TestPrintErrorsEscapesControls(t *testing.T) {
 	var b bytes.Buffer
 	printErrors(&b, []errorCount{{Pair: "m/d", Error: "HTTP 500: \x1b[2J\x1b[Hall good\x1b]0;owned\x07", Count: 2}})
