@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -127,13 +129,45 @@ func flushRedacted(b *strings.Builder, s string, written, start, end int) int {
 }
 
 // Redact replaces in s every occurrence of each non-empty secret, and of its
-// encoded forms, with [REDACTED]. Callers with a fixed set of secrets should
-// build a Redactor once instead.
+// encoded forms, with [REDACTED]. The Redactor of each set of secrets is kept
+// (a provider passes the same key with every error), so callers need not hold
+// one.
 func Redact(s string, secrets ...string) string {
 	if len(secrets) == 0 || s == "" {
 		return s
 	}
-	return NewRedactor(secrets...).Redact(s)
+	return redactorFor(secrets).Redact(s)
+}
+
+// redactors are the Redactors Redact built, by their secrets. A process uses a
+// few sets (one per model); the bound only guards against a caller that makes
+// new ones forever.
+var redactors struct {
+	sync.Mutex
+	m map[string]*Redactor
+}
+
+const maxCachedRedactors = 64
+
+func redactorFor(secrets []string) *Redactor {
+	var b strings.Builder
+	for _, s := range secrets {
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	key := b.String()
+	redactors.Lock()
+	defer redactors.Unlock()
+	r := redactors.m[key]
+	if r == nil {
+		if redactors.m == nil || len(redactors.m) >= maxCachedRedactors {
+			redactors.m = map[string]*Redactor{}
+		}
+		r = NewRedactor(secrets...)
+		redactors.m[key] = r
+	}
+	return r
 }
 
 // secretForms is a secret and the encodings of it that Redactor removes.
