@@ -21,7 +21,7 @@ import (
 func agentEvaluation(name, answer string, n int, suspend bool) string {
 	var samples strings.Builder
 	for i := range n {
-		fmt.Fprintf(&samples, "      - {id: s%d, input: q, expected: %s}\n", i, answer)
+		fmt.Fprintf(&samples, "      - {id: s%d, input: q, expected: "%s"}\n", i, answer)
 	}
 	return fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
 kind: Evaluation
@@ -37,7 +37,7 @@ spec:
     provider: agent
     agent:
       image: busybox:1.35.0
-      command: [echo, %s]
+      command: [echo, "%s"]
   scoring: [{type: exact_match, normalize: [trim]}]
 `, name, suspend, samples.String(), answer)
 }
