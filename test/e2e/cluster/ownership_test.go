@@ -21,7 +21,7 @@ import (
 func agentEvaluation(name, answer string, n int, suspend bool) string {
 	var samples strings.Builder
 	for i := range n {
-		fmt.Fprintf(&samples, "      - {id: s%d, input: q, expected: "%s"}\n", i, answer)
+		fmt.Fprintf(&samples, "      - {id: s%d, input: q, expected: \"%s\"}\n", i, answer)
 	}
 	return fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
 kind: Evaluation
