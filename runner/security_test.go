@@ -9,11 +9,15 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -176,6 +180,86 @@ func TestAgentFilesStayInTheWorkspace(t *testing.T) {
 		_, err := agent.New(agent.Config{Command: []string{"true"}, Files: map[string]string{key: "x"}, WorkspaceRoot: t.TempDir()})
 		if err == nil {
 			t.Errorf("files key %q was accepted", key)
+		}
+	}
+}
+
+// A concurrent agent plants a symlink in a fresh workspace between its
+// creation and the writing of agent.files, and the file is written where the
+// link points, outside every workspace. No boundary is crossed while an agent
+// shares the runner's user and container (local mode, and agent pods today),
+// but it is one once the runner writes into a volume an agent container can
+// also write. Known and reported: the fix belongs to the agent provider
+// (write through os.Root, or O_EXCL|O_NOFOLLOW, since every file is new).
+func TestAgentFilesDoNotFollowPlantedSymlinks(t *testing.T) {
+	if os.Getenv("PROCTOR_TEST_KNOWN_ATTACKS") == "" {
+		t.Skip("known attack, reported (docs/security.md): set PROCTOR_TEST_KNOWN_ATTACKS=1 to run it")
+	}
+	root, outside := t.TempDir(), t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{
+		// The first sample runs the attacker (this test binary); the others
+		// print their file.
+		Command: []string{"/bin/sh", "-c", `if [ "$PROCTOR_SAMPLE_ID" = evil ]; then exec "$0" -test.run='^TestHelperSymlinkPlanter$'; fi; cat ctx.md`, self},
+		Files:   map[string]string{"ctx.md": "context of {{ .ID }}"},
+		Env: []string{"PATH=" + os.Getenv("PATH"), "PLANTER_ROOT=" + root, "PLANTER_TARGET=" + outside,
+			"PLANTER_FOR=2s"},
+		WorkspaceRoot: root,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { a.Complete(ctx, &provider.Request{SampleID: "evil"}) })
+	time.Sleep(200 * time.Millisecond) // the planter is watching
+	for i := range 2 {
+		wg.Go(func() {
+			for j := range 100 {
+				a.Complete(ctx, &provider.Request{SampleID: fmt.Sprintf("victim-%d-%d", i, j)})
+			}
+		})
+	}
+	wg.Wait()
+	if leaked, _ := filepath.Glob(filepath.Join(outside, "*")); len(leaked) > 0 {
+		t.Errorf("%d agent files were written outside their workspace through planted symlinks, e.g. %s", len(leaked), leaked[0])
+	}
+}
+
+// TestHelperSymlinkPlanter is the attacking agent of
+// TestAgentFilesDoNotFollowPlantedSymlinks: it watches the workspace root and
+// puts a symlink named ctx.md into every new workspace at once.
+func TestHelperSymlinkPlanter(t *testing.T) {
+	root := os.Getenv("PLANTER_ROOT")
+	if root == "" {
+		t.Skip("run by TestAgentFilesDoNotFollowPlantedSymlinks")
+	}
+	d, _ := time.ParseDuration(os.Getenv("PLANTER_FOR"))
+	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC)
+	if err != nil {
+		t.Skip("no inotify:", err)
+	}
+	defer syscall.Close(fd)
+	if _, err := syscall.InotifyAddWatch(fd, root, syscall.IN_CREATE); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(d, func() { os.Exit(0) })
+	buf := make([]byte, 64<<10)
+	for n := 0; ; {
+		k, err := syscall.Read(fd, buf)
+		if err != nil {
+			return
+		}
+		for off := 0; off+syscall.SizeofInotifyEvent <= k; {
+			ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			name := strings.TrimRight(string(buf[off+syscall.SizeofInotifyEvent:off+syscall.SizeofInotifyEvent+int(ev.Len)]), "\x00")
+			off += syscall.SizeofInotifyEvent + int(ev.Len)
+			n++
+			os.Symlink(filepath.Join(os.Getenv("PLANTER_TARGET"), fmt.Sprint(n)), filepath.Join(root, name, "ctx.md"))
 		}
 	}
 }
