@@ -60,7 +60,7 @@ func TestForgedResultsFail(t *testing.T) {
 		{"create", "configmap", "victim-0123abcd-small-0-0", "--from-literal=records=FORGED"},
 	} {
 		out, err := kubectl(append([]string{"-n", ns, "--as", sa}, args...)...)
-		if err == nil || !strings.Contains(out, "forbidden") {
+		if err == nil || !strings.Contains(out+err.Error(), "forbidden") {
 			t.Errorf("kubectl %s as the runner: %v %s; want forbidden", strings.Join(args, " "), err, out)
 		}
 	}
