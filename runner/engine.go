@@ -263,11 +263,16 @@ func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *
 	}
 	close(jobs)
 	workers.Wait()
-	if cause := context.Cause(ctx); isThrottledOut(cause) {
+	if cause := context.Cause(ctx); endsModel(cause) {
 		errs = append(errs, cause)
 	}
 	return errors.Join(errs...)
 }
+
+// endsModel reports whether err ends a model's part of the run, leaving its
+// unfinished samples without a record: its quota did not recover, or its
+// provider is unavailable (the pod's agent executor is gone).
+func endsModel(err error) bool { return isThrottledOut(err) || provider.IsUnavailable(err) }
 
 // job is one sample of one dataset.
 type job struct {
@@ -322,8 +327,13 @@ func (e *Engine) dispatch(ctx context.Context, m *modelRun, t Task, sink Sink, j
 func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCauseFunc, m *modelRun, j job, sink Sink) {
 	rec, err := e.evaluate(ctx, m, j.ds, &j.s, j.answered)
 	if err != nil {
-		// The model (or its judge) is throttled out: stop the model's work.
-		e.log.Error(err, "Gave up on a rate-limited model", "model", m.Name)
+		// The model (or its judge) is throttled out, or its provider is
+		// unavailable: stop the model's work.
+		if provider.IsUnavailable(err) {
+			e.log.Error(err, "Stopped a model whose provider is unavailable", "model", m.Name)
+		} else {
+			e.log.Error(err, "Gave up on a rate-limited model", "model", m.Name)
+		}
 		throttledOut(err)
 		return
 	}
@@ -395,7 +405,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		if ctx.Err() != nil || errors.Is(res.err, errStopping) {
 			return nil, nil
 		}
-		if isThrottledOut(res.err) {
+		if endsModel(res.err) {
 			return nil, res.err
 		}
 		rec.Attempts = res.attempts
@@ -568,6 +578,9 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 		}
 		if errors.Is(err, errStopping) {
 			return callResult{attempts: attempts, err: err}
+		}
+		if provider.IsUnavailable(err) {
+			return callResult{attempts: attempts, latency: latency, err: err}
 		}
 		class, retryAfter := retry.Classify(err)
 		if errors.Is(err, context.DeadlineExceeded) {
