@@ -118,6 +118,7 @@ func TestForgedResultsFail(t *testing.T) {
 		}
 		return nil
 	})
+	mustKubectl(t, "-n", ns, "delete", "configmap", forged) // it carries Proctor's labels: TestHelmUpgradeAndUninstall looks for them
 }
 
 // TestNameConflict replays issue 9's takeover: a user's own ConfigMap named
