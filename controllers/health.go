@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -320,6 +322,14 @@ func detail(s string) string {
 		}
 	}
 	line = strings.Join(strings.Fields(line), " ")
+	// The words may be an agent's or a model server's: no terminal escapes, no
+	// reordering of what kubectl describe shows.
+	line = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == utf8.RuneError || unicode.Is(unicode.Bidi_Control, r) {
+			return '?'
+		}
+		return r
+	}, line)
 	if len(line) > maxDetail {
 		cut := maxDetail
 		for cut > 0 && !utf8Start(line[cut]) {

@@ -559,3 +559,20 @@ func TestPodJudgementChanged(t *testing.T) {
 		}
 	}
 }
+
+// A pod's words reach status.message and events, which kubectl prints as they
+// are: terminal escapes and bidi overrides are replaced.
+func TestDetailEscapesControlCharacters(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain error":                      "plain error",
+		"log\nlast line":                   "last line",
+		"\x1b]0;owned\x07\x1b[2Jgone":      "?]0;owned??[2Jgone",
+		"abc\u202edcba":                    "abc?dcba",
+		"bad \xff byte":                    "bad ? byte",
+		"tabs\tand   spaces are collapsed": "tabs and spaces are collapsed",
+	} {
+		if got := detail(in); got != want {
+			t.Errorf("detail(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

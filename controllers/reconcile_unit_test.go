@@ -274,21 +274,21 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			wantNoPermsSA: true,
 		},
 		{
-			name:         "a PVC dataset is counted by the planner",
-			ev:           testutil.MakeEvaluation("e", testNS).Dataset(v1alpha1.Dataset{Name: "p", Source: v1alpha1.DatasetSource{PVC: &v1alpha1.PVCSource{ClaimName: "data", Path: "qa.jsonl"}}}).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
-			objs:         func(*v1alpha1.Evaluation) []client.Object { return []client.Object{pvc} },
-			wantPhase:    v1alpha1.PhasePending,
-			wantReason:   ReasonPlanning,
-			wantMessage:  "counting the samples of url and pvc datasets",
-			wantPlanner:  true, // and the empty plan ConfigMap it fills in
+			name:        "a PVC dataset is counted by the planner",
+			ev:          testutil.MakeEvaluation("e", testNS).Dataset(v1alpha1.Dataset{Name: "p", Source: v1alpha1.DatasetSource{PVC: &v1alpha1.PVCSource{ClaimName: "data", Path: "qa.jsonl"}}}).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
+			objs:        func(*v1alpha1.Evaluation) []client.Object { return []client.Object{pvc} },
+			wantPhase:   v1alpha1.PhasePending,
+			wantReason:  ReasonPlanning,
+			wantMessage: "counting the samples of url and pvc datasets",
+			wantPlanner: true, // and the empty plan ConfigMap it fills in
 		},
 		{
-			name:         "a url dataset is counted by the planner",
-			ev:           testutil.MakeEvaluation("e", testNS).InlineDataset("d", 3).Dataset(urlDataset).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
-			wantPhase:    v1alpha1.PhasePending,
-			wantReason:   ReasonPlanning,
-			wantMessage:  "counting the samples of url and pvc datasets",
-			wantPlanner:  true, // and the empty plan ConfigMap it fills in
+			name:        "a url dataset is counted by the planner",
+			ev:          testutil.MakeEvaluation("e", testNS).InlineDataset("d", 3).Dataset(urlDataset).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
+			wantPhase:   v1alpha1.PhasePending,
+			wantReason:  ReasonPlanning,
+			wantMessage: "counting the samples of url and pvc datasets",
+			wantPlanner: true, // and the empty plan ConfigMap it fills in
 		},
 		{
 			name: "the planner's plan",
@@ -317,11 +317,11 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			before: func(h *harness, ev *v1alpha1.Evaluation) {
 				h.setJobStatus(cluster.PlannerJobName(ev.Name, cluster.RunID(ev)), batchv1.JobStatus{Conditions: []batchv1.JobCondition{jobCondition(batchv1.JobFailed)}})
 			},
-			wantPhase:    v1alpha1.PhaseFailed,
-			wantReason:   ReasonPlanningFailed,
-			wantFailed:   true,
-			wantMessage:  "the planner Job e-",
-			wantPlanner:  true, // and the empty plan ConfigMap it fills in
+			wantPhase:   v1alpha1.PhaseFailed,
+			wantReason:  ReasonPlanningFailed,
+			wantFailed:  true,
+			wantMessage: "the planner Job e-",
+			wantPlanner: true, // and the empty plan ConfigMap it fills in
 		},
 	}
 	for _, tc := range cases {
