@@ -3,9 +3,13 @@ package runner
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/proctor-dev/proctor/runner/provider"
+	"github.com/proctor-dev/proctor/runner/provider/agent"
 )
 
 // TestUnavailableProviderEndsTheModel: a provider that says it is unavailable
@@ -46,5 +50,33 @@ func TestUnavailableProviderEndsTheModel(t *testing.T) {
 	}
 	if c := p.calls.Load(); c != 3 {
 		t.Errorf("%d calls; want 3: no retry, and no sample started after it", c)
+	}
+}
+
+// TestUnreachableAgentExecutorLeavesNoErrorRecord: an agent model whose
+// executor cannot be reached (its container died, or never started) ends the
+// run with the error and gives none of its samples an error record.
+func TestUnreachableAgentExecutorLeavesNoErrorRecord(t *testing.T) {
+	dir, err := os.MkdirTemp("", "px")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	a, err := agent.New(agent.Config{Command: []string{"echo", "{{ .Prompt }}"}, Executor: &agent.ExecutorConfig{
+		Socket: filepath.Join(dir, "agent.sock"), ConnectTimeout: 200 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := testPlan(t).Model("agent", a, 3).Dataset("d", 6).Obj()
+	e, err := New(plan, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := newMemSink()
+	if err := e.Run(t.Context(), plan.Tasks(), sink); !provider.IsUnavailable(err) {
+		t.Fatalf("Run = %v; want an UnavailableError", err)
+	}
+	if n := sink.count(); n != 0 {
+		t.Errorf("%d records; want none", n)
 	}
 }

@@ -1,11 +1,21 @@
 // Package agent evaluates a command-line agent: a coding-agent CLI, or any
 // program that reads a task and prints an answer. Each sample runs as one
-// subprocess in a fresh workspace directory of its own; its standard output is
+// process in a fresh workspace directory of its own; its standard output is
 // the answer.
+//
+// The process is started by a launcher: as a subprocess of this process
+// (local runs, tests), or by an executor (`proctor agent-exec`) in the agent's
+// own container, reached over a Unix socket (runner pods), so that the agent
+// shares nothing with the process that holds the judges' keys. The templates
+// are rendered here either way; the launchers differ only in where the
+// workspace, the files and the process live.
 package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -35,7 +45,7 @@ type Config struct {
 	Command []string
 	// BaseDir resolves a relative command path (./agent.sh, bin/agent): the
 	// Evaluation file's directory, as for data files. "" means the current
-	// directory.
+	// directory. Through an executor, the executor's working directory.
 	BaseDir string
 	// Stdin, when non-empty, is a template rendered and written to the
 	// process's standard input; otherwise stdin is empty (/dev/null).
@@ -45,44 +55,62 @@ type Config struct {
 	Files map[string]string
 	// Env is the process environment, exactly (name=value pairs, resolved by
 	// the caller). The provider adds PROCTOR_WORKSPACE and PROCTOR_SAMPLE_ID.
+	// Not used through an executor (see Executor.Env).
 	Env []string
 	// WorkspaceRoot is the parent of the per-sample workspaces; "" means
-	// os.TempDir(). It must exist.
+	// os.TempDir(). It must exist. Through an executor, the executor's.
 	WorkspaceRoot string
 	// KeepWorkspaces leaves workspaces on disk (for debugging) instead of
-	// removing them.
+	// removing them. Local only.
 	KeepWorkspaces bool
 	// MaxOutputBytes caps captured stdout; 0 means 10 MiB. Past the cap the
 	// output is truncated (not an error) and the process keeps running with
 	// its writes discarded.
 	MaxOutputBytes int
+	// Executor, when set, runs the agent through the executor listening on a
+	// Unix socket instead of as a subprocess.
+	Executor *ExecutorConfig
 }
 
-// Provider runs an agent process per request. It is safe for concurrent use:
-// everything in it but the reaper (which locks) is read-only after New.
+// ExecutorConfig says how to reach an executor and what environment the
+// agent gets from it.
+type ExecutorConfig struct {
+	// Socket is the path of the executor's Unix socket.
+	Socket string
+	// Env is the agent's environment, in order (a later entry of a name wins).
+	// Values that come from the executor's own environment never pass
+	// through this process.
+	Env []EnvVar
+	// ConnectTimeout bounds how long Connect waits for the executor to
+	// listen; 0 means 2 minutes.
+	ConnectTimeout time.Duration
+}
+
+// launcher runs one rendered sample in a fresh workspace and returns its
+// outcome, with the error semantics of Provider.Complete.
+type launcher interface {
+	// workspace returns the absolute path of a new sample's workspace, for the
+	// templates (.Workspace); launch creates it.
+	workspace(ctx context.Context) (string, error)
+	// launch creates the workspace, writes the files, runs the process and
+	// removes the workspace (unless it is kept).
+	launch(ctx context.Context, ws, id string, r *rendered) (*provider.Response, error)
+}
+
+// Provider runs an agent process per request. It is safe for concurrent use.
 type Provider struct {
-	reaper    *reaper
-	baseDir   string // absolute
-	tmpl      templates
-	env       []string
-	root      string
-	keep      bool
-	maxOutput int
-	waitDelay time.Duration // a field so that tests can shorten or stretch it
+	tmpl   templates
+	launch launcher
 }
 
 var _ provider.Provider = (*Provider)(nil)
 
-// New validates cfg and parses its templates.
+// New validates cfg and parses its templates. It does not reach the executor:
+// Connect does, and so does the first Complete.
 func New(cfg Config) (*Provider, error) {
 	tmpl, err := parseTemplates(cfg)
 	if err != nil {
 		return nil, err
-	}
-	for _, kv := range cfg.Env {
-		if i := strings.IndexByte(kv, '='); i <= 0 {
-			return nil, fmt.Errorf("env: %q is not a name=value pair", kv)
-		}
 	}
 	if cfg.MaxOutputBytes < 0 {
 		return nil, fmt.Errorf("max output bytes: %d is negative", cfg.MaxOutputBytes)
@@ -91,32 +119,37 @@ func New(cfg Config) (*Provider, error) {
 	if maxOutput == 0 {
 		maxOutput = defaultMaxOutputBytes
 	}
-	root := cfg.WorkspaceRoot
-	if root == "" {
-		root = os.TempDir()
+	if x := cfg.Executor; x != nil {
+		if x.Socket == "" {
+			return nil, errors.New("executor: no socket")
+		}
+		if err := checkEnvVars(x.Env); err != nil {
+			return nil, fmt.Errorf("env: %w", err)
+		}
+		return &Provider{tmpl: tmpl, launch: newRemote(*x, maxOutput)}, nil
 	}
-	// Templates see .Workspace and the agent sees PROCTOR_WORKSPACE; both are
-	// promised absolute, and the agent's cwd differs from ours.
-	if root, err = filepath.Abs(root); err != nil {
-		return nil, fmt.Errorf("workspace root: %w", err)
+	for _, kv := range cfg.Env {
+		if i := strings.IndexByte(kv, '='); i <= 0 {
+			return nil, fmt.Errorf("env: %q is not a name=value pair", kv)
+		}
 	}
-	baseDir, err := filepath.Abs(cfg.BaseDir)
+	l, err := newLocal(cfg, maxOutput)
 	if err != nil {
-		return nil, fmt.Errorf("base dir: %w", err)
+		return nil, err
 	}
-	if !cfg.KeepWorkspaces {
-		removeStaleWorkspaces(root)
+	return &Provider{tmpl: tmpl, launch: l}, nil
+}
+
+// Connect waits for the executor to listen (bounded by
+// ExecutorConfig.ConnectTimeout) and checks that the variables the agent
+// needs from it are set (an *EnvError names one that is not). An executor
+// that cannot be reached is a *provider.UnavailableError. Without an executor
+// it does nothing.
+func (p *Provider) Connect(ctx context.Context) error {
+	if r, ok := p.launch.(*remote); ok {
+		return r.connect(ctx)
 	}
-	return &Provider{
-		reaper:    newReaper(),
-		baseDir:   baseDir,
-		tmpl:      tmpl,
-		env:       cfg.Env,
-		root:      root,
-		keep:      cfg.KeepWorkspaces,
-		maxOutput: maxOutput,
-		waitDelay: defaultWaitDelay,
-	}, nil
+	return nil
 }
 
 // Complete runs the agent on one sample in a fresh workspace and returns its
@@ -125,28 +158,18 @@ func New(cfg Config) (*Provider, error) {
 // Errors: a template that fails on this sample, or a command that cannot be
 // started, is a plain error; a process that exits non-zero is a
 // *provider.ExitError; when ctx is done first the whole process group is
-// killed and the error wraps ctx.Err().
+// killed and the error wraps ctx.Err(). An executor that cannot be reached, or
+// that went away mid-run, is a *provider.UnavailableError: not the sample's
+// fault.
 func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provider.Response, error) {
 	// Don't create a workspace for a sample whose time is already up.
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	// Named after our PID, so that the next proctor can tell a workspace left
-	// by a kill -9 from one in use; kept ones are named apart, never removed.
-	pattern := workspacePrefix() + "*"
-	if p.keep {
-		pattern = "proctor-ws-keep-*"
-	}
-	ws, err := os.MkdirTemp(p.root, pattern)
+	ws, err := p.launch.workspace(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("create workspace: %w", err)
+		return nil, err
 	}
-	if !p.keep {
-		// Deferred so that it runs on every path, including kills. By then the
-		// process group is dead, so nothing is still writing into the directory.
-		defer removeWorkspace(ws)
-	}
-
 	r, err := p.tmpl.render(TemplateData{
 		Prompt:    req.Prompt,
 		System:    req.System,
@@ -157,25 +180,61 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFiles(ws, r.files); err != nil {
-		return nil, err
+	return p.launch.launch(ctx, ws, req.SampleID, r)
+}
+
+// randomName returns prefix followed by 16 random hex digits: workspace names
+// nobody can guess, so that an agent cannot prepare one for another sample.
+func randomName(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// makeWorkspace creates the workspace ws, which must not exist yet.
+func makeWorkspace(ws string) error {
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		return fmt.Errorf("create workspace: %w", err)
 	}
-	return p.run(ctx, ws, req.SampleID, r)
+	return nil
 }
 
 // writeFiles writes the rendered files into the workspace. Paths were
-// validated by New, so they stay inside ws.
+// validated by New, so they stay inside ws; they are written through an
+// os.Root and never over an existing file, so that a symlink another agent
+// planted in the fresh workspace cannot lead a write out of it.
 func writeFiles(ws string, files []renderedFile) error {
+	if len(files) == 0 {
+		return nil
+	}
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return fmt.Errorf("open workspace: %w", err)
+	}
+	defer root.Close()
 	for _, f := range files {
-		full := filepath.Join(ws, f.path)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return fmt.Errorf("write workspace file %q: %w", f.path, err)
-		}
-		if err := os.WriteFile(full, []byte(f.content), 0o644); err != nil {
+		if err := writeFile(root, f); err != nil {
 			return fmt.Errorf("write workspace file %q: %w", f.path, err)
 		}
 	}
 	return nil
+}
+
+func writeFile(root *os.Root, f renderedFile) error {
+	if dir := filepath.Dir(f.path); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	out, err := root.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := out.WriteString(f.content); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // removeWorkspace deletes a workspace, best effort. A failure is not reported:

@@ -62,6 +62,10 @@ func newProvider(t *testing.T, cfg Config) *Provider {
 	return p
 }
 
+// setWaitDelay sets how long a local provider waits for pipes held open by
+// processes that escaped the agent's group.
+func setWaitDelay(p *Provider, d time.Duration) { p.launch.(*local).proc.waitDelay = d }
+
 func assertEmptyDir(t *testing.T, dir string) {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
@@ -391,7 +395,7 @@ echo $! > "$1"
 sleep 1000`), pidFile}})
 	// Far longer than the test allows: returning promptly must come from
 	// killing the group, which closes the pipes, not from giving up on them.
-	p.waitDelay = 10 * time.Second
+	setWaitDelay(p, 10*time.Second)
 
 	const timeout = 500 * time.Millisecond
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
@@ -425,7 +429,7 @@ sleep 1000 &
 echo $! > "$1"
 touch "$2"
 sleep 1000`), pidFile, started}})
-	p.waitDelay = 10 * time.Second
+	setWaitDelay(p, 10*time.Second)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -468,7 +472,7 @@ func TestStragglerDoesNotDelayAnswer(t *testing.T) {
 sleep 1000 &
 echo $! > "$1"
 echo answer`), pidFile}})
-	p.waitDelay = 10 * time.Second
+	setWaitDelay(p, 10*time.Second)
 
 	start := time.Now()
 	if got := mustComplete(t, p, &provider.Request{}); got != "answer" {
@@ -492,7 +496,7 @@ func TestEscapedProcessBoundedByWaitDelay(t *testing.T) {
 setsid sleep 1000 &
 echo $! > "$1"
 echo answer`), pidFile}})
-	p.waitDelay = 50 * time.Millisecond
+	setWaitDelay(p, 50*time.Millisecond)
 
 	got := mustComplete(t, p, &provider.Request{})
 	pid := readPID(t, pidFile)

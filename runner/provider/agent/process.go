@@ -27,7 +27,7 @@ const (
 
 // run starts the agent in ws, waits for it and turns the outcome into a
 // response or an error.
-func (p *Provider) run(ctx context.Context, ws, id string, r *rendered) (*provider.Response, error) {
+func (p *processes) run(ctx context.Context, ws, id string, r *rendered, env []string, maxOutput int) (*provider.Response, error) {
 	name := r.argv[0]
 	// exec.Cmd would resolve a relative path against Dir, the fresh workspace,
 	// where the program cannot be; the user meant it relative to the
@@ -40,7 +40,7 @@ func (p *Provider) run(ctx context.Context, ws, id string, r *rendered) (*provid
 	cmd.Dir = ws
 	// Never nil (a nil Env would mean "inherit ours"); exec.Cmd keeps the last
 	// of duplicate names, so ours win over the caller's.
-	cmd.Env = append(cmd.Env, p.env...)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Env = append(cmd.Env, "PROCTOR_WORKSPACE="+ws, "PROCTOR_SAMPLE_ID="+id)
 	// A process group of its own, so that one signal reaches everything the
 	// agent spawned (shells, tools, servers) and nothing of ours.
@@ -51,7 +51,7 @@ func (p *Provider) run(ctx context.Context, ws, id string, r *rendered) (*provid
 	// them by the same delay. Here it only caps Wait after Cancel.
 	cmd.WaitDelay = p.waitDelay
 
-	stdout := &cappedBuffer{max: p.maxOutput}
+	stdout := &cappedBuffer{max: maxOutput}
 	stderr := &tailBuffer{max: stderrTailBytes}
 	s, err := startStreams(cmd, r.stdin, stdout, stderr)
 	if err != nil {
@@ -85,14 +85,20 @@ func (p *Provider) run(ctx context.Context, ws, id string, r *rendered) (*provid
 		}
 		return resp, nil
 	case ctx.Err() != nil:
-		what := "canceled"
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			what = "timed out"
-		}
-		return nil, fmt.Errorf("agent %s; process group killed: %w", what, ctx.Err())
+		return nil, killedError(ctx.Err())
 	default:
 		return nil, &provider.ExitError{ExitCode: exitCode(state), Stderr: stderr.summary(stderrReportBytes)}
 	}
+}
+
+// killedError is the error of an agent killed because ctxErr ended its
+// sample: it wraps ctxErr, as the engine expects of a provider.
+func killedError(ctxErr error) error {
+	what := "canceled"
+	if errors.Is(ctxErr, context.DeadlineExceeded) {
+		what = "timed out"
+	}
+	return fmt.Errorf("agent %s; process group killed: %w", what, ctxErr)
 }
 
 // killGroup sends SIGKILL to the process group pgid. A group that no longer

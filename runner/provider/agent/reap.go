@@ -46,12 +46,16 @@ type reaper struct {
 	agents map[int]bool
 }
 
-func newReaper() *reaper {
+// newReaper returns the process's reaper. There is one: a reaper reaps every
+// exited child but the agents it knows, so a second one would reap the
+// agents of the first before os/exec could (several agent models in one run,
+// an executor and local providers in one test binary).
+var newReaper = sync.OnceValue(func() *reaper {
 	// Best effort: on a kernel without it (or not Linux) orphans go to init,
 	// as before.
 	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
 	return &reaper{self: os.Getpid(), agents: map[int]bool{}}
-}
+})
 
 // start starts cmd and records it, under the lock that cleanup holds while it
 // reaps, so that an agent that exits at once is never taken for an orphan.
@@ -203,6 +207,20 @@ func removeStaleWorkspaces(root string) {
 		// Signal 0 tests existence; EPERM means alive (another user's).
 		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
 			removeWorkspace(filepath.Join(root, e.Name()))
+		}
+	}
+}
+
+// reapExited reaps the orphans that have exited, leaving alone the agents
+// os/exec waits for: an executor, PID 1 of its container, inherits every
+// orphan there.
+func (r *reaper) reapExited() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range children(r.self) {
+		if c.zombie && !r.agents[c.pid] {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(c.pid, &ws, syscall.WNOHANG, nil)
 		}
 	}
 }
