@@ -66,6 +66,12 @@ type Env struct {
 	// Cache, when set, is the response cache to use when the spec enables one,
 	// instead of a directory under CacheDir.
 	Cache runner.Cache
+	// AgentExecutor, when set (with Cluster), is the Unix socket of the
+	// executor that runs agents in their own container (`proctor agent-exec`).
+	// The agent's key and agent.env valueFrom entries are then in that
+	// container's environment, not in LookupEnv's: Build asks the executor
+	// whether they are set, and never learns their values.
+	AgentExecutor string
 }
 
 // APIKeyEnv is the variable a runner pod holds a model's API key in: one per model,
@@ -105,7 +111,7 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 		if len(env.Models) > 0 && !slices.Contains(env.Models, spec.Models[i].Name) {
 			continue
 		}
-		m, secrets, err := buildModel(spec, &spec.Models[i], fmt.Sprintf("spec.models[%d]", i), env)
+		m, secrets, err := buildModel(ctx, spec, &spec.Models[i], fmt.Sprintf("spec.models[%d]", i), env)
 		if err != nil {
 			return nil, err
 		}
@@ -168,7 +174,7 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 	return plan, nil
 }
 
-func buildModel(spec *v1alpha1.EvaluationSpec, m *v1alpha1.Model, path string, env Env) (*runner.Model, []string, error) {
+func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.Model, path string, env Env) (*runner.Model, []string, error) {
 	concurrency := int(*spec.Concurrency)
 	if m.Concurrency != nil {
 		concurrency = int(*m.Concurrency)
@@ -184,9 +190,14 @@ func buildModel(spec *v1alpha1.EvaluationSpec, m *v1alpha1.Model, path string, e
 	if r := m.RateLimit; r != nil {
 		out.Limits = ratelimit.Limits{RequestsPerMinute: r.RequestsPerMinute, InputTokensPerMinute: r.InputTokensPerMinute, OutputTokensPerMinute: r.OutputTokensPerMinute}
 	}
-	key, err := apiKey(m, path, env)
-	if err != nil {
-		return nil, nil, err
+	remoteAgent := m.Provider == v1alpha1.ProviderAgent && env.Cluster && env.AgentExecutor != ""
+	var key string
+	var err error
+	if !remoteAgent {
+		// A remote agent's key is in its own container; the executor checks it.
+		if key, err = apiKey(m, path, env); err != nil {
+			return nil, nil, err
+		}
 	}
 	var secrets []string
 	if key != "" {
@@ -218,9 +229,17 @@ func buildModel(spec *v1alpha1.EvaluationSpec, m *v1alpha1.Model, path string, e
 		})
 	case v1alpha1.ProviderAgent:
 		a := m.Agent
-		var agentEnv []string
-		agentEnv, secrets, err = agentEnvironment(m, path, key, env)
-		if err != nil {
+		cfg := agent.Config{
+			Command: a.Command, Stdin: a.Stdin, Files: a.Files, BaseDir: env.BaseDir,
+			WorkspaceRoot: env.WorkspaceRoot, KeepWorkspaces: env.KeepWorkspaces,
+		}
+		if remoteAgent {
+			vars, err := remoteAgentEnvironment(m, path)
+			if err != nil {
+				return nil, nil, err
+			}
+			cfg.Executor = &agent.ExecutorConfig{Socket: env.AgentExecutor, Env: vars}
+		} else if cfg.Env, secrets, err = agentEnvironment(m, path, key, env); err != nil {
 			return nil, nil, err
 		}
 		if a.Timeout != nil {
@@ -230,13 +249,16 @@ func buildModel(spec *v1alpha1.EvaluationSpec, m *v1alpha1.Model, path string, e
 		for _, e := range a.Env {
 			fp.Agent.Env = append(fp.Agent.Env, e.Name+"="+e.Value)
 		}
-		out.Provider, err = agent.New(agent.Config{
-			Command: a.Command, Stdin: a.Stdin, Files: a.Files, Env: agentEnv, BaseDir: env.BaseDir,
-			WorkspaceRoot: env.WorkspaceRoot, KeepWorkspaces: env.KeepWorkspaces,
-		})
+		p, err := agent.New(cfg)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s.agent.%w", path, err)
 		}
+		if remoteAgent {
+			if err := p.Connect(ctx); err != nil {
+				return nil, nil, executorError(m, path, err)
+			}
+		}
+		out.Provider = p
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
@@ -295,14 +317,7 @@ func apiKey(m *v1alpha1.Model, path string, env Env) (string, error) {
 // space is removed before (a key read from a file with `$(cat key)`, `echo` into
 // a file, or a Secret made with --from-file ends in a newline); a key with
 // space or control characters inside would fail every call, so it fails now.
-func checkKey(key string) error {
-	for i, c := range key {
-		if c < 0x21 || c == 0x7f {
-			return fmt.Errorf("holds a space or control character (%q at byte %d); an API key has none", c, i)
-		}
-	}
-	return nil
-}
+func checkKey(key string) error { return agent.CheckKey(key) }
 
 // CountDatasets counts the samples of each dataset (after its limit), reading
 // every source as Build would. The cluster's planner uses it.
@@ -398,6 +413,55 @@ func agentEnvironment(m *v1alpha1.Model, path, key string, env Env) ([]string, [
 		}
 	}
 	return out, secrets, nil
+}
+
+// remoteAgentEnvironment is the environment of an agent run by an executor in
+// its own container: the same variables as agentEnvironment's, but the key and
+// the values the pod sets (agent.env valueFrom, or entries without a value)
+// are taken by the executor from its container, where the pod put them. This
+// process never holds them.
+func remoteAgentEnvironment(m *v1alpha1.Model, path string) ([]agent.EnvVar, error) {
+	var out []agent.EnvVar
+	for _, name := range agentBaseEnv {
+		out = append(out, agent.EnvVar{Name: name, FromExecutor: true})
+	}
+	if m.APIKey != nil {
+		if m.APIKey.SecretKeyRef == nil {
+			return nil, fmt.Errorf("%s.apiKey.secretKeyRef: model %q needs an API key, which a cluster takes from a Secret", path, m.Name)
+		}
+		out = append(out, agent.EnvVar{Name: m.APIKey.Env, FromExecutor: true, Key: true})
+	}
+	for _, e := range m.Agent.Env {
+		if e.Value != "" {
+			out = append(out, agent.EnvVar{Name: e.Name, Value: e.Value})
+			continue
+		}
+		// Passed-through variables are usually credentials: kept out of records.
+		out = append(out, agent.EnvVar{Name: e.Name, FromExecutor: true, Required: true, Secret: true})
+	}
+	return out, nil
+}
+
+// executorError names the spec field behind what Connect found wrong with an
+// agent's environment in its container.
+func executorError(m *v1alpha1.Model, path string, err error) error {
+	var envErr *agent.EnvError
+	if !errors.As(err, &envErr) {
+		return fmt.Errorf("%s.agent: %w", path, err)
+	}
+	if m.APIKey != nil && envErr.Name == m.APIKey.Env {
+		secret := m.APIKey.SecretKeyRef.Name
+		if envErr.Missing {
+			return fmt.Errorf("%s.apiKey.secretKeyRef: the key of Secret %s is empty or missing", path, secret)
+		}
+		return fmt.Errorf("%s.apiKey.secretKeyRef: the key of Secret %s %w", path, secret, envErr.Invalid)
+	}
+	for i, e := range m.Agent.Env {
+		if e.Name == envErr.Name && e.Value == "" {
+			return fmt.Errorf("%s.agent.env[%d]: %s has no value in the agent's container", path, i, e.Name)
+		}
+	}
+	return fmt.Errorf("%s.agent: %w", path, err)
 }
 
 // fingerprint is what identifies a model's answers. It holds no secret.

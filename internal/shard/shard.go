@@ -40,6 +40,9 @@ type Options struct {
 	WorkDir string
 	// DatasetRoot is where PVC datasets are mounted: <root>/<claimName>/<path>.
 	DatasetRoot string
+	// AgentSocket is the Unix socket of the pod's agent executor, which runs an
+	// agent model's processes in their own container; "" runs them here.
+	AgentSocket string
 	// FlushEvery is how often progress and records are written (default 3s).
 	FlushEvery time.Duration
 	// BudgetEvery is how often the budget is read (default 2s).
@@ -103,6 +106,7 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		Cluster:       true,
 		Datasets:      []string{sh.Dataset},
 		Models:        models,
+		AgentExecutor: o.AgentSocket,
 		ResolveSource: func(ds *v1alpha1.Dataset) (string, error) {
 			return resolveSource(ctx, c, o, ev, ds)
 		},
