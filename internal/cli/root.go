@@ -85,7 +85,8 @@ func newRootCommand(s streams) *cobra.Command {
 	v := verbosity(0)
 	f := root.PersistentFlags().VarPF(&v, "verbosity", "v", "log verbosity of proctor run: -v every retry, -vv debug (or -v N)")
 	f.NoOptDefVal = "+1"
-	root.AddCommand(newRunCommand(s), newManagerCommand(s), newShardCommand(s), newPlanCommand(s), newInstallCommand(s), newResultsCommand(s))
+	root.AddCommand(newRunCommand(s), newManagerCommand(s), newShardCommand(s), newPlanCommand(s), newInstallCommand(s),
+		newAgentExecCommand(s), newResultsCommand(s))
 	return root
 }
 

@@ -55,6 +55,11 @@ sample per model, in sample order) and summary.json, and a summary table is prin
   proctor run -f evaluation.yaml -o out/ --retry-errors`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// This process holds the API keys; the agents it starts run as the
+			// same user.
+			if err := setNonDumpable(); err != nil {
+				return &exitError{code: exitFailed, err: fmt.Errorf("making the process non-dumpable: %w", err)}
+			}
 			return runEvaluation(cmd.Context(), o, verbosityOf(cmd), s)
 		},
 	}

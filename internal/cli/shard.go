@@ -43,6 +43,7 @@ func newShardCommand(s streams) *cobra.Command {
 	podFlags(cmd, &o)
 	cmd.Flags().StringVar(&o.Model, "model", "", "the model whose shard this is")
 	cmd.Flags().StringVar(&index, "index", index, "the shard's index (default $JOB_COMPLETION_INDEX)")
+	cmd.Flags().StringVar(&o.AgentSocket, "agent-socket", "", "the Unix socket of the pod's agent executor (proctor agent-exec), which runs an agent model's processes in the agent's container")
 	return cmd
 }
 
@@ -86,6 +87,11 @@ func runInPod(s streams, o shard.Options, fn func(context.Context, client.Client
 	if o.Namespace == "" || o.Evaluation == "" || o.Run == "" {
 		return invalid(errors.New("--namespace, --evaluation and --run are required"))
 	}
+	// This process holds API keys (its environment) and the ServiceAccount's
+	// token: nothing of the same user may read its memory.
+	if err := setNonDumpable(); err != nil {
+		return &exitError{code: exitFailed, err: fmt.Errorf("making the process non-dumpable: %w", err)}
+	}
 	o.Log = newLogger(s.errOut, 0)
 	scheme := newScheme()
 	cfg, err := ctrl.GetConfig()
@@ -98,7 +104,11 @@ func runInPod(s streams, o shard.Options, fn func(context.Context, client.Client
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err = fn(ctx, c, o)
+	return podExit(s, fn(ctx, c, o))
+}
+
+// podExit is the exit of a pod's command that ended with err.
+func podExit(s streams, err error) error {
 	var invalidErr *shard.InvalidError
 	switch {
 	case err == nil:
@@ -106,6 +116,10 @@ func runInPod(s streams, o shard.Options, fn func(context.Context, client.Client
 	case errors.Is(err, cluster.ErrObsolete):
 		fmt.Fprintln(s.errOut, "proctor: the Evaluation changed or was deleted; this run is obsolete")
 		return nil
+	case provider.IsUnavailable(err):
+		// The agent's container is gone or never listened: the pod's fault, not
+		// the spec's, even when it showed while compiling. Retried.
+		return &exitError{code: exitFailed, err: err}
 	case errors.As(err, &invalidErr):
 		return invalid(err)
 	}

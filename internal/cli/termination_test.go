@@ -4,6 +4,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,7 +13,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/shard"
+	"github.com/proctor-dev/proctor/runner/provider"
 )
 
 // A runner's fatal error reaches the pod's termination message (which the
@@ -85,5 +89,32 @@ func TestRunInPodWritesItsError(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(path); !strings.Contains(string(b), "--run") {
 		t.Errorf("termination message %q does not say what is wrong", b)
+	}
+}
+
+// The exit code of a pod tells the Job whether to retry: an agent executor
+// that cannot be reached is retried (1) even when it showed while compiling,
+// which fails for good (2) otherwise.
+func TestPodExitCodes(t *testing.T) {
+	gone := &provider.UnavailableError{Err: errors.New("agent executor at /run/proctor/agent.sock: connection refused")}
+	for _, tt := range []struct {
+		err  error
+		want int
+	}{
+		{nil, exitOK},
+		{cluster.ErrObsolete, exitOK},
+		{errors.New("saving records: conflict"), exitFailed},
+		{&shard.InvalidError{Err: errors.New("spec.models[0].agent.command[0]: bad template")}, exitInvalid},
+		{gone, exitFailed},
+		{&shard.InvalidError{Err: fmt.Errorf("spec.models[0].agent: %w", gone)}, exitFailed},
+	} {
+		code := exitOK
+		var ee *exitError
+		if err := podExit(streams{errOut: io.Discard}, tt.err); errors.As(err, &ee) {
+			code = ee.code
+		}
+		if code != tt.want {
+			t.Errorf("%v: exit code %d, want %d", tt.err, code, tt.want)
+		}
 	}
 }
