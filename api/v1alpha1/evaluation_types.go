@@ -390,6 +390,14 @@ type Agent struct {
 	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="agent.timeout must be a duration such as 90s, 2m or 1h30m"
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))`,message="agent.timeout must be longer than 0s and at most 24h"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// Resources of the agent's container (cluster mode), where the agent runs
+	// beside the runner container (whose resources are spec.runner.resources).
+	// What it leaves unset is taken from the operator's defaults (its Helm
+	// values runner.defaultResources.agent); a limit set without a request
+	// gets the limit as its request, as Kubernetes does.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
 // Prompt turns a sample into a message.
@@ -544,7 +552,11 @@ type Runner struct {
 	// Image of the runner; default the operator's own image.
 	// +optional
 	Image string `json:"image,omitempty"`
-	// Resources of the runner container.
+	// Resources of the runner container. What it leaves unset is taken from
+	// the operator's defaults (its Helm values runner.defaultResources.runner);
+	// a limit set without a request gets the limit as its request, as
+	// Kubernetes does. For an agent model the agent runs in a container of its
+	// own: see agent.resources.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 	// ServiceAccountName overrides the per-Evaluation ServiceAccount.
