@@ -45,6 +45,9 @@ type Options struct {
 	// before compression): past it, records are stored without their output.
 	// Default cluster.DefaultStorageBudget; negative means unbounded.
 	StorageBudget int64
+	// Resources are the default requests and limits of runner pods'
+	// containers; DefaultPodResources when all are empty.
+	Resources PodResources
 }
 
 func (o *Options) defaults() {
@@ -60,6 +63,7 @@ func (o *Options) defaults() {
 	if o.ShardRetries == 0 {
 		o.ShardRetries = 3
 	}
+	o.Resources.defaults()
 	if o.StorageBudget == 0 {
 		o.StorageBudget = cluster.DefaultStorageBudget
 	}

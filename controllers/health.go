@@ -242,11 +242,30 @@ func failedProblem(pod *corev1.Pod, shard string, attempts int32) *problem {
 }
 
 // terminated returns the container whose failure failed the pod: a failed init
-// container, else the runner.
+// container; else a sidecar (the agent's container) that was OOMKilled, which
+// took the agents with it and so failed the runner; else the runner.
 func terminated(pod *corev1.Pod) (string, *corev1.ContainerStateTerminated) {
+	sidecars := map[string]bool{}
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			sidecars[c.Name] = true
+		}
+	}
 	for _, cs := range pod.Status.InitContainerStatuses {
-		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && !sidecars[cs.Name] {
 			return cs.Name, t
+		}
+	}
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if !sidecars[cs.Name] {
+			continue
+		}
+		// The kubelet restarts a sidecar that died: its death is in its last
+		// state, unless the pod ended first.
+		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+			if t != nil && t.Reason == "OOMKilled" {
+				return cs.Name, t
+			}
 		}
 	}
 	var first *corev1.ContainerStatus
@@ -277,20 +296,31 @@ func memoryLimit(pod *corev1.Pod, container string) string {
 	return ""
 }
 
-// requests describes what the runner container asks for, for Unschedulable.
+// requests describes what the pod's containers that run together (the runner,
+// and the agent's container beside it) ask for, for Unschedulable.
 func requests(pod *corev1.Pod) string {
-	for _, c := range pod.Spec.Containers {
-		if c.Name != runnerName || len(c.Resources.Requests) == 0 {
-			continue
-		}
-		var parts []string
+	total := corev1.ResourceList{}
+	add := func(c corev1.Container) {
 		for name, q := range c.Resources.Requests {
-			parts = append(parts, fmt.Sprintf("%s %s", name, q.String()))
+			sum := total[name]
+			sum.Add(q)
+			total[name] = sum
 		}
-		slices.Sort(parts)
-		return strings.Join(parts, ", ")
 	}
-	return ""
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			add(c)
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		add(c)
+	}
+	var parts []string
+	for name, q := range total {
+		parts = append(parts, fmt.Sprintf("%s %s", name, q.String()))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
 }
 
 var reasonPattern = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
@@ -570,8 +600,8 @@ func (r *EvaluationReconciler) evaluationOfJob(ctx context.Context, ns, name str
 }
 
 // TrimPod keeps of a runner pod what the controller reads (its identity,
-// labels, annotations and owner, its containers' names and resources, and its
-// status), for the manager's cache: a pod's spec (environment, volumes, the
+// labels, annotations and owner, its containers' names, resources and restart
+// policies (which tell a sidecar), and its status), for the manager's cache: a pod's spec (environment, volumes, the
 // agent's init container's command) is most of its size, and a cluster may hold
 // thousands of runner pods. It is a cache transform: obj is changed in place.
 func TrimPod(obj any) (any, error) {
@@ -583,7 +613,7 @@ func TrimPod(obj any) (any, error) {
 	trim := func(cs []corev1.Container) []corev1.Container {
 		out := make([]corev1.Container, len(cs))
 		for i, c := range cs {
-			out[i] = corev1.Container{Name: c.Name, Resources: c.Resources}
+			out[i] = corev1.Container{Name: c.Name, Resources: c.Resources, RestartPolicy: c.RestartPolicy}
 		}
 		return out
 	}

@@ -47,6 +47,15 @@ func failedCreateEvent(job *batchv1.Job, at time.Time, message string) *corev1.E
 	}
 }
 
+// withAgentContainer gives a pod the init containers of an agent pod: proctor's
+// installer and the agent's container, a sidecar.
+func withAgentContainer(p *corev1.Pod) {
+	p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: "install-proctor"}, corev1.Container{
+		Name: "agent", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}},
+	})
+}
+
 func condition(st v1alpha1.EvaluationStatus, t string) *metav1.Condition {
 	return meta.FindStatusCondition(st.Conditions, t)
 }
@@ -69,6 +78,28 @@ func TestPodProblemsAreVisible(t *testing.T) {
 		Name: "install-proctor", Image: "registry.example/proctor:nope",
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: `failed to pull and unpack image "registry.example/proctor:nope": not found`}},
 	}}}
+	// An agent pod: proctor installed, the agent's container (a sidecar) next.
+	installed := corev1.ContainerStatus{Name: "install-proctor", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}}
+	agentWaiting := func(reason, message string) corev1.PodStatus {
+		return corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{installed, {
+			Name: "agent", Image: "registry.example/agent:1", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}},
+		}}}
+	}
+	// The agent's container died and was restarted; the runner's agents went
+	// with it, and it failed; the kubelet stopped the agent's container then.
+	agentEnded := func(last *corev1.ContainerStateTerminated, stopped int32) corev1.PodStatus {
+		st := failedPod("Error", 1, "provider unavailable: agent executor at /run/proctor/agent.sock: connection reset by peer\n")
+		st.InitContainerStatuses = []corev1.ContainerStatus{installed, {
+			Name: "agent", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed", ExitCode: stopped}},
+			LastTerminationState: corev1.ContainerState{Terminated: last},
+		}}
+		if stopped != 0 {
+			st.InitContainerStatuses[1].State.Terminated.Reason = "Error"
+		}
+		return st
+	}
+	agentOOM := agentEnded(&corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}, 0)
+	agentStopped := agentEnded(nil, 143)
 	cases := []struct {
 		name    string
 		pod     *corev1.PodStatus // nil: no pod, a FailedCreate event
@@ -84,14 +115,21 @@ func TestPodProblemsAreVisible(t *testing.T) {
 			message: []string{"pod arith-small-RUN-0-a (shard small/0) container runner: CreateContainerConfigError: couldn't find key nope in Secret ns/openai"},
 		},
 		{
-			name: "an image that cannot be pulled", pod: ptr.To(waitingPod("ErrImagePull", "failed to pull and unpack image \"registry.example/agent:1\": not found")),
+			name: "an image that cannot be pulled", pod: ptr.To(waitingPod("ErrImagePull", "failed to pull and unpack image \"registry.example/runner:1\": not found")),
 			reason: "ImagePullBackOff", stall: true, pending: 1,
-			message: []string{"pod arith-small-RUN-0-a", "container runner: ErrImagePull", "registry.example/agent:1", "not found"},
+			message: []string{"pod arith-small-RUN-0-a", "container runner: ErrImagePull", "registry.example/runner:1", "not found"},
 		},
 		{
-			name: "image pull back-off", pod: ptr.To(waitingPod("ImagePullBackOff", "Back-off pulling image \"registry.example/agent:1\"")),
+			name: "an agent image that cannot be pulled", pod: ptr.To(agentWaiting("ErrImagePull", "failed to pull and unpack image \"registry.example/agent:1\": not found")),
+			edit:   withAgentContainer,
 			reason: "ImagePullBackOff", stall: true, pending: 1,
-			message: []string{"container runner: ImagePullBackOff: Back-off pulling image \"registry.example/agent:1\""},
+			message: []string{"pod arith-small-RUN-0-a", "container agent: ErrImagePull", "registry.example/agent:1", "not found"},
+		},
+		{
+			name: "agent image pull back-off", pod: ptr.To(agentWaiting("ImagePullBackOff", "Back-off pulling image \"registry.example/agent:1\"")),
+			edit:   withAgentContainer,
+			reason: "ImagePullBackOff", stall: true, pending: 1,
+			message: []string{"container agent: ImagePullBackOff: Back-off pulling image \"registry.example/agent:1\""},
 		},
 		{
 			name: "the runner image of the init container", pod: &initPull,
@@ -121,6 +159,15 @@ func TestPodProblemsAreVisible(t *testing.T) {
 				p.Annotations["batch.kubernetes.io/job-index-failure-count"] = "1"
 			},
 			message: []string{"pod arith-small-RUN-0-a (shard small/0) container runner was OOMKilled (exit code 137, memory limit 8Mi) (attempt 2)"},
+		},
+		{
+			name: "the agent's container OOMKilled", pod: &agentOOM, reason: "OOMKilled", edit: withAgentContainer,
+			message: []string{"pod arith-small-RUN-0-a (shard small/0) container agent was OOMKilled (exit code 137, memory limit 2Gi) (attempt 1)"},
+		},
+		{
+			// Its exit when the kubelet stopped it is not the failure.
+			name: "the agent's container stopped after the runner failed", pod: &agentStopped, reason: "RunnerFailed", edit: withAgentContainer,
+			message: []string{"container runner failed (Error, exit code 1): provider unavailable: agent executor at /run/proctor/agent.sock: connection reset by peer (attempt 1)"},
 		},
 		{
 			name: "a runner error, with its termination message", pod: ptr.To(failedPod("Error", 1, "proctor: reading the plan: connection refused\n")), reason: "RunnerFailed",
@@ -496,7 +543,8 @@ func TestTrimPodKeepsWhatHealthReads(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: testNS, Labels: map[string]string{"a": "b"},
 			Annotations: map[string]string{annotationCompletionIndex: "0"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
 		Spec: corev1.PodSpec{
-			InitContainers: []corev1.Container{{Name: "agent-setup", Image: "busybox", Command: []string{"sh", "-c", "cp ..."}}},
+			InitContainers: []corev1.Container{{Name: "install-proctor", Image: "proctor", Command: []string{"/proctor", "install", "..."}},
+				{Name: "agent", Image: "busybox", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways), Resources: limits}},
 			Containers: []corev1.Container{{Name: runnerName, Image: "proctor", Resources: limits,
 				Env: []corev1.EnvVar{{Name: "X", Value: strings.Repeat("v", 1000)}}}},
 			Volumes: []corev1.Volume{{Name: "work"}},
@@ -511,6 +559,17 @@ func TestTrimPodKeepsWhatHealthReads(t *testing.T) {
 		"exit 2": {Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: runnerName,
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Message: "spec.models[0]: bad"}}}}},
 		"running": podRunning,
+		// The sidecar is recognised by its restart policy.
+		"agent OOMKilled": {Phase: corev1.PodFailed,
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: "agent", LastTerminationState: corev1.ContainerState{
+				Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: runnerName,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "agent executor gone"}}}}},
+		"agent stopped": {Phase: corev1.PodFailed,
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: "agent", State: corev1.ContainerState{
+				Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 143}}}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: runnerName,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "boom"}}}}},
 	}
 	for name, status := range statuses {
 		pod := base.DeepCopy()

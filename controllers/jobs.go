@@ -9,6 +9,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -18,13 +19,27 @@ import (
 	"github.com/proctor-dev/proctor/internal/compile"
 )
 
-// Paths inside runner pods.
+// Paths and names inside runner pods.
 const (
-	scratchDir     = "/scratch"
-	datasetRoot    = "/datasets"
-	proctorBinDir  = "/proctor-bin"
-	runnerBinary   = "/proctor"
-	runnerName     = "runner"
+	scratchDir    = "/scratch"
+	datasetRoot   = "/datasets"
+	proctorBinDir = "/proctor-bin"
+	runnerBinary  = "/proctor"
+	runnerName    = "runner"
+	agentName     = "agent"
+	installName   = "install-proctor"
+	// socketDir holds the agent executor's socket, in a volume of the runner
+	// and agent containers.
+	socketDir  = "/run/proctor"
+	socketPath = socketDir + "/agent.sock"
+	// agentDir is the agent container's scratch volume: HOME, TMPDIR and the
+	// samples' workspaces.
+	agentDir = "/agent"
+	// tokenDir is where client-go's in-cluster configuration looks.
+	tokenDir    = "/var/run/secrets/kubernetes.io/serviceaccount"
+	tokenVolume = "kube-api-access"
+	// podUser runs every container of runner pods (distroless "nonroot").
+	podUser        = int64(65532)
 	exitCodeFinal  = 2 // invalid input: retrying cannot help
 	graceSeconds   = 30
 	plannerRetries = 2
@@ -141,9 +156,14 @@ func (r *EvaluationReconciler) plannerJob(p *pass) *batchv1.Job {
 	}
 }
 
-// podTemplate is a runner pod: the proctor binary running args. For an agent
-// model the container is the agent's image, into which an init container copies
-// the binary. model is "" for the planner.
+// podTemplate is a runner pod: the proctor binary running args in the runner
+// image, as a non-root user with nothing but what it needs. For an agent
+// model the agent runs beside it in its own container of the agent's image (a
+// native sidecar, into which an init container copies the proctor binary):
+// `proctor agent-exec` there runs each sample the runner sends over a Unix
+// socket. The containers share no process namespace, and only the runner has
+// the ServiceAccount's token and the judges' keys; only the agent has its own
+// key and agent.env. model is "" for the planner.
 func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, args []string, model string) corev1.PodTemplateSpec {
 	spec := &p.ev.Spec
 	rs := spec.Runner
@@ -158,6 +178,7 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 	if rs.ServiceAccountName != "" {
 		sa = rs.ServiceAccountName
 	}
+	defaults := r.Options.Resources
 
 	c := corev1.Container{
 		Name:    runnerName,
@@ -169,52 +190,38 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 			{Name: "TMPDIR", Value: scratchDir},
 		},
-		Resources:    rs.Resources,
-		VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: scratchDir}},
+		Resources: withDefaults(rs.Resources, defaults.Runner),
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "scratch", MountPath: scratchDir},
+			{Name: tokenVolume, MountPath: tokenDir, ReadOnly: true},
+		},
 		// proctor writes its fatal error there; without one (killed, OOM), the
 		// kubelet takes the end of the log. The controller puts it in status.
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		},
+		// proctor writes only to its scratch volume.
+		SecurityContext: restrictedContainer(true),
 	}
-	volumes := []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	volumes := []corev1.Volume{
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		tokenVolumeFor(),
+	}
 	var initContainers []corev1.Container
-	var shareProcesses *bool
 
 	if model != "" {
-		c.Env = append(c.Env, r.keyEnv(spec, model)...)
-		if m := findModel(spec, model); m != nil && m.Agent != nil {
-			// The agent's image runs proctor, which runs the agent CLI beside it.
-			c.Image = m.Agent.Image
-			c.Command = []string{proctorBinDir + runnerBinary}
-			// proctor would be PID 1 and leave the orphans of killed agents as
-			// zombies; with one process namespace the pod's pause process, which
-			// reaps them, is PID 1.
-			shareProcesses = ptr.To(true)
-			for _, e := range m.Agent.Env {
-				if e.ValueFrom != nil {
-					c.Env = append(c.Env, e)
-				}
-			}
-			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "proctor-bin", MountPath: proctorBinDir})
-			volumes = append(volumes, corev1.Volume{Name: "proctor-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-			initContainers = append(initContainers, corev1.Container{
-				Name:                     "install-proctor",
-				Image:                    runnerImage,
-				Command:                  []string{runnerBinary, "install", proctorBinDir + runnerBinary},
-				VolumeMounts:             []corev1.VolumeMount{{Name: "proctor-bin", MountPath: proctorBinDir}},
-				SecurityContext:          c.SecurityContext.DeepCopy(),
-				TerminationMessagePath:   corev1.TerminationMessagePathDefault,
-				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-			})
-		} else {
-			c.SecurityContext.RunAsNonRoot = ptr.To(true)
+		m := findModel(spec, model)
+		agent := m != nil && m.Agent != nil
+		c.Env = append(c.Env, r.keyEnv(spec, model, !agent)...)
+		if agent {
+			c.Args = append(c.Args, "--agent-socket", socketPath)
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "proctor-socket", MountPath: socketDir})
+			initContainers = r.agentContainers(m, runnerImage)
+			volumes = append(volumes,
+				corev1.Volume{Name: "proctor-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				corev1.Volume{Name: "proctor-socket", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				corev1.Volume{Name: "agent", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			)
 		}
-	} else {
-		c.SecurityContext.RunAsNonRoot = ptr.To(true)
 	}
 
 	for i, d := range spec.Datasets {
@@ -231,30 +238,219 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 	return corev1.PodTemplateSpec{
 		ObjectMeta: objectMeta("", "", labels),
 		Spec: corev1.PodSpec{
-			ServiceAccountName:            sa,
+			ServiceAccountName: sa,
+			// The token is mounted into the runner container only (tokenVolume):
+			// the agent's container must not act as the runner.
+			AutomountServiceAccountToken:  ptr.To(false),
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: ptr.To(int64(graceSeconds)),
 			NodeSelector:                  rs.NodeSelector,
 			Tolerations:                   rs.Tolerations,
 			InitContainers:                initContainers,
-			ShareProcessNamespace:         shareProcesses,
 			Containers:                    []corev1.Container{c},
 			Volumes:                       volumes,
+			// Pod Security "restricted" with any image: agent images often have
+			// no USER (root), so the user is set here.
 			SecurityContext: &corev1.PodSecurityContext{
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				RunAsNonRoot:        ptr.To(true),
+				RunAsUser:           ptr.To(podUser),
+				RunAsGroup:          ptr.To(podUser),
+				FSGroup:             ptr.To(podUser),
+				FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 		},
 	}
 }
 
-// keyEnv gives a shard's pod the API keys of its model and of the judge models
-// it calls, from their Secrets, each under its own variable.
-func (r *EvaluationReconciler) keyEnv(spec *v1alpha1.EvaluationSpec, model string) []corev1.EnvVar {
+// agentContainers are an agent pod's init containers: one that copies the
+// proctor binary into a volume, then the agent's own container, a native
+// sidecar (restartPolicy Always) that runs from before the runner starts to
+// after it ends, when the kubelet stops it. Its PID 1 is the executor, which
+// reaps the orphans of the agents it runs.
+func (r *EvaluationReconciler) agentContainers(m *v1alpha1.Model, runnerImage string) []corev1.Container {
+	install := corev1.Container{
+		Name:                     installName,
+		Image:                    runnerImage,
+		Command:                  []string{runnerBinary, "install", proctorBinDir + runnerBinary},
+		Resources:                withDefaults(corev1.ResourceRequirements{}, r.Options.Resources.Init),
+		VolumeMounts:             []corev1.VolumeMount{{Name: "proctor-bin", MountPath: proctorBinDir}},
+		SecurityContext:          restrictedContainer(true),
+		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+	env := []corev1.EnvVar{
+		// The image's HOME is rarely writable by the pod's user.
+		{Name: "HOME", Value: agentDir + "/home"},
+		{Name: "TMPDIR", Value: agentDir + "/tmp"},
+	}
+	if k := m.APIKey; k != nil && k.SecretKeyRef != nil {
+		// The agent reads its key under the name the model declares.
+		env = append(env, corev1.EnvVar{Name: k.Env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: k.SecretKeyRef.DeepCopy()}})
+	}
+	for _, e := range m.Agent.Env {
+		if e.ValueFrom != nil {
+			env = append(env, *e.DeepCopy())
+		}
+	}
+	var resources corev1.ResourceRequirements
+	if m.Agent.Resources != nil {
+		resources = *m.Agent.Resources
+	}
+	agent := corev1.Container{
+		Name:    agentName,
+		Image:   m.Agent.Image,
+		Command: []string{proctorBinDir + runnerBinary, "agent-exec", "--socket", socketPath, "--workspace-root", agentDir + "/workspaces"},
+		// A native sidecar: started before the runner, stopped after it.
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Env:           env,
+		Resources:     withDefaults(resources, r.Options.Resources.Agent),
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "proctor-bin", MountPath: proctorBinDir, ReadOnly: true},
+			{Name: "proctor-socket", MountPath: socketDir},
+			{Name: "agent", MountPath: agentDir},
+		},
+		// An agent image may write anywhere in its own filesystem, which no
+		// other container sees: its root stays writable.
+		SecurityContext:          restrictedContainer(false),
+		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+	return []corev1.Container{install, agent}
+}
+
+// restrictedContainer is the security context of every container of runner
+// pods: what Pod Security "restricted" asks (with the pod's), and a read-only
+// root filesystem where the image is ours.
+func restrictedContainer(readOnlyRoot bool) *corev1.SecurityContext {
+	sc := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+	if readOnlyRoot {
+		sc.ReadOnlyRootFilesystem = ptr.To(true)
+	}
+	return sc
+}
+
+// tokenVolumeFor is the ServiceAccount token volume Kubernetes mounts into
+// every container of a pod that does not opt out, made by hand so that only
+// the runner container mounts it: a bound token, the cluster's CA and the
+// namespace, which client-go's in-cluster configuration reads.
+func tokenVolumeFor() corev1.Volume {
+	return corev1.Volume{Name: tokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: ptr.To(int32(0o644)),
+		Sources: []corev1.VolumeProjection{
+			// 3607 s, as Kubernetes' own: the kubelet renews the token well before.
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To(int64(3607))}},
+			{ConfigMap: &corev1.ConfigMapProjection{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+			}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{
+				Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"},
+			}}}},
+		},
+	}}}
+}
+
+// PodResources are the default requests and limits of the containers of
+// runner pods, for what an Evaluation leaves unset (the manager's flags).
+type PodResources struct {
+	// Runner is the runner container's (spec.runner.resources).
+	Runner corev1.ResourceRequirements
+	// Agent is the agent container's (agent.resources).
+	Agent corev1.ResourceRequirements
+	// Init is the init container's that installs proctor into agent pods.
+	Init corev1.ResourceRequirements
+}
+
+// DefaultPodResources are small requests, so that many runner pods fit a
+// small cluster, and limits that leave room: a runner streams its data (a
+// million samples in ~110 MiB), an agent CLI may need a few hundred MiB per
+// sample in flight.
+func DefaultPodResources() PodResources {
+	rr := func(reqCPU, reqMem, limCPU, limMem string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(reqCPU), corev1.ResourceMemory: resource.MustParse(reqMem)},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(limCPU), corev1.ResourceMemory: resource.MustParse(limMem)},
+		}
+	}
+	return PodResources{
+		Runner: rr("50m", "64Mi", "1", "1Gi"),
+		Agent:  rr("50m", "128Mi", "2", "2Gi"),
+		Init:   rr("10m", "32Mi", "500m", "128Mi"),
+	}
+}
+
+// defaults sets DefaultPodResources when none were given at all; the manager
+// always gives them (its flags), so that one group can be made empty.
+func (pr *PodResources) defaults() {
+	for _, rr := range []corev1.ResourceRequirements{pr.Runner, pr.Agent, pr.Init} {
+		if len(rr.Requests) > 0 || len(rr.Limits) > 0 {
+			return
+		}
+	}
+	*pr = DefaultPodResources()
+}
+
+// withDefaults fills in from def the requests and limits that set leaves
+// unset, so that every container has both (a ResourceQuota may demand them),
+// keeping each request within its limit. A resource with a limit but no
+// request is left so: Kubernetes then requests the limit.
+func withDefaults(set, def corev1.ResourceRequirements) corev1.ResourceRequirements {
+	out := *set.DeepCopy()
+	names := map[corev1.ResourceName]bool{}
+	for n := range def.Requests {
+		names[n] = true
+	}
+	for n := range def.Limits {
+		names[n] = true
+	}
+	for n := range names {
+		req, hasReq := out.Requests[n]
+		_, hasLim := out.Limits[n]
+		switch {
+		case !hasReq && !hasLim:
+			if q, ok := def.Requests[n]; ok {
+				if out.Requests == nil {
+					out.Requests = corev1.ResourceList{}
+				}
+				out.Requests[n] = q.DeepCopy()
+			}
+			if q, ok := def.Limits[n]; ok {
+				if out.Limits == nil {
+					out.Limits = corev1.ResourceList{}
+				}
+				out.Limits[n] = q.DeepCopy()
+			}
+		case hasReq && !hasLim:
+			if q, ok := def.Limits[n]; ok {
+				if q.Cmp(req) < 0 {
+					q = req // a request past the default limit is the limit
+				}
+				if out.Limits == nil {
+					out.Limits = corev1.ResourceList{}
+				}
+				out.Limits[n] = q.DeepCopy()
+			}
+		}
+	}
+	return out
+}
+
+// keyEnv gives a shard's runner container the API keys of the judge models it
+// calls and, with own (not for an agent, whose key is in its own container),
+// of its model, from their Secrets, each under its own variable.
+func (r *EvaluationReconciler) keyEnv(spec *v1alpha1.EvaluationSpec, model string, own bool) []corev1.EnvVar {
 	names := []string{model}
 	for j := range spec.JudgeModels() {
 		names = append(names, j)
 	}
 	slices.Sort(names[1:])
+	if !own {
+		names = slices.DeleteFunc(names, func(n string) bool { return n == model })
+	}
 	var env []corev1.EnvVar
 	for _, n := range slices.Compact(names) {
 		m := findModel(spec, n)

@@ -45,6 +45,72 @@ func withEnv(extra ...corev1.EnvVar) []corev1.EnvVar {
 	return append(append([]corev1.EnvVar(nil), baseEnv...), extra...)
 }
 
+func resources(reqCPU, reqMem, limCPU, limMem string) corev1.ResourceRequirements {
+	rl := func(cpu, mem string) corev1.ResourceList {
+		l := corev1.ResourceList{}
+		if cpu != "" {
+			l[corev1.ResourceCPU] = resource.MustParse(cpu)
+		}
+		if mem != "" {
+			l[corev1.ResourceMemory] = resource.MustParse(mem)
+		}
+		if len(l) == 0 {
+			return nil
+		}
+		return l
+	}
+	return corev1.ResourceRequirements{Requests: rl(reqCPU, reqMem), Limits: rl(limCPU, limMem)}
+}
+
+// The defaults of DefaultPodResources.
+var (
+	defaultRunnerResources = resources("50m", "64Mi", "1", "1Gi")
+	defaultAgentResources  = resources("50m", "128Mi", "2", "2Gi")
+	defaultInitResources   = resources("10m", "32Mi", "500m", "128Mi")
+)
+
+// restricted is the security context of every container of runner pods.
+func restricted(readOnlyRoot bool) *corev1.SecurityContext {
+	sc := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+	if readOnlyRoot {
+		sc.ReadOnlyRootFilesystem = ptr.To(true)
+	}
+	return sc
+}
+
+// podSecurity is runner pods' security context: Pod Security "restricted".
+var podSecurity = &corev1.PodSecurityContext{
+	RunAsNonRoot:        ptr.To(true),
+	RunAsUser:           ptr.To[int64](65532),
+	RunAsGroup:          ptr.To[int64](65532),
+	FSGroup:             ptr.To[int64](65532),
+	FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+	SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+}
+
+// tokenMount and tokenVolume are the ServiceAccount token, mounted into the
+// runner container only.
+var (
+	tokenMount = corev1.VolumeMount{Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}
+	tokenVol   = corev1.Volume{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: ptr.To[int32](0o644),
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To[int64](3607)}},
+			{ConfigMap: &corev1.ConfigMapProjection{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+			}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{
+				Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"},
+			}}}},
+		},
+	}}}
+	scratchVol = corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+)
+
 // judgedEvaluation has a subject model and a judge, both keyed from Secrets, a
 // PVC dataset, and runner settings.
 func judgedEvaluation() *v1alpha1.Evaluation {
@@ -58,7 +124,7 @@ func judgedEvaluation() *v1alpha1.Evaluation {
 		Obj()
 	ev.Spec.Scoring = append(ev.Spec.Scoring, v1alpha1.Scorer{Type: v1alpha1.ScorerJudge, Judge: &v1alpha1.Judge{Model: "judge"}})
 	ev.Spec.Runner = &v1alpha1.Runner{
-		Resources:    corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
+		Resources:    resources("", "", "", "256Mi"),
 		NodeSelector: map[string]string{"pool": "eval"},
 		Tolerations:  []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "eval", Effect: corev1.TaintEffectNoSchedule}},
 	}
@@ -102,6 +168,7 @@ func TestShardJobGolden(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					ServiceAccountName:            "arith-runner",
+					AutomountServiceAccountToken:  ptr.To(false),
 					RestartPolicy:                 corev1.RestartPolicyNever,
 					TerminationGracePeriodSeconds: ptr.To[int64](30),
 					NodeSelector:                  map[string]string{"pool": "eval"},
@@ -115,24 +182,24 @@ func TestShardJobGolden(t *testing.T) {
 							secretEnv("PROCTOR_API_KEY_SMALL", "openai", "api-key"),
 							secretEnv("PROCTOR_API_KEY_JUDGE", "anthropic", "key"),
 						),
-						Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}},
+						// The memory limit is the spec's (Kubernetes requests as
+						// much); cpu has the defaults.
+						Resources: resources("50m", "", "1", "256Mi"),
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: "scratch", MountPath: "/scratch"},
+							tokenMount,
 							{Name: "dataset-1", MountPath: "/datasets/data", ReadOnly: true},
 						},
 						TerminationMessagePath:   "/dev/termination-log",
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-						SecurityContext: &corev1.SecurityContext{
-							AllowPrivilegeEscalation: ptr.To(false),
-							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-							RunAsNonRoot:             ptr.To(true),
-						},
+						SecurityContext:          restricted(true),
 					}},
 					Volumes: []corev1.Volume{
-						{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						scratchVol,
+						tokenVol,
 						{Name: "dataset-1", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data", ReadOnly: true}}},
 					},
-					SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+					SecurityContext: podSecurity,
 				},
 			},
 		},
@@ -172,6 +239,7 @@ func TestPlannerJobGolden(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					ServiceAccountName:            "arith-runner",
+					AutomountServiceAccountToken:  ptr.To(false),
 					RestartPolicy:                 corev1.RestartPolicyNever,
 					TerminationGracePeriodSeconds: ptr.To[int64](30),
 					Containers: []corev1.Container{{
@@ -181,17 +249,14 @@ func TestPlannerJobGolden(t *testing.T) {
 						Args:    []string{"plan", "--evaluation", "arith", "--run", run, "--storage-budget=67108864"},
 						// The planner only counts: it gets no API key.
 						Env:                      withEnv(),
-						VolumeMounts:             []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}},
+						Resources:                defaultRunnerResources,
+						VolumeMounts:             []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}, tokenMount},
 						TerminationMessagePath:   "/dev/termination-log",
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-						SecurityContext: &corev1.SecurityContext{
-							AllowPrivilegeEscalation: ptr.To(false),
-							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-							RunAsNonRoot:             ptr.To(true),
-						},
+						SecurityContext:          restricted(true),
 					}},
-					Volumes:         []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
-					SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+					Volumes:         []corev1.Volume{scratchVol, tokenVol},
+					SecurityContext: podSecurity,
 				},
 			},
 		},
@@ -218,56 +283,82 @@ func TestAgentPodTemplate(t *testing.T) {
 					secretEnv("GH_TOKEN", "github", "token"),
 					{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 				},
+				Resources: ptr.To(resources("", "1Gi", "", "")),
 			},
 		}).
+		OpenAIModel("judge", "http://judge.local/v1").APIKeySecret("openai", "api-key").
 		Scorer(v1alpha1.ScorerContains).
 		Obj()
+	ev.Spec.Scoring = append(ev.Spec.Scoring, v1alpha1.Scorer{Type: v1alpha1.ScorerJudge, Judge: &v1alpha1.Judge{Model: "judge"}})
 	p := passFor(ev)
 	got := unitReconciler().shardJob(p, "coder", 1).Spec.Template.Spec
 
-	secCtx := &corev1.SecurityContext{
-		AllowPrivilegeEscalation: ptr.To(false),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-	}
 	want := corev1.PodSpec{
 		ServiceAccountName:            "agents-runner",
+		AutomountServiceAccountToken:  ptr.To(false),
 		RestartPolicy:                 corev1.RestartPolicyNever,
 		TerminationGracePeriodSeconds: ptr.To[int64](30),
 		InitContainers: []corev1.Container{{
 			Name:            "install-proctor",
 			Image:           testImage,
 			Command:         []string{"/proctor", "install", "/proctor-bin/proctor"},
+			Resources:       defaultInitResources,
 			VolumeMounts:    []corev1.VolumeMount{{Name: "proctor-bin", MountPath: "/proctor-bin"}},
-			SecurityContext: secCtx,
+			SecurityContext: restricted(true),
 			// Why a pod failed reaches the Evaluation's status.
+			TerminationMessagePath:   "/dev/termination-log",
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		}, {
+			// The agent's own container: a native sidecar whose PID 1 is the
+			// executor, with the agent's key and agent.env valueFrom entries.
+			Name:          "agent",
+			Image:         "registry.example/agents/cli:1.0",
+			Command:       []string{"/proctor-bin/proctor", "agent-exec", "--socket", "/run/proctor/agent.sock", "--workspace-root", "/agent/workspaces"},
+			RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+			Env: []corev1.EnvVar{
+				{Name: "HOME", Value: "/agent/home"},
+				{Name: "TMPDIR", Value: "/agent/tmp"},
+				secretEnv("ANTHROPIC_API_KEY", "anthropic", "key"),
+				secretEnv("GH_TOKEN", "github", "token"),
+				{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+			},
+			// agent.resources' memory request, the rest the defaults.
+			Resources: resources("50m", "1Gi", "2", "2Gi"),
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: "proctor-bin", MountPath: "/proctor-bin", ReadOnly: true},
+				{Name: "proctor-socket", MountPath: "/run/proctor"},
+				{Name: "agent", MountPath: "/agent"},
+			},
+			// Agent images may write to their own filesystem.
+			SecurityContext:          restricted(false),
 			TerminationMessagePath:   "/dev/termination-log",
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		}},
 		Containers: []corev1.Container{{
-			Name:    "runner",
-			Image:   "registry.example/agents/cli:1.0",
-			Command: []string{"/proctor-bin/proctor"},
-			Args:    []string{"shard", "--evaluation", "agents", "--run", p.run, "--model", "coder"},
-			Env: withEnv(
-				secretEnv("PROCTOR_API_KEY_CODER", "anthropic", "key"),
-				secretEnv("GH_TOKEN", "github", "token"),
-				corev1.EnvVar{Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
-			),
+			// The runner: the runner image, the judge's key, the token.
+			Name:      "runner",
+			Image:     testImage,
+			Command:   []string{"/proctor"},
+			Args:      []string{"shard", "--evaluation", "agents", "--run", p.run, "--model", "coder", "--agent-socket", "/run/proctor/agent.sock"},
+			Env:       withEnv(secretEnv("PROCTOR_API_KEY_JUDGE", "openai", "api-key")),
+			Resources: defaultRunnerResources,
 			VolumeMounts: []corev1.VolumeMount{
 				{Name: "scratch", MountPath: "/scratch"},
-				{Name: "proctor-bin", MountPath: "/proctor-bin"},
+				tokenMount,
+				{Name: "proctor-socket", MountPath: "/run/proctor"},
 			},
-			// An agent image may need root: RunAsNonRoot is not forced on it.
-			SecurityContext:          secCtx,
+			SecurityContext:          restricted(true),
 			TerminationMessagePath:   "/dev/termination-log",
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		}},
 		Volumes: []corev1.Volume{
-			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			scratchVol,
+			tokenVol,
 			{Name: "proctor-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "proctor-socket", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "agent", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		},
-		ShareProcessNamespace: ptr.To(true),
-		SecurityContext:       &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		SecurityContext: podSecurity,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("agent pod spec mismatch (-want +got):\n%s", diff)
@@ -380,7 +471,7 @@ func TestKeyEnv(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := &v1alpha1.EvaluationSpec{Models: tc.models, Scoring: tc.scoring}
-			got := unitReconciler().keyEnv(spec, tc.model)
+			got := unitReconciler().keyEnv(spec, tc.model, true)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("keyEnv mismatch (-want +got):\n%s", diff)
 			}

@@ -5,12 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,6 +35,7 @@ type managerOptions struct {
 	runnerImage     string
 	watchNamespaces string
 	storageBudget   int64
+	resources       controllers.PodResources
 	zap             zap.Options
 }
 
@@ -54,6 +57,19 @@ func newManagerCommand(s streams) *cobra.Command {
 	f.StringVar(&o.runnerImage, "runner-image", os.Getenv("PROCTOR_RUNNER_IMAGE"), "image of runner pods, unless an Evaluation names one (default $PROCTOR_RUNNER_IMAGE)")
 	f.StringVar(&o.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default all)")
 	f.Int64Var(&o.storageBudget, "storage-budget", cluster.DefaultStorageBudget, "bytes of records one run may store in the cluster (their JSON, before compression); past it, outputs are not stored. 0: unbounded")
+	o.resources = controllers.DefaultPodResources()
+	for _, x := range []struct {
+		name string
+		rr   *corev1.ResourceRequirements
+		what string
+	}{
+		{"runner", &o.resources.Runner, "of runner containers, for what spec.runner.resources leaves unset"},
+		{"agent", &o.resources.Agent, "of agent containers, for what agent.resources leaves unset"},
+		{"init", &o.resources.Init, "of the init container that installs proctor into agent pods"},
+	} {
+		f.Var(&resourceList{&x.rr.Requests}, x.name+"-requests", "default requests "+x.what+" (name=quantity,...; empty: none)")
+		f.Var(&resourceList{&x.rr.Limits}, x.name+"-limits", "default limits "+x.what+" (name=quantity,...; empty: none)")
+	}
 	gofs := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(gofs)
 	f.AddGoFlagSet(gofs)
@@ -63,6 +79,13 @@ func newManagerCommand(s streams) *cobra.Command {
 func runManager(o *managerOptions, s streams) error {
 	if o.runnerImage == "" {
 		return invalid(errors.New("--runner-image (or PROCTOR_RUNNER_IMAGE) is required: the image runner pods use"))
+	}
+	for name, rr := range map[string]corev1.ResourceRequirements{"runner": o.resources.Runner, "agent": o.resources.Agent, "init": o.resources.Init} {
+		for r, req := range rr.Requests {
+			if lim, ok := rr.Limits[r]; ok && req.Cmp(lim) > 0 {
+				return invalid(fmt.Errorf("--%s-requests: %s %s is more than --%s-limits %s", name, r, req.String(), name, lim.String()))
+			}
+		}
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap), zap.WriteTo(s.errOut)))
 	log := ctrl.Log.WithName("setup")
@@ -94,7 +117,7 @@ func runManager(o *managerOptions, s streams) error {
 		Scheme:      mgr.GetScheme(),
 		Recorder:    mgr.GetEventRecorder("proctor"),
 		RunnerImage: o.runnerImage,
-		Options:     controllers.Options{StorageBudget: storageBudgetOption(o.storageBudget)},
+		Options:     controllers.Options{StorageBudget: storageBudgetOption(o.storageBudget), Resources: o.resources},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)
@@ -105,7 +128,9 @@ func runManager(o *managerOptions, s streams) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	log.Info("Starting the manager", "runnerImage", o.runnerImage, "leaderElection", o.leaderElect)
+	log.Info("Starting the manager", "runnerImage", o.runnerImage, "leaderElection", o.leaderElect,
+		"runnerRequests", (&resourceList{&o.resources.Runner.Requests}).String(), "runnerLimits", (&resourceList{&o.resources.Runner.Limits}).String(),
+		"agentRequests", (&resourceList{&o.resources.Agent.Requests}).String(), "agentLimits", (&resourceList{&o.resources.Agent.Limits}).String())
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		return &exitError{code: exitFailed, err: err}
 	}
@@ -145,4 +170,45 @@ func CacheOptions(watchNamespaces string) cache.Options {
 		}
 	}
 	return o
+}
+
+// resourceList is a flag holding requests or limits: cpu=50m,memory=64Mi.
+// Empty sets none.
+type resourceList struct{ l *corev1.ResourceList }
+
+func (r *resourceList) Type() string { return "resources" }
+
+func (r *resourceList) String() string {
+	if r.l == nil || len(*r.l) == 0 {
+		return ""
+	}
+	var parts []string
+	for name, q := range *r.l {
+		parts = append(parts, string(name)+"="+q.String())
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+func (r *resourceList) Set(s string) error {
+	out := corev1.ResourceList{}
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(item, "=")
+		if !ok || name == "" {
+			return fmt.Errorf("%q is not name=quantity", item)
+		}
+		q, err := resource.ParseQuantity(value)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if q.Sign() < 0 {
+			return fmt.Errorf("%s: %s is negative", name, value)
+		}
+		out[corev1.ResourceName(name)] = q
+	}
+	*r.l = out
+	return nil
 }

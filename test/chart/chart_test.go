@@ -321,6 +321,12 @@ func defaults() summary {
 			"--health-probe-bind-address=:8081",
 			"--metrics-bind-address=:8443",
 			"--zap-log-level=info",
+			"--agent-requests=cpu=50m,memory=128Mi",
+			"--agent-limits=cpu=2,memory=2Gi",
+			"--init-requests=cpu=10m,memory=32Mi",
+			"--init-limits=cpu=500m,memory=128Mi",
+			"--runner-requests=cpu=50m,memory=64Mi",
+			"--runner-limits=cpu=1,memory=1Gi",
 		},
 		Env: map[string]string{
 			"PROCTOR_RUNNER_IMAGE": defaultImage,
@@ -457,6 +463,16 @@ func TestRender(t *testing.T) {
 					"Role proctor-system/proctor-leader-election-role",
 					"RoleBinding proctor-system/proctor-leader-election-rolebinding")
 				s.Args = without(s.Args, "--leader-elect")
+			},
+		},
+		{
+			// Merged into the defaults; null removes.
+			name:   "runner pods' default resources",
+			values: "runner: {defaultResources: {agent: {limits: {memory: 8Gi}}, init: {requests: null, limits: null}}}",
+			want: func(s *summary) {
+				s.Args[6] = "--agent-limits=cpu=2,memory=8Gi"
+				s.Args[7] = "--init-requests="
+				s.Args[8] = "--init-limits="
 			},
 		},
 		{

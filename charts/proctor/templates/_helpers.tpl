@@ -93,3 +93,14 @@ The subject of the manager's bindings.
   name: {{ include "proctor.serviceAccountName" . }}
   namespace: {{ .Release.Namespace }}
 {{- end }}
+
+{{/*
+A resource list as the manager's flags take it: cpu=50m,memory=64Mi (sorted).
+*/}}
+{{- define "proctor.resourceList" -}}
+{{- $parts := list }}
+{{- range $k, $v := . }}
+{{- $parts = append $parts (printf "%s=%v" $k $v) }}
+{{- end }}
+{{- join "," $parts }}
+{{- end }}
