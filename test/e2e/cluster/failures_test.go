@@ -12,7 +12,7 @@ import (
 
 // failureNamespaces are the namespaces of TestFailuresAreVisible (deleted by
 // TestHelmUpgradeAndUninstall, after TestSecretsNeverLeak read what they hold).
-var failureNamespaces = []string{"e2e-fail-key", "e2e-fail-image", "e2e-fail-sched", "e2e-fail-quota", "e2e-fail-psa", "e2e-fail-oom", "e2e-fail-config"}
+var failureNamespaces = []string{"e2e-fail-key", "e2e-fail-image", "e2e-fail-sched", "e2e-fail-quota", "e2e-fail-limitrange", "e2e-fail-oom", "e2e-fail-config"}
 
 // failureEvaluation is an Evaluation of 20 samples in 2 shards, both running
 // at once, that fails within stallTimeout 20s when its pods cannot start.
@@ -72,16 +72,21 @@ func TestFailuresAreVisible(t *testing.T) {
 		{ns: "e2e-fail-sched", name: "too-big", model: fmt.Sprintf(fakeModel, "openai", "api-key"),
 			runner:  "    resources: {requests: {memory: 1000Gi}}\n",
 			reasons: []string{"Unschedulable"}, message: []string{"cannot be scheduled", "Insufficient memory", "memory 1000Gi"}, stall: true},
+		// Runner pods carry cpu and memory requests and limits (a quota that
+		// demands them admits them: TestRestrictedNamespaces); one too small
+		// for a pod's limits refuses it.
 		{ns: "e2e-fail-quota", name: "quota", model: fmt.Sprintf(fakeModel, "openai", "api-key"),
 			prepare: func(t *testing.T, ns string) {
-				applyYAML(t, ns, "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: limits-required}\nspec: {hard: {limits.memory: 1Gi, limits.cpu: '2'}}\n")
+				applyYAML(t, ns, "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: small}\nspec: {hard: {limits.memory: 512Mi}}\n")
 			},
-			reasons: []string{"FailedCreate"}, message: []string{"cannot create pods", "limits-required", "must specify limits"}, stall: true},
-		{ns: "e2e-fail-psa", name: "restricted", model: fmt.Sprintf(agentModel, "busybox:1.35.0"),
+			reasons: []string{"FailedCreate"}, message: []string{"cannot create pods", "exceeded quota: small", "limits.memory"}, stall: true},
+		// Runner pods pass Pod Security "restricted" (TestRestrictedNamespaces);
+		// a LimitRange below the default limits refuses them at admission too.
+		{ns: "e2e-fail-limitrange", name: "limitrange", model: fmt.Sprintf(agentModel, "busybox:1.35.0"),
 			prepare: func(t *testing.T, ns string) {
-				mustKubectl(t, "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+				applyYAML(t, ns, "apiVersion: v1\nkind: LimitRange\nmetadata: {name: small}\nspec: {limits: [{type: Container, max: {memory: 128Mi}}]}\n")
 			},
-			reasons: []string{"FailedCreate"}, message: []string{"cannot create pods", `violates PodSecurity "restricted`, "runAsNonRoot"}, stall: true},
+			reasons: []string{"FailedCreate"}, message: []string{"cannot create pods", "maximum memory usage per Container is 128Mi"}, stall: true},
 		{ns: "e2e-fail-oom", name: "oom", model: fmt.Sprintf(fakeModel, "openai", "api-key"),
 			runner: "    resources: {limits: {memory: 8Mi}}\n",
 			// runc may be killed before the runner starts (StartError, "container init was OOM-killed").
