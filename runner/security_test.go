@@ -185,16 +185,10 @@ func TestAgentFilesStayInTheWorkspace(t *testing.T) {
 }
 
 // A concurrent agent plants a symlink in a fresh workspace between its
-// creation and the writing of agent.files, and the file is written where the
-// link points, outside every workspace. No boundary is crossed while an agent
-// shares the runner's user and container (local mode, and agent pods today),
-// but it is one once the runner writes into a volume an agent container can
-// also write. Known and reported: the fix belongs to the agent provider
-// (write through os.Root, or O_EXCL|O_NOFOLLOW, since every file is new).
+// creation and the writing of agent.files: the file must not be written where
+// the link points, outside every workspace (the agent provider writes through
+// os.Root, never over an existing file).
 func TestAgentFilesDoNotFollowPlantedSymlinks(t *testing.T) {
-	if os.Getenv("PROCTOR_TEST_KNOWN_ATTACKS") == "" {
-		t.Skip("known attack, reported (docs/security.md): set PROCTOR_TEST_KNOWN_ATTACKS=1 to run it")
-	}
 	root, outside := t.TempDir(), t.TempDir()
 	self, err := os.Executable()
 	if err != nil {
