@@ -70,6 +70,16 @@ func startExecutor(t *testing.T, env map[string]string) (socket, root string, st
 	return socket, root, stop
 }
 
+// awaitFile waits up to 5 seconds for path to exist; unlike waitFor it may be
+// called from any goroutine (the test then fails on what follows).
+func awaitFile(path string) {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
+}
+
 // remoteProvider is a provider running cfg through the executor at socket,
 // with the environment vars (default: PATH and LC_ALL from the executor).
 func remoteProvider(t *testing.T, cfg Config, socket string, vars ...EnvVar) *Provider {
@@ -263,7 +273,7 @@ func TestRemoteTimeoutAndCancelKillTheProcessGroup(t *testing.T) {
 				ctx, cancel = context.WithCancel(t.Context())
 				defer cancel()
 				go func() {
-					waitFor(t, 5*time.Second, "the agent to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
+					awaitFile(pidFile)
 					cancel()
 				}()
 			}
@@ -424,7 +434,7 @@ func TestExecutorUnreachableIsUnavailable(t *testing.T) {
 		started := filepath.Join(t.TempDir(), "started")
 		p := remoteProvider(t, Config{Command: []string{"sh", "-c", `touch "$1"; sleep 1000`, "agent", started}}, socket)
 		go func() {
-			waitFor(t, 5*time.Second, "the agent to start", func() bool { _, err := os.Stat(started); return err == nil })
+			awaitFile(started)
 			stop()
 		}()
 		_, err := complete(t, p, &provider.Request{})
@@ -448,7 +458,7 @@ func TestExecutorUnreachableIsUnavailable(t *testing.T) {
 		t.Cleanup(func() { x.Process.Kill(); x.Wait() })
 		p := remoteProvider(t, Config{Command: []string{"sh", "-c", `echo $$ > "$1"; exec sleep 1000`, "agent", pidFile}}, socket)
 		go func() {
-			waitFor(t, 5*time.Second, "the agent to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
+			awaitFile(pidFile)
 			x.Process.Kill()
 		}()
 		_, err = complete(t, p, &provider.Request{})
