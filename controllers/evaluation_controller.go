@@ -85,6 +85,7 @@ type EvaluationReconciler struct {
 
 	heads    *headTracker
 	progress *throttle
+	reported *nameSet
 }
 
 // +kubebuilder:rbac:groups=proctor.dev,resources=evaluations,verbs=get;list;watch;update;patch
@@ -109,6 +110,7 @@ func (r *EvaluationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.heads = newHeadTracker()
 	r.progress = newThrottle()
+	r.reported = newNameSet()
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Event{}, eventRegardingUID, eventRegarding); err != nil {
 		return err
 	}
@@ -190,11 +192,14 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		// A name may be freed without any event of ours: look again.
 		p.requeueAfter(r.Options.RecheckAfter)
 	}
-	if len(p.ignored) > 0 {
-		logger.Info("Ignored objects labelled as the Evaluation's that it does not control", "objects", p.ignored)
+	// Foreign objects are reported once each (a head found by every pass would
+	// otherwise be reported with every status write).
+	fresh := r.reported.fresh(req.NamespacedName, p.ignored)
+	if len(fresh) > 0 {
+		logger.Info("Ignored objects labelled as the Evaluation's that it does not control", "objects", fresh)
 		p.event(corev1.EventTypeWarning, ReasonForeignObjectIgnored,
 			"Ignored %d object(s) labelled as this Evaluation's that it does not control (never read, adopted nor deleted): %s",
-			len(p.ignored), strings.Join(p.ignored, ", "))
+			len(fresh), strings.Join(fresh, ", "))
 	}
 	r.setPhase(p)
 	wrote, err := r.writeStatus(ctx, p, logger)
@@ -204,6 +209,7 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if wrote {
 		// Events describe changes the status now shows; a pass whose status was
 		// not written will emit them when it is.
+		r.reported.mark(req.NamespacedName, fresh)
 		r.emit(p)
 	}
 	return p.result, nil
@@ -246,5 +252,6 @@ func (r *EvaluationReconciler) writeStatus(ctx context.Context, p *pass, logger 
 func (r *EvaluationReconciler) forget(key types.NamespacedName) {
 	r.heads.forget(key)
 	r.progress.forget(key)
+	r.reported.forget(key)
 	forgetPhase(key)
 }

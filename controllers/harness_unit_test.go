@@ -186,6 +186,7 @@ func initReconciler(r *EvaluationReconciler) {
 	r.Options.defaults()
 	r.heads = newHeadTracker()
 	r.progress = newThrottle()
+	r.reported = newNameSet()
 }
 
 func (h *harness) statusWrites() int {

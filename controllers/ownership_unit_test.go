@@ -3,6 +3,7 @@ package controllers
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
@@ -115,6 +116,14 @@ func TestForeignRecordsAreIgnored(t *testing.T) {
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
 	run := cluster.RunID(ev)
 	h.mustReconcile(ev)
+	// A head-like object that is not the Evaluation's: every pass lists it, the
+	// Evaluation reports it once.
+	foreignHead := headCM(t, "arith", run, shardOf("small", 7), cluster.ShardProgress{State: cluster.StateRunning, Total: 5, Done: 5}, nil)
+	foreignHead.OwnerReferences = nil
+	h.create(foreignHead)
+	h.create(headCM(t, "arith", run, shardOf("small", 0), cluster.ShardProgress{State: cluster.StateRunning, Total: 5, Done: 2}, nil))
+	h.clock.Step(time.Minute)
+	h.mustReconcile(ev) // progress changed: status is written
 	recs := recsOf("small", "d", 0, 1, 2, 3, 4)
 	h.create(headCM(t, "arith", run, shardOf("small", 0), cluster.ShardProgress{State: cluster.StateSucceeded, Total: 5, Done: 5, Scores: map[string]float64{"exact_match": 5}}, recs, 0, 1, 2, 3, 4))
 	h.create(headCM(t, "arith", run, shardOf("small", 1), cluster.ShardProgress{State: cluster.StateSucceeded, Total: 5, Done: 5, Scores: map[string]float64{"exact_match": 5}}, recsOf("small", "d", 5, 6, 7, 8, 9), 5, 6, 7, 8, 9))
@@ -146,6 +155,18 @@ func TestForeignRecordsAreIgnored(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("events %v, want %s naming %s", reasons(events), ReasonForeignObjectIgnored, forged.Name)
+	}
+	headReports := 0
+	for _, e := range events {
+		if e.Reason == ReasonForeignObjectIgnored && strings.Contains(e.Note, foreignHead.Name+",") || strings.HasSuffix(e.Note, foreignHead.Name) {
+			headReports++
+		}
+	}
+	if headReports != 1 {
+		t.Errorf("the foreign head was reported %d times, want once: %v", headReports, events)
+	}
+	if p := h.eval("arith").Status.Progress; p == nil || p.Completed != 10 {
+		t.Errorf("progress %+v: the foreign head counted", p)
 	}
 }
 

@@ -466,3 +466,44 @@ func (t *throttle) forget(key types.NamespacedName) {
 	defer t.mu.Unlock()
 	delete(t.last, key)
 }
+
+// nameSet remembers, per Evaluation, the names already reported.
+type nameSet struct {
+	mu   sync.Mutex
+	seen map[types.NamespacedName]map[string]bool
+}
+
+func newNameSet() *nameSet { return &nameSet{seen: map[types.NamespacedName]map[string]bool{}} }
+
+// fresh returns the names not reported yet for ev.
+func (n *nameSet) fresh(ev types.NamespacedName, names []string) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for _, name := range names {
+		if !n.seen[ev][name] {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func (n *nameSet) mark(ev types.NamespacedName, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.seen[ev] == nil {
+		n.seen[ev] = map[string]bool{}
+	}
+	for _, name := range names {
+		n.seen[ev][name] = true
+	}
+}
+
+func (n *nameSet) forget(ev types.NamespacedName) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.seen, ev)
+}
