@@ -66,7 +66,7 @@ $(printf '\033[1m')The cluster is yours to explore:$(printf '\033[0m')
   kubectl describe evaluation $NAME -n $NS
   kubectl get configmap $NAME-results -n $NS -o yaml
   kubectl create secret generic anthropic -n $NS --from-literal=api-key=any
-  kubectl apply -n $NS -f config/samples/     # every sample; see their comments
+  kubectl apply -n $NS -k config/samples/     # every sample; see their comments
 
 $(printf '\033[1m')The same Evaluation against a real OpenAI-compatible endpoint:$(printf '\033[0m')
   kubectl create secret generic openai -n $NS --from-literal=api-key="\$OPENAI_API_KEY" --dry-run=client -o yaml | kubectl apply -f -
