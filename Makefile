@@ -68,13 +68,31 @@ verify: generate manifests lint ## Regenerate everything and fail if the tree ch
 
 ##@ Test
 
+# Test tiers, as jobset's: each a superset of nothing, together everything.
+# Packages that need Kubernetes binaries or a cluster; the rest are unit tests.
+NON_UNIT_PKGS := /test/integration|/test/chart|/test/e2e/
+
 .PHONY: test
-test: test-go e2e ## Everything: unit, integration, local and cluster end-to-end tests (the README's test command).
+test: lint test-unit test-integration test-e2e ## Everything: unit, integration and end-to-end tests (the README's test command).
+
+.PHONY: test-unit
+test-unit: ## Unit tests: seconds to minutes, no root, no Kubernetes binaries.
+	go test -race -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -Ev '$(NON_UNIT_PKGS)')
+	cd hack/image && go test ./...
+
+.PHONY: test-integration
+test-integration: kube-assets $(HELM) ## Integration tests: the real manager against a real kube-apiserver + etcd, and the chart rendered by Helm.
+	go test -race -timeout $(TEST_TIMEOUT) ./test/integration/ ./test/chart/
+
+.PHONY: test-e2e
+test-e2e: test-e2e-local e2e ## End-to-end tests: the proctor binary locally, then a real local cluster (root).
+
+.PHONY: test-e2e-local
+test-e2e-local: ## End-to-end tests of the proctor binary, locally (no cluster).
+	go test -race -timeout $(TEST_TIMEOUT) ./test/e2e/local/
 
 .PHONY: test-go
-test-go: lint kube-assets $(HELM) ## Unit, integration (a real kube-apiserver + etcd) and local end-to-end tests.
-	go test -race -timeout $(TEST_TIMEOUT) ./...
-	cd hack/image && go test ./...
+test-go: lint test-unit test-integration test-e2e-local ## Everything but the cluster (no root needed).
 
 .PHONY: e2e
 e2e: host-deps build images $(HELM) ## End-to-end tests on a real local cluster (hack/cluster-up.sh; needs root). KEEP_CLUSTER=1 keeps it.
