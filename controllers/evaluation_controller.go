@@ -197,7 +197,7 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	fresh := r.reported.fresh(req.NamespacedName, p.ignored)
 	if len(fresh) > 0 {
 		logger.Info("Ignored objects labelled as the Evaluation's that it does not control", "objects", fresh)
-		p.event(corev1.EventTypeWarning, ReasonForeignObjectIgnored,
+		p.event(corev1.EventTypeWarning, v1alpha1.ReasonForeignObjectIgnored,
 			"Ignored %d object(s) labelled as this Evaluation's that it does not control (never read, adopted nor deleted): %s",
 			len(fresh), strings.Join(fresh, ", "))
 	}

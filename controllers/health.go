@@ -466,7 +466,7 @@ func (r *EvaluationReconciler) judgeHealth(p *pass) {
 	if first.stall && !p.anyRunning {
 		timeout := stallTimeout(&p.ev.Spec)
 		since := p.now
-		if c := meta.FindStatusCondition(p.ev.Status.Conditions, ConditionDegraded); c != nil && c.Status == metav1.ConditionTrue && p.ev.Status.Run == p.run {
+		if c := meta.FindStatusCondition(p.ev.Status.Conditions, v1alpha1.ConditionDegraded); c != nil && c.Status == metav1.ConditionTrue && p.ev.Status.Run == p.run {
 			since = c.LastTransitionTime.Time
 		}
 		deadline := since.Add(timeout)
@@ -504,9 +504,9 @@ func (r *EvaluationReconciler) observePlanner(ctx context.Context, p *pass, job 
 	}
 	if jobFinished(job, batchv1.JobFailed) {
 		if view.problem != nil {
-			p.fail(ReasonPlanningFailed, "the planner Job %s failed: %s", job.Name, view.problem.message)
+			p.fail(v1alpha1.ReasonPlanningFailed, "the planner Job %s failed: %s", job.Name, view.problem.message)
 		} else {
-			p.fail(ReasonPlanningFailed, "the planner Job %s failed; see its pod's log", job.Name)
+			p.fail(v1alpha1.ReasonPlanningFailed, "the planner Job %s failed; see its pod's log", job.Name)
 		}
 		return true, nil
 	}
@@ -540,8 +540,8 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 	if st.Phase == v1alpha1.PhaseSucceeded {
 		p.finished = true
 	} else {
-		reason := ReasonFailed
-		if c := meta.FindStatusCondition(st.Conditions, ConditionFailed); c != nil && c.Reason != "" {
+		reason := v1alpha1.ReasonFailed
+		if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionFailed); c != nil && c.Reason != "" {
 			reason = c.Reason
 		}
 		p.fail(reason, "%s", st.Message)

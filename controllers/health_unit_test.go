@@ -209,12 +209,12 @@ func TestPodProblemsAreVisible(t *testing.T) {
 					t.Errorf("status.message %q\ndoes not say %q", st.Message, m)
 				}
 			}
-			c := condition(st, ConditionDegraded)
+			c := condition(st, v1alpha1.ConditionDegraded)
 			if c == nil || c.Status != metav1.ConditionTrue || c.Reason != tc.reason || c.Message != st.Message || c.ObservedGeneration != 1 {
 				t.Errorf("Degraded condition = %+v, want True %s with status.message", c, tc.reason)
 			}
 			// Nothing runs: Progressing says why instead of "shards are running".
-			if c := condition(st, ConditionProgressing); c == nil || c.Status != metav1.ConditionFalse || c.Reason != tc.reason {
+			if c := condition(st, v1alpha1.ConditionProgressing); c == nil || c.Status != metav1.ConditionFalse || c.Reason != tc.reason {
 				t.Errorf("Progressing = %+v, want False %s", c, tc.reason)
 			}
 			if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 2, Pending: tc.pending}, st.Shards); diff != "" {
@@ -288,13 +288,13 @@ func TestStallEndsTheRun(t *testing.T) {
 	if st.Phase != v1alpha1.PhaseFailed || st.Reason != "CreateContainerConfigError" || st.Message != wantMsg {
 		t.Errorf("phase %q reason %q message %q\nwant Failed CreateContainerConfigError %q", st.Phase, st.Reason, st.Message, wantMsg)
 	}
-	if c := condition(st, ConditionFailed); c == nil || c.Status != metav1.ConditionTrue || c.Reason != "CreateContainerConfigError" {
+	if c := condition(st, v1alpha1.ConditionFailed); c == nil || c.Status != metav1.ConditionTrue || c.Reason != "CreateContainerConfigError" {
 		t.Errorf("Failed condition = %+v", c)
 	}
 	if st.ResultsConfigMap == "" || st.CompletionTime == nil {
 		t.Errorf("the ended run's results were not gathered: %+v", st)
 	}
-	if got := reasons(h.rec.take()); !cmp.Equal([]string{ReasonFailed}, got) {
+	if got := reasons(h.rec.take()); !cmp.Equal([]string{v1alpha1.ReasonFailed}, got) {
 		t.Errorf("events %v, want Failed", got)
 	}
 
@@ -322,7 +322,7 @@ func TestStallEndsTheRun(t *testing.T) {
 	}
 	h.mustReconcile(ev)
 	st = h.eval("arith").Status
-	if c := condition(st, ConditionDegraded); c == nil || c.Status != metav1.ConditionTrue {
+	if c := condition(st, v1alpha1.ConditionDegraded); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Degraded after the ended run's pods went = %+v; want it still explaining the end", c)
 	}
 	if got := reasons(h.rec.take()); len(got) != 0 {
@@ -349,10 +349,10 @@ func TestStallWaitsWhileShardsRun(t *testing.T) {
 	h.clock.Step(time.Hour)
 	h.mustReconcile(ev)
 	st := h.eval("arith").Status
-	if st.Phase != v1alpha1.PhaseRunning || st.Reason != ReasonUnschedulable || strings.Contains(st.Message, "the run fails") {
+	if st.Phase != v1alpha1.PhaseRunning || st.Reason != v1alpha1.ReasonUnschedulable || strings.Contains(st.Message, "the run fails") {
 		t.Errorf("phase %s reason %q message %q; want Running, Unschedulable, no deadline", st.Phase, st.Reason, st.Message)
 	}
-	if c := condition(st, ConditionProgressing); c == nil || c.Status != metav1.ConditionTrue {
+	if c := condition(st, v1alpha1.ConditionProgressing); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Progressing = %+v, want True: a shard runs", c)
 	}
 	if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 2, Active: 1, Pending: 1}, st.Shards); diff != "" {
@@ -373,16 +373,16 @@ func TestPodProblemRecovers(t *testing.T) {
 	if st.Reason != "" || st.Message != "" || st.Phase != v1alpha1.PhaseRunning {
 		t.Errorf("reason %q message %q phase %s, want none, Running", st.Reason, st.Message, st.Phase)
 	}
-	if c := condition(st, ConditionDegraded); c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonRecovered {
+	if c := condition(st, v1alpha1.ConditionDegraded); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonRecovered {
 		t.Errorf("Degraded = %+v, want False Recovered", c)
 	}
-	if c := condition(st, ConditionProgressing); c == nil || c.Status != metav1.ConditionTrue || c.Message != "shards are running" {
+	if c := condition(st, v1alpha1.ConditionProgressing); c == nil || c.Status != metav1.ConditionTrue || c.Message != "shards are running" {
 		t.Errorf("Progressing = %+v", c)
 	}
 	if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 2, Active: 1}, st.Shards); diff != "" {
 		t.Errorf("shard counts (-want +got):\n%s", diff)
 	}
-	if got := reasons(h.rec.take()); !cmp.Equal([]string{ReasonRecovered}, got) {
+	if got := reasons(h.rec.take()); !cmp.Equal([]string{v1alpha1.ReasonRecovered}, got) {
 		t.Errorf("events %v, want Recovered", got)
 	}
 }
@@ -396,7 +396,7 @@ func TestFailedCreateResolvedByANewerPod(t *testing.T) {
 	h.clock.Step(time.Second)
 	h.runnerPod(job.Name, 0, "a", podRunning)
 	h.mustReconcile(ev)
-	if st := h.eval("arith").Status; st.Reason != "" || condition(st, ConditionDegraded) != nil {
+	if st := h.eval("arith").Status; st.Reason != "" || condition(st, v1alpha1.ConditionDegraded) != nil {
 		t.Errorf("reason %q conditions %+v: an old FailedCreate still counted", st.Reason, st.Conditions)
 	}
 }
@@ -412,10 +412,10 @@ func TestShardFailureNamesTheCause(t *testing.T) {
 	}{
 		{"OOMKilled", "OOMKilled", failedPod("OOMKilled", 137, ""), "8Mi",
 			"small/0 (d samples 0-4): pod POD (shard small/0) container runner was OOMKilled (exit code 137, memory limit 8Mi) (attempt 4)"},
-		{"a configuration error", ReasonConfigurationError,
+		{"a configuration error", v1alpha1.ReasonConfigurationError,
 			failedPod("Error", 2, "proctor: spec.prompt.template: template: prompt:1: unclosed action\n"), "",
 			"small/0 (d samples 0-4): pod POD (shard small/0) stopped on a configuration error (exit code 2), which no retry can fix: proctor: spec.prompt.template: template: prompt:1: unclosed action (attempt 4)"},
-		{"killed, the runtime out of memory", ReasonRunnerFailed,
+		{"killed, the runtime out of memory", v1alpha1.ReasonRunnerFailed,
 			failedPod("Error", 2+135, "fatal error: runtime: out of memory"), "64Mi",
 			"container runner failed (Error, exit code 137) with memory limit 64Mi: fatal error: runtime: out of memory (attempt 4)"},
 		{"runc refused to start it", "StartError",
@@ -443,14 +443,14 @@ func TestShardFailureNamesTheCause(t *testing.T) {
 			if st.Phase != v1alpha1.PhaseFailed || st.Reason != tc.reason || !strings.Contains(st.Message, want) || strings.Contains(st.Message, "see the logs") {
 				t.Errorf("phase %q reason %q message %q\nwant Failed %s, containing %q", st.Phase, st.Reason, st.Message, tc.reason, want)
 			}
-			if c := condition(st, ConditionFailed); c == nil || c.Reason != tc.reason || c.Message != st.Message {
+			if c := condition(st, v1alpha1.ConditionFailed); c == nil || c.Reason != tc.reason || c.Message != st.Message {
 				t.Errorf("Failed condition = %+v", c)
 			}
 			if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 2, Failed: 1}, st.Shards); diff != "" {
 				t.Errorf("shard counts (-want +got):\n%s", diff)
 			}
 			for _, e := range h.rec.take() {
-				if e.Reason == ReasonFailed && e.Note != st.Message {
+				if e.Reason == v1alpha1.ReasonFailed && e.Note != st.Message {
 					t.Errorf("Failed event %q, want the status message", e.Note)
 				}
 			}

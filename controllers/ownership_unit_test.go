@@ -61,9 +61,9 @@ func TestForeignObjectsAreNeverTaken(t *testing.T) {
 				h.mustReconcile(ev)
 			}
 			got := h.eval("arith").Status
-			c := meta.FindStatusCondition(got.Conditions, ConditionNameConflict)
+			c := meta.FindStatusCondition(got.Conditions, v1alpha1.ConditionNameConflict)
 			kind := tc.kind
-			if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonNameConflict ||
+			if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonNameConflict ||
 				!strings.Contains(c.Message, kind+" "+testNS+"/"+tc.obj.GetName()+" is not Evaluation arith's") {
 				t.Fatalf("NameConflict condition = %+v, want True naming %s %s", c, kind, tc.obj.GetName())
 			}
@@ -74,7 +74,7 @@ func TestForeignObjectsAreNeverTaken(t *testing.T) {
 			if !strings.Contains(c.Message, wantOwner) {
 				t.Errorf("message %q does not say %q", c.Message, wantOwner)
 			}
-			if got.Reason != ReasonNameConflict || got.Message != c.Message {
+			if got.Reason != v1alpha1.ReasonNameConflict || got.Message != c.Message {
 				t.Errorf("status reason %q message %q", got.Reason, got.Message)
 			}
 			after := tc.obj.DeepCopyObject().(client.Object)
@@ -87,7 +87,7 @@ func TestForeignObjectsAreNeverTaken(t *testing.T) {
 			if _, isJob := tc.obj.(*batchv1.Job); !isJob && len(h.jobs()) > 0 {
 				t.Errorf("Jobs started despite the conflict: %v", keys(h.jobs()))
 			}
-			if ev := h.rec.take(); !containsReason(ev, ReasonNameConflict) {
+			if ev := h.rec.take(); !containsReason(ev, v1alpha1.ReasonNameConflict) {
 				t.Errorf("events %v, want a NameConflict", reasons(ev))
 			}
 
@@ -99,7 +99,7 @@ func TestForeignObjectsAreNeverTaken(t *testing.T) {
 				h.mustReconcile(ev)
 			}
 			got = h.eval("arith").Status
-			if c := meta.FindStatusCondition(got.Conditions, ConditionNameConflict); c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonNamesFreed {
+			if c := meta.FindStatusCondition(got.Conditions, v1alpha1.ConditionNameConflict); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonNamesFreed {
 				t.Errorf("after freeing the name: NameConflict = %+v", c)
 			}
 			if got.Phase != v1alpha1.PhaseRunning {
@@ -149,16 +149,16 @@ func TestForeignRecordsAreIgnored(t *testing.T) {
 	events := h.rec.take()
 	found := false
 	for _, e := range events {
-		if e.Reason == ReasonForeignObjectIgnored && strings.Contains(e.Note, forged.Name) {
+		if e.Reason == v1alpha1.ReasonForeignObjectIgnored && strings.Contains(e.Note, forged.Name) {
 			found = true
 		}
 	}
 	if !found {
-		t.Errorf("events %v, want %s naming %s", reasons(events), ReasonForeignObjectIgnored, forged.Name)
+		t.Errorf("events %v, want %s naming %s", reasons(events), v1alpha1.ReasonForeignObjectIgnored, forged.Name)
 	}
 	headReports := 0
 	for _, e := range events {
-		if e.Reason == ReasonForeignObjectIgnored && strings.Contains(e.Note, foreignHead.Name+",") || strings.HasSuffix(e.Note, foreignHead.Name) {
+		if e.Reason == v1alpha1.ReasonForeignObjectIgnored && strings.Contains(e.Note, foreignHead.Name+",") || strings.HasSuffix(e.Note, foreignHead.Name) {
 			headReports++
 		}
 	}

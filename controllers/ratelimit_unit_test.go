@@ -54,17 +54,17 @@ func TestRateLimitedModelsAreVisible(t *testing.T) {
 	p := observe(h.eval("arith"))
 	wantMsg := "rate limited by the server (HTTP 429): model small since 2026-11-23T19:20:05Z; calls wait for it and no sample fails for it, " +
 		"but the run fails if a model has no successful call for retry.maxThrottleWait (10m0s)"
-	if p.status.Phase != v1alpha1.PhaseRunning || p.status.Reason != ReasonRateLimited || p.status.Message != wantMsg {
+	if p.status.Phase != v1alpha1.PhaseRunning || p.status.Reason != v1alpha1.ReasonRateLimited || p.status.Message != wantMsg {
 		t.Errorf("phase %s, reason %q, message %q; want Running, RateLimited, %q", p.status.Phase, p.status.Reason, p.status.Message, wantMsg)
 	}
-	c := meta.FindStatusCondition(p.status.Conditions, ConditionRateLimited)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonRateLimited || c.Message != wantMsg {
+	c := meta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionRateLimited)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonRateLimited || c.Message != wantMsg {
 		t.Errorf("RateLimited condition = %+v; want True with the message", c)
 	}
-	if prog := meta.FindStatusCondition(p.status.Conditions, ConditionProgressing); prog == nil || prog.Status != metav1.ConditionTrue {
+	if prog := meta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionProgressing); prog == nil || prog.Status != metav1.ConditionTrue {
 		t.Errorf("Progressing = %+v; want True: a throttled run still runs", prog)
 	}
-	wantEvents := []event{{corev1.EventTypeWarning, ReasonRateLimited, wantMsg}}
+	wantEvents := []event{{corev1.EventTypeWarning, v1alpha1.ReasonRateLimited, wantMsg}}
 	if diff := cmp.Diff(wantEvents, rateLimitEvents(p.events), cmp.AllowUnexported(event{})); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
@@ -92,14 +92,14 @@ func TestRateLimitedModelsAreVisible(t *testing.T) {
 		}
 	}
 	lifted := observe(stored)
-	c = meta.FindStatusCondition(lifted.status.Conditions, ConditionRateLimited)
-	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonRateLimitLifted {
-		t.Errorf("RateLimited after the 429s stopped = %+v; want False, %s", c, ReasonRateLimitLifted)
+	c = meta.FindStatusCondition(lifted.status.Conditions, v1alpha1.ConditionRateLimited)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonRateLimitLifted {
+		t.Errorf("RateLimited after the 429s stopped = %+v; want False, %s", c, v1alpha1.ReasonRateLimitLifted)
 	}
 	if lifted.status.Reason != "" || strings.Contains(lifted.status.Message, "429") {
 		t.Errorf("reason %q, message %q after the 429s stopped; want neither", lifted.status.Reason, lifted.status.Message)
 	}
-	if diff := cmp.Diff([]string{ReasonRateLimitLifted}, reasonsOf(rateLimitEvents(lifted.events))); diff != "" {
+	if diff := cmp.Diff([]string{v1alpha1.ReasonRateLimitLifted}, reasonsOf(rateLimitEvents(lifted.events))); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
@@ -108,7 +108,7 @@ func TestRateLimitedModelsAreVisible(t *testing.T) {
 func rateLimitEvents(events []event) []event {
 	var out []event
 	for _, e := range events {
-		if e.reason == ReasonRateLimited || e.reason == ReasonRateLimitLifted {
+		if e.reason == v1alpha1.ReasonRateLimited || e.reason == v1alpha1.ReasonRateLimitLifted {
 			out = append(out, e)
 		}
 	}

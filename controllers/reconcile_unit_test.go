@@ -115,7 +115,7 @@ func TestReconcileNewInlineEvaluation(t *testing.T) {
 	want := v1alpha1.EvaluationStatus{
 		Phase: v1alpha1.PhaseRunning, Run: run, ObservedGeneration: 3,
 		Conditions: []metav1.Condition{{
-			Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: ReasonRunning, Message: "shards are running",
+			Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRunning, Message: "shards are running",
 			ObservedGeneration: 3, LastTransitionTime: metav1.NewTime(t0),
 		}},
 		Progress:  &v1alpha1.Progress{Total: 20, Text: "0/20"},
@@ -125,7 +125,7 @@ func TestReconcileNewInlineEvaluation(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
 	}
-	wantEvents := []recordedEvent{{Type: corev1.EventTypeNormal, Reason: ReasonStarted, Action: ReasonStarted, Note: "Started run " + run + ": 2 Job(s), 10 samples per model"}}
+	wantEvents := []recordedEvent{{Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonStarted, Action: v1alpha1.ReasonStarted, Note: "Started run " + run + ": 2 Job(s), 10 samples per model"}}
 	if diff := cmp.Diff(wantEvents, h.rec.take()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
@@ -174,7 +174,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			name:          "missing Secret",
 			ev:            simpleEval("e").APIKeySecret("openai", "api-key").Obj(),
 			wantPhase:     v1alpha1.PhasePending,
-			wantReason:    ReasonSecretNotFound,
+			wantReason:    v1alpha1.ReasonSecretNotFound,
 			wantMessage:   "Secret openai (spec.models[0].apiKey.secretKeyRef) not found",
 			wantRequeue:   10 * time.Second,
 			wantNoPlanCM:  true,
@@ -184,7 +184,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			name:      "Secret present",
 			ev:        simpleEval("e").APIKeySecret("openai", "api-key").Obj(),
 			objs:      func(*v1alpha1.Evaluation) []client.Object { return []client.Object{secret} },
-			wantPhase: v1alpha1.PhaseRunning, wantReason: ReasonRunning, wantMessage: "shards are running",
+			wantPhase: v1alpha1.PhaseRunning, wantReason: v1alpha1.ReasonRunning, wantMessage: "shards are running",
 			wantJobs: map[string]int32{"small": 2},
 		},
 		{
@@ -192,7 +192,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			// OpenAI's own API (the default base URL) always needs a key.
 			ev:            testutil.MakeEvaluation("e", testNS).InlineDataset("d", 3).OpenAIModel("small", "").Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
 			wantPhase:     v1alpha1.PhaseFailed,
-			wantReason:    ReasonInvalidSpec,
+			wantReason:    v1alpha1.ReasonInvalidSpec,
 			wantFailed:    true,
 			wantMessage:   `spec.models[0].apiKey.secretKeyRef: model "small" needs an API key, which a cluster reads from a Secret`,
 			wantNoPlanCM:  true,
@@ -203,7 +203,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			ev: testutil.MakeEvaluation("e", testNS).Dataset(v1alpha1.Dataset{Name: "local", Source: v1alpha1.DatasetSource{File: "./data.jsonl"}}).
 				OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
 			wantPhase:     v1alpha1.PhaseFailed,
-			wantReason:    ReasonInvalidSpec,
+			wantReason:    v1alpha1.ReasonInvalidSpec,
 			wantFailed:    true,
 			wantMessage:   "spec.datasets[0].source.file: a local file cannot be read in a cluster; use configMap, url or pvc",
 			wantNoPlanCM:  true,
@@ -213,7 +213,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			name:          "a missing ConfigMap",
 			ev:            testutil.MakeEvaluation("e", testNS).ConfigMapDataset("qa", "qa", "data.jsonl").OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
 			wantPhase:     v1alpha1.PhasePending,
-			wantReason:    ReasonConfigMapNotFound,
+			wantReason:    v1alpha1.ReasonConfigMapNotFound,
 			wantMessage:   "ConfigMap qa (spec.datasets[0].source.configMap) not found",
 			wantRequeue:   10 * time.Second,
 			wantNoPlanCM:  true,
@@ -226,7 +226,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 				return []client.Object{qa(map[string]string{"other.jsonl": "{}\n"}, nil)}
 			},
 			wantPhase:     v1alpha1.PhasePending,
-			wantReason:    ReasonConfigMapNotFound,
+			wantReason:    v1alpha1.ReasonConfigMapNotFound,
 			wantMessage:   "ConfigMap qa has no key data.jsonl (spec.datasets[0].source.configMap.key)",
 			wantRequeue:   10 * time.Second,
 			wantNoPlanCM:  true,
@@ -238,7 +238,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			objs: func(*v1alpha1.Evaluation) []client.Object {
 				return []client.Object{qa(map[string]string{"data.jsonl": `{"input":"a"}` + "\n" + `{"input":"b"}` + "\n" + `{"input":"c"}` + "\n"}, nil)}
 			},
-			wantPhase: v1alpha1.PhaseRunning, wantReason: ReasonRunning, wantMessage: "shards are running",
+			wantPhase: v1alpha1.PhaseRunning, wantReason: v1alpha1.ReasonRunning, wantMessage: "shards are running",
 			wantJobs: map[string]int32{"small": 2},
 		},
 		{
@@ -247,7 +247,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			objs: func(*v1alpha1.Evaluation) []client.Object {
 				return []client.Object{qa(nil, map[string][]byte{"data.csv": []byte("id,input\n1,a\n2,b\n3,c\n")})}
 			},
-			wantPhase: v1alpha1.PhaseRunning, wantReason: ReasonRunning, wantMessage: "shards are running",
+			wantPhase: v1alpha1.PhaseRunning, wantReason: v1alpha1.ReasonRunning, wantMessage: "shards are running",
 			wantJobs: map[string]int32{"small": 3},
 		},
 		{
@@ -257,7 +257,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 				return []client.Object{qa(map[string]string{"data.json": `[{"input": "a"}, {not json}]`}, nil)}
 			},
 			wantPhase:     v1alpha1.PhaseFailed,
-			wantReason:    ReasonPlanningFailed,
+			wantReason:    v1alpha1.ReasonPlanningFailed,
 			wantFailed:    true,
 			wantMessage:   "spec.datasets[0]: ConfigMap qa key data.json: element 2: invalid JSON",
 			wantNoPlanCM:  true,
@@ -267,7 +267,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			name:          "a missing PVC",
 			ev:            testutil.MakeEvaluation("e", testNS).Dataset(v1alpha1.Dataset{Name: "p", Source: v1alpha1.DatasetSource{PVC: &v1alpha1.PVCSource{ClaimName: "data", Path: "qa.jsonl"}}}).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
 			wantPhase:     v1alpha1.PhasePending,
-			wantReason:    ReasonPVCNotFound,
+			wantReason:    v1alpha1.ReasonPVCNotFound,
 			wantMessage:   "PersistentVolumeClaim data (spec.datasets[0].source.pvc) not found",
 			wantRequeue:   10 * time.Second,
 			wantNoPlanCM:  true,
@@ -278,7 +278,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			ev:          testutil.MakeEvaluation("e", testNS).Dataset(v1alpha1.Dataset{Name: "p", Source: v1alpha1.DatasetSource{PVC: &v1alpha1.PVCSource{ClaimName: "data", Path: "qa.jsonl"}}}).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
 			objs:        func(*v1alpha1.Evaluation) []client.Object { return []client.Object{pvc} },
 			wantPhase:   v1alpha1.PhasePending,
-			wantReason:  ReasonPlanning,
+			wantReason:  v1alpha1.ReasonPlanning,
 			wantMessage: "counting the samples of url and pvc datasets",
 			wantPlanner: true, // and the empty plan ConfigMap it fills in
 		},
@@ -286,7 +286,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			name:        "a url dataset is counted by the planner",
 			ev:          testutil.MakeEvaluation("e", testNS).InlineDataset("d", 3).Dataset(urlDataset).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
 			wantPhase:   v1alpha1.PhasePending,
-			wantReason:  ReasonPlanning,
+			wantReason:  v1alpha1.ReasonPlanning,
 			wantMessage: "counting the samples of url and pvc datasets",
 			wantPlanner: true, // and the empty plan ConfigMap it fills in
 		},
@@ -296,7 +296,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			objs: func(ev *v1alpha1.Evaluation) []client.Object {
 				return []client.Object{planCM(ev, map[string]string{cluster.AnnotationPlan: `{"shardSize":100,"totals":{"web":250}}`})}
 			},
-			wantPhase: v1alpha1.PhaseRunning, wantReason: ReasonRunning, wantMessage: "shards are running",
+			wantPhase: v1alpha1.PhaseRunning, wantReason: v1alpha1.ReasonRunning, wantMessage: "shards are running",
 			wantJobs: map[string]int32{"small": 3},
 		},
 		{
@@ -306,7 +306,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 				return []client.Object{planCM(ev, map[string]string{shard.AnnotationPlanError: "web: sha256 mismatch"})}
 			},
 			wantPhase:     v1alpha1.PhaseFailed,
-			wantReason:    ReasonPlanningFailed,
+			wantReason:    v1alpha1.ReasonPlanningFailed,
 			wantFailed:    true,
 			wantMessage:   "planning failed: web: sha256 mismatch",
 			wantNoPermsSA: true,
@@ -318,7 +318,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 				h.setJobStatus(cluster.PlannerJobName(ev.Name, cluster.RunID(ev)), batchv1.JobStatus{Conditions: []batchv1.JobCondition{jobCondition(batchv1.JobFailed)}})
 			},
 			wantPhase:   v1alpha1.PhaseFailed,
-			wantReason:  ReasonPlanningFailed,
+			wantReason:  v1alpha1.ReasonPlanningFailed,
 			wantFailed:  true,
 			wantMessage: "the planner Job e-",
 			wantPlanner: true, // and the empty plan ConfigMap it fills in
@@ -344,7 +344,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			if st.Phase != tc.wantPhase {
 				t.Errorf("phase = %q, want %q (message %q)", st.Phase, tc.wantPhase, st.Message)
 			}
-			prog := meta.FindStatusCondition(st.Conditions, ConditionProgressing)
+			prog := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing)
 			if prog == nil {
 				t.Fatalf("no Progressing condition in %+v", st.Conditions)
 			}
@@ -354,7 +354,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			if prog.ObservedGeneration != ev.Generation || st.ObservedGeneration != ev.Generation {
 				t.Errorf("observedGeneration: condition %d, status %d, want %d", prog.ObservedGeneration, st.ObservedGeneration, ev.Generation)
 			}
-			failed := meta.FindStatusCondition(st.Conditions, ConditionFailed)
+			failed := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionFailed)
 			if tc.wantFailed {
 				if failed == nil || failed.Status != metav1.ConditionTrue || failed.Reason != tc.wantReason {
 					t.Errorf("Failed condition = %+v, want True/%s", failed, tc.wantReason)
@@ -444,8 +444,8 @@ func TestReconcileSuspend(t *testing.T) {
 		t.Errorf("phase = %q, want Suspended", st.Phase)
 	}
 	wantConds := []metav1.Condition{
-		{Type: ConditionProgressing, Status: metav1.ConditionFalse, Reason: ReasonSuspended, Message: "spec.suspend is true; finished samples are kept", ObservedGeneration: 1},
-		{Type: ConditionSuspended, Status: metav1.ConditionTrue, Reason: ReasonSuspended, Message: "spec.suspend is true", ObservedGeneration: 1},
+		{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonSuspended, Message: "spec.suspend is true; finished samples are kept", ObservedGeneration: 1},
+		{Type: v1alpha1.ConditionSuspended, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonSuspended, Message: "spec.suspend is true", ObservedGeneration: 1},
 	}
 	if diff := cmp.Diff(wantConds, st.Conditions, ignoreLTT); diff != "" {
 		t.Errorf("conditions (-want +got):\n%s", diff)
@@ -509,10 +509,10 @@ func TestReconcileLiveEditsUpdateJobsInPlace(t *testing.T) {
 		if st.Phase != s.wantPhase {
 			t.Errorf("%s: phase = %q, want %q", s.name, st.Phase, s.wantPhase)
 		}
-		if got := meta.IsStatusConditionTrue(st.Conditions, ConditionSuspended); got != s.wantSuspendCond {
+		if got := meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionSuspended); got != s.wantSuspendCond {
 			t.Errorf("%s: Suspended condition = %v, want %v", s.name, got, s.wantSuspendCond)
 		}
-		if s.wantSuspendCond == false && meta.FindStatusCondition(st.Conditions, ConditionSuspended) != nil {
+		if s.wantSuspendCond == false && meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionSuspended) != nil {
 			t.Errorf("%s: the Suspended condition was not removed", s.name)
 		}
 		if r := reasons(h.rec.take()); len(r) != 0 {
@@ -618,7 +618,7 @@ func TestReconcileSpecEditStartsNewRun(t *testing.T) {
 			want := v1alpha1.EvaluationStatus{
 				Phase: v1alpha1.PhaseRunning, Run: newRun, ObservedGeneration: 2,
 				Conditions: []metav1.Condition{{
-					Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: ReasonRunning, Message: "shards are running",
+					Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRunning, Message: "shards are running",
 					ObservedGeneration: 2, LastTransitionTime: metav1.NewTime(t0.Add(time.Minute)),
 				}},
 				Progress:  &v1alpha1.Progress{Total: 10, Text: "0/10"},
@@ -629,7 +629,7 @@ func TestReconcileSpecEditStartsNewRun(t *testing.T) {
 				t.Errorf("status after the edit (-want +got):\n%s", diff)
 			}
 			events := h.rec.take()
-			if diff := cmp.Diff([]string{ReasonNewRun, ReasonStarted}, reasons(events)); diff != "" {
+			if diff := cmp.Diff([]string{v1alpha1.ReasonNewRun, v1alpha1.ReasonStarted}, reasons(events)); diff != "" {
 				t.Errorf("event reasons (-want +got):\n%s", diff)
 			} else if want := "The spec changed: starting run " + newRun + " (was " + oldRun + ")"; events[0].Note != want {
 				t.Errorf("NewRun note = %q, want %q", events[0].Note, want)
@@ -691,9 +691,9 @@ func TestReconcileSucceeded(t *testing.T) {
 	want := v1alpha1.EvaluationStatus{
 		Phase: v1alpha1.PhaseSucceeded, Run: run, ObservedGeneration: 1,
 		Conditions: []metav1.Condition{
-			{Type: ConditionProgressing, Status: metav1.ConditionFalse, Reason: ReasonCompleted, Message: "every sample was evaluated", ObservedGeneration: 1, LastTransitionTime: done},
-			{Type: ConditionComplete, Status: metav1.ConditionTrue, Reason: ReasonCompleted, Message: "every sample was evaluated", ObservedGeneration: 1, LastTransitionTime: done},
-			{Type: ConditionFailed, Status: metav1.ConditionFalse, Reason: ReasonCompleted, ObservedGeneration: 1, LastTransitionTime: done},
+			{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonCompleted, Message: "every sample was evaluated", ObservedGeneration: 1, LastTransitionTime: done},
+			{Type: v1alpha1.ConditionComplete, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonCompleted, Message: "every sample was evaluated", ObservedGeneration: 1, LastTransitionTime: done},
+			{Type: v1alpha1.ConditionFailed, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonCompleted, ObservedGeneration: 1, LastTransitionTime: done},
 		},
 		Progress: &v1alpha1.Progress{Total: 10, Completed: 10, Errored: 1, Text: "10/10"},
 		Shards:   &v1alpha1.ShardCounts{Total: 2, Succeeded: 2},
@@ -766,7 +766,7 @@ func TestReconcileSucceeded(t *testing.T) {
 	if _, ok := h.configMaps()[stale.Name]; ok {
 		t.Errorf("records of another run were kept after the run finished")
 	}
-	wantEvents := []recordedEvent{{Type: corev1.EventTypeNormal, Reason: ReasonCompleted, Action: ReasonCompleted, Note: "Every sample was evaluated: 10/10"}}
+	wantEvents := []recordedEvent{{Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonCompleted, Action: v1alpha1.ReasonCompleted, Note: "Every sample was evaluated: 10/10"}}
 	if diff := cmp.Diff(wantEvents, h.rec.take()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
@@ -805,7 +805,7 @@ func TestReconcileShardFailed(t *testing.T) {
 	if st.Phase != v1alpha1.PhaseFailed || st.Message != wantMsg {
 		t.Errorf("phase %q message %q, want Failed %q", st.Phase, st.Message, wantMsg)
 	}
-	if c := meta.FindStatusCondition(st.Conditions, ConditionFailed); c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonShardsFailed || c.Message != wantMsg {
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionFailed); c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonShardsFailed || c.Message != wantMsg {
 		t.Errorf("Failed condition = %+v", c)
 	}
 	if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 4, Succeeded: 3, Failed: 1}, st.Shards); diff != "" {
@@ -832,8 +832,8 @@ func TestReconcileShardFailed(t *testing.T) {
 	}
 	events := h.rec.take()
 	wantEvents := []recordedEvent{
-		{Type: corev1.EventTypeWarning, Reason: ReasonShardFailed, Action: ReasonShardFailed, Note: wantMsg},
-		{Type: corev1.EventTypeWarning, Reason: ReasonFailed, Action: ReasonFailed, Note: wantMsg},
+		{Type: corev1.EventTypeWarning, Reason: v1alpha1.ReasonShardFailed, Action: v1alpha1.ReasonShardFailed, Note: wantMsg},
+		{Type: corev1.EventTypeWarning, Reason: v1alpha1.ReasonFailed, Action: v1alpha1.ReasonFailed, Note: wantMsg},
 	}
 	if diff := cmp.Diff(wantEvents, events); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
@@ -955,7 +955,7 @@ func TestReconcileAgentWithoutImage(t *testing.T) {
 			images = append(images, j.Spec.Template.Spec.Containers[0].Image)
 		}
 	}
-	if c := meta.FindStatusCondition(st.Conditions, ConditionFailed); c == nil || c.Reason != ReasonInvalidSpec {
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionFailed); c == nil || c.Reason != v1alpha1.ReasonInvalidSpec {
 		t.Errorf("Failed condition = %+v, want InvalidSpec", c)
 	}
 }

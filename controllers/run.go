@@ -33,7 +33,7 @@ func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, err
 	}
 	old := p.status.Run
 	if old != "" {
-		p.event(corev1.EventTypeNormal, ReasonNewRun, "The spec changed: starting run %s (was %s)", p.run, old)
+		p.event(corev1.EventTypeNormal, v1alpha1.ReasonNewRun, "The spec changed: starting run %s (was %s)", p.run, old)
 	}
 	*p.status = v1alpha1.EvaluationStatus{Run: p.run, StartTime: &metav1.Time{Time: p.now}}
 	keep := ""
@@ -133,11 +133,11 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 		path := fmt.Sprintf("spec.models[%d]", i)
 		if m.Agent != nil && m.Agent.Image == "" {
 			// Admission refuses it too; this covers objects stored before that rule.
-			p.fail(ReasonInvalidSpec, "%s.agent.image: an agent model needs an image in a cluster: the image holding the agent CLI", path)
+			p.fail(v1alpha1.ReasonInvalidSpec, "%s.agent.image: an agent model needs an image in a cluster: the image holding the agent CLI", path)
 			return false, nil
 		}
 		if compile.NeedsAPIKey(&m) && (m.APIKey == nil || m.APIKey.SecretKeyRef == nil) {
-			p.fail(ReasonInvalidSpec, "%s.apiKey.secretKeyRef: model %q needs an API key, which a cluster reads from a Secret", path, m.Name)
+			p.fail(v1alpha1.ReasonInvalidSpec, "%s.apiKey.secretKeyRef: model %q needs an API key, which a cluster reads from a Secret", path, m.Name)
 			return false, nil
 		}
 		if m.APIKey != nil && m.APIKey.SecretKeyRef != nil {
@@ -146,7 +146,7 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 				return false, err
 			}
 			if !ok {
-				p.pendingReason = ReasonSecretNotFound
+				p.pendingReason = v1alpha1.ReasonSecretNotFound
 				p.pendingMessage = fmt.Sprintf("Secret %s (%s.apiKey.secretKeyRef) not found", m.APIKey.SecretKeyRef.Name, path)
 				p.requeueAfter(r.Options.RecheckAfter)
 				return false, nil
@@ -161,7 +161,7 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 			var cm corev1.ConfigMap
 			err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &cm)
 			if apierrors.IsNotFound(err) {
-				p.pendingReason = ReasonConfigMapNotFound
+				p.pendingReason = v1alpha1.ReasonConfigMapNotFound
 				p.pendingMessage = fmt.Sprintf("ConfigMap %s (%s.configMap) not found", ref.Name, path)
 				p.requeueAfter(r.Options.RecheckAfter)
 				return false, nil
@@ -172,7 +172,7 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 			_, inData := cm.Data[ref.Key]
 			_, inBinary := cm.BinaryData[ref.Key]
 			if !inData && !inBinary {
-				p.pendingReason = ReasonConfigMapNotFound
+				p.pendingReason = v1alpha1.ReasonConfigMapNotFound
 				p.pendingMessage = fmt.Sprintf("ConfigMap %s has no key %s (%s.configMap.key)", ref.Name, ref.Key, path)
 				p.requeueAfter(r.Options.RecheckAfter)
 				return false, nil
@@ -184,13 +184,13 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 				return false, err
 			}
 			if !ok {
-				p.pendingReason = ReasonPVCNotFound
+				p.pendingReason = v1alpha1.ReasonPVCNotFound
 				p.pendingMessage = fmt.Sprintf("PersistentVolumeClaim %s (%s.pvc) not found", d.Source.PVC.ClaimName, path)
 				p.requeueAfter(r.Options.RecheckAfter)
 				return false, nil
 			}
 		case d.Source.File != "":
-			p.fail(ReasonInvalidSpec, "%s.file: a local file cannot be read in a cluster; use configMap, url or pvc", path)
+			p.fail(v1alpha1.ReasonInvalidSpec, "%s.file: a local file cannot be read in a cluster; use configMap, url or pvc", path)
 			return false, nil
 		}
 	}
@@ -229,7 +229,7 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 	case exists && !r.ours(p, "ConfigMap", cm):
 		return false, nil
 	case exists && cm.Annotations[shard.AnnotationPlanError] != "":
-		p.fail(ReasonPlanningFailed, "planning failed: %s", cm.Annotations[shard.AnnotationPlanError])
+		p.fail(v1alpha1.ReasonPlanningFailed, "planning failed: %s", cm.Annotations[shard.AnnotationPlanError])
 		return false, nil
 	case exists && cm.Annotations[cluster.AnnotationPlan] != "":
 		var plan cluster.Plan
@@ -255,7 +255,7 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 		}
 		n, ok, err := cluster.CountInMemory(d, data)
 		if err != nil {
-			p.fail(ReasonPlanningFailed, "spec.datasets[%d]: %v", i, err)
+			p.fail(v1alpha1.ReasonPlanningFailed, "spec.datasets[%d]: %v", i, err)
 			return false, nil
 		}
 		if !ok {
@@ -264,7 +264,7 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 		totals[d.Name] = n
 	}
 	if err := r.checkSpec(ctx, p); err != nil {
-		p.fail(ReasonPlanningFailed, "planning failed: %v", err)
+		p.fail(v1alpha1.ReasonPlanningFailed, "planning failed: %v", err)
 		return false, nil
 	}
 	plan := cluster.Plan{Totals: totals, ShardSize: cluster.DefaultShardSize(totals), StorageBytes: max(0, r.Options.StorageBudget)}
@@ -312,7 +312,7 @@ func (r *EvaluationReconciler) ensurePlanner(ctx context.Context, p *pass) (bool
 			return false, err
 		}
 	}
-	p.pendingReason, p.pendingMessage = ReasonPlanning, "counting the samples of url and pvc datasets"
+	p.pendingReason, p.pendingMessage = v1alpha1.ReasonPlanning, "counting the samples of url and pvc datasets"
 	return false, nil
 }
 

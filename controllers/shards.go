@@ -152,7 +152,7 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 	}
 	if old := p.ev.Status.Shards; counts.Failed > 0 && (old == nil || counts.Failed > old.Failed) {
 		_, msg := failedShards(p.shards, r.Options.ShardRetries)
-		p.event(corev1.EventTypeWarning, ReasonShardFailed, "%s", msg)
+		p.event(corev1.EventTypeWarning, v1alpha1.ReasonShardFailed, "%s", msg)
 	}
 	r.judgeHealth(p)
 	if anyActive {
@@ -277,10 +277,10 @@ func failedShards(shards []shardState, retries int32) (reason, message string) {
 		names = append(names, name)
 	}
 	if reason == "" {
-		reason = ReasonShardsFailed
+		reason = v1alpha1.ReasonShardsFailed
 	}
 	sep := ", "
-	if reason != ReasonShardsFailed {
+	if reason != v1alpha1.ReasonShardsFailed {
 		sep = "; " // the causes have commas of their own
 	}
 	message = fmt.Sprintf("%d shard(s) failed (each is retried up to %d times, a configuration error not at all): %s",

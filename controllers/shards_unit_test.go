@@ -98,7 +98,7 @@ func TestObserveShards(t *testing.T) {
 	if p.result.RequeueAfter != 30*time.Second {
 		t.Errorf("RequeueAfter = %v, want StaleAfter", p.result.RequeueAfter)
 	}
-	wantEvent := []event{{corev1.EventTypeWarning, ReasonShardFailed, "1 shard(s) failed (each is retried up to 3 times, a configuration error not at all): big/1 (d samples 5-9): pod arith-big-1-x (shard big/1) failed (attempt 1)"}}
+	wantEvent := []event{{corev1.EventTypeWarning, v1alpha1.ReasonShardFailed, "1 shard(s) failed (each is retried up to 3 times, a configuration error not at all): big/1 (d samples 5-9): pod arith-big-1-x (shard big/1) failed (attempt 1)"}}
 	if diff := cmp.Diff(wantEvent, p.events, cmp.AllowUnexported(event{})); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
@@ -304,12 +304,12 @@ func TestFailedShards(t *testing.T) {
 		st("big", "e", 2, 0, 7, true),
 	}
 	want := "2 shard(s) failed (each is retried up to 3 times, a configuration error not at all): small/1 (d samples 100-199), big/2 (e samples 0-6); see the logs of their pods"
-	if reason, got := failedShards(shards, 3); got != want || reason != ReasonShardsFailed {
-		t.Errorf("failedShards = %q, %q\nwant            %q, %q", reason, got, ReasonShardsFailed, want)
+	if reason, got := failedShards(shards, 3); got != want || reason != v1alpha1.ReasonShardsFailed {
+		t.Errorf("failedShards = %q, %q\nwant            %q, %q", reason, got, v1alpha1.ReasonShardsFailed, want)
 	}
 	// With the pods' causes: the first names the reason, and no log is needed.
 	shards[1].cause = &problem{reason: "OOMKilled", message: "pod p1 (shard small/1) container runner was OOMKilled (exit code 137, memory limit 8Mi)"}
-	shards[2].cause = &problem{reason: ReasonConfigurationError, message: "pod p2 (shard big/2) stopped on a configuration error (exit code 2), which no retry can fix: bad template"}
+	shards[2].cause = &problem{reason: v1alpha1.ReasonConfigurationError, message: "pod p2 (shard big/2) stopped on a configuration error (exit code 2), which no retry can fix: bad template"}
 	want = "2 shard(s) failed (each is retried up to 3 times, a configuration error not at all): " +
 		"small/1 (d samples 100-199): pod p1 (shard small/1) container runner was OOMKilled (exit code 137, memory limit 8Mi); " +
 		"big/2 (e samples 0-6): pod p2 (shard big/2) stopped on a configuration error (exit code 2), which no retry can fix: bad template"
@@ -347,7 +347,7 @@ func TestOnlyProgress(t *testing.T) {
 	base := func() *v1alpha1.EvaluationStatus {
 		return &v1alpha1.EvaluationStatus{
 			Phase: v1alpha1.PhaseRunning, Run: "r1", ObservedGeneration: 1,
-			Conditions: []metav1.Condition{{Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: ReasonRunning, Message: "shards are running", LastTransitionTime: metav1.NewTime(t0)}},
+			Conditions: []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRunning, Message: "shards are running", LastTransitionTime: metav1.NewTime(t0)}},
 			Progress:   &v1alpha1.Progress{Total: 10, Completed: 1, Text: "1/10"},
 			Shards:     &v1alpha1.ShardCounts{Total: 2, Active: 1},
 			Score:      "1.0000",
@@ -374,10 +374,10 @@ func TestOnlyProgress(t *testing.T) {
 		{"phase", func(s *v1alpha1.EvaluationStatus) { s.Phase = v1alpha1.PhaseSucceeded }, false},
 		{"run", func(s *v1alpha1.EvaluationStatus) { s.Run = "r2" }, false},
 		{"message", func(s *v1alpha1.EvaluationStatus) { s.Message = "x" }, false},
-		{"condition reason", func(s *v1alpha1.EvaluationStatus) { s.Conditions[0].Reason = ReasonSuspended }, false},
+		{"condition reason", func(s *v1alpha1.EvaluationStatus) { s.Conditions[0].Reason = v1alpha1.ReasonSuspended }, false},
 		{"condition generation", func(s *v1alpha1.EvaluationStatus) { s.Conditions[0].ObservedGeneration = 2 }, false},
 		{"a new condition", func(s *v1alpha1.EvaluationStatus) {
-			s.Conditions = append(s.Conditions, metav1.Condition{Type: ConditionSuspended})
+			s.Conditions = append(s.Conditions, metav1.Condition{Type: v1alpha1.ConditionSuspended})
 		}, false},
 		{"results", func(s *v1alpha1.EvaluationStatus) { s.Results = []v1alpha1.ModelResult{{Model: "m"}} }, false},
 		{"results ConfigMap", func(s *v1alpha1.EvaluationStatus) { s.ResultsConfigMap = "x-results" }, false},

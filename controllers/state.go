@@ -19,63 +19,6 @@ import (
 	"github.com/proctor-dev/proctor/internal/cluster"
 )
 
-// Condition types.
-const (
-	ConditionProgressing = "Progressing"
-	ConditionComplete    = "Complete"
-	ConditionFailed      = "Failed"
-	ConditionSuspended   = "Suspended"
-	// ConditionDegraded is True while runner pods cannot start or fail: its
-	// reason is the pods' (ImagePullBackOff, CreateContainerConfigError,
-	// Unschedulable, FailedCreate, OOMKilled, ConfigurationError, Evicted...).
-	ConditionDegraded = "Degraded"
-	// ConditionRateLimited is True while a model's server answers 429: calls
-	// wait, and no sample fails for it (retry.maxThrottleWait bounds the wait).
-	ConditionRateLimited = "RateLimited"
-	// ConditionNameConflict is True while an object of a name the run needs
-	// exists and is not the Evaluation's (a user's own NAME-results, say): it is
-	// left alone, and the run waits until the name is free.
-	ConditionNameConflict = "NameConflict"
-)
-
-// Reasons, for conditions and events.
-const (
-	ReasonStarted           = "Started"
-	ReasonRunning           = "Running"
-	ReasonNewRun            = "NewRun"
-	ReasonPlanning          = "Planning"
-	ReasonPlanningFailed    = "PlanningFailed"
-	ReasonSecretNotFound    = "SecretNotFound"
-	ReasonConfigMapNotFound = "ConfigMapNotFound"
-	ReasonPVCNotFound       = "PVCNotFound"
-	ReasonInvalidSpec       = "InvalidSpec"
-	ReasonSuspended         = "Suspended"
-	ReasonShardFailed       = "ShardFailed"
-	ReasonShardsFailed      = "ShardsFailed"
-	ReasonCompleted         = "Completed"
-	ReasonFailed            = "Failed"
-	// ReasonRecovered: the runner pods' problem went away (Degraded is False).
-	ReasonRecovered = "Recovered"
-	// ReasonRateLimited: a model's server answers 429 (RateLimited is True).
-	ReasonRateLimited = "RateLimited"
-	// ReasonRateLimitLifted: no model is rate limited any more.
-	ReasonRateLimitLifted = "RateLimitLifted"
-	// Reasons of pod problems besides the kubelet's own (ImagePullBackOff,
-	// CreateContainerConfigError, CreateContainerError, OOMKilled, Evicted,
-	// DeadlineExceeded, ...), which are used as they are.
-	ReasonUnschedulable      = "Unschedulable"
-	ReasonFailedCreate       = reasonFailedCreate
-	ReasonConfigurationError = "ConfigurationError"
-	ReasonRunnerFailed       = "RunnerFailed"
-	// ReasonNameConflict: a name the run needs is taken (NameConflict is True).
-	ReasonNameConflict = "NameConflict"
-	// ReasonNamesFreed: no name the run needs is taken any more.
-	ReasonNamesFreed = "NamesFreed"
-	// ReasonForeignObjectIgnored: objects labelled as the Evaluation's that it
-	// does not control were ignored (neither read, nor deleted).
-	ReasonForeignObjectIgnored = "ForeignObjectIgnored"
-)
-
 // pass is what one reconcile learns and decides.
 type pass struct {
 	ev     *v1alpha1.Evaluation
@@ -202,57 +145,57 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 	switch {
 	case p.failureReason != "":
 		st.Phase, st.Message, st.Reason = v1alpha1.PhaseFailed, p.failureMessage, p.failureReason
-		set(ConditionProgressing, metav1.ConditionFalse, p.failureReason, p.failureMessage)
-		set(ConditionFailed, metav1.ConditionTrue, p.failureReason, p.failureMessage)
-		set(ConditionComplete, metav1.ConditionFalse, p.failureReason, "")
+		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, p.failureReason, p.failureMessage)
+		set(v1alpha1.ConditionFailed, metav1.ConditionTrue, p.failureReason, p.failureMessage)
+		set(v1alpha1.ConditionComplete, metav1.ConditionFalse, p.failureReason, "")
 	case p.finished:
 		st.Phase, st.Message = v1alpha1.PhaseSucceeded, ""
-		set(ConditionProgressing, metav1.ConditionFalse, ReasonCompleted, "every sample was evaluated")
-		set(ConditionComplete, metav1.ConditionTrue, ReasonCompleted, "every sample was evaluated")
-		set(ConditionFailed, metav1.ConditionFalse, ReasonCompleted, "")
+		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonCompleted, "every sample was evaluated")
+		set(v1alpha1.ConditionComplete, metav1.ConditionTrue, v1alpha1.ReasonCompleted, "every sample was evaluated")
+		set(v1alpha1.ConditionFailed, metav1.ConditionFalse, v1alpha1.ReasonCompleted, "")
 	case suspended:
 		st.Phase, st.Message = v1alpha1.PhaseSuspended, "spec.suspend is true; finished samples are kept"
-		set(ConditionProgressing, metav1.ConditionFalse, ReasonSuspended, st.Message)
+		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonSuspended, st.Message)
 	case len(p.conflicts) > 0 && len(p.jobs) == 0:
-		st.Phase, st.Message, st.Reason = v1alpha1.PhasePending, p.conflictMessage(), ReasonNameConflict
-		set(ConditionProgressing, metav1.ConditionFalse, ReasonNameConflict, st.Message)
+		st.Phase, st.Message, st.Reason = v1alpha1.PhasePending, p.conflictMessage(), v1alpha1.ReasonNameConflict
+		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonNameConflict, st.Message)
 	case p.pendingReason != "":
 		st.Phase, st.Message = v1alpha1.PhasePending, p.pendingMessage
-		if p.pendingReason != ReasonPlanning {
+		if p.pendingReason != v1alpha1.ReasonPlanning {
 			st.Reason = p.pendingReason
 		}
 		if p.degraded != nil {
 			st.Message, st.Reason = p.pendingMessage+": "+p.degraded.message, p.degraded.reason
 		}
-		set(ConditionProgressing, metav1.ConditionFalse, p.pendingReason, st.Message)
+		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, p.pendingReason, st.Message)
 	case len(p.jobs) > 0:
 		st.Phase, st.Message = v1alpha1.PhaseRunning, ""
 		switch {
 		case len(p.conflicts) > 0:
-			st.Message, st.Reason = p.conflictMessage(), ReasonNameConflict
-			set(ConditionProgressing, metav1.ConditionTrue, ReasonRunning, "shards are running")
+			st.Message, st.Reason = p.conflictMessage(), v1alpha1.ReasonNameConflict
+			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
 		case p.degraded != nil && !p.anyRunning:
 			// Nothing runs: say why instead of "shards are running".
 			st.Message, st.Reason = p.degraded.message, p.degraded.reason
-			set(ConditionProgressing, metav1.ConditionFalse, p.degraded.reason, p.degraded.message)
+			set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, p.degraded.reason, p.degraded.message)
 		case p.degraded != nil:
 			st.Message, st.Reason = p.degraded.message, p.degraded.reason
-			set(ConditionProgressing, metav1.ConditionTrue, ReasonRunning, "shards are running")
+			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
 		case len(p.throttled) > 0:
-			st.Message, st.Reason = p.rateLimitMessage(), ReasonRateLimited
-			set(ConditionProgressing, metav1.ConditionTrue, ReasonRunning, "shards are running")
+			st.Message, st.Reason = p.rateLimitMessage(), v1alpha1.ReasonRateLimited
+			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
 		default:
-			set(ConditionProgressing, metav1.ConditionTrue, ReasonRunning, "shards are running")
+			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
 		}
 	default:
 		st.Phase = v1alpha1.PhasePending
-		set(ConditionProgressing, metav1.ConditionFalse, ReasonPlanning, "planning shards")
+		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonPlanning, "planning shards")
 	}
 	if st.Phase != v1alpha1.PhaseSucceeded && st.Phase != v1alpha1.PhaseFailed {
 		if suspended {
-			set(ConditionSuspended, metav1.ConditionTrue, ReasonSuspended, "spec.suspend is true")
+			set(v1alpha1.ConditionSuspended, metav1.ConditionTrue, v1alpha1.ReasonSuspended, "spec.suspend is true")
 		} else {
-			meta.RemoveStatusCondition(&st.Conditions, ConditionSuspended)
+			meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionSuspended)
 		}
 	}
 	r.setDegraded(p, set, suspended)
@@ -273,18 +216,18 @@ func (p *pass) conflictMessage() string {
 // is found taken and when none is any more. A pass that stopped early (before
 // every object was checked) leaves it alone.
 func (r *EvaluationReconciler) setNameConflict(p *pass, set func(t string, status metav1.ConditionStatus, reason, msg string)) {
-	old := meta.FindStatusCondition(p.status.Conditions, ConditionNameConflict)
+	old := meta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionNameConflict)
 	was := old != nil && old.Status == metav1.ConditionTrue
 	switch {
 	case len(p.conflicts) > 0:
 		msg := p.conflictMessage()
 		if !was || old.Message != msg {
-			p.event(corev1.EventTypeWarning, ReasonNameConflict, "%s", msg)
+			p.event(corev1.EventTypeWarning, v1alpha1.ReasonNameConflict, "%s", msg)
 		}
-		set(ConditionNameConflict, metav1.ConditionTrue, ReasonNameConflict, msg)
+		set(v1alpha1.ConditionNameConflict, metav1.ConditionTrue, v1alpha1.ReasonNameConflict, msg)
 	case was && p.complete:
-		p.event(corev1.EventTypeNormal, ReasonNamesFreed, "Every name the run needs is free or its own now")
-		set(ConditionNameConflict, metav1.ConditionFalse, ReasonNamesFreed, "")
+		p.event(corev1.EventTypeNormal, v1alpha1.ReasonNamesFreed, "Every name the run needs is free or its own now")
+		set(v1alpha1.ConditionNameConflict, metav1.ConditionFalse, v1alpha1.ReasonNamesFreed, "")
 	}
 }
 
@@ -295,19 +238,19 @@ func (r *EvaluationReconciler) setDegraded(p *pass, set func(t string, status me
 	if !p.healthObserved {
 		return
 	}
-	old := meta.FindStatusCondition(p.status.Conditions, ConditionDegraded)
+	old := meta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionDegraded)
 	wasDegraded := old != nil && old.Status == metav1.ConditionTrue
 	switch {
 	case p.degraded != nil:
 		if !wasDegraded || old.Reason != p.degraded.reason {
 			p.event(corev1.EventTypeWarning, p.degraded.reason, "%s", p.degraded.message)
 		}
-		set(ConditionDegraded, metav1.ConditionTrue, p.degraded.reason, p.degraded.message)
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, p.degraded.reason, p.degraded.message)
 	case wasDegraded && suspended:
-		set(ConditionDegraded, metav1.ConditionFalse, ReasonSuspended, "spec.suspend is true: no runner pod runs")
+		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonSuspended, "spec.suspend is true: no runner pod runs")
 	case wasDegraded:
-		p.event(corev1.EventTypeNormal, ReasonRecovered, "The runner pods recovered from %s", old.Reason)
-		set(ConditionDegraded, metav1.ConditionFalse, ReasonRecovered, "")
+		p.event(corev1.EventTypeNormal, v1alpha1.ReasonRecovered, "The runner pods recovered from %s", old.Reason)
+		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonRecovered, "")
 	}
 }
 
@@ -315,21 +258,21 @@ func (r *EvaluationReconciler) setDegraded(p *pass, set func(t string, status me
 // an event when a model starts being throttled and when none is any more. It
 // is left alone by passes that did not look at the shards.
 func (r *EvaluationReconciler) setRateLimited(p *pass, set func(t string, status metav1.ConditionStatus, reason, msg string)) {
-	old := meta.FindStatusCondition(p.status.Conditions, ConditionRateLimited)
+	old := meta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionRateLimited)
 	was := old != nil && old.Status == metav1.ConditionTrue
 	running := p.status.Phase == v1alpha1.PhaseRunning
 	switch {
 	case running && len(p.throttled) > 0:
 		msg := p.rateLimitMessage()
 		if !was {
-			p.event(corev1.EventTypeWarning, ReasonRateLimited, "%s", msg)
+			p.event(corev1.EventTypeWarning, v1alpha1.ReasonRateLimited, "%s", msg)
 		}
-		set(ConditionRateLimited, metav1.ConditionTrue, ReasonRateLimited, msg)
+		set(v1alpha1.ConditionRateLimited, metav1.ConditionTrue, v1alpha1.ReasonRateLimited, msg)
 	case was && (p.plan != nil || !running):
 		if running {
-			p.event(corev1.EventTypeNormal, ReasonRateLimitLifted, "No model is rate limited any more")
+			p.event(corev1.EventTypeNormal, v1alpha1.ReasonRateLimitLifted, "No model is rate limited any more")
 		}
-		set(ConditionRateLimited, metav1.ConditionFalse, ReasonRateLimitLifted, "")
+		set(v1alpha1.ConditionRateLimited, metav1.ConditionFalse, v1alpha1.ReasonRateLimitLifted, "")
 	}
 }
 
@@ -342,13 +285,13 @@ func (r *EvaluationReconciler) emitPhaseEvents(p *pass) {
 	switch to {
 	case v1alpha1.PhaseRunning:
 		if from != v1alpha1.PhaseSuspended || p.ev.Status.Run != p.status.Run {
-			p.event(corev1.EventTypeNormal, ReasonStarted, "Started run %s: %d Job(s), %d samples per model",
+			p.event(corev1.EventTypeNormal, v1alpha1.ReasonStarted, "Started run %s: %d Job(s), %d samples per model",
 				p.status.Run, len(p.jobs), p.plan.Total())
 		}
 	case v1alpha1.PhaseSucceeded:
-		p.event(corev1.EventTypeNormal, ReasonCompleted, "Every sample was evaluated: %s", p.status.Progress.Text)
+		p.event(corev1.EventTypeNormal, v1alpha1.ReasonCompleted, "Every sample was evaluated: %s", p.status.Progress.Text)
 	case v1alpha1.PhaseFailed:
-		p.event(corev1.EventTypeWarning, ReasonFailed, "%s", p.status.Message)
+		p.event(corev1.EventTypeWarning, v1alpha1.ReasonFailed, "%s", p.status.Message)
 	}
 }
 

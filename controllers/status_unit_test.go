@@ -131,7 +131,7 @@ func TestEventsFollowTheStatusWrite(t *testing.T) {
 	ev := withUID(simpleEval("arith").Obj())
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
 	h.mustReconcile(ev)
-	if diff := cmp.Diff([]string{"status update", "event " + ReasonStarted}, h.log.all()); diff != "" {
+	if diff := cmp.Diff([]string{"status update", "event " + v1alpha1.ReasonStarted}, h.log.all()); diff != "" {
 		t.Errorf("order of calls (-want +got):\n%s", diff)
 	}
 }
@@ -159,8 +159,8 @@ func TestNoEventsWhenStatusWriteConflicts(t *testing.T) {
 	if st := h.eval("arith").Status; st.Phase != v1alpha1.PhaseSucceeded {
 		t.Fatalf("phase after the retry = %q", st.Phase)
 	}
-	if got := reasons(h.rec.take()); !cmp.Equal([]string{ReasonCompleted}, got) {
-		t.Errorf("events = %v; want only %s, once, from the pass whose write succeeded", got, ReasonCompleted)
+	if got := reasons(h.rec.take()); !cmp.Equal([]string{v1alpha1.ReasonCompleted}, got) {
+		t.Errorf("events = %v; want only %s, once, from the pass whose write succeeded", got, v1alpha1.ReasonCompleted)
 	}
 }
 
@@ -176,7 +176,7 @@ func TestShardFailedEventOnceWhenThrottled(t *testing.T) {
 	h.clock.Step(2 * time.Second)
 	h.mustReconcile(ev)
 	got := reasons(h.rec.take())
-	if diff := cmp.Diff([]string{ReasonShardFailed}, got); diff != "" {
+	if diff := cmp.Diff([]string{v1alpha1.ReasonShardFailed}, got); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
@@ -312,7 +312,7 @@ func TestStepErrorsNameTheStep(t *testing.T) {
 				if st.Phase == v1alpha1.PhaseRunning || st.Phase == v1alpha1.PhaseSucceeded || st.Phase == v1alpha1.PhaseFailed {
 					t.Errorf("phase = %q after a pass that failed in %s", st.Phase, tc.name)
 				}
-				if meta.IsStatusConditionTrue(st.Conditions, ConditionProgressing) {
+				if meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionProgressing) {
 					t.Errorf("Progressing is True after a pass that failed in %s", tc.name)
 				}
 			}
@@ -372,7 +372,7 @@ func TestFinishFailureIsNotSucceeded(t *testing.T) {
 	if failedPass.Phase == v1alpha1.PhaseSucceeded || failedPass.ResultsConfigMap != "" {
 		t.Errorf("a pass whose gathering failed wrote phase %q, resultsConfigMap %q", failedPass.Phase, failedPass.ResultsConfigMap)
 	}
-	if slices.Contains(failedEvents, ReasonCompleted) {
+	if slices.Contains(failedEvents, v1alpha1.ReasonCompleted) {
 		t.Errorf("a pass whose gathering failed emitted %v", failedEvents)
 	}
 }
@@ -393,7 +393,7 @@ func TestReferenceLookupErrorIsNotNotFound(t *testing.T) {
 		t.Fatal("no error from a failed Secret lookup")
 	}
 	st := h.eval("arith").Status
-	if c := meta.FindStatusCondition(st.Conditions, ConditionProgressing); c != nil && c.Reason == ReasonSecretNotFound {
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing); c != nil && c.Reason == v1alpha1.ReasonSecretNotFound {
 	}
 }
 
@@ -462,7 +462,7 @@ func TestPartialJobCreation(t *testing.T) {
 	}
 	var started int
 	for _, e := range h.rec.take() {
-		if e.Reason == ReasonStarted {
+		if e.Reason == v1alpha1.ReasonStarted {
 			started++
 		}
 	}

@@ -8,18 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
-)
-
-// ConditionOutputsTruncated is True once some record's output is not whole: cut
-// at cluster.MaxOutputBytes, or not stored because the run's records reached the
-// storage budget. Its reason says which.
-const ConditionOutputsTruncated = "OutputsTruncated"
-
-// Reasons of ConditionOutputsTruncated.
-const (
-	ReasonOutputsCut           = "OutputsCut"
-	ReasonStorageBudgetReached = "StorageBudgetReached"
 )
 
 // observeStorage says in status, and with a Warning event, when the shards store
@@ -37,20 +27,20 @@ func (r *EvaluationReconciler) observeStorage(_ context.Context, p *pass) (bool,
 	var reason, msg string
 	switch {
 	case dropped > 0:
-		reason = ReasonStorageBudgetReached
+		reason = v1alpha1.ReasonStorageBudgetReached
 		msg = fmt.Sprintf("the run's records reached its storage budget (%d MiB, the manager's --storage-budget): "+
 			"outputs are no longer stored, scores are (records say outputTruncated, with outputBytes)", p.plan.StorageBytes>>20)
 	case cut > 0:
-		reason = ReasonOutputsCut
+		reason = v1alpha1.ReasonOutputsCut
 		msg = fmt.Sprintf("outputs longer than %d KiB are stored cut (records say outputTruncated, with outputBytes)", cluster.MaxOutputBytes>>10)
 	default:
 		return true, nil
 	}
-	if old := meta.FindStatusCondition(p.status.Conditions, ConditionOutputsTruncated); old == nil || old.Reason != reason {
+	if old := meta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionOutputsTruncated); old == nil || old.Reason != reason {
 		p.event(corev1.EventTypeWarning, reason, "%s", msg)
 	}
 	meta.SetStatusCondition(&p.status.Conditions, metav1.Condition{
-		Type: ConditionOutputsTruncated, Status: metav1.ConditionTrue, Reason: reason, Message: msg,
+		Type: v1alpha1.ConditionOutputsTruncated, Status: metav1.ConditionTrue, Reason: reason, Message: msg,
 		ObservedGeneration: p.ev.Generation, LastTransitionTime: metav1.NewTime(p.now),
 	})
 	return true, nil

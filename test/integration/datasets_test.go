@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
-	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/test/fakellm"
@@ -103,8 +102,8 @@ func TestTemplateErrorFailsAtPlanning(t *testing.T) {
 		OpenAIModel("m", url).Model(agent).Scorer(v1alpha1.ScorerExactMatch).Obj())
 	for _, name := range []string{"inline", "remote"} {
 		ev := waitPhase(t, ns, name, v1alpha1.PhaseFailed, 30*time.Second)
-		c := findCondition(ev, controllers.ConditionFailed)
-		if c == nil || c.Reason != controllers.ReasonPlanningFailed || c.ObservedGeneration != ev.Generation {
+		c := findCondition(ev, v1alpha1.ConditionFailed)
+		if c == nil || c.Reason != v1alpha1.ReasonPlanningFailed || c.ObservedGeneration != ev.Generation {
 			t.Errorf("%s: Failed condition %+v", name, c)
 		}
 		if !strings.Contains(ev.Status.Message, "spec.models[1].agent") || !strings.Contains(ev.Status.Message, "Expected") {

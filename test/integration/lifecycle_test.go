@@ -214,8 +214,8 @@ func TestMissingSecretThenCreated(t *testing.T) {
 
 	eventually(t, 20*time.Second, "Pending because of the Secret", func() (bool, string) {
 		ev := getEvaluation(t, ns, "keyed")
-		c := findCondition(ev, controllers.ConditionProgressing)
-		ok := ev.Status.Phase == v1alpha1.PhasePending && c != nil && c.Reason == controllers.ReasonSecretNotFound &&
+		c := findCondition(ev, v1alpha1.ConditionProgressing)
+		ok := ev.Status.Phase == v1alpha1.PhasePending && c != nil && c.Reason == v1alpha1.ReasonSecretNotFound &&
 			strings.Contains(c.Message, "Secret llm") && c.ObservedGeneration == ev.Generation
 		return ok, fmt.Sprintf("phase %s condition %+v", ev.Status.Phase, c)
 	})
@@ -263,7 +263,7 @@ func TestSuspendAndResume(t *testing.T) {
 	})
 	setSuspend(t, ns, "pause", true)
 	ev := waitPhase(t, ns, "pause", v1alpha1.PhaseSuspended, 20*time.Second)
-	if c := findCondition(ev, controllers.ConditionSuspended); c == nil || c.Status != metav1.ConditionTrue {
+	if c := findCondition(ev, v1alpha1.ConditionSuspended); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Suspended condition = %+v", c)
 	}
 	var jobs batchv1.JobList
@@ -498,7 +498,7 @@ func TestFailedShardFailsTheEvaluation(t *testing.T) {
 	}
 	// The reason and the message say why its last pod failed (its error, as the
 	// termination message), not "see the logs".
-	if c := findCondition(ev, controllers.ConditionFailed); c == nil || c.Reason != controllers.ReasonRunnerFailed ||
+	if c := findCondition(ev, v1alpha1.ConditionFailed); c == nil || c.Reason != v1alpha1.ReasonRunnerFailed ||
 		!strings.Contains(c.Message, "failed (Error, exit code 1): the pod crashed (attempt 4)") || ev.Status.Reason != c.Reason {
 		t.Errorf("Failed condition = %+v, status.reason %q", c, ev.Status.Reason)
 	}

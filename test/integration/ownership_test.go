@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
-	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/test/fakellm"
@@ -99,7 +98,7 @@ func TestForgedResultsAreIgnored(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "an event naming the ignored object", func() (bool, string) {
 		reasons := eventReasons(t, ns, "victim")
-		return slices.Contains(reasons, controllers.ReasonForeignObjectIgnored), strings.Join(reasons, ",")
+		return slices.Contains(reasons, v1alpha1.ReasonForeignObjectIgnored), strings.Join(reasons, ",")
 	})
 	// The forged object is left as it was: not adopted, not deleted.
 	var after corev1.ConfigMap
@@ -128,10 +127,10 @@ func TestNameConflict(t *testing.T) {
 	var ev *v1alpha1.Evaluation
 	eventually(t, 20*time.Second, "a NameConflict", func() (bool, string) {
 		ev = getEvaluation(t, ns, "report")
-		c := meta.FindStatusCondition(ev.Status.Conditions, controllers.ConditionNameConflict)
+		c := meta.FindStatusCondition(ev.Status.Conditions, v1alpha1.ConditionNameConflict)
 		return c != nil && c.Status == metav1.ConditionTrue, ev.Status.Message
 	})
-	if ev.Status.Phase != v1alpha1.PhasePending || ev.Status.Reason != controllers.ReasonNameConflict ||
+	if ev.Status.Phase != v1alpha1.PhasePending || ev.Status.Reason != v1alpha1.ReasonNameConflict ||
 		!strings.Contains(ev.Status.Message, "ConfigMap "+ns+"/report-results") || !strings.Contains(ev.Status.Message, "has no controller") {
 		t.Errorf("phase %s reason %q message %q", ev.Status.Phase, ev.Status.Reason, ev.Status.Message)
 	}
@@ -156,7 +155,7 @@ func TestNameConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev = waitPhase(t, ns, "report", v1alpha1.PhaseSucceeded, 60*time.Second)
-	if c := meta.FindStatusCondition(ev.Status.Conditions, controllers.ConditionNameConflict); c == nil || c.Status != metav1.ConditionFalse {
+	if c := meta.FindStatusCondition(ev.Status.Conditions, v1alpha1.ConditionNameConflict); c == nil || c.Status != metav1.ConditionFalse {
 		t.Errorf("NameConflict after the name was freed: %+v", c)
 	}
 	if recs := readResults(t, ns, "report"); len(recs) != 3 {

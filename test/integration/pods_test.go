@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
-	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/shard"
 	"github.com/proctor-dev/proctor/internal/testutil"
@@ -158,7 +157,7 @@ func TestPodProblemsEndTheRun(t *testing.T) {
 	if !strings.Contains(got.Status.Message, "couldn't find key nope in Secret "+ns+"/openai") || !strings.Contains(got.Status.Message, job.Name+"-0-abcde") {
 		t.Errorf("message %q does not name the pod, the Secret and the key", got.Status.Message)
 	}
-	if c := findCondition(got, controllers.ConditionDegraded); c == nil || c.Status != metav1.ConditionTrue || c.Reason != "CreateContainerConfigError" {
+	if c := findCondition(got, v1alpha1.ConditionDegraded); c == nil || c.Status != metav1.ConditionTrue || c.Reason != "CreateContainerConfigError" {
 		t.Errorf("Degraded = %+v", c)
 	}
 	if s := got.Status.Shards; s == nil || s.Pending != 1 || s.Active != 0 {

@@ -37,8 +37,8 @@ func TestStorageBudget(t *testing.T) {
 	create(t, testutil.MakeEvaluation("bounded", ns).InlineDataset("d", n).OpenAIModel("m", url).
 		Scorer(v1alpha1.ScorerContains).ShardSize(20).Parallelism(2).Concurrency(4).Obj())
 	ev := waitPhase(t, ns, "bounded", v1alpha1.PhaseSucceeded, 90*time.Second)
-	c := meta.FindStatusCondition(ev.Status.Conditions, controllers.ConditionOutputsTruncated)
-	if c == nil || c.Status != "True" || c.Reason != controllers.ReasonStorageBudgetReached || c.ObservedGeneration != ev.Generation {
+	c := meta.FindStatusCondition(ev.Status.Conditions, v1alpha1.ConditionOutputsTruncated)
+	if c == nil || c.Status != "True" || c.Reason != v1alpha1.ReasonStorageBudgetReached || c.ObservedGeneration != ev.Generation {
 		t.Errorf("OutputsTruncated condition %+v", c)
 	}
 	recs := checkRecords(t, ns, "bounded", []string{"m"}, sampleIDs("d", n))

@@ -1,0 +1,72 @@
+package v1alpha1
+
+// The conditions of an Evaluation's status and the reasons of its conditions
+// and events, for clients, tools and tests to use by name.
+
+// Condition types.
+const (
+	ConditionProgressing = "Progressing"
+	ConditionComplete    = "Complete"
+	ConditionFailed      = "Failed"
+	ConditionSuspended   = "Suspended"
+	// ConditionDegraded is True while runner pods cannot start or fail: its
+	// reason is the pods' (ImagePullBackOff, CreateContainerConfigError,
+	// Unschedulable, FailedCreate, OOMKilled, ConfigurationError, Evicted...).
+	ConditionDegraded = "Degraded"
+	// ConditionRateLimited is True while a model's server answers 429: calls
+	// wait, and no sample fails for it (retry.maxThrottleWait bounds the wait).
+	ConditionRateLimited = "RateLimited"
+	// ConditionNameConflict is True while an object of a name the run needs
+	// exists and is not the Evaluation's (a user's own NAME-results, say): it is
+	// left alone, and the run waits until the name is free.
+	ConditionNameConflict = "NameConflict"
+)
+
+// Reasons, for conditions and events.
+const (
+	ReasonStarted           = "Started"
+	ReasonRunning           = "Running"
+	ReasonNewRun            = "NewRun"
+	ReasonPlanning          = "Planning"
+	ReasonPlanningFailed    = "PlanningFailed"
+	ReasonSecretNotFound    = "SecretNotFound"
+	ReasonConfigMapNotFound = "ConfigMapNotFound"
+	ReasonPVCNotFound       = "PVCNotFound"
+	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonSuspended         = "Suspended"
+	ReasonShardFailed       = "ShardFailed"
+	ReasonShardsFailed      = "ShardsFailed"
+	ReasonCompleted         = "Completed"
+	ReasonFailed            = "Failed"
+	// ReasonRecovered: the runner pods' problem went away (Degraded is False).
+	ReasonRecovered = "Recovered"
+	// ReasonRateLimited: a model's server answers 429 (RateLimited is True).
+	ReasonRateLimited = "RateLimited"
+	// ReasonRateLimitLifted: no model is rate limited any more.
+	ReasonRateLimitLifted = "RateLimitLifted"
+	// Reasons of pod problems besides the kubelet's own (ImagePullBackOff,
+	// CreateContainerConfigError, CreateContainerError, OOMKilled, Evicted,
+	// DeadlineExceeded, ...), which are used as they are.
+	ReasonUnschedulable      = "Unschedulable"
+	ReasonFailedCreate       = "FailedCreate"
+	ReasonConfigurationError = "ConfigurationError"
+	ReasonRunnerFailed       = "RunnerFailed"
+	// ReasonNameConflict: a name the run needs is taken (NameConflict is True).
+	ReasonNameConflict = "NameConflict"
+	// ReasonNamesFreed: no name the run needs is taken any more.
+	ReasonNamesFreed = "NamesFreed"
+	// ReasonForeignObjectIgnored: objects labelled as the Evaluation's that it
+	// does not control were ignored (neither read, nor deleted).
+	ReasonForeignObjectIgnored = "ForeignObjectIgnored"
+)
+
+// ConditionOutputsTruncated is True once some record's output is not whole: cut
+// at cluster.MaxOutputBytes, or not stored because the run's records reached the
+// storage budget. Its reason says which.
+const ConditionOutputsTruncated = "OutputsTruncated"
+
+// Reasons of ConditionOutputsTruncated.
+const (
+	ReasonOutputsCut           = "OutputsCut"
+	ReasonStorageBudgetReached = "StorageBudgetReached"
+)
