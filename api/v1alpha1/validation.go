@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,6 +36,14 @@ var (
 	envNameRE            = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	sha256RE             = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 )
+
+// SupportedProviders, SupportedScorers, SupportedNormalizers and SupportedFormats
+// list what the API admits; the CRD's enums (from the markers) say the same,
+// and tests keep them, and the runner's registries, in step.
+func SupportedProviders() []string   { return slices.Clone(supportedProviders) }
+func SupportedScorers() []string     { return slices.Clone(supportedScorers) }
+func SupportedNormalizers() []string { return slices.Clone(supportedNormalizers) }
+func SupportedFormats() []string     { return slices.Clone(supportedFormats) }
 
 // ValidateSpec checks an Evaluation spec the way the API server's schema and CEL
 // rules do, so that a local run rejects what admission would. Errors name the field.

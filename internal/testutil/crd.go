@@ -1,0 +1,47 @@
+package testutil
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// CRDEnum returns the enum the generated Evaluation CRD (config/crd/bases)
+// allows at path, a list of property names from spec down ("models",
+// "provider"); an array's items are stepped through on the way.
+func CRDEnum(t testing.TB, path ...string) []string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "config", "crd", "bases", "proctor.dev_evaluations.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(b, &crd); err != nil {
+		t.Fatal(err)
+	}
+	s := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	for _, p := range path {
+		for s.Type == "array" {
+			s = *s.Items.Schema
+		}
+		s = s.Properties[p]
+	}
+	for s.Type == "array" {
+		s = *s.Items.Schema
+	}
+	if len(s.Enum) == 0 {
+		t.Fatalf("the CRD has no enum at spec.%v", path)
+	}
+	out := make([]string, len(s.Enum))
+	for i, v := range s.Enum {
+		if err := yaml.Unmarshal(v.Raw, &out[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
