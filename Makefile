@@ -68,7 +68,7 @@ verify: generate manifests lint ## Regenerate everything and fail if the tree ch
 
 ##@ Test
 
-# Test tiers, as jobset's: each a superset of nothing, together everything.
+# Test tiers, as jobset's: test-unit, test-integration and test-e2e are disjoint and together are everything.
 # Packages that need Kubernetes binaries or a cluster; the rest are unit tests.
 NON_UNIT_PKGS := /test/integration|/test/chart|/test/e2e/
 
