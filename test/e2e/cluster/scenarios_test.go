@@ -50,6 +50,31 @@ spec:
   ports:%[3]s
 `, name, containers.String(), ports.String()))
 	mustKubectl(t, "-n", ns, "rollout", "status", "deployment/"+name, "--timeout=2m")
+	waitForServiceRules(t, ns, name)
+}
+
+// waitForServiceRules waits until kube-proxy has written the rules of Service
+// ns/name on the local cluster's node, this machine (docs/local-cluster.md:
+// they appear about a second after the endpoints are ready). Before that, a
+// runner's connections to the ClusterIP leave the node, and here a proxy
+// answers every one with 404: each sample would fail. Someone else's cluster
+// (no CLUSTER_DIR) is not checked.
+func waitForServiceRules(t *testing.T, ns, name string) {
+	t.Helper()
+	if clusterDir == "" {
+		return
+	}
+	ip := strings.TrimSpace(mustKubectl(t, "-n", ns, "get", "service", name, "-o", "jsonpath={.spec.clusterIP}"))
+	eventually(t, time.Minute, 200*time.Millisecond, "kube-proxy's rules for Service "+ns+"/"+name, func() error {
+		out, err := run(10*time.Second, "iptables", "-w", "-t", "nat", "-S", "KUBE-SERVICES")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, "-d "+ip+"/32") {
+			return fmt.Errorf("no rule for %s yet", ip)
+		}
+		return nil
+	})
 }
 
 // stats reads a fake server's own counters through the API server's Service proxy.
