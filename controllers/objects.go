@@ -14,21 +14,9 @@ import (
 // ends) before anything is spent, so that a name taken by someone else's object
 // stops the run at its start, not once its results are due.
 func (r *EvaluationReconciler) claimResults(ctx context.Context, p *pass) (bool, error) {
-	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
-	name := cluster.ResultsName(p.ev.Name)
-	err := r.Get(ctx, client.ObjectKey{Namespace: p.ev.Namespace, Name: name}, m)
-	switch {
-	case err == nil:
-		// The cache holds only ConfigMaps the Evaluation owns in some way; the
-		// controller reference decides.
-		return r.ours(p, "ConfigMap", m), nil
-	case client.IgnoreNotFound(err) != nil:
-		return false, err
-	}
-	cm := &corev1.ConfigMap{ObjectMeta: objectMeta(p.ev.Namespace, name, cluster.Labels(p.ev.Name, p.run, cluster.ComponentResults))}
+	cm := &corev1.ConfigMap{ObjectMeta: objectMeta(p.ev.Namespace, cluster.ResultsName(p.ev.Name), cluster.Labels(p.ev.Name, p.run, cluster.ComponentResults))}
 	cm.Annotations = map[string]string{cluster.AnnotationRun: p.run}
-	return r.claim(ctx, p, cm)
+	return r.claimConfigMap(ctx, p, cm)
 }
 
 // ensureShardObjects makes every shard's head and the chunk slots its records

@@ -221,17 +221,23 @@ func (r *EvaluationReconciler) ensureBudget(ctx context.Context, p *pass) (bool,
 		return true, nil
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: objectMeta(p.ev.Namespace, cluster.BudgetName(p.ev.Name), cluster.Labels(p.ev.Name, "", cluster.ComponentBudget))}
-	var existing metav1.PartialObjectMetadata
-	existing.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
-	err := r.Get(ctx, client.ObjectKeyFromObject(cm), &existing)
+	b, _ := json.Marshal(&cluster.Budget{})
+	cm.Annotations = map[string]string{shard.AnnotationBudget: string(b)}
+	return r.claimConfigMap(ctx, p, cm)
+}
+
+// claimConfigMap is claim for a ConfigMap the pass has not looked for yet: one
+// the manager's (metadata) cache holds is only checked, not created again.
+func (r *EvaluationReconciler) claimConfigMap(ctx context.Context, p *pass, cm *corev1.ConfigMap) (bool, error) {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	err := r.Get(ctx, client.ObjectKeyFromObject(cm), m)
 	switch {
 	case err == nil:
-		return r.ours(p, "ConfigMap", &existing), nil
+		return r.ours(p, "ConfigMap", m), nil
 	case !apierrors.IsNotFound(err):
 		return false, err
 	}
-	b, _ := json.Marshal(&cluster.Budget{})
-	cm.Annotations = map[string]string{shard.AnnotationBudget: string(b)}
 	return r.claim(ctx, p, cm)
 }
 

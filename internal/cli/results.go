@@ -78,10 +78,7 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 		return &exitError{code: exitFailed, err: fmt.Errorf("evaluation %s has no results yet (phase %s%s)", name, ev.Status.Phase, progress)}
 	}
 	var cm corev1.ConfigMap
-	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ev.Status.ResultsConfigMap}, &cm); err != nil {
-		return &exitError{code: exitFailed, err: err}
-	}
-	if err := cluster.Owned("ConfigMap", &cm, ev); err != nil {
+	if err := cluster.GetConfigMap(ctx, c, ev, ev.Status.ResultsConfigMap, &cm); err != nil {
 		return &exitError{code: exitFailed, err: err}
 	}
 	if output == "" {

@@ -1,10 +1,14 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 )
@@ -42,6 +46,17 @@ func (e *ForeignError) Error() string {
 	}
 	return fmt.Sprintf("%s %s/%s is not Evaluation %s's: it %s; Proctor never adopts, overwrites or deletes an object it did not make",
 		e.Kind, e.Namespace, e.Name, e.Evaluation, owner)
+}
+
+// GetConfigMap reads the ConfigMap name of ev's namespace into cm, and returns
+// a *ForeignError if ev does not control it: the runners and the controller
+// read no other. The Get's own errors are returned as they are (NotFound,
+// Forbidden).
+func GetConfigMap(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, name string, cm *corev1.ConfigMap) error {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: name}, cm); err != nil {
+		return err
+	}
+	return Owned("ConfigMap", cm, ev)
 }
 
 // Owned returns nil if obj is controlled by ev (by UID), else a *ForeignError.

@@ -170,11 +170,8 @@ func OpenStore(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, ru
 		wake:     make(chan struct{}, 1),
 	}
 	var cm corev1.ConfigMap
-	if err := c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: s.head}, &cm); err != nil {
+	if err := GetConfigMap(ctx, c, ev, s.head, &cm); err != nil {
 		return nil, fmt.Errorf("reading shard head %s: %w", s.head, err)
-	}
-	if err := Owned("ConfigMap", &cm, ev); err != nil {
-		return nil, err
 	}
 	if err := s.load(&cm); err != nil {
 		return nil, fmt.Errorf("shard head %s: %w", s.head, err)
@@ -457,15 +454,12 @@ func (s *Store) seal(ctx context.Context) (int, error) {
 func (s *Store) fillSlot(ctx context.Context, name string, gz []byte) (bool, error) {
 	for attempt := 0; ; attempt++ {
 		var cm corev1.ConfigMap
-		err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, &cm)
+		err := GetConfigMap(ctx, s.c, s.ev, name, &cm)
 		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 			return false, nil
 		}
 		if err != nil {
 			return false, fmt.Errorf("reading chunk slot %s: %w", name, err)
-		}
-		if err := Owned("ConfigMap", &cm, s.ev); err != nil {
-			return false, err
 		}
 		cm.BinaryData = map[string][]byte{KeyRecords: gz}
 		cm.Data = nil
@@ -706,18 +700,18 @@ var ErrObsolete = errors.New("the evaluation changed: this run is obsolete")
 func ForEachRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, names []string, foreign func(*ForeignError), fn func(Line, *results.Record) error) error {
 	for _, name := range names {
 		var cm corev1.ConfigMap
-		if err := r.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: name}, &cm); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return err
-		}
-		if err := Owned("ConfigMap", &cm, ev); err != nil {
-			var fe *ForeignError
-			if errors.As(err, &fe) && foreign != nil {
+		err := GetConfigMap(ctx, r, ev, name, &cm)
+		var fe *ForeignError
+		switch {
+		case errors.As(err, &fe):
+			if foreign != nil {
 				foreign(fe)
 			}
 			continue
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return err
 		}
 		lines, err := ReadRecords(&cm)
 		if err != nil {

@@ -125,10 +125,7 @@ func (b *budgetFollower) poll(ctx context.Context) {
 // ReadBudget reads an Evaluation's budget, from the ConfigMap ev controls.
 func ReadBudget(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation) (*cluster.Budget, error) {
 	var cm corev1.ConfigMap
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: cluster.BudgetName(ev.Name)}, &cm); err != nil {
-		return nil, err
-	}
-	if err := cluster.Owned("ConfigMap", &cm, ev); err != nil {
+	if err := cluster.GetConfigMap(ctx, c, ev, cluster.BudgetName(ev.Name), &cm); err != nil {
 		return nil, err
 	}
 	return ParseBudget(cm.Annotations)

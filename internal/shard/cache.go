@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -44,17 +45,13 @@ func (c *recordCache) Put(key string, e *cache.Entry) error {
 // the answers for the shard's own samples.
 func loadRecordCache(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, sh cluster.Shard) (*recordCache, error) {
 	rc := &recordCache{m: map[string]*cache.Entry{}}
-	ns := ev.Namespace
 	var list corev1.ConfigMap
-	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster.CacheSourcesName(ev.Name, run)}, &list)
+	err := cluster.GetConfigMap(ctx, c, ev, cluster.CacheSourcesName(ev.Name, run), &list)
 	if apierrors.IsNotFound(err) {
 		return rc, nil // the first run: nothing to reuse
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the cache sources: %w", err)
-	}
-	if err := cluster.Owned("ConfigMap", &list, ev); err != nil {
-		return nil, err
 	}
 	var sources []cluster.CacheSource
 	if err := json.Unmarshal([]byte(list.Data[cluster.KeySources]), &sources); err != nil {
@@ -65,14 +62,13 @@ func loadRecordCache(ctx context.Context, c client.Client, ev *v1alpha1.Evaluati
 			continue
 		}
 		var cm corev1.ConfigMap
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: src.Name}, &cm); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
+		err := cluster.GetConfigMap(ctx, c, ev, src.Name, &cm)
+		var fe *cluster.ForeignError
+		switch {
+		case apierrors.IsNotFound(err), errors.As(err, &fe):
+			continue // gone, or not this Evaluation's answers: never reuse them
+		case err != nil:
 			return nil, fmt.Errorf("reading cached answers from %s: %w", src.Name, err)
-		}
-		if cluster.Owned("ConfigMap", &cm, ev) != nil {
-			continue // not this Evaluation's answers: never reuse them
 		}
 		lines, err := cluster.ReadRecords(&cm)
 		if err != nil {

@@ -39,11 +39,8 @@ func Plan(ctx context.Context, c client.Client, o Options) error {
 	// The controller made the plan ConfigMap before starting this Job; the
 	// planner fills it in (it may not create objects).
 	var cm corev1.ConfigMap
-	if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: cluster.PlanName(o.Evaluation, o.Run)}, &cm); err != nil {
+	if err := cluster.GetConfigMap(ctx, c, ev, cluster.PlanName(o.Evaluation, o.Run), &cm); err != nil {
 		return fmt.Errorf("reading the plan ConfigMap: %w", err)
-	}
-	if err := cluster.Owned("ConfigMap", &cm, ev); err != nil {
-		return err
 	}
 	if cm.Annotations == nil {
 		cm.Annotations = map[string]string{}

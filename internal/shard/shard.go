@@ -242,11 +242,8 @@ func (o *Options) defaults() {
 func ReadPlan(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string) (cluster.Plan, error) {
 	var cm corev1.ConfigMap
 	var plan cluster.Plan
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: cluster.PlanName(ev.Name, run)}, &cm); err != nil {
+	if err := cluster.GetConfigMap(ctx, c, ev, cluster.PlanName(ev.Name, run), &cm); err != nil {
 		return plan, fmt.Errorf("reading the plan: %w", err)
-	}
-	if err := cluster.Owned("ConfigMap", &cm, ev); err != nil {
-		return plan, err
 	}
 	if err := json.Unmarshal([]byte(cm.Annotations[cluster.AnnotationPlan]), &plan); err != nil {
 		return plan, fmt.Errorf("reading the plan: %w", err)
@@ -265,11 +262,8 @@ func resolveSource(ctx context.Context, c client.Client, o Options, ev *v1alpha1
 		ref := ds.Source.ConfigMap
 		var cm corev1.ConfigMap
 		name := cluster.DataName(o.Evaluation, o.Run, ds.Name)
-		if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: name}, &cm); err != nil {
+		if err := cluster.GetConfigMap(ctx, c, ev, name, &cm); err != nil {
 			return "", fmt.Errorf("reading the run's copy of ConfigMap %s: %w", ref.Name, err)
-		}
-		if err := cluster.Owned("ConfigMap", &cm, ev); err != nil {
-			return "", err
 		}
 		data, err := cluster.SnapshotData(&cm, ref.Key)
 		if err != nil {
