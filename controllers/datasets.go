@@ -2,17 +2,12 @@ package controllers
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
-	"github.com/proctor-dev/proctor/internal/compile"
 )
 
 // snapshotDatasets gives the run one version of each ConfigMap dataset: the
@@ -49,25 +44,15 @@ func (r *EvaluationReconciler) snapshotDatasets(ctx context.Context, p *pass) (b
 // checkSpec compiles the run as its runner pods will (templates against the
 // first sample, field checks, rubrics), without API keys, so that a spec the
 // pods would refuse fails the run now, before any Job starts, with a message
-// naming the field. It reads the data the controller holds (inline, ConfigMap
-// snapshots); the planner Job checks runs with url or pvc datasets the same way.
+// naming the field. It checks with the data the controller holds (ConfigMap
+// snapshots; inline data is in the spec); the planner Job checks runs with url
+// or pvc datasets the same way.
 func (r *EvaluationReconciler) checkSpec(ctx context.Context, p *pass) error {
-	dir, err := os.MkdirTemp("", "proctor-check-")
-	if err != nil {
-		return err
+	data := map[string][]byte{}
+	for _, ds := range p.ev.Spec.Datasets {
+		if cm := p.configMaps[ds.Name]; ds.Source.ConfigMap != nil && cm != nil {
+			data[ds.Name], _ = cluster.ConfigMapData(cm, ds.Source.ConfigMap.Key)
+		}
 	}
-	defer os.RemoveAll(dir)
-	_, err = compile.Check(ctx, p.ev, compile.Env{
-		DataDir: dir,
-		ResolveSource: func(ds *v1alpha1.Dataset) (string, error) {
-			cm := p.configMaps[ds.Name]
-			if ds.Source.ConfigMap == nil || cm == nil {
-				return "", fmt.Errorf("the controller holds no data for dataset %s", ds.Name)
-			}
-			data, _ := cluster.ConfigMapData(cm, ds.Source.ConfigMap.Key)
-			path := filepath.Join(dir, "configmap-"+ds.Name)
-			return path, os.WriteFile(path, data, 0o600)
-		},
-	})
-	return err
+	return r.CheckSpec(ctx, p.ev, data)
 }

@@ -82,6 +82,11 @@ type EvaluationReconciler struct {
 	// manager's own image, which holds the same proctor binary.
 	RunnerImage string
 	Options     Options
+	// CheckSpec compiles a run as its runner pods will, with the data of the
+	// datasets the controller holds (by dataset name), and says what they would
+	// refuse. The manager passes the compiler's (compile.CheckData): the
+	// controller does not import the runner's program.
+	CheckSpec func(ctx context.Context, ev *v1alpha1.Evaluation, data map[string][]byte) error
 
 	heads    *headTracker
 	progress *throttle
@@ -104,6 +109,9 @@ type EvaluationReconciler struct {
 // owner; ConfigMaps only as metadata (shard progress is in annotations), so the
 // manager never holds records in memory.
 func (r *EvaluationReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.CheckSpec == nil {
+		return fmt.Errorf("the Evaluation controller needs CheckSpec")
+	}
 	r.Options.defaults()
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/runner/results"
 )
 
@@ -155,7 +156,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	})
 	h.r = &EvaluationReconciler{
 		Client: h.c, APIReader: h.c, Scheme: s, Recorder: h.rec, Clock: h.clock,
-		RunnerImage: testImage, Options: o.opts,
+		RunnerImage: testImage, Options: o.opts, CheckSpec: compile.CheckData,
 	}
 	initReconciler(h.r)
 	return h

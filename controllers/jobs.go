@@ -16,7 +16,6 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
-	"github.com/proctor-dev/proctor/internal/compile"
 )
 
 // Paths and names inside runner pods.
@@ -458,7 +457,7 @@ func (r *EvaluationReconciler) keyEnv(spec *v1alpha1.EvaluationSpec, model strin
 			continue
 		}
 		env = append(env, corev1.EnvVar{
-			Name:      compile.APIKeyEnv(n),
+			Name:      cluster.APIKeyEnv(n),
 			ValueFrom: &corev1.EnvVarSource{SecretKeyRef: m.APIKey.SecretKeyRef.DeepCopy()},
 		})
 	}

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
-	"github.com/proctor-dev/proctor/internal/shard"
 )
 
 // ensurePermissions gives the runner pods of an Evaluation a ServiceAccount
@@ -217,13 +215,10 @@ func (r *EvaluationReconciler) deleteIfOurs(ctx context.Context, p *pass, name s
 
 // ensureBudget creates the budget ConfigMap runners read their shares from.
 func (r *EvaluationReconciler) ensureBudget(ctx context.Context, p *pass) (bool, error) {
-	if limitsOf(&p.ev.Spec) == nil {
+	if cluster.ModelLimits(&p.ev.Spec) == nil {
 		return true, nil
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: objectMeta(p.ev.Namespace, cluster.BudgetName(p.ev.Name), cluster.Labels(p.ev.Name, "", cluster.ComponentBudget))}
-	b, _ := json.Marshal(&cluster.Budget{})
-	cm.Annotations = map[string]string{shard.AnnotationBudget: string(b)}
-	return r.claimConfigMap(ctx, p, cm)
+	return r.claimConfigMap(ctx, p, cluster.NewBudgetConfigMap(p.ev))
 }
 
 // claimConfigMap is claim for a ConfigMap the pass has not looked for yet: one

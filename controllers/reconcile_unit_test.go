@@ -23,7 +23,6 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
-	"github.com/proctor-dev/proctor/internal/shard"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/runner/results"
 )
@@ -148,7 +147,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "data"}}
 	urlDataset := v1alpha1.Dataset{Name: "web", Source: v1alpha1.DatasetSource{URL: "https://example.org/qa.jsonl"}}
 	planCM := func(ev *v1alpha1.Evaluation, annotations map[string]string) *corev1.ConfigMap {
-		cm := shard.NewPlanConfigMap(ev, cluster.RunID(ev))
+		cm := cluster.NewPlanConfigMap(ev, cluster.RunID(ev))
 		cm.Annotations = annotations
 		return cm
 	}
@@ -303,7 +302,7 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			name: "the planner's error",
 			ev:   testutil.MakeEvaluation("e", testNS).Dataset(urlDataset).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
 			objs: func(ev *v1alpha1.Evaluation) []client.Object {
-				return []client.Object{planCM(ev, map[string]string{shard.AnnotationPlanError: "web: sha256 mismatch"})}
+				return []client.Object{planCM(ev, map[string]string{cluster.AnnotationPlanError: "web: sha256 mismatch"})}
 			},
 			wantPhase:     v1alpha1.PhaseFailed,
 			wantReason:    v1alpha1.ReasonPlanningFailed,
@@ -541,7 +540,7 @@ func TestReconcileSpecEditStartsNewRun(t *testing.T) {
 			if !ok {
 				t.Fatalf("no budget ConfigMap for a rate-limited model")
 			}
-			budget.Annotations[shard.AnnotationBudget] = `{"version":7,"models":{"small":{"limits":{"requestsPerMinute":600},"grants":{"small/0":{"share":{"requestsPerMinute":600},"since":7,"previous":{},"acked":7}}}}}`
+			budget.Annotations[cluster.AnnotationBudget] = `{"version":7,"models":{"small":{"limits":{"requestsPerMinute":600},"grants":{"small/0":{"share":{"requestsPerMinute":600},"since":7,"previous":{},"acked":7}}}}}`
 			if err := h.c.Update(h.ctx, budget); err != nil {
 				t.Fatal(err)
 			}
@@ -568,7 +567,7 @@ func TestReconcileSpecEditStartsNewRun(t *testing.T) {
 			// The budget starts over (it was deleted and made again): no grants.
 			if b, ok := cms["arith-budget"]; !ok {
 				t.Errorf("no budget for the new run")
-			} else if got, want := b.Annotations[shard.AnnotationBudget], `{"version":1,"models":{"small":{"limits":{"requestsPerMinute":600}}}}`; got != want {
+			} else if got, want := b.Annotations[cluster.AnnotationBudget], `{"version":1,"models":{"small":{"limits":{"requestsPerMinute":600}}}}`; got != want {
 				t.Errorf("budget = %s, want %s", got, want)
 			}
 			_, headKept := cms[oldHead.Name]

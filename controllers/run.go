@@ -15,8 +15,6 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
-	"github.com/proctor-dev/proctor/internal/compile"
-	"github.com/proctor-dev/proctor/internal/shard"
 )
 
 // startRun decides the run. A spec edit that changes the results (anything but
@@ -136,7 +134,7 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 			p.fail(v1alpha1.ReasonInvalidSpec, "%s.agent.image: an agent model needs an image in a cluster: the image holding the agent CLI", path)
 			return false, nil
 		}
-		if compile.NeedsAPIKey(&m) && (m.APIKey == nil || m.APIKey.SecretKeyRef == nil) {
+		if m.NeedsAPIKey() && (m.APIKey == nil || m.APIKey.SecretKeyRef == nil) {
 			p.fail(v1alpha1.ReasonInvalidSpec, "%s.apiKey.secretKeyRef: model %q needs an API key, which a cluster reads from a Secret", path, m.Name)
 			return false, nil
 		}
@@ -228,18 +226,20 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 	switch {
 	case exists && !r.ours(p, "ConfigMap", cm):
 		return false, nil
-	case exists && cm.Annotations[shard.AnnotationPlanError] != "":
-		p.fail(v1alpha1.ReasonPlanningFailed, "planning failed: %s", cm.Annotations[shard.AnnotationPlanError])
-		return false, nil
-	case exists && cm.Annotations[cluster.AnnotationPlan] != "":
-		var plan cluster.Plan
-		if err := json.Unmarshal([]byte(cm.Annotations[cluster.AnnotationPlan]), &plan); err != nil {
-			return false, fmt.Errorf("plan %s: %w", key.Name, err)
-		}
-		p.plan = &plan
-		return true, nil
 	case !exists && !apierrors.IsNotFound(err):
 		return false, err
+	case exists:
+		plan, failed, err := cluster.ParsePlan(cm.Annotations)
+		switch {
+		case err != nil:
+			return false, fmt.Errorf("plan %s: %w", key.Name, err)
+		case failed != "":
+			p.fail(v1alpha1.ReasonPlanningFailed, "planning failed: %s", failed)
+			return false, nil
+		case plan != nil:
+			p.plan = plan
+			return true, nil
+		}
 	}
 	// No plan yet (or only the empty ConfigMap the planner is to fill in).
 
@@ -248,10 +248,7 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 		d := &p.ev.Spec.Datasets[i]
 		var data []byte
 		if ref := d.Source.ConfigMap; ref != nil && p.configMaps[d.Name] != nil {
-			data = []byte(p.configMaps[d.Name].Data[ref.Key])
-			if b, ok := p.configMaps[d.Name].BinaryData[ref.Key]; ok {
-				data = b
-			}
+			data, _ = cluster.ConfigMapData(p.configMaps[d.Name], ref.Key)
 		}
 		n, ok, err := cluster.CountInMemory(d, data)
 		if err != nil {
@@ -267,23 +264,19 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 		p.fail(v1alpha1.ReasonPlanningFailed, "planning failed: %v", err)
 		return false, nil
 	}
-	plan := cluster.Plan{Totals: totals, ShardSize: cluster.DefaultShardSize(totals), StorageBytes: max(0, r.Options.StorageBudget)}
-	if p.ev.Spec.ShardSize != nil {
-		plan.ShardSize = int(*p.ev.Spec.ShardSize)
-	}
-	b, _ := json.Marshal(plan)
+	plan := cluster.NewPlan(&p.ev.Spec, totals, r.Options.StorageBudget)
 	if exists {
 		patch := client.MergeFrom(cm.DeepCopy())
 		if cm.Annotations == nil {
 			cm.Annotations = map[string]string{}
 		}
-		cm.Annotations[cluster.AnnotationPlan] = string(b)
+		cluster.SetPlan(cm.Annotations, plan)
 		if err := r.Patch(ctx, cm, patch); err != nil {
 			return false, fmt.Errorf("writing the plan into %s: %w", key.Name, err)
 		}
 	} else {
-		planCM := shard.NewPlanConfigMap(p.ev, p.run)
-		planCM.Annotations[cluster.AnnotationPlan] = string(b)
+		planCM := cluster.NewPlanConfigMap(p.ev, p.run)
+		cluster.SetPlan(planCM.Annotations, plan)
 		if ok, err := r.claim(ctx, p, planCM); !ok || err != nil {
 			return false, err
 		}
@@ -298,7 +291,7 @@ func (r *EvaluationReconciler) ensurePlanner(ctx context.Context, p *pass) (bool
 		return true, nil
 	}
 	// The planner may not create objects: it fills in the plan ConfigMap made here.
-	if ok, err := r.claim(ctx, p, shard.NewPlanConfigMap(p.ev, p.run)); !ok || err != nil {
+	if ok, err := r.claim(ctx, p, cluster.NewPlanConfigMap(p.ev, p.run)); !ok || err != nil {
 		return false, err
 	}
 	job := r.plannerJob(p)

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
-	"github.com/proctor-dev/proctor/internal/shard"
-	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
 // shardState is what the controller knows of one shard.
@@ -165,7 +162,7 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 // divideBudget re-divides each rate-limited model's budget among the running
 // shards that call it (see cluster.Budget for the protocol).
 func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool, error) {
-	limits := limitsOf(&p.ev.Spec)
+	limits := cluster.ModelLimits(&p.ev.Spec)
 	if limits == nil || p.plan == nil {
 		return true, nil
 	}
@@ -174,7 +171,7 @@ func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool,
 	if err := r.Get(ctx, client.ObjectKey{Namespace: p.ev.Namespace, Name: cluster.BudgetName(p.ev.Name)}, cm); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
-	prev, err := shard.ParseBudget(cm.Annotations)
+	prev, err := cluster.ParseBudget(cm.Annotations)
 	if err != nil {
 		return false, err
 	}
@@ -197,32 +194,11 @@ func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool,
 	if !changed {
 		return true, nil
 	}
-	b, err := json.Marshal(next)
-	if err != nil {
+	patch := client.MergeFrom(cm.DeepCopy())
+	if err := cluster.SetBudget(cm.Annotations, next); err != nil {
 		return false, err
 	}
-	patch := client.MergeFrom(cm.DeepCopy())
-	cm.Annotations[shard.AnnotationBudget] = string(b)
 	return true, r.Patch(ctx, cm, patch)
-}
-
-// limitsOf returns the rate-limited models' limits, or nil if none has one.
-func limitsOf(spec *v1alpha1.EvaluationSpec) map[string]ratelimit.Limits {
-	var out map[string]ratelimit.Limits
-	for _, m := range spec.Models {
-		if m.RateLimit == nil {
-			continue
-		}
-		l := ratelimit.Limits{RequestsPerMinute: m.RateLimit.RequestsPerMinute, InputTokensPerMinute: m.RateLimit.InputTokensPerMinute, OutputTokensPerMinute: m.RateLimit.OutputTokensPerMinute}
-		if l.IsZero() {
-			continue
-		}
-		if out == nil {
-			out = map[string]ratelimit.Limits{}
-		}
-		out[m.Name] = l
-	}
-	return out
 }
 
 func firstMetric(spec *v1alpha1.EvaluationSpec) string {

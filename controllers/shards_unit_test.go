@@ -17,7 +17,6 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
-	"github.com/proctor-dev/proctor/internal/shard"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
@@ -180,7 +179,7 @@ func budgetOf(t *testing.T, h *harness) *cluster.Budget {
 	if err := h.c.Get(context.Background(), client.ObjectKey{Namespace: testNS, Name: "arith-budget"}, cm); err != nil {
 		t.Fatal(err)
 	}
-	b, err := shard.ParseBudget(cm.Annotations)
+	b, err := cluster.ParseBudget(cm.Annotations)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,30 +398,5 @@ func TestOnlyProgress(t *testing.T) {
 	onlyProgress(a, b)
 	if !b.Conditions[0].LastTransitionTime.Equal(ptr.To(metav1.NewTime(t0.Add(time.Hour)))) || a.Progress == nil {
 		t.Errorf("onlyProgress modified its arguments")
-	}
-}
-
-func TestLimitsOf(t *testing.T) {
-	rl := func(r, i, o int64) *v1alpha1.RateLimit {
-		return &v1alpha1.RateLimit{RequestsPerMinute: r, InputTokensPerMinute: i, OutputTokensPerMinute: o}
-	}
-	cases := []struct {
-		name   string
-		models []v1alpha1.Model
-		want   map[string]ratelimit.Limits
-	}{
-		{"no limits", []v1alpha1.Model{{Name: "a"}, {Name: "b"}}, nil},
-		{"all zero", []v1alpha1.Model{{Name: "a", RateLimit: rl(0, 0, 0)}}, nil},
-		{"some", []v1alpha1.Model{{Name: "a", RateLimit: rl(60, 0, 0)}, {Name: "b"}, {Name: "c", RateLimit: rl(0, 1000, 50)}, {Name: "d", RateLimit: rl(0, 0, 0)}},
-			map[string]ratelimit.Limits{"a": {RequestsPerMinute: 60}, "c": {InputTokensPerMinute: 1000, OutputTokensPerMinute: 50}}},
-	}
-	for _, tc := range cases {
-		got := limitsOf(&v1alpha1.EvaluationSpec{Models: tc.models})
-		if diff := cmp.Diff(tc.want, got); diff != "" {
-			t.Errorf("%s: limitsOf (-want +got):\n%s", tc.name, diff)
-		}
-		if tc.want == nil && got != nil {
-			t.Errorf("%s: limitsOf = %v, want nil (no budget at all)", tc.name, got)
-		}
 	}
 }

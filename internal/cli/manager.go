@@ -25,6 +25,7 @@ import (
 
 	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/compile"
 )
 
 type managerOptions struct {
@@ -117,6 +118,7 @@ func runManager(o *managerOptions, s streams) error {
 		Scheme:      mgr.GetScheme(),
 		Recorder:    mgr.GetEventRecorder("proctor"),
 		RunnerImage: o.runnerImage,
+		CheckSpec:   compile.CheckData,
 		Options:     controllers.Options{StorageBudget: storageBudgetOption(o.storageBudget), Resources: o.resources},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

@@ -1,8 +1,15 @@
 package cluster
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
@@ -225,4 +232,74 @@ func dims(l ratelimit.Limits) [3]int64 {
 
 func undims(v [3]int64) ratelimit.Limits {
 	return ratelimit.Limits{RequestsPerMinute: v[0], InputTokensPerMinute: v[1], OutputTokensPerMinute: v[2]}
+}
+
+// LimitsOf is a model's rate limit as the engine's limiter and the budget count
+// it; zero when the model has none.
+func LimitsOf(r *v1alpha1.RateLimit) ratelimit.Limits {
+	if r == nil {
+		return ratelimit.Limits{}
+	}
+	return ratelimit.Limits{RequestsPerMinute: r.RequestsPerMinute, InputTokensPerMinute: r.InputTokensPerMinute, OutputTokensPerMinute: r.OutputTokensPerMinute}
+}
+
+// ModelLimits are the limits of the rate-limited models of spec, the models whose
+// shares come from the budget; nil if none has a limit.
+func ModelLimits(spec *v1alpha1.EvaluationSpec) map[string]ratelimit.Limits {
+	var out map[string]ratelimit.Limits
+	for _, m := range spec.Models {
+		l := LimitsOf(m.RateLimit)
+		if l.IsZero() {
+			continue
+		}
+		if out == nil {
+			out = map[string]ratelimit.Limits{}
+		}
+		out[m.Name] = l
+	}
+	return out
+}
+
+// NewBudgetConfigMap is an Evaluation's budget ConfigMap as the controller makes
+// it, holding an empty budget; the caller sets its owner.
+func NewBudgetConfigMap(ev *v1alpha1.Evaluation) *corev1.ConfigMap {
+	cm := &corev1.ConfigMap{}
+	cm.Namespace, cm.Name = ev.Namespace, BudgetName(ev.Name)
+	cm.Labels = Labels(ev.Name, "", ComponentBudget)
+	b, _ := json.Marshal(&Budget{})
+	cm.Annotations = map[string]string{AnnotationBudget: string(b)}
+	return cm
+}
+
+// ReadBudget reads an Evaluation's budget, from the ConfigMap ev controls.
+func ReadBudget(ctx context.Context, c client.Reader, ev *v1alpha1.Evaluation) (*Budget, error) {
+	var cm corev1.ConfigMap
+	if err := GetConfigMap(ctx, c, ev, BudgetName(ev.Name), &cm); err != nil {
+		return nil, err
+	}
+	return ParseBudget(cm.Annotations)
+}
+
+// ParseBudget reads a budget from the budget ConfigMap's annotations; an empty
+// budget if it has none yet.
+func ParseBudget(annotations map[string]string) (*Budget, error) {
+	b := &Budget{}
+	v, ok := annotations[AnnotationBudget]
+	if !ok {
+		return b, nil
+	}
+	if err := json.Unmarshal([]byte(v), b); err != nil {
+		return nil, fmt.Errorf("budget: %w", err)
+	}
+	return b, nil
+}
+
+// SetBudget writes b into the budget ConfigMap's annotations.
+func SetBudget(annotations map[string]string, b *Budget) error {
+	v, err := json.Marshal(b)
+	if err != nil {
+		return fmt.Errorf("budget: %w", err)
+	}
+	annotations[AnnotationBudget] = string(v)
+	return nil
 }

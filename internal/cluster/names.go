@@ -36,6 +36,11 @@ const (
 	AnnotationProgress = "proctor.dev/progress"
 	// AnnotationPlan is the plan ConfigMap's plan (Plan as JSON).
 	AnnotationPlan = "proctor.dev/plan"
+	// AnnotationPlanError on a plan ConfigMap says why planning failed.
+	AnnotationPlanError = "proctor.dev/plan-error"
+	// AnnotationBudget on the budget ConfigMap (BudgetName) is the Budget as
+	// JSON: the controller writes it, runner pods read it.
+	AnnotationBudget = "proctor.dev/budget"
 	// AnnotationRun is the run a results ConfigMap was written for.
 	AnnotationRun = "proctor.dev/run"
 	// AnnotationSource says which ConfigMap (name, uid, resourceVersion, key) a
@@ -140,4 +145,11 @@ func Labels(eval, run, component string) map[string]string {
 		l[LabelRun] = run
 	}
 	return l
+}
+
+// APIKeyEnv is the variable a runner pod holds a model's API key in: one per
+// model, since a pod may call several models whose keys share a name (a judge,
+// say). The controller sets it from the model's Secret; the runner reads it.
+func APIKeyEnv(model string) string {
+	return "PROCTOR_API_KEY_" + strings.ToUpper(strings.ReplaceAll(model, "-", "_"))
 }

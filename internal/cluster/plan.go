@@ -1,12 +1,17 @@
 package cluster
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 )
@@ -72,6 +77,72 @@ type Plan struct {
 	// StorageBytes bounds the records the run stores (their JSON, before
 	// compression); 0 means unbounded. Each shard gets StorageShare of it.
 	StorageBytes int64 `json:"storageBytes,omitempty"`
+}
+
+// NewPlan is the plan of a run of spec whose datasets hold totals samples (after
+// their limits), storing at most storageBytes of records (0: unbounded). The
+// controller makes it when it can count every dataset itself, the planner Job
+// otherwise.
+func NewPlan(spec *v1alpha1.EvaluationSpec, totals map[string]int, storageBytes int64) Plan {
+	plan := Plan{Totals: totals, ShardSize: DefaultShardSize(totals), StorageBytes: max(0, storageBytes)}
+	if spec.ShardSize != nil {
+		plan.ShardSize = int(*spec.ShardSize)
+	}
+	return plan
+}
+
+// NewPlanConfigMap is a run's (empty) plan ConfigMap, as the controller makes
+// it. The planner Job, which may not create objects, fills it in.
+func NewPlanConfigMap(ev *v1alpha1.Evaluation, run string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Namespace:       ev.Namespace,
+		Name:            PlanName(ev.Name, run),
+		Labels:          Labels(ev.Name, run, ComponentPlan),
+		Annotations:     map[string]string{},
+		OwnerReferences: []metav1.OwnerReference{OwnerReference(ev)},
+	}}
+}
+
+// SetPlan writes plan into a plan ConfigMap's annotations.
+func SetPlan(annotations map[string]string, plan Plan) {
+	b, _ := json.Marshal(plan) // a struct of numbers and strings always encodes
+	annotations[AnnotationPlan] = string(b)
+}
+
+// ParsePlan reads a plan ConfigMap's annotations: the plan (nil while the
+// planner has not written one), or why planning failed (failed != "").
+func ParsePlan(annotations map[string]string) (plan *Plan, failed string, err error) {
+	if failed = annotations[AnnotationPlanError]; failed != "" {
+		return nil, failed, nil
+	}
+	v := annotations[AnnotationPlan]
+	if v == "" {
+		return nil, "", nil
+	}
+	plan = &Plan{}
+	if err := json.Unmarshal([]byte(v), plan); err != nil {
+		return nil, "", fmt.Errorf("reading the plan: %w", err)
+	}
+	return plan, "", nil
+}
+
+// ReadPlan reads a run's plan, from the plan ConfigMap ev controls; an error if
+// it has none.
+func ReadPlan(ctx context.Context, c client.Reader, ev *v1alpha1.Evaluation, run string) (Plan, error) {
+	var cm corev1.ConfigMap
+	if err := GetConfigMap(ctx, c, ev, PlanName(ev.Name, run), &cm); err != nil {
+		return Plan{}, fmt.Errorf("reading the plan: %w", err)
+	}
+	plan, failed, err := ParsePlan(cm.Annotations)
+	switch {
+	case err != nil:
+		return Plan{}, err
+	case failed != "":
+		return Plan{}, fmt.Errorf("planning failed: %s", failed)
+	case plan == nil:
+		return Plan{}, errors.New("reading the plan: the plan ConfigMap holds no plan yet")
+	}
+	return *plan, nil
 }
 
 // StorageShare is shard s's share of the run's storage budget, in proportion to

@@ -300,3 +300,38 @@ func TestCountInMemory(t *testing.T) {
 		})
 	}
 }
+
+func TestPlanAnnotations(t *testing.T) {
+	spec := &v1alpha1.EvaluationSpec{ShardSize: ptr.To[int32](7)}
+	cases := []struct {
+		name        string
+		annotations map[string]string
+		want        *Plan
+		wantFailed  string
+		wantErr     bool
+	}{
+		{name: "not planned yet", annotations: map[string]string{}},
+		{name: "planned", annotations: func() map[string]string {
+			a := map[string]string{}
+			SetPlan(a, NewPlan(spec, map[string]int{"d": 20}, -5))
+			return a
+		}(), want: &Plan{ShardSize: 7, Totals: map[string]int{"d": 20}}},
+		{name: "failed", annotations: map[string]string{AnnotationPlanError: "d: sha256 mismatch", AnnotationPlan: `{"shardSize":1}`}, wantFailed: "d: sha256 mismatch"},
+		{name: "damaged", annotations: map[string]string{AnnotationPlan: `{"shardSize":`}, wantErr: true},
+	}
+	for _, tc := range cases {
+		got, failed, err := ParsePlan(tc.annotations)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("%s: err = %v, want error %v", tc.name, err, tc.wantErr)
+		}
+		if failed != tc.wantFailed {
+			t.Errorf("%s: failed = %q, want %q", tc.name, failed, tc.wantFailed)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s: plan (-want +got):\n%s", tc.name, diff)
+		}
+	}
+	if got := NewPlan(&v1alpha1.EvaluationSpec{}, map[string]int{"d": 250_000}, 1<<20); got.ShardSize != 250 || got.StorageBytes != 1<<20 {
+		t.Errorf("NewPlan without shardSize = %+v, want the default shard size 250 and the storage budget", got)
+	}
+}

@@ -2,6 +2,9 @@ package compile
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/runner/cache"
@@ -36,3 +39,26 @@ type noCache struct{}
 
 func (noCache) Get(string) (*cache.Entry, bool) { return nil, false }
 func (noCache) Put(string, *cache.Entry) error  { return nil }
+
+// CheckData is Check for a spec whose datasets the caller holds in memory (the
+// controller: inline data, and its snapshots of ConfigMap datasets), by dataset
+// name. A dataset whose data is not in data cannot be checked and is an error.
+func CheckData(ctx context.Context, ev *v1alpha1.Evaluation, data map[string][]byte) error {
+	dir, err := os.MkdirTemp("", "proctor-check-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	_, err = Check(ctx, ev, Env{
+		DataDir: dir,
+		ResolveSource: func(ds *v1alpha1.Dataset) (string, error) {
+			b, ok := data[ds.Name]
+			if !ok {
+				return "", fmt.Errorf("the controller holds no data for dataset %s", ds.Name)
+			}
+			path := filepath.Join(dir, "configmap-"+ds.Name)
+			return path, os.WriteFile(path, b, 0o600)
+		},
+	})
+	return err
+}

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/cache"
 	"github.com/proctor-dev/proctor/runner/dataset"
@@ -28,7 +28,6 @@ import (
 	"github.com/proctor-dev/proctor/runner/provider/agent"
 	"github.com/proctor-dev/proctor/runner/provider/anthropic"
 	"github.com/proctor-dev/proctor/runner/provider/openai"
-	"github.com/proctor-dev/proctor/runner/ratelimit"
 	"github.com/proctor-dev/proctor/runner/retry"
 	"github.com/proctor-dev/proctor/runner/score"
 )
@@ -72,12 +71,6 @@ type Env struct {
 	// container's environment, not in LookupEnv's: Build asks the executor
 	// whether they are set, and never learns their values.
 	AgentExecutor string
-}
-
-// APIKeyEnv is the variable a runner pod holds a model's API key in: one per model,
-// since a pod may call several models whose keys share a name (a judge, say).
-func APIKeyEnv(model string) string {
-	return "PROCTOR_API_KEY_" + strings.ToUpper(strings.ReplaceAll(model, "-", "_"))
 }
 
 // agentBaseEnv is what an agent inherits from proctor's environment besides what
@@ -187,9 +180,7 @@ func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.
 		Agent:       m.Provider == v1alpha1.ProviderAgent,
 		Concurrency: concurrency,
 	}
-	if r := m.RateLimit; r != nil {
-		out.Limits = ratelimit.Limits{RequestsPerMinute: r.RequestsPerMinute, InputTokensPerMinute: r.InputTokensPerMinute, OutputTokensPerMinute: r.OutputTokensPerMinute}
-	}
+	out.Limits = cluster.LimitsOf(m.RateLimit)
 	remoteAgent := m.Provider == v1alpha1.ProviderAgent && env.Cluster && env.AgentExecutor != ""
 	var key string
 	var err error
@@ -270,14 +261,8 @@ func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.
 // apiKey reads a model's key from the environment. A model that declares apiKey
 // must find its variable set; one that does not needs a key only when it talks to
 // the provider's own API (a local OpenAI-compatible server usually needs none).
-// NeedsAPIKey reports whether a model must be given a key: it declares apiKey, or
-// it talks to OpenAI's or Anthropic's own API.
-func NeedsAPIKey(m *v1alpha1.Model) bool {
-	return m.APIKey != nil || (m.Provider != v1alpha1.ProviderAgent && officialAPI(m.BaseURL))
-}
-
 func apiKey(m *v1alpha1.Model, path string, env Env) (string, error) {
-	if !NeedsAPIKey(m) {
+	if !m.NeedsAPIKey() {
 		return "", nil
 	}
 	name := v1alpha1.DefaultAPIKeyEnv(m.Provider)
@@ -288,7 +273,7 @@ func apiKey(m *v1alpha1.Model, path string, env Env) (string, error) {
 		if m.APIKey == nil || m.APIKey.SecretKeyRef == nil {
 			return "", fmt.Errorf("%s.apiKey.secretKeyRef: model %q needs an API key, which a cluster takes from a Secret", path, m.Name)
 		}
-		key, ok := env.LookupEnv(APIKeyEnv(m.Name))
+		key, ok := env.LookupEnv(cluster.APIKeyEnv(m.Name))
 		key = strings.TrimSpace(key)
 		if !ok || key == "" {
 			return "", fmt.Errorf("%s.apiKey.secretKeyRef: the key of Secret %s is empty or missing", path, m.APIKey.SecretKeyRef.Name)
@@ -331,24 +316,6 @@ func CountDatasets(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (map[s
 		totals[d.Name] = d.Total
 	}
 	return totals, nil
-}
-
-// officialAPI reports whether baseURL is OpenAI's or Anthropic's own API, which
-// always needs a key (whatever its path or trailing slash).
-func officialAPI(baseURL string) bool {
-	if baseURL == "" {
-		return true // the default endpoint
-	}
-	u, err := url.Parse(baseURL)
-	if err != nil {
-		return false
-	}
-	for _, def := range []string{v1alpha1.DefaultOpenAIBaseURL, v1alpha1.DefaultAnthropicBaseURL} {
-		if d, _ := url.Parse(def); strings.EqualFold(u.Hostname(), d.Hostname()) {
-			return true
-		}
-	}
-	return false
 }
 
 func parameters(m *v1alpha1.Model) (provider.Params, error) {

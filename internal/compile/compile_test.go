@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/internal/evalfile"
 	"github.com/proctor-dev/proctor/runner"
@@ -1514,7 +1515,7 @@ scoring:
 `
 	// The pod of model b holds b's and the judge's keys, not a's. A Secret made
 	// with --from-file usually ends in a newline, which is not part of the key.
-	env := newEnv(t, map[string]string{compile.APIKeyEnv("b"): "kb\n", compile.APIKeyEnv("j"): "kj"})
+	env := newEnv(t, map[string]string{cluster.APIKeyEnv("b"): "kb\n", cluster.APIKeyEnv("j"): "kj"})
 	env.Cluster = true
 	t.Run("all models", func(t *testing.T) {
 		_, err := build(t, spec, env)

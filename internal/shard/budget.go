@@ -2,12 +2,9 @@ package shard
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -15,10 +12,6 @@ import (
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner"
 )
-
-// AnnotationBudget holds the Budget (as JSON) on the budget ConfigMap. An
-// annotation rather than data so the controller sees it in its metadata cache.
-const AnnotationBudget = "proctor.dev/budget"
 
 // budgetFollower applies the shard's shares of the budget to the engine, and
 // flushes the store on a timer (the flush also acknowledges the budget version).
@@ -92,7 +85,7 @@ func throttled(eng *runner.Engine, models []string) map[string]cluster.Throttle 
 // poll reads the budget and applies this shard's shares; if the budget has been
 // unreadable for FenceAfter, it holds every limited model.
 func (b *budgetFollower) poll(ctx context.Context) {
-	budget, err := ReadBudget(ctx, b.c, b.ev)
+	budget, err := cluster.ReadBudget(ctx, b.c, b.ev)
 	now := b.o.Clock.Now()
 	if err != nil {
 		if b.lastRead.IsZero() {
@@ -120,26 +113,4 @@ func (b *budgetFollower) poll(ctx context.Context) {
 		_ = b.eng.Pause(m, paused)
 	}
 	b.store.SetBudget(budget.Version)
-}
-
-// ReadBudget reads an Evaluation's budget, from the ConfigMap ev controls.
-func ReadBudget(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation) (*cluster.Budget, error) {
-	var cm corev1.ConfigMap
-	if err := cluster.GetConfigMap(ctx, c, ev, cluster.BudgetName(ev.Name), &cm); err != nil {
-		return nil, err
-	}
-	return ParseBudget(cm.Annotations)
-}
-
-// ParseBudget reads a budget from the budget ConfigMap's annotations.
-func ParseBudget(annotations map[string]string) (*cluster.Budget, error) {
-	b := &cluster.Budget{}
-	v, ok := annotations[AnnotationBudget]
-	if !ok {
-		return b, nil
-	}
-	if err := json.Unmarshal([]byte(v), b); err != nil {
-		return nil, fmt.Errorf("budget: %w", err)
-	}
-	return b, nil
 }

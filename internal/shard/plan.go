@@ -2,21 +2,16 @@ package shard
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/compile"
 )
-
-// AnnotationPlanError on a plan ConfigMap says why planning failed.
-const AnnotationPlanError = "proctor.dev/plan-error"
 
 // Plan counts the samples of every dataset of a run and publishes the plan: the
 // planner Job, for sources only a pod can read (url, pvc). It compiles the run as
@@ -46,14 +41,9 @@ func Plan(ctx context.Context, c client.Client, o Options) error {
 		cm.Annotations = map[string]string{}
 	}
 	if countErr != nil {
-		cm.Annotations[AnnotationPlanError] = countErr.Error()
+		cm.Annotations[cluster.AnnotationPlanError] = countErr.Error()
 	} else {
-		plan := cluster.Plan{Totals: totals, ShardSize: cluster.DefaultShardSize(totals), StorageBytes: o.StorageBudget}
-		if ev.Spec.ShardSize != nil {
-			plan.ShardSize = int(*ev.Spec.ShardSize)
-		}
-		b, _ := json.Marshal(plan)
-		cm.Annotations[cluster.AnnotationPlan] = string(b)
+		cluster.SetPlan(cm.Annotations, cluster.NewPlan(&ev.Spec, totals, o.StorageBudget))
 	}
 	if err := c.Update(ctx, &cm); err != nil {
 		return fmt.Errorf("publishing the plan: %w", err)
@@ -62,15 +52,4 @@ func Plan(ctx context.Context, c client.Client, o Options) error {
 		return &InvalidError{countErr}
 	}
 	return nil
-}
-
-// NewPlanConfigMap is a run's (empty) plan ConfigMap, as the controller makes it.
-func NewPlanConfigMap(ev *v1alpha1.Evaluation, run string) *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-		Namespace:       ev.Namespace,
-		Name:            cluster.PlanName(ev.Name, run),
-		Labels:          cluster.Labels(ev.Name, run, cluster.ComponentPlan),
-		Annotations:     map[string]string{},
-		OwnerReferences: []metav1.OwnerReference{cluster.OwnerReference(ev)},
-	}}
 }

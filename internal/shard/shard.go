@@ -6,7 +6,6 @@ package shard
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -78,7 +77,7 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	if err != nil {
 		return err
 	}
-	plan, err := ReadPlan(ctx, c, ev, o.Run)
+	plan, err := cluster.ReadPlan(ctx, c, ev, o.Run)
 	if err != nil {
 		return err
 	}
@@ -135,10 +134,11 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		log.Info("Resumed a shard", "done", done)
 	}
 
-	limited := limitedModels(&ev.Spec)
-	for m := range limited {
-		if !slices.Contains(models, m) {
-			delete(limited, m) // another pod's model: this one never calls it
+	// The rate-limited models among those this pod calls take their shares from the budget.
+	limited := map[string]bool{}
+	for m := range cluster.ModelLimits(&ev.Spec) {
+		if slices.Contains(models, m) {
+			limited[m] = true
 		}
 	}
 	b := &budgetFollower{c: c, o: o, ev: ev, shard: sh, eng: eng, store: store, limited: limited, models: models, log: log}
@@ -238,19 +238,6 @@ func (o *Options) defaults() {
 	}
 }
 
-// ReadPlan reads a run's plan, from the ConfigMap ev controls.
-func ReadPlan(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string) (cluster.Plan, error) {
-	var cm corev1.ConfigMap
-	var plan cluster.Plan
-	if err := cluster.GetConfigMap(ctx, c, ev, cluster.PlanName(ev.Name, run), &cm); err != nil {
-		return plan, fmt.Errorf("reading the plan: %w", err)
-	}
-	if err := json.Unmarshal([]byte(cm.Annotations[cluster.AnnotationPlan]), &plan); err != nil {
-		return plan, fmt.Errorf("reading the plan: %w", err)
-	}
-	return plan, nil
-}
-
 // resolveSource makes a cluster dataset source a local file.
 func resolveSource(ctx context.Context, c client.Client, o Options, ev *v1alpha1.Evaluation, ds *v1alpha1.Dataset) (string, error) {
 	switch {
@@ -277,15 +264,4 @@ func resolveSource(ctx context.Context, c client.Client, o Options, ev *v1alpha1
 		return path, os.WriteFile(path, data, 0o644)
 	}
 	return "", errors.New("not a cluster source")
-}
-
-// limitedModels are the models with a rate limit, whose shares come from the budget.
-func limitedModels(spec *v1alpha1.EvaluationSpec) map[string]bool {
-	out := map[string]bool{}
-	for _, m := range spec.Models {
-		if m.RateLimit != nil && (m.RateLimit.RequestsPerMinute > 0 || m.RateLimit.InputTokensPerMinute > 0 || m.RateLimit.OutputTokensPerMinute > 0) {
-			out[m.Name] = true
-		}
-	}
-	return out
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cli"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/internal/shard"
 	"github.com/proctor-dev/proctor/test/fakellm"
 )
@@ -95,6 +96,7 @@ func startManagerWith(t testing.TB, ns string, edit func(*controllers.Options)) 
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scheme: mgr.GetScheme(),
 		Recorder:    mgr.GetEventRecorder("proctor"),
 		RunnerImage: "proctor:test",
+		CheckSpec:   compile.CheckData,
 		Options:     controllers.Options{StaleAfter: testStaleAfter, ProgressInterval: 100 * time.Millisecond, RecheckAfter: 300 * time.Millisecond, ShardRetries: 3},
 	}
 	if edit != nil {

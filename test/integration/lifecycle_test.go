@@ -21,7 +21,6 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cluster"
-	"github.com/proctor-dev/proctor/internal/shard"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/test/fakellm"
@@ -158,7 +157,7 @@ func TestBudgetSharesNeverExceedTheLimit(t *testing.T) {
 			if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: cluster.BudgetName("budget")}, &cm); err != nil {
 				continue
 			}
-			b, err := shard.ParseBudget(cm.Annotations)
+			b, err := cluster.ParseBudget(cm.Annotations)
 			if err != nil || b.Models["m"] == nil {
 				continue
 			}
