@@ -212,7 +212,7 @@ func failedProblem(pod *corev1.Pod, shard string, attempts int32) *problem {
 				p.message += ", memory limit " + lim
 			}
 			p.message += ")"
-		case t.ExitCode == exitCodeFinal && cs == runnerName:
+		case t.ExitCode == cluster.ExitInvalid && cs == runnerName:
 			p.reason = "ConfigurationError"
 			p.message = fmt.Sprintf("pod %s (shard %s) stopped on a configuration error (exit code %d), which no retry can fix", pod.Name, shard, t.ExitCode)
 		default:

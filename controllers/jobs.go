@@ -21,7 +21,6 @@ import (
 // Paths and names inside runner pods.
 const (
 	scratchDir    = "/scratch"
-	datasetRoot   = "/datasets"
 	proctorBinDir = "/proctor-bin"
 	runnerBinary  = "/proctor"
 	runnerName    = "runner"
@@ -39,7 +38,6 @@ const (
 	tokenVolume = "kube-api-access"
 	// podUser runs every container of runner pods (distroless "nonroot").
 	podUser        = int64(65532)
-	exitCodeFinal  = 2 // invalid input: retrying cannot help
 	graceSeconds   = 30
 	plannerRetries = 2
 )
@@ -124,7 +122,7 @@ func (r *EvaluationReconciler) shardJob(p *pass, model string, shards int) *batc
 					// Invalid input: retrying cannot help.
 					Action: batchv1.PodFailurePolicyActionFailIndex,
 					OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
-						ContainerName: ptr.To(runnerName), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{exitCodeFinal},
+						ContainerName: ptr.To(runnerName), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{cluster.ExitInvalid},
 					},
 				},
 			}},
@@ -147,7 +145,7 @@ func (r *EvaluationReconciler) plannerJob(p *pass) *batchv1.Job {
 			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
 				Action: batchv1.PodFailurePolicyActionFailJob,
 				OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
-					ContainerName: ptr.To(runnerName), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{exitCodeFinal},
+					ContainerName: ptr.To(runnerName), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{cluster.ExitInvalid},
 				},
 			}}},
 			Template: pod,
@@ -231,7 +229,7 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: d.Source.PVC.ClaimName, ReadOnly: true},
 		}})
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: datasetRoot + "/" + d.Source.PVC.ClaimName, ReadOnly: true})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: cluster.DatasetMount(cluster.DatasetRoot, d.Source.PVC.ClaimName), ReadOnly: true})
 	}
 
 	return corev1.PodTemplateSpec{

@@ -167,9 +167,7 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 			if err != nil {
 				return false, err
 			}
-			_, inData := cm.Data[ref.Key]
-			_, inBinary := cm.BinaryData[ref.Key]
-			if !inData && !inBinary {
+			if _, ok := cluster.ConfigMapData(&cm, ref.Key); !ok {
 				p.pendingReason = v1alpha1.ReasonConfigMapNotFound
 				p.pendingMessage = fmt.Sprintf("ConfigMap %s has no key %s (%s.configMap.key)", ref.Name, ref.Key, path)
 				p.requeueAfter(r.Options.RecheckAfter)

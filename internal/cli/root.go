@@ -15,14 +15,15 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/version"
 )
 
 // Exit codes.
 const (
 	exitOK          = 0
-	exitFailed      = 1 // the run could not finish (data unreadable, disk full...)
-	exitInvalid     = 2 // bad flags or a bad Evaluation: nothing was run
+	exitFailed      = cluster.ExitFailed  // the run could not finish (data unreadable, disk full...)
+	exitInvalid     = cluster.ExitInvalid // bad flags or a bad Evaluation: nothing was run
 	exitInterrupted = 130
 )
 

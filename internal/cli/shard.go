@@ -71,7 +71,7 @@ func podFlags(cmd *cobra.Command, o *shard.Options) {
 	f.StringVar(&o.Run, "run", "", "the run (status.run) this pod belongs to")
 	f.StringVar(&o.Pod, "pod", os.Getenv("POD_NAME"), "this pod's name (default $POD_NAME)")
 	f.StringVar(&o.WorkDir, "work-dir", filepath.Join(os.TempDir(), "proctor"), "scratch space: downloads and agent workspaces")
-	f.StringVar(&o.DatasetRoot, "dataset-root", "/datasets", "where PVC datasets are mounted")
+	f.StringVar(&o.DatasetRoot, "dataset-root", cluster.DatasetRoot, "where PVC datasets are mounted")
 	f.DurationVar(&o.GracePeriod, "grace-period", 0, "on SIGTERM, how long samples in flight may finish (default 20s)")
 }
 

@@ -219,7 +219,7 @@ func (o *Options) defaults() {
 		o.WorkDir = os.TempDir()
 	}
 	if o.DatasetRoot == "" {
-		o.DatasetRoot = "/datasets"
+		o.DatasetRoot = cluster.DatasetRoot
 	}
 	if o.FlushEvery == 0 {
 		o.FlushEvery = 3 * time.Second
@@ -242,7 +242,7 @@ func (o *Options) defaults() {
 func resolveSource(ctx context.Context, c client.Client, o Options, ev *v1alpha1.Evaluation, ds *v1alpha1.Dataset) (string, error) {
 	switch {
 	case ds.Source.PVC != nil:
-		return filepath.Join(o.DatasetRoot, ds.Source.PVC.ClaimName, filepath.FromSlash(ds.Source.PVC.Path)), nil
+		return filepath.Join(filepath.FromSlash(cluster.DatasetMount(o.DatasetRoot, ds.Source.PVC.ClaimName)), filepath.FromSlash(ds.Source.PVC.Path)), nil
 	case ds.Source.ConfigMap != nil:
 		// The run's snapshot of the ConfigMap, which the plan counted: never the
 		// user's ConfigMap, which may have been edited since.
