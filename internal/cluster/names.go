@@ -1,6 +1,11 @@
-// Package cluster holds what the controller and the runner pods share: child
-// names and labels, the run identity, the shard plan, the rate-limit budget
-// protocol, and the ConfigMaps shards write their records to.
+// Package cluster is the contract between the controller and the runner pods,
+// and the only package both import besides the API: child names, labels and
+// annotations (names.go), the run identity and the shard plan with its
+// ConfigMap (plan.go), the rate-limit budget protocol and its ConfigMap
+// (budget.go), the ConfigMaps shards write their records to and the results
+// ConfigMap (store.go), dataset snapshots (data.go), ownership checks
+// (owner.go), and what a pod finds where and what its exit code means (pod.go).
+// A change to how the two sides talk is made here, once.
 package cluster
 
 import (
