@@ -7,7 +7,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/source"
 )
 
 // snapshotDatasets gives the run one version of each ConfigMap dataset: the
@@ -17,17 +18,19 @@ import (
 // by then. It runs only before the run's Jobs exist (checkReferences reads the
 // user's ConfigMaps only then).
 func (r *EvaluationReconciler) snapshotDatasets(ctx context.Context, p *pass) (bool, error) {
-	for _, d := range p.ev.Spec.Datasets {
+	for i := range p.ev.Spec.Datasets {
+		d := &p.ev.Spec.Datasets[i]
+		k, ok := source.Of(&d.Source).(source.Snapshotted)
 		src := p.configMaps[d.Name]
-		if src == nil || d.Source.ConfigMap == nil {
+		if !ok || src == nil {
 			continue
 		}
-		key := client.ObjectKey{Namespace: p.ev.Namespace, Name: cluster.DataName(p.ev.Name, p.run, d.Name)}
+		key := client.ObjectKey{Namespace: p.ev.Namespace, Name: k.SnapshotName(p.ev, p.run, d)}
 		var snap corev1.ConfigMap
 		err := r.APIReader.Get(ctx, key, &snap)
 		switch {
 		case apierrors.IsNotFound(err):
-			snap = *cluster.NewDataSnapshot(src, d.Source.ConfigMap.Key, p.ev.Name, p.run, d.Name)
+			snap = *k.Snapshot(src, p.ev, p.run, d)
 			if ok, err := r.claim(ctx, p, &snap); !ok || err != nil {
 				return false, err
 			}
@@ -49,10 +52,22 @@ func (r *EvaluationReconciler) snapshotDatasets(ctx context.Context, p *pass) (b
 // or pvc datasets the same way.
 func (r *EvaluationReconciler) checkSpec(ctx context.Context, p *pass) error {
 	data := map[string][]byte{}
-	for _, ds := range p.ev.Spec.Datasets {
-		if cm := p.configMaps[ds.Name]; ds.Source.ConfigMap != nil && cm != nil {
-			data[ds.Name], _ = cluster.ConfigMapData(cm, ds.Source.ConfigMap.Key)
+	for i := range p.ev.Spec.Datasets {
+		d := &p.ev.Spec.Datasets[i]
+		if b, ok := heldData(d, p.configMaps[d.Name]); ok {
+			data[d.Name] = b
 		}
 	}
 	return r.CheckSpec(ctx, p.ev, data)
+}
+
+// heldData is the data of dataset d that the controller holds in held (the
+// object its source's Lookup found, or the run's snapshot of it), and whether
+// it holds any.
+func heldData(d *v1alpha1.Dataset, held *corev1.ConfigMap) ([]byte, bool) {
+	k, ok := source.Of(&d.Source).(source.Held)
+	if !ok || held == nil {
+		return nil, false
+	}
+	return k.Data(held, d)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/source"
 )
 
 // Paths and names inside runner pods.
@@ -221,15 +222,13 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 		}
 	}
 
-	for i, d := range spec.Datasets {
-		if d.Source.PVC == nil {
-			continue
+	for i := range spec.Datasets {
+		d := &spec.Datasets[i]
+		if k, ok := source.Of(&d.Source).(source.Mounted); ok {
+			v, m := k.Volume(d, fmt.Sprintf("dataset-%d", i))
+			volumes = append(volumes, v)
+			c.VolumeMounts = append(c.VolumeMounts, m)
 		}
-		name := fmt.Sprintf("dataset-%d", i)
-		volumes = append(volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: d.Source.PVC.ClaimName, ReadOnly: true},
-		}})
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: cluster.DatasetMount(cluster.DatasetRoot, d.Source.PVC.ClaimName), ReadOnly: true})
 	}
 
 	return corev1.PodTemplateSpec{

@@ -17,6 +17,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/source"
 )
 
 // ensurePermissions gives the runner pods of an Evaluation a ServiceAccount
@@ -106,9 +107,10 @@ func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (
 func (r *EvaluationReconciler) runnerRules(p *pass) []rbacv1.PolicyRule {
 	ev := p.ev
 	read := []string{cluster.BudgetName(ev.Name)}
-	for _, d := range ev.Spec.Datasets {
-		if d.Source.ConfigMap != nil {
-			read = append(read, cluster.DataName(ev.Name, p.run, d.Name)) // the run's snapshot
+	for i := range ev.Spec.Datasets {
+		d := &ev.Spec.Datasets[i]
+		if k, ok := source.Of(&d.Source).(source.Snapshotted); ok {
+			read = append(read, k.SnapshotName(ev, p.run, d)) // the run's copy
 		}
 	}
 	if cacheOn(&ev.Spec) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/source"
 )
 
 // startRun decides the run. A spec edit that changes the results (anything but
@@ -151,43 +152,25 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 			}
 		}
 	}
-	for i, d := range p.ev.Spec.Datasets {
-		path := fmt.Sprintf("spec.datasets[%d].source", i)
+	for i := range p.ev.Spec.Datasets {
+		d := &p.ev.Spec.Datasets[i]
+		k, ok := source.Of(&d.Source).(source.Referencing)
+		if !ok {
+			continue
+		}
+		found, err := k.Lookup(ctx, r.APIReader, ns, d, fmt.Sprintf("spec.datasets[%d].source", i))
 		switch {
-		case d.Source.ConfigMap != nil:
-			ref := d.Source.ConfigMap
-			var cm corev1.ConfigMap
-			err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &cm)
-			if apierrors.IsNotFound(err) {
-				p.pendingReason = v1alpha1.ReasonConfigMapNotFound
-				p.pendingMessage = fmt.Sprintf("ConfigMap %s (%s.configMap) not found", ref.Name, path)
-				p.requeueAfter(r.Options.RecheckAfter)
-				return false, nil
-			}
-			if err != nil {
-				return false, err
-			}
-			if _, ok := cluster.ConfigMapData(&cm, ref.Key); !ok {
-				p.pendingReason = v1alpha1.ReasonConfigMapNotFound
-				p.pendingMessage = fmt.Sprintf("ConfigMap %s has no key %s (%s.configMap.key)", ref.Name, ref.Key, path)
-				p.requeueAfter(r.Options.RecheckAfter)
-				return false, nil
-			}
-			p.configMaps[d.Name] = &cm
-		case d.Source.PVC != nil:
-			ok, err := r.exists(ctx, ns, d.Source.PVC.ClaimName, &corev1.PersistentVolumeClaim{})
-			if err != nil {
-				return false, err
-			}
-			if !ok {
-				p.pendingReason = v1alpha1.ReasonPVCNotFound
-				p.pendingMessage = fmt.Sprintf("PersistentVolumeClaim %s (%s.pvc) not found", d.Source.PVC.ClaimName, path)
-				p.requeueAfter(r.Options.RecheckAfter)
-				return false, nil
-			}
-		case d.Source.File != "":
-			p.fail(v1alpha1.ReasonInvalidSpec, "%s.file: a local file cannot be read in a cluster; use configMap, url or pvc", path)
+		case err != nil:
+			return false, err
+		case found.Invalid != "":
+			p.fail(v1alpha1.ReasonInvalidSpec, "%s", found.Invalid)
 			return false, nil
+		case found.Missing != nil:
+			p.pendingReason, p.pendingMessage = found.Missing.Reason, found.Missing.Message
+			p.requeueAfter(r.Options.RecheckAfter)
+			return false, nil
+		case found.Held != nil:
+			p.configMaps[d.Name] = found.Held
 		}
 	}
 	return true, nil
@@ -244,11 +227,8 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 	totals := map[string]int{}
 	for i := range p.ev.Spec.Datasets {
 		d := &p.ev.Spec.Datasets[i]
-		var data []byte
-		if ref := d.Source.ConfigMap; ref != nil && p.configMaps[d.Name] != nil {
-			data, _ = cluster.ConfigMapData(p.configMaps[d.Name], ref.Key)
-		}
-		n, ok, err := cluster.CountInMemory(d, data)
+		data, _ := heldData(d, p.configMaps[d.Name])
+		n, ok, err := source.CountInMemory(d, data)
 		if err != nil {
 			p.fail(v1alpha1.ReasonPlanningFailed, "spec.datasets[%d]: %v", i, err)
 			return false, nil

@@ -14,13 +14,12 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/source"
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/cache"
 	"github.com/proctor-dev/proctor/runner/dataset"
@@ -465,12 +464,9 @@ func buildDataset(ctx context.Context, d *v1alpha1.Dataset, path string, env Env
 	}
 	out := &runner.Dataset{Name: d.Name}
 	limit := d.Limited
-	src := &d.Source
-	if len(src.Inline) > 0 {
-		items := make([]json.RawMessage, len(src.Inline))
-		for i, x := range src.Inline {
-			items[i] = json.RawMessage(x.Raw)
-		}
+	kind := source.Of(&d.Source)
+	if k, ok := kind.(source.Itemized); ok {
+		items := k.Items(d)
 		out.Total = limit(len(items))
 		out.Fingerprint = hashJSON(struct {
 			Items   []json.RawMessage
@@ -481,11 +477,15 @@ func buildDataset(ctx context.Context, d *v1alpha1.Dataset, path string, env Env
 		}
 		return out, nil
 	}
-
-	file, name, srcPath, err := localFile(ctx, d, path, env)
+	k, ok := kind.(source.Fetcher)
+	if !ok {
+		return nil, fmt.Errorf("%s.source: no source", path)
+	}
+	fetched, err := k.Fetch(ctx, d, path, source.Env{BaseDir: env.BaseDir, DataDir: env.DataDir, HTTPClient: env.HTTPClient, Resolve: env.ResolveSource})
 	if err != nil {
 		return nil, err
 	}
+	file, name, srcPath := fetched.Path, fetched.Name, path+".source."+kind.Field()
 	format := dataset.Format(d.Format)
 	if format == "" {
 		format = dataset.FormatFromName(name)
@@ -518,104 +518,6 @@ func buildDataset(ctx context.Context, d *v1alpha1.Dataset, path string, env Env
 		return r, f, nil
 	}
 	return out, nil
-}
-
-// localFile returns a local file holding the dataset's data, the name its format
-// is guessed from, and the field path of its source.
-func localFile(ctx context.Context, d *v1alpha1.Dataset, path string, env Env) (file, name, srcPath string, err error) {
-	src := &d.Source
-	switch {
-	case src.File != "":
-		srcPath = path + ".source.file"
-		file = src.File
-		if !filepath.IsAbs(file) {
-			file = filepath.Join(env.BaseDir, file)
-		}
-		f, err := os.Open(file)
-		if err != nil {
-			return "", "", "", fmt.Errorf("%s: %w", srcPath, err)
-		}
-		f.Close()
-		return file, src.File, srcPath, nil
-	case src.URL != "":
-		srcPath = path + ".source.url"
-		file, err := download(ctx, env, src.URL, src.SHA256, path)
-		return file, src.URL, srcPath, err
-	case src.ConfigMap != nil, src.PVC != nil:
-		if src.ConfigMap != nil {
-			srcPath, name = path+".source.configMap", src.ConfigMap.Key
-		} else {
-			srcPath, name = path+".source.pvc", src.PVC.Path
-		}
-		if env.ResolveSource == nil {
-			return "", "", "", fmt.Errorf("%s: only works in a cluster; to run locally use file: or url:", srcPath)
-		}
-		file, err := env.ResolveSource(d)
-		if err != nil {
-			return "", "", "", fmt.Errorf("%s: %w", srcPath, err)
-		}
-		return file, name, srcPath, nil
-	}
-	return "", "", "", fmt.Errorf("%s.source: no source", path)
-}
-
-// download fetches a URL dataset once per run into env.DataDir, checking its
-// SHA-256 when one is given, before anything reads it.
-func download(ctx context.Context, env Env, rawURL, wantSum, path string) (string, error) {
-	urlPath := path + ".source.url"
-	if err := os.MkdirAll(env.DataDir, 0o755); err != nil {
-		return "", fmt.Errorf("%s: %w", urlPath, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", urlPath, err)
-	}
-	client := env.HTTPClient
-	if client == nil {
-		// CountDatasets (the cluster's planner) reaches here without Build's defaults.
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", urlPath, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return "", fmt.Errorf("%s: GET %s: %s", urlPath, rawURL, resp.Status)
-	}
-	f, err := os.CreateTemp(env.DataDir, "dataset-*")
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", urlPath, err)
-	}
-	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(f, h), resp.Body)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return "", fmt.Errorf("%s: GET %s: %w", urlPath, rawURL, err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); wantSum != "" && !equalFoldHex(got, wantSum) {
-		os.Remove(f.Name())
-		return "", fmt.Errorf("%s.source.sha256: the data at %s has SHA-256 %s, want %s", path, rawURL, got, wantSum)
-	}
-	return f.Name(), nil
-}
-
-func equalFoldHex(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range len(a) {
-		x, y := a[i]|0x20, b[i]|0x20
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // countAndHash reads a data file once, counting its samples and hashing its bytes.

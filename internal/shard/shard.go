@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,6 +21,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/compile"
+	"github.com/proctor-dev/proctor/internal/source"
 	"github.com/proctor-dev/proctor/runner"
 )
 
@@ -240,28 +240,6 @@ func (o *Options) defaults() {
 
 // resolveSource makes a cluster dataset source a local file.
 func resolveSource(ctx context.Context, c client.Client, o Options, ev *v1alpha1.Evaluation, ds *v1alpha1.Dataset) (string, error) {
-	switch {
-	case ds.Source.PVC != nil:
-		return filepath.Join(filepath.FromSlash(cluster.DatasetMount(o.DatasetRoot, ds.Source.PVC.ClaimName)), filepath.FromSlash(ds.Source.PVC.Path)), nil
-	case ds.Source.ConfigMap != nil:
-		// The run's snapshot of the ConfigMap, which the plan counted: never the
-		// user's ConfigMap, which may have been edited since.
-		ref := ds.Source.ConfigMap
-		var cm corev1.ConfigMap
-		name := cluster.DataName(o.Evaluation, o.Run, ds.Name)
-		if err := cluster.GetConfigMap(ctx, c, ev, name, &cm); err != nil {
-			return "", fmt.Errorf("reading the run's copy of ConfigMap %s: %w", ref.Name, err)
-		}
-		data, err := cluster.SnapshotData(&cm, ref.Key)
-		if err != nil {
-			return "", err
-		}
-		dir := filepath.Join(o.WorkDir, "data")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", err
-		}
-		path := filepath.Join(dir, "configmap-"+ds.Name+"-"+filepath.Base(ref.Key))
-		return path, os.WriteFile(path, data, 0o644)
-	}
-	return "", errors.New("not a cluster source")
+	pod := source.Pod{Client: c, Evaluation: ev, Run: o.Run, DatasetRoot: o.DatasetRoot, DataDir: filepath.Join(o.WorkDir, "data")}
+	return source.ResolveInPod(ctx, pod, ds)
 }
