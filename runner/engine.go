@@ -60,6 +60,12 @@ type Sink interface {
 	Put(model, dataset string, index int, rec *results.Record) error
 }
 
+// scorer is a scorer of the plan with the judge the engine gives it.
+type scorer struct {
+	score.Scorer
+	judge score.JudgeFunc
+}
+
 // Engine runs a plan.
 type Engine struct {
 	plan    *Plan
@@ -67,7 +73,7 @@ type Engine struct {
 	clock   clockwork.Clock
 	log     logr.Logger
 	models  map[string]*modelRun
-	scorers []score.Scorer
+	scorers []scorer
 	// judged says a scorer calls a judge model, whose tokens each record counts.
 	judged bool
 	// redactor removes the plan's secrets, and their encodings, from what the
@@ -138,11 +144,14 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 			judge = e.judgeFunc(jm)
 			e.judged = true
 		}
-		sc, err := score.New(s.Config, judge)
-		if err != nil {
-			return nil, fmt.Errorf("scorer %s: %w", s.Config.Name, err)
+		sc := s.Built
+		if sc == nil {
+			var err error
+			if sc, err = score.New(s.Config, judge); err != nil {
+				return nil, fmt.Errorf("scorer %s: %w", s.Config.Name, err)
+			}
 		}
-		e.scorers = append(e.scorers, sc)
+		e.scorers = append(e.scorers, scorer{Scorer: sc, judge: judge})
 	}
 	return e, nil
 }
@@ -437,6 +446,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		ctx = context.WithValue(ctx, judgeUsageKey{}, judged)
 	}
 	for _, sc := range e.scorers {
+		in.Judge = sc.judge
 		v, err := sc.Score(ctx, in)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, errStopping) {

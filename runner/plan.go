@@ -77,6 +77,10 @@ type Scorer struct {
 	Config score.Config
 	// JudgeModel names the judge scorer's model.
 	JudgeModel string
+	// Built, when set, is the scorer Config describes, built once by whoever
+	// made the plan (a judge scorer is given its judge with each call); nil
+	// means the engine builds it.
+	Built score.Scorer
 }
 
 // Model returns the named model, or nil.

@@ -130,9 +130,9 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 			sc.JudgeModel = s.Judge.Model
 			sc.Config.Rubric = s.Judge.Rubric
 		}
-		// Build it once now so a bad rubric is reported against its field.
-		noJudge := func(context.Context, string) (string, error) { return "", nil }
-		if _, err := score.New(sc.Config, noJudge); err != nil {
+		// Built once, here, so that a bad rubric is reported against its field;
+		// the engine gives a judge scorer its judge with each call.
+		if sc.Built, err = score.New(sc.Config, unboundJudge); err != nil {
 			return nil, fmt.Errorf("spec.scoring[%d]: %w", i, err)
 		}
 		plan.Scorers = append(plan.Scorers, sc)
@@ -584,9 +584,13 @@ func preflight(spec *v1alpha1.EvaluationSpec, plan *runner.Plan, env Env) error 
 			if m.Agent == nil || (len(env.Models) > 0 && !slices.Contains(env.Models, m.Name)) {
 				continue // a runner pod checks only the models it calls
 			}
+			// The agent's templates, parsed once when its model was built.
+			built, ok := plan.Model(m.Name).Provider.(*agent.Provider)
+			if !ok {
+				return fmt.Errorf("spec.models[%d]: the agent model was not built as an agent", j)
+			}
 			data := agent.TemplateData{Prompt: req.Prompt, System: req.System, Sample: s.Fields, ID: s.ID, Workspace: env.WorkspaceRoot}
-			cfg := agent.Config{Command: m.Agent.Command, Stdin: m.Agent.Stdin, Files: m.Agent.Files}
-			if err := agent.CheckTemplates(cfg, data); err != nil {
+			if err := built.CheckTemplates(data); err != nil {
 				return fmt.Errorf("spec.models[%d].agent: %s: %w", j, where, err)
 			}
 		}
@@ -597,17 +601,20 @@ func preflight(spec *v1alpha1.EvaluationSpec, plan *runner.Plan, env Env) error 
 				continue
 			}
 			agree := func(context.Context, string) (string, error) { return "VERDICT: CORRECT", nil }
-			scorer, err := score.New(sc.Config, agree)
-			if err != nil {
-				return fmt.Errorf("spec.scoring[%d]: %w", j, err)
-			}
-			in := score.Input{Prompt: req.Prompt, Input: s.Input, Expected: s.Expected, HasExpected: s.HasExpected, Sample: s.Fields}
-			if _, err := scorer.Score(context.Background(), in); err != nil {
+			in := score.Input{Prompt: req.Prompt, Input: s.Input, Expected: s.Expected, HasExpected: s.HasExpected, Sample: s.Fields, Judge: agree}
+			if _, err := sc.Built.Score(context.Background(), in); err != nil {
 				return fmt.Errorf("spec.scoring[%d].judge.rubric: %s: %w", j, where, err)
 			}
 		}
 	}
 	return nil
+}
+
+// unboundJudge is the judge a judge scorer is built with: the engine gives it
+// the judge model's with each call (score.Input.Judge), so this one answering
+// means a caller forgot to.
+func unboundJudge(context.Context, string) (string, error) {
+	return "", errors.New("no judge model was given to the judge scorer")
 }
 
 // promptError names the spec.prompt field a template error is about.

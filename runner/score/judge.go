@@ -101,7 +101,11 @@ func (s *judgeScorer) Score(ctx context.Context, in Input) (float64, error) {
 	if err := s.tmpl.Execute(&prompt, data); err != nil {
 		return 0, fmt.Errorf("rubric: %w", err)
 	}
-	reply, err := s.ask(ctx, prompt.String())
+	ask := s.ask
+	if in.Judge != nil {
+		ask = in.Judge
+	}
+	reply, err := ask(ctx, prompt.String())
 	if err != nil {
 		return 0, fmt.Errorf("judge: %w", err)
 	}

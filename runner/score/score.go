@@ -48,6 +48,11 @@ type Input struct {
 	Input string
 	// Sample is the raw record.
 	Sample map[string]any
+	// Judge, when set, is the judge scorer's judge for this call instead of the
+	// one it was built with: a scorer is built once, when the run is compiled,
+	// and scored with the engine's judge, or with a stand-in while the run is
+	// checked.
+	Judge JudgeFunc
 }
 
 // Scorer scores one answer. Scores are in [0, 1]. An error means the sample could

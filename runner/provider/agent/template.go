@@ -38,6 +38,13 @@ func CheckTemplates(cfg Config, data TemplateData) error {
 	return err
 }
 
+// CheckTemplates renders the provider's templates (parsed once, by New) with
+// data, as Complete will, without running anything.
+func (p *Provider) CheckTemplates(data TemplateData) error {
+	_, err := p.tmpl.render(data)
+	return err
+}
+
 // templates are a Config's parsed templates. Each is named after the config
 // element it came from (command[2], stdin, files["a.md"]) so that errors point
 // at it.
