@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -275,8 +274,9 @@ func TestStopDoesNotWaitForWaitingSamples(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("Run still waiting 5s after Stop with nothing in flight")
 			}
-			if got := ids(sink, "m", "d", 5); fmt.Sprint(got) != "[s0]" {
-				t.Errorf("records after Stop: %v; want only s0 (waiting samples run again next time)", got)
+			// Two samples start at once and either may be the one that gets through.
+			if got := ids(sink, "m", "d", 5); len(got) != 1 {
+				t.Errorf("records after Stop: %v; want only the first answered sample (waiting samples run again next time)", got)
 			}
 		})
 	}
