@@ -99,7 +99,7 @@ func (r *EvaluationReconciler) shardJob(p *pass, model string, shards int) *batc
 	ev, spec := p.ev, &p.ev.Spec
 	labels := cluster.Labels(ev.Name, p.run, cluster.ComponentRunner)
 	labels[cluster.LabelModel] = model
-	pod := r.podTemplate(p, maps.Clone(labels), []string{"shard", "--evaluation", ev.Name, "--run", p.run, "--model", model}, model)
+	pod := r.podTemplate(p, maps.Clone(labels), cluster.ShardArgs(ev.Name, p.run, model), model)
 	return &batchv1.Job{
 		ObjectMeta: objectMeta(ev.Namespace, cluster.JobName(ev.Name, model, p.run), labels),
 		Spec: batchv1.JobSpec{
@@ -137,8 +137,7 @@ func (r *EvaluationReconciler) shardJob(p *pass, model string, shards int) *batc
 func (r *EvaluationReconciler) plannerJob(p *pass) *batchv1.Job {
 	ev := p.ev
 	labels := cluster.Labels(ev.Name, p.run, cluster.ComponentPlanner)
-	args := []string{"plan", "--evaluation", ev.Name, "--run", p.run, fmt.Sprintf("--storage-budget=%d", max(0, r.Options.StorageBudget))}
-	pod := r.podTemplate(p, maps.Clone(labels), args, "")
+	pod := r.podTemplate(p, maps.Clone(labels), cluster.PlanArgs(ev.Name, p.run, r.Options.StorageBudget), "")
 	return &batchv1.Job{
 		ObjectMeta: objectMeta(ev.Namespace, cluster.PlannerJobName(ev.Name, p.run), labels),
 		Spec: batchv1.JobSpec{
@@ -211,7 +210,7 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 		agent := m != nil && m.Agent != nil
 		c.Env = append(c.Env, r.keyEnv(spec, model, !agent)...)
 		if agent {
-			c.Args = append(c.Args, "--agent-socket", socketPath)
+			c.Args = append(c.Args, "--"+cluster.FlagAgentSocket, socketPath)
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "proctor-socket", MountPath: socketDir})
 			initContainers = r.agentContainers(m, runnerImage)
 			volumes = append(volumes,

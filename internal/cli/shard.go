@@ -27,7 +27,7 @@ func newShardCommand(s streams) *cobra.Command {
 	o := shard.Options{}
 	index := os.Getenv("JOB_COMPLETION_INDEX")
 	cmd := &cobra.Command{
-		Use:    "shard --evaluation NAME --run RUN --model MODEL",
+		Use:    cluster.CommandShard + " --evaluation NAME --run RUN --model MODEL",
 		Short:  "Evaluate one shard of an Evaluation (what runner pods run)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
@@ -41,9 +41,9 @@ func newShardCommand(s streams) *cobra.Command {
 		},
 	}
 	podFlags(cmd, &o)
-	cmd.Flags().StringVar(&o.Model, "model", "", "the model whose shard this is")
+	cmd.Flags().StringVar(&o.Model, cluster.FlagModel, "", "the model whose shard this is")
 	cmd.Flags().StringVar(&index, "index", index, "the shard's index (default $JOB_COMPLETION_INDEX)")
-	cmd.Flags().StringVar(&o.AgentSocket, "agent-socket", "", "the Unix socket of the pod's agent executor (proctor agent-exec), which runs an agent model's processes in the agent's container")
+	cmd.Flags().StringVar(&o.AgentSocket, cluster.FlagAgentSocket, "", "the Unix socket of the pod's agent executor (proctor agent-exec), which runs an agent model's processes in the agent's container")
 	return cmd
 }
 
@@ -51,7 +51,7 @@ func newShardCommand(s streams) *cobra.Command {
 func newPlanCommand(s streams) *cobra.Command {
 	o := shard.Options{}
 	cmd := &cobra.Command{
-		Use:    "plan --evaluation NAME --run RUN",
+		Use:    cluster.CommandPlan + " --evaluation NAME --run RUN",
 		Short:  "Count an Evaluation's samples and publish its shard plan (what the planner pod runs)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
@@ -60,15 +60,15 @@ func newPlanCommand(s streams) *cobra.Command {
 		},
 	}
 	podFlags(cmd, &o)
-	cmd.Flags().Int64Var(&o.StorageBudget, "storage-budget", 0, "bytes of records the run may store, put in the plan (0: unbounded)")
+	cmd.Flags().Int64Var(&o.StorageBudget, cluster.FlagStorageBudget, 0, "bytes of records the run may store, put in the plan (0: unbounded)")
 	return cmd
 }
 
 func podFlags(cmd *cobra.Command, o *shard.Options) {
 	f := cmd.Flags()
 	f.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the Evaluation's namespace (default $POD_NAMESPACE)")
-	f.StringVar(&o.Evaluation, "evaluation", "", "the Evaluation's name")
-	f.StringVar(&o.Run, "run", "", "the run (status.run) this pod belongs to")
+	f.StringVar(&o.Evaluation, cluster.FlagEvaluation, "", "the Evaluation's name")
+	f.StringVar(&o.Run, cluster.FlagRun, "", "the run (status.run) this pod belongs to")
 	f.StringVar(&o.Pod, "pod", os.Getenv("POD_NAME"), "this pod's name (default $POD_NAME)")
 	f.StringVar(&o.WorkDir, "work-dir", filepath.Join(os.TempDir(), "proctor"), "scratch space: downloads and agent workspaces")
 	f.StringVar(&o.DatasetRoot, "dataset-root", cluster.DatasetRoot, "where PVC datasets are mounted")

@@ -1,6 +1,9 @@
 package cluster
 
-import "path"
+import (
+	"path"
+	"strconv"
+)
 
 // What a runner pod and the controller agree on beyond the objects' names and
 // layouts: where the pod finds things, and what its exit code means.
@@ -22,3 +25,28 @@ const DatasetRoot = "/datasets"
 
 // DatasetMount is where the PVC claim is mounted under root (DatasetRoot in a pod).
 func DatasetMount(root, claim string) string { return path.Join(root, claim) }
+
+// The proctor commands runner pods run, and their flags: the controller writes
+// the arguments (ShardArgs, PlanArgs), the pod's command line (internal/cli)
+// reads them.
+const (
+	CommandShard      = "shard"
+	CommandPlan       = "plan"
+	FlagEvaluation    = "evaluation"
+	FlagRun           = "run"
+	FlagModel         = "model"
+	FlagAgentSocket   = "agent-socket"
+	FlagStorageBudget = "storage-budget"
+)
+
+// ShardArgs runs the shards of model in run of Evaluation eval (the shard's
+// index is the Job's completion index).
+func ShardArgs(eval, run, model string) []string {
+	return []string{CommandShard, "--" + FlagEvaluation, eval, "--" + FlagRun, run, "--" + FlagModel, model}
+}
+
+// PlanArgs counts the datasets of run and publishes its plan, with a storage
+// budget for records of storageBytes (0: unbounded).
+func PlanArgs(eval, run string, storageBytes int64) []string {
+	return []string{CommandPlan, "--" + FlagEvaluation, eval, "--" + FlagRun, run, "--" + FlagStorageBudget + "=" + strconv.FormatInt(max(0, storageBytes), 10)}
+}
