@@ -68,7 +68,6 @@ func resources(reqCPU, reqMem, limCPU, limMem string) corev1.ResourceRequirement
 // The defaults of DefaultPodResources.
 var (
 	defaultRunnerResources = resources("50m", "64Mi", "1", "1Gi")
-	defaultAgentResources  = resources("50m", "128Mi", "2", "2Gi")
 	defaultInitResources   = resources("10m", "32Mi", "500m", "128Mi")
 )
 

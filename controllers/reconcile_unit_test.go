@@ -925,6 +925,7 @@ func TestReconcileUndefaultedEvaluation(t *testing.T) {
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
+				t.Fatalf("Reconcile panicked on an undefaulted Evaluation: %v", p)
 			}
 		}()
 		_, err = h.reconcile(ev)
@@ -953,6 +954,7 @@ func TestReconcileAgentWithoutImage(t *testing.T) {
 		for _, j := range h.jobs() {
 			images = append(images, j.Spec.Template.Spec.Containers[0].Image)
 		}
+		t.Errorf("phase = %q, want Failed (Jobs' images: %q)", st.Phase, images)
 	}
 	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionFailed); c == nil || c.Reason != v1alpha1.ReasonInvalidSpec {
 		t.Errorf("Failed condition = %+v, want InvalidSpec", c)

@@ -394,6 +394,7 @@ func TestReferenceLookupErrorIsNotNotFound(t *testing.T) {
 	}
 	st := h.eval("arith").Status
 	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing); c != nil && c.Reason == v1alpha1.ReasonSecretNotFound {
+		t.Errorf("Progressing = %+v: a failed lookup is not a missing Secret", c)
 	}
 }
 
@@ -420,6 +421,7 @@ func TestFailedStartRunIsRetried(t *testing.T) {
 	failDelete.Store(false)
 	h.mustReconcile(ev)
 	if _, ok := h.jobs()["arith-small-"+oldRun]; ok {
+		t.Errorf("the Job of the old run %s is still there after the retried pass", oldRun)
 	}
 }
 
@@ -448,6 +450,7 @@ func partialJobCreation(t *testing.T) (*harness, *v1alpha1.Evaluation, *atomic.B
 func TestPartialJobCreationIsNotRunning(t *testing.T) {
 	h, _, _ := partialJobCreation(t)
 	if st := h.eval("arith").Status; st.Phase == v1alpha1.PhaseRunning {
+		t.Errorf("phase = Running after a pass that failed to create a Job")
 	}
 }
 
@@ -467,5 +470,6 @@ func TestPartialJobCreation(t *testing.T) {
 		}
 	}
 	if started != 1 {
+		t.Errorf("%d Started events, want 1", started)
 	}
 }

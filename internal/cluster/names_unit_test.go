@@ -164,6 +164,7 @@ func TestJobNamesLeaveRoomForTheIndex(t *testing.T) {
 		}
 	}
 	if len(bad) > 0 {
+		t.Errorf("pod hostnames that are not DNS labels:\n%s", strings.Join(bad, "\n"))
 	}
 }
 
@@ -176,5 +177,6 @@ func TestChunkNamesFitAConfigMapName(t *testing.T) {
 	}
 	chunk := ChunkName(head+"-"+"abcdef", 0) // as Store.seal names its first chunk
 	if errs := validation.IsDNS1123Subdomain(chunk); len(errs) > 0 {
+		t.Errorf("chunk name %q is not a valid ConfigMap name: %v", chunk, errs)
 	}
 }
