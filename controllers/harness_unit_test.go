@@ -82,7 +82,7 @@ type fakeRecorder struct {
 	events []recordedEvent
 }
 
-func (f *fakeRecorder) Eventf(_ runtime.Object, _ runtime.Object, eventtype, reason, action, note string, args ...interface{}) {
+func (f *fakeRecorder) Eventf(_ runtime.Object, _ runtime.Object, eventtype, reason, action, note string, args ...any) {
 	e := recordedEvent{Type: eventtype, Reason: reason, Action: action, Note: fmt.Sprintf(note, args...)}
 	f.mu.Lock()
 	f.events = append(f.events, e)

@@ -205,7 +205,7 @@ func (r *EvaluationReconciler) deleteIfOurs(ctx context.Context, p *pass, name s
 		return err
 	}
 	if cluster.Owned("ConfigMap", m, p.ev) != nil {
-		return nil // not ours: left alone (claim reports it if the run needs the name)
+		return nil //nolint:nilerr // not ours: left alone (claim reports it if the run needs the name)
 	}
 	uid := m.UID
 	err = r.Delete(ctx, m, client.Preconditions{UID: &uid})

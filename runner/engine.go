@@ -309,7 +309,7 @@ func (e *Engine) dispatch(ctx context.Context, m *modelRun, t Task, sink Sink, j
 			return nil
 		}
 		s, err := r.Next()
-		if err == io.EOF || (err == nil && s.Index >= t.End) {
+		if errors.Is(err, io.EOF) || (err == nil && s.Index >= t.End) {
 			return nil
 		}
 		if err != nil {

@@ -184,12 +184,12 @@ func TestTimeoutPerAttempt(t *testing.T) {
 	}
 }
 
-// overloadedServer is a provider that refuses (429) any call beyond max in flight,
+// overloadedServer is a provider that refuses (429) any call beyond limit in flight,
 // the way a server does when a client exceeds what it accepts.
-func overloadedServer(max int64, retryAfter time.Duration) *fakeProvider {
+func overloadedServer(limit int64, retryAfter time.Duration) *fakeProvider {
 	var inflight atomic.Int64
 	return &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
-		if inflight.Add(1) > max {
+		if inflight.Add(1) > limit {
 			inflight.Add(-1)
 			return nil, &provider.HTTPError{StatusCode: 429, RetryAfter: retryAfter}
 		}

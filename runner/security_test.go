@@ -209,12 +209,13 @@ func TestAgentFilesDoNotFollowPlantedSymlinks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() { a.Complete(ctx, &provider.Request{SampleID: "evil"}) })
+	// The answers do not matter here, only what the agents could reach.
+	wg.Go(func() { _, _ = a.Complete(ctx, &provider.Request{SampleID: "evil"}) })
 	time.Sleep(200 * time.Millisecond) // the planter is watching
 	for i := range 2 {
 		wg.Go(func() {
 			for j := range 100 {
-				a.Complete(ctx, &provider.Request{SampleID: fmt.Sprintf("victim-%d-%d", i, j)})
+				_, _ = a.Complete(ctx, &provider.Request{SampleID: fmt.Sprintf("victim-%d-%d", i, j)})
 			}
 		})
 	}
@@ -253,7 +254,8 @@ func TestHelperSymlinkPlanter(t *testing.T) {
 			name := strings.TrimRight(string(buf[off+syscall.SizeofInotifyEvent:off+syscall.SizeofInotifyEvent+int(ev.Len)]), "\x00")
 			off += syscall.SizeofInotifyEvent + int(ev.Len)
 			n++
-			os.Symlink(filepath.Join(os.Getenv("PLANTER_TARGET"), fmt.Sprint(n)), filepath.Join(root, name, "ctx.md"))
+			// A failure is the defence working: the attack only has to succeed once.
+			_ = os.Symlink(filepath.Join(os.Getenv("PLANTER_TARGET"), fmt.Sprint(n)), filepath.Join(root, name, "ctx.md"))
 		}
 	}
 }

@@ -36,8 +36,9 @@ func main() {
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, *kubeconfig, *listen, *upstream, *domain); err != nil {
+	err := run(ctx, *kubeconfig, *listen, *upstream, *domain)
+	stop()
+	if err != nil {
 		log.Fatalf("clusterdns: %v", err)
 	}
 }
@@ -101,7 +102,7 @@ func serveUDP(pc net.PacketConn, z *zone) {
 		q := append([]byte(nil), buf[:n]...)
 		go func() {
 			if resp := z.answer(q, "udp"); resp != nil {
-				pc.WriteTo(resp, addr)
+				_, _ = pc.WriteTo(resp, addr) // a lost UDP answer is the client's to retry
 			}
 		}()
 	}
@@ -116,7 +117,9 @@ func serveTCP(ln net.Listener, z *zone) {
 		go func() {
 			defer c.Close()
 			for {
-				c.SetDeadline(time.Now().Add(10 * time.Second))
+				if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+					return
+				}
 				var l [2]byte
 				if _, err := io.ReadFull(c, l[:]); err != nil {
 					return

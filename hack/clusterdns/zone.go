@@ -74,7 +74,9 @@ func (z *zone) forward(msg []byte, hdr dnsmessage.Header, q dnsmessage.Question,
 		return reply(hdr, &q, dnsmessage.RCodeServerFailure, nil)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := c.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		return reply(hdr, &q, dnsmessage.RCodeServerFailure, nil)
+	}
 	if network == "tcp" {
 		msg = append([]byte{byte(len(msg) >> 8), byte(len(msg))}, msg...)
 	}
@@ -112,24 +114,35 @@ func reply(hdr dnsmessage.Header, q *dnsmessage.Question, rcode dnsmessage.RCode
 		RCode:              rcode,
 	})
 	b.EnableCompression()
-	if q == nil {
-		b.StartQuestions()
-		out, _ := b.Finish()
-		return out
+	if err := b.StartQuestions(); err != nil {
+		return nil
 	}
-	b.StartQuestions()
-	b.Question(*q)
-	b.StartAnswers()
-	h := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: ttl}
-	switch r := rr.(type) {
-	case *dnsmessage.AResource:
-		b.AResource(h, *r)
-	case *dnsmessage.AAAAResource:
-		b.AAAAResource(h, *r)
+	if q != nil {
+		if err := addAnswer(&b, *q, rr); err != nil {
+			return nil
+		}
 	}
 	out, err := b.Finish()
 	if err != nil {
 		return nil
 	}
 	return out
+}
+
+// addAnswer adds the question q and, if rr is an address, its answer.
+func addAnswer(b *dnsmessage.Builder, q dnsmessage.Question, rr dnsmessage.ResourceBody) error {
+	if err := b.Question(q); err != nil {
+		return err
+	}
+	if err := b.StartAnswers(); err != nil {
+		return err
+	}
+	h := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: ttl}
+	switch r := rr.(type) {
+	case *dnsmessage.AResource:
+		return b.AResource(h, *r)
+	case *dnsmessage.AAAAResource:
+		return b.AAAAResource(h, *r)
+	}
+	return nil
 }

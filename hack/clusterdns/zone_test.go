@@ -11,7 +11,9 @@ import (
 func query(t *testing.T, name string, typ dnsmessage.Type) []byte {
 	t.Helper()
 	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 42, RecursionDesired: true})
-	b.StartQuestions()
+	if err := b.StartQuestions(); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name), Type: typ, Class: dnsmessage.ClassINET}); err != nil {
 		t.Fatal(err)
 	}

@@ -148,7 +148,7 @@ func writeTerminationMessage(path string, err error) {
 	if len(msg) > maxTerminationMessage {
 		msg = msg[:maxTerminationMessage]
 	}
-	f.WriteString(msg)
+	_, _ = f.WriteString(msg) // best effort: the pod is failing, with nowhere else to say so
 }
 
 // scrubEnvironment replaces in msg the values of env ("NAME=value") that are

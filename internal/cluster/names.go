@@ -66,15 +66,15 @@ const (
 	chunkSuffix = len("-123456-") + 7
 )
 
-// ChildName joins parts with dashes; when the result is longer than max, its end
-// is cut and replaced by a hash of the whole, so names stay unique and stable.
-func ChildName(max int, parts ...string) string {
+// ChildName joins parts with dashes; when the result is longer than maxLen, its
+// end is cut and replaced by a hash of the whole, so names stay unique and stable.
+func ChildName(maxLen int, parts ...string) string {
 	name := strings.Join(parts, "-")
-	if len(name) <= max {
+	if len(name) <= maxLen {
 		return name
 	}
 	h := shortHash(name, 8)
-	cut := strings.TrimRight(name[:max-len(h)-1], "-.")
+	cut := strings.TrimRight(name[:maxLen-len(h)-1], "-.")
 	return cut + "-" + h
 }
 

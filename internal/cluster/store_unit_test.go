@@ -120,7 +120,7 @@ func randomLines(rng *rand.Rand, n, size int) [][]byte {
 
 func TestPackChunks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	const max = 4096
+	const maxChunk = 4096
 	cases := []struct {
 		name       string
 		lines      [][]byte
@@ -134,7 +134,7 @@ func TestPackChunks(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			chunks, err := packChunks(tc.lines, max)
+			chunks, err := packChunks(tc.lines, maxChunk)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,8 +143,8 @@ func TestPackChunks(t *testing.T) {
 			}
 			var all [][]byte
 			for i, c := range chunks {
-				if len(c.gz) > max {
-					t.Errorf("chunk %d is %d bytes, over %d", i, len(c.gz), max)
+				if len(c.gz) > maxChunk {
+					t.Errorf("chunk %d is %d bytes, over %d", i, len(c.gz), maxChunk)
 				}
 				lines, err := gunzipLines(c.gz)
 				if err != nil {
@@ -165,7 +165,7 @@ func TestPackChunks(t *testing.T) {
 	}
 	// A record that cannot fit any chunk is an error, not a dropped record.
 	huge := randomLines(rng, 1, 20_000)
-	if _, err := packChunks(append(randomLines(rng, 3, 100), huge...), max); err == nil || !strings.Contains(err.Error(), "more than a chunk holds") {
+	if _, err := packChunks(append(randomLines(rng, 3, 100), huge...), maxChunk); err == nil || !strings.Contains(err.Error(), "more than a chunk holds") {
 		t.Errorf("packChunks with a huge record: error = %v", err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/proctor-dev/proctor/runner/cache"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -27,6 +26,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/internal/evalfile"
 	"github.com/proctor-dev/proctor/runner"
+	"github.com/proctor-dev/proctor/runner/cache"
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 	"github.com/proctor-dev/proctor/test/fakellm"
@@ -1373,11 +1373,11 @@ scoring:
 	}
 	want := fingerprint(t, base, newEnv(t, nil))
 
-	replace := func(old, new string) string {
+	replace := func(old, repl string) string {
 		if !strings.Contains(base, old) {
 			t.Fatalf("base spec has no %q", old)
 		}
-		return strings.Replace(base, old, new, 1)
+		return strings.Replace(base, old, repl, 1)
 	}
 	withEnv := func(f func(*compile.Env)) compile.Env {
 		env := newEnv(t, nil)

@@ -36,7 +36,12 @@ func startExecutor(t *testing.T, vars map[string]string) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { x.Serve(ctx, l); close(done) }()
+	go func() {
+		defer close(done)
+		if err := x.Serve(ctx, l); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return socket
 }

@@ -830,7 +830,7 @@ func TestDecodeOneLinePerProblem(t *testing.T) {
 				data = manifest(t, tt.edits...)
 			}
 			_, err := evalfile.Decode(fileName, data)
-			asEvalfileError(t, err)
+			_ = asEvalfileError(t, err)
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error does not contain %q:\n%s", tt.want, err)
 			}
@@ -855,7 +855,7 @@ func TestDecodeRejectsAnyStatus(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := evalfile.Decode(fileName, manifest(t, set("status", status)))
-			asEvalfileError(t, err)
+			_ = asEvalfileError(t, err)
 			if !strings.Contains(err.Error(), "status") {
 				t.Errorf("error does not name status: %v", err)
 			}

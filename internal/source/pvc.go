@@ -65,7 +65,7 @@ func (PVC) Volume(d *v1alpha1.Dataset, name string) (corev1.Volume, corev1.Volum
 // resolve makes a source only a cluster can read a local file, through env.
 func resolve(d *v1alpha1.Dataset, srcPath, name string, env Env) (Fetched, error) {
 	if env.Resolve == nil {
-		return Fetched{}, fmt.Errorf("%s: only works in a cluster; to run locally use file: or url:", srcPath)
+		return Fetched{}, fmt.Errorf("%s: only works in a cluster; to run locally use file: or url: instead", srcPath)
 	}
 	file, err := env.Resolve(d)
 	if err != nil {

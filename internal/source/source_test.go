@@ -23,7 +23,9 @@ func gz(t *testing.T, s string) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	w := gzip.NewWriter(&b)
-	w.Write([]byte(s))
+	if _, err := w.Write([]byte(s)); err != nil {
+		t.Fatal(err)
+	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package dataset
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -90,8 +91,7 @@ func TestCheckIDs(t *testing.T) {
 			err := CheckIDs(open, tt.n)
 			var got *DuplicateIDError
 			if err != nil {
-				var ok bool
-				if got, ok = err.(*DuplicateIDError); !ok {
+				if !errors.As(err, &got) {
 					t.Fatalf("CheckIDs: %v, want a *DuplicateIDError or nil", err)
 				}
 			}

@@ -181,7 +181,7 @@ func Count(r io.Reader, format Format) (int, error) {
 	s := rd.(recordSkipper)
 	for n := 0; ; n++ {
 		if err := s.skipRecord(); err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return n, nil
 			}
 			return n, err

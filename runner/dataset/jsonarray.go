@@ -3,6 +3,7 @@ package dataset
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 )
@@ -103,7 +104,7 @@ func (r *jsonReader) nextElement() (int64, error) {
 			return 0, err
 		}
 		c, err := r.skipSpace()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return 0, fmt.Errorf("%w: empty input", ErrNotArray)
 		}
 		if err != nil {
@@ -144,7 +145,7 @@ func (r *jsonReader) nextElement() (int64, error) {
 
 // eofError turns running out of data inside the array into a syntax error.
 func (r *jsonReader) eofError(elem int, err error) error {
-	if err == io.EOF {
+	if errors.Is(err, io.EOF) {
 		return r.syntaxError(elem, r.off, errEndOfInput)
 	}
 	return err
@@ -155,7 +156,7 @@ func (r *jsonReader) eofError(elem int, err error) error {
 func (r *jsonReader) checkEnd() error {
 	c, err := r.skipSpace()
 	switch {
-	case err == io.EOF:
+	case errors.Is(err, io.EOF):
 		return io.EOF
 	case err != nil:
 		return err
@@ -175,7 +176,7 @@ func (r *jsonReader) buffered() ([]byte, error) {
 }
 
 func (r *jsonReader) discard(n int) {
-	r.br.Discard(n) // never fails: n bytes are buffered
+	_, _ = r.br.Discard(n) // never fails: n bytes are buffered
 	r.off += int64(n)
 }
 
@@ -207,7 +208,7 @@ func (r *jsonReader) readValue() error {
 	r.scan.reset()
 	for {
 		buf, err := r.buffered()
-		if err == io.EOF && r.scan.scalar {
+		if errors.Is(err, io.EOF) && r.scan.scalar {
 			return nil // a number or literal may end the data (the array is then unclosed)
 		}
 		if err != nil {

@@ -2,6 +2,7 @@ package dataset
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 )
@@ -39,7 +40,7 @@ func (lr *lineReader) next(keep bool) ([]byte, int, error) {
 	for {
 		line, blank, err := lr.readLine(keep)
 		if err != nil {
-			if err != io.EOF {
+			if !errors.Is(err, io.EOF) {
 				err = fmt.Errorf("reading line %d: %w", lr.line+1, err)
 			}
 			return nil, 0, err
@@ -60,7 +61,7 @@ func (lr *lineReader) readLine(keep bool) (line []byte, blank bool, err error) {
 	case err == nil || (err == io.EOF && len(frag) > 0):
 		line = trimEOL(frag)
 		return line, isBlank(line), nil
-	case err != bufio.ErrBufferFull:
+	case !errors.Is(err, bufio.ErrBufferFull):
 		return nil, false, err
 	}
 	// The line is longer than the buffer: gather it, or only watch it go by.
@@ -72,7 +73,7 @@ func (lr *lineReader) readLine(keep bool) (line []byte, blank bool, err error) {
 	} else {
 		blank = isBlank(frag)
 	}
-	for err == bufio.ErrBufferFull {
+	for errors.Is(err, bufio.ErrBufferFull) {
 		frag, err = lr.br.ReadSlice('\n')
 		if keep && !lr.tooLong && len(lr.long)+len(frag) > maxRecordBytes {
 			lr.tooLong, blank = true, isBlank(lr.long)

@@ -30,7 +30,7 @@ func (d *valueDecoder) decode(data []byte, after string) (v any, off int, err er
 		case errors.As(err, &se):
 			// Offset counts the bytes read up to and including the bad one.
 			return nil, max(int(se.Offset)-1, 0), err
-		case err == io.EOF || err == io.ErrUnexpectedEOF:
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 			return nil, len(data), errEndOfInput
 		default:
 			return nil, 0, err

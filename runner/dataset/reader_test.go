@@ -28,7 +28,7 @@ func readAll(t *testing.T, r Reader) (samples []Sample, fatal error) {
 			t.Fatal("reader does not end")
 		}
 		s, err := r.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return samples, nil
 		}
 		if err != nil {

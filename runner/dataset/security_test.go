@@ -141,8 +141,12 @@ func TestGzipBombIsStreamed(t *testing.T) {
 	// gzip reads concatenated members as one stream: compress 1 MiB once.
 	var member bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&member, gzip.BestCompression)
-	zw.Write(bytes.Repeat([]byte{'a'}, 1<<20))
-	zw.Close()
+	if _, err := zw.Write(bytes.Repeat([]byte{'a'}, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
 	gz := bytes.Repeat(member.Bytes(), 24) // 24 MiB inflated, 24 KiB compressed
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -156,7 +160,7 @@ func TestGzipBombIsStreamed(t *testing.T) {
 	if err != nil || !errors.Is(s.Err, ErrRecordTooLarge) {
 		t.Fatalf("Next = %+v, %v; want the record's size error", s, err)
 	}
-	if _, err := r.Next(); err != io.EOF {
+	if _, err := r.Next(); !errors.Is(err, io.EOF) {
 		t.Errorf("after the bomb: %v, want io.EOF", err)
 	}
 	runtime.ReadMemStats(&after)

@@ -51,7 +51,7 @@ func TestSkip(t *testing.T) {
 				r, _ := NewReader(strings.NewReader(c.data), c.format, Mapping{})
 				err := r.(Skipper).Skip(n)
 				if n > len(all) {
-					if err != io.EOF {
+					if !errors.Is(err, io.EOF) {
 						t.Fatalf("Skip(%d) past the end = %v, want io.EOF", n, err)
 					}
 				} else if err != nil {
@@ -96,7 +96,7 @@ func TestSkip(t *testing.T) {
 	if got, _ := ir.Next(); got.Index != 2 || got.Line != 3 || got.ID != "c" {
 		t.Errorf("inline Next after Skip(2) = %+v", got)
 	}
-	if err := ir.(Skipper).Skip(1); err != io.EOF {
+	if err := ir.(Skipper).Skip(1); !errors.Is(err, io.EOF) {
 		t.Errorf("inline Skip past the end = %v, want io.EOF", err)
 	}
 }
@@ -267,7 +267,7 @@ func TestStreamingMemory(t *testing.T) {
 	var peak uint64
 	for i := 0; ; i++ {
 		s, err := r.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			if i != n {
 				t.Fatalf("read %d records, want %d", i, n)
 			}

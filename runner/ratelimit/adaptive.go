@@ -26,12 +26,10 @@ type Window struct {
 	lastDecrease time.Time
 }
 
-// NewWindow returns a window of at most max calls in flight.
-func NewWindow(max int, cooldown time.Duration, clock clockwork.Clock) *Window {
-	if max < 1 {
-		max = 1
-	}
-	return &Window{clock: clock, max: max, cooldown: cooldown, limit: float64(max)}
+// NewWindow returns a window of at most size calls in flight.
+func NewWindow(size int, cooldown time.Duration, clock clockwork.Clock) *Window {
+	size = max(size, 1)
+	return &Window{clock: clock, max: size, cooldown: cooldown, limit: float64(size)}
 }
 
 // Acquire waits for a free place.

@@ -48,18 +48,24 @@ func TestWindowShrinksOnThrottlingAndRegrows(t *testing.T) {
 func TestWindowBoundsInFlight(t *testing.T) {
 	w := NewWindow(2, time.Second, clockwork.NewFakeClock())
 	ctx := context.Background()
-	w.Acquire(ctx)
-	w.Acquire(ctx)
+	for range 2 {
+		if err := w.Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	if err := w.Acquire(short); err == nil {
 		t.Fatal("a third Acquire succeeded with a window of 2")
 	}
-	got := make(chan struct{})
-	go func() { w.Acquire(ctx); close(got) }()
+	got := make(chan error, 1)
+	go func() { got <- w.Acquire(ctx) }()
 	w.Release()
 	select {
-	case <-got:
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
 	case <-time.After(time.Second):
 		t.Fatal("Release did not hand the place to the waiter")
 	}
@@ -73,18 +79,23 @@ func TestGateHoldsUntilRetryAfter(t *testing.T) {
 	}
 	g.CloseUntil(epoch.Add(5 * time.Second))
 	g.CloseUntil(epoch.Add(2 * time.Second)) // never shortens
-	done := make(chan struct{})
-	go func() { g.Wait(context.Background()); close(done) }()
-	clock.BlockUntilContext(context.Background(), 1)
+	done := make(chan error, 1)
+	go func() { done <- g.Wait(context.Background()) }()
+	if err := clock.BlockUntilContext(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
 	clock.Advance(3 * time.Second)
 	select {
-	case <-done:
-		t.Fatal("gate opened before its time")
+	case err := <-done:
+		t.Fatalf("gate opened before its time (Wait: %v)", err)
 	case <-time.After(20 * time.Millisecond):
 	}
 	clock.Advance(2 * time.Second)
 	select {
-	case <-done:
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
 	case <-time.After(time.Second):
 		t.Fatal("gate did not open at its time")
 	}
@@ -93,16 +104,19 @@ func TestGateHoldsUntilRetryAfter(t *testing.T) {
 func TestGateHold(t *testing.T) {
 	g := NewGate(clockwork.NewFakeClock())
 	g.Hold(true)
-	done := make(chan struct{})
-	go func() { g.Wait(context.Background()); close(done) }()
+	done := make(chan error, 1)
+	go func() { done <- g.Wait(context.Background()) }()
 	select {
-	case <-done:
-		t.Fatal("a held gate let a call through")
+	case err := <-done:
+		t.Fatalf("a held gate let a call through (Wait: %v)", err)
 	case <-time.After(20 * time.Millisecond):
 	}
 	g.Hold(false)
 	select {
-	case <-done:
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
 	case <-time.After(time.Second):
 		t.Fatal("releasing the gate did not let the call through")
 	}

@@ -34,7 +34,9 @@ func TestSetLimitsRaisedMovesQueuedCallsEarlier(t *testing.T) {
 	// A waiter learns its new time.
 	done := make(chan error, 1)
 	go func() { done <- rs[9].Wait(context.Background()) }()
-	clock.BlockUntilContext(context.Background(), 1)
+	if err := clock.BlockUntilContext(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
 	clock.Advance(2 * time.Second)
 	select {
 	case err := <-done:

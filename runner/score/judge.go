@@ -6,11 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/proctor-dev/proctor/runner/tmpl"
 	"slices"
 	"strings"
 	"text/template"
 	"text/template/parse"
+
+	"github.com/proctor-dev/proctor/runner/tmpl"
 )
 
 // DefaultRubric is the judge prompt used when Config.Rubric is empty. It is a

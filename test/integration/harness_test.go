@@ -67,6 +67,7 @@ func fakeLLM(t testing.TB, cfg fakellm.Config) (*fakellm.Server, string) {
 
 // manager is a running Proctor manager, watching one namespace.
 type manager struct {
+	t      testing.TB
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -106,7 +107,7 @@ func startManagerWith(t testing.TB, ns string, edit func(*controllers.Options)) 
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &manager{cancel: cancel, done: make(chan error, 1)}
+	m := &manager{t: t, cancel: cancel, done: make(chan error, 1)}
 	go func() { m.done <- mgr.Start(ctx) }()
 	t.Cleanup(m.stop)
 	return m
@@ -114,7 +115,9 @@ func startManagerWith(t testing.TB, ns string, edit func(*controllers.Options)) 
 
 func (m *manager) stop() {
 	m.cancel()
-	<-m.done
+	if err := <-m.done; err != nil {
+		m.t.Errorf("manager: %v", err)
+	}
 	m.done <- nil // later stops return at once
 }
 

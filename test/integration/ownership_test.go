@@ -168,7 +168,9 @@ func gzipLines(t *testing.T, lines ...string) []byte {
 	var buf bytes.Buffer
 	w := gzip.NewWriter(&buf)
 	for _, l := range lines {
-		w.Write([]byte(l + "\n"))
+		if _, err := w.Write([]byte(l + "\n")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)

@@ -115,7 +115,9 @@ func checkFetchedResults(t *testing.T, ns, name string, want int) {
 			t.Fatal(err)
 		}
 		var idx int
-		fmt.Sscanf(rec.ID[strings.LastIndex(rec.ID, "-")+1:], "%d", &idx)
+		if _, err := fmt.Sscanf(rec.ID[strings.LastIndex(rec.ID, "-")+1:], "%d", &idx); err != nil {
+			t.Fatalf("record id %q: %v", rec.ID, err)
+		}
 		cur := struct{ model, idx int }{pos[rec.Model], idx}
 		if cur.model < prev.model || (cur.model == prev.model && cur.idx <= prev.idx) {
 			t.Fatalf("record %s/%s out of order after %+v", rec.Model, rec.ID, prev)

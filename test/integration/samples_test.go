@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -33,7 +34,7 @@ func TestSamplesAreAccepted(t *testing.T) {
 			evaluations := 0
 			for {
 				var obj unstructured.Unstructured
-				if err := r.Decode(&obj.Object); err == io.EOF {
+				if err := r.Decode(&obj.Object); errors.Is(err, io.EOF) {
 					break
 				} else if err != nil {
 					t.Fatal(err)

@@ -37,7 +37,11 @@ func TestEveryDatasetSource(t *testing.T) {
 	}
 	pv := "proctor-e2e-datasets"
 	mustKubectl(t, "delete", "pv", pv, "--ignore-not-found", "--wait=true", "--timeout=1m")
-	t.Cleanup(func() { kubectl("delete", "pv", pv, "--ignore-not-found", "--wait=false") })
+	t.Cleanup(func() {
+		if out, err := kubectl("delete", "pv", pv, "--ignore-not-found", "--wait=false"); err != nil {
+			t.Logf("deleting PersistentVolume %s: %v\n%s", pv, err, out)
+		}
+	})
 	applyYAML(t, ns, fmt.Sprintf(`apiVersion: v1
 kind: PersistentVolume
 metadata: {name: %[1]s}

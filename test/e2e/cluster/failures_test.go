@@ -178,8 +178,11 @@ func TestFailuresAreVisible(t *testing.T) {
 				// The ended run's pods go away (its Jobs are suspended).
 				eventually(t, 90*time.Second, time.Second, "no runner pod left", func() error {
 					out, err := kubectl("get", "pods", "-n", ns, "-l", "proctor.dev/component=runner", "-o", "name")
-					if err != nil || strings.TrimSpace(out) != "" {
-						return fmt.Errorf("%v %s", err, out)
+					if err != nil {
+						return err
+					}
+					if left := strings.TrimSpace(out); left != "" {
+						return fmt.Errorf("runner pods left: %s", left)
 					}
 					return nil
 				})

@@ -184,7 +184,15 @@ func writeTimings() {
 	text := "Measured on this run:\n" + strings.Join(timings, "\n") + "\n"
 	fmt.Print(text)
 	if err := os.MkdirAll(artifacts, 0o755); err == nil {
-		os.WriteFile(filepath.Join(artifacts, "timings.txt"), []byte(text), 0o644)
+		saveArtifact("timings.txt", []byte(text))
+	}
+}
+
+// saveArtifact writes a file into the artifacts directory; a failure is only
+// printed, as the other artifacts are still worth saving.
+func saveArtifact(name string, data []byte) {
+	if err := os.WriteFile(filepath.Join(artifacts, name), data, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 	}
 }
 
@@ -200,7 +208,7 @@ func collectArtifacts() {
 		if err != nil {
 			out += "\n" + err.Error()
 		}
-		os.WriteFile(filepath.Join(artifacts, name), []byte(out), 0o644)
+		saveArtifact(name, []byte(out))
 	}
 	save("objects.yaml", "get", "evaluations,jobs,pods,configmaps,services,deployments,roles,rolebindings,serviceaccounts", "-A", "-o", "yaml")
 	save("evaluations.txt", "get", "evaluations", "-A", "-o", "wide")
@@ -214,7 +222,7 @@ func collectArtifacts() {
 		logs, _ := filepath.Glob(filepath.Join(clusterDir, "logs", "*.log"))
 		for _, l := range logs {
 			if b, err := os.ReadFile(l); err == nil {
-				os.WriteFile(filepath.Join(artifacts, "component-"+filepath.Base(l)), b, 0o644)
+				saveArtifact("component-"+filepath.Base(l), b)
 			}
 		}
 	}

@@ -69,8 +69,8 @@ func TestDeclaredRateLimitIsHonoured(t *testing.T) {
 		t.Errorf("server received %d requests, want exactly %d", st.Requests, n)
 	}
 	// Pacing at about rpm/60.5 per second: n requests take at least (n-1) intervals.
-	if min := time.Duration(float64(n-1) * 60 / rpm * 0.9 * float64(time.Second)); res.Elapsed < min {
-		t.Errorf("the run took %v; %d requests paced at %d/min take at least ~%v", res.Elapsed, n, rpm, min)
+	if least := time.Duration(float64(n-1) * 60 / rpm * 0.9 * float64(time.Second)); res.Elapsed < least {
+		t.Errorf("the run took %v; %d requests paced at %d/min take at least ~%v", res.Elapsed, n, rpm, least)
 	}
 	recs, _ := readRecords(t, w.out)
 	expectIDs(t, recs, "q", n)

@@ -37,7 +37,7 @@ func echoServer(t *testing.T) (*fakellm.Server, string) {
 			if bytes.Contains(body, []byte(marker)) {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(status)
-				json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
+				_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
 					"type": "invalid_request_error", "message": "your credentials " + creds + " are no good",
 				}})
 				return
@@ -138,13 +138,16 @@ func TestAPIKeyNeverWrittenOut(t *testing.T) {
 	check("stdout", []byte(res.Stdout))
 	check("stderr", []byte(res.Stderr))
 	// Everything in the output directory: results.jsonl, summary.json, checkpoints.
-	filepath.WalkDir(w.out, func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(w.out, func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			data, _ := os.ReadFile(path)
 			check(path, data)
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if st := llm.Stats(); st.Succeeded == 0 || st.Rejected != 0 {
 		t.Errorf("echo server stats %+v: want successes and no rejected key", st)
 	}
