@@ -8,10 +8,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/term"
 
+	"github.com/proctor-dev/proctor/internal/local"
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/results"
 )
@@ -30,11 +32,14 @@ func isTerminal(f *os.File) bool {
 	return err == nil && w > 0
 }
 
+var _ local.Display = (*progress)(nil)
+
 // progress shows how far a run is: a bar per model and dataset on a terminal,
 // a line per model and dataset every few seconds otherwise.
 type progress struct {
-	mode    string // bar, plain or none
-	out     io.Writer
+	mode      string // bar, plain or none
+	out       io.Writer
+	verbosity int // of the run's log
 	started time.Time
 	pairs   []*pairProgress
 	byKey   map[[2]string]*pairProgress
@@ -62,14 +67,14 @@ type pairProgress struct {
 	finished atomic.Int64
 }
 
-func newProgress(mode string, s streams, pairs []results.Pair, dir *results.Dir) *progress {
+func newProgress(mode string, s streams, pairs []results.Pair, dir *results.Dir, verbosity int) *progress {
 	if mode == "auto" {
 		mode = "plain"
 		if s.errIsTerminal {
 			mode = "bar"
 		}
 	}
-	p := &progress{mode: mode, out: s.errOut, byKey: map[[2]string]*pairProgress{}, quit: make(chan struct{})}
+	p := &progress{mode: mode, out: s.errOut, verbosity: verbosity, byKey: map[[2]string]*pairProgress{}, quit: make(chan struct{})}
 	for _, pr := range pairs {
 		done, errored := dir.Counts(pr.Model, pr.Dataset)
 		pp := &pairProgress{model: pr.Model, label: terminalSafe(pr.Model + "/" + pr.Dataset), total: int64(pr.Total), initial: int64(done), printed: -1}
@@ -97,7 +102,12 @@ func (p *progress) ensureBars() {
 	p.bars = mpb.New(mpb.WithOutput(p.out), mpb.WithRefreshRate(200*time.Millisecond), mpb.WithWidth(40))
 }
 
-func (p *progress) start() {
+// Log is the run's logger, writing where it does not tear the bars.
+func (p *progress) Log() logr.Logger { return newLogger(p.logWriter(), p.verbosity) }
+
+// Start begins showing progress; throttle says whether a model is being rate limited.
+func (p *progress) Start(throttle func(model string) runner.ThrottleStatus) {
+	p.throttle = throttle
 	p.started = time.Now()
 	switch p.mode {
 	case "bar":
@@ -203,12 +213,13 @@ func (p *progress) SampleFinished(model, dataset string, rec *results.Record) {
 	}
 }
 
-// note prints a message without disturbing the display.
-func (p *progress) note(msg string) {
+// Note prints a message without disturbing the display.
+func (p *progress) Note(msg string) {
 	fmt.Fprintln(p.logWriter(), msg)
 }
 
-func (p *progress) stop() {
+// Stop ends the display.
+func (p *progress) Stop() {
 	switch p.mode {
 	case "bar":
 		for _, pp := range p.pairs {

@@ -4,25 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 
-	"github.com/proctor-dev/proctor/api/v1alpha1"
-	"github.com/proctor-dev/proctor/internal/compile"
-	"github.com/proctor-dev/proctor/internal/evalfile"
-	"github.com/proctor-dev/proctor/runner"
-	"github.com/proctor-dev/proctor/runner/provider/agent"
+	"github.com/proctor-dev/proctor/internal/local"
 	"github.com/proctor-dev/proctor/runner/results"
 )
 
@@ -86,178 +78,56 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 	default:
 		return invalid(fmt.Errorf("--progress: %q is not one of auto, bar, plain or none", o.progress))
 	}
-	if o.concurrency < 0 || o.concurrency > v1alpha1.MaxConcurrency {
-		return invalid(fmt.Errorf("--concurrency: must be between 1 and %d", v1alpha1.MaxConcurrency))
-	}
-
-	ev, err := evalfile.Load(o.file)
-	if err != nil {
-		return invalid(err)
-	}
-	name := ev.Name
-	if name == "" {
-		name = strings.TrimSuffix(filepath.Base(o.file), filepath.Ext(o.file))
-		if name == "" || name == "." || name == ".." {
-			name = "evaluation" // "...yaml" must not make results/.. the output
-		}
-	}
-	outDir := o.output
-	if outDir == "" {
-		outDir = filepath.Join("results", name)
-	}
-	cacheDir := o.cacheDir
-	if cacheDir == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			base = os.TempDir()
-		}
-		cacheDir = filepath.Join(base, "proctor", "responses")
-	}
-
-	// Signals: the first stops taking samples and lets those in flight finish
-	// within the grace period; the second, or the period's end, stops at once.
-	// Before the run starts, the first stops the preparation.
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	// Nothing is written until the Evaluation has passed every check: invalid
-	// input leaves no trace, and --restart discards nothing for a run that
-	// cannot start. Downloads go to a directory of this process's own, removed
-	// at the end (or by the next run, after a kill -9).
-	dataDir := filepath.Join(os.TempDir(), dataDirPrefix+strconv.Itoa(os.Getpid()))
-	removeStaleDataDirs(os.TempDir())
-	// What agents of a proctor killed with -9 started lives on (its agents died
-	// with it): any run ends them, whether or not it has agents of its own.
-	reportLeftovers(s.errOut, agent.KillLeftovers())
-	defer os.RemoveAll(dataDir)
-
-	var prepSig os.Signal
-	prepCtx, prepDone := context.WithCancel(runCtx)
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		select {
-		case prepSig = <-sigs:
-			prepDone()
-		case <-prepCtx.Done():
-		}
-	}()
-	plan, err := compile.Build(prepCtx, ev, compile.Env{
-		BaseDir:        filepath.Dir(o.file),
-		DataDir:        dataDir,
-		CacheDir:       cacheDir,
-		KeepWorkspaces: o.keepWorkspaces,
+	res, err := local.Run(ctx, local.Options{
+		File:           o.file,
+		Output:         o.output,
 		Concurrency:    o.concurrency,
+		CacheDir:       o.cacheDir,
+		RetryErrors:    o.retryErrors,
+		Restart:        o.restart,
+		KeepWorkspaces: o.keepWorkspaces,
+		GracePeriod:    o.gracePeriod,
+		Interrupts:     sigs,
+		Warnings:       s.errOut,
+		Display: func(pairs []results.Pair, dir *results.Dir) local.Display {
+			return newProgress(o.progress, s, pairs, dir, verbosity)
+		},
 	})
-	prepDone()
-	<-watched
-	if prepSig != nil {
-		return &exitError{code: signalExitCode(prepSig), err: errors.New("interrupted before the run started; nothing was run")}
-	}
-	if err != nil {
-		return invalid(fmt.Errorf("%s: %w", o.file, err))
-	}
-
-	// The engine's own checks, before anything is written (the real engine
-	// needs the progress display, which needs the checkpoint).
-	if _, err := runner.New(plan, runner.Options{Log: logr.Discard()}); err != nil {
+	var invalidErr *local.InvalidError
+	var interrupted *local.InterruptedError
+	switch {
+	case errors.As(err, &invalidErr):
 		return invalid(err)
+	case errors.As(err, &interrupted):
+		return &exitError{code: signalExitCode(interrupted.Signal), err: err}
+	case res == nil:
+		return &exitError{code: exitFailed, err: err}
 	}
+	runErr := err
 
-	dir, err := results.OpenDir(outDir)
-	if err != nil {
-		return invalid(fmt.Errorf("output directory: %w", err))
-	}
-	defer dir.Unlock()
-	defer dir.Close()
-	if o.restart {
-		if err := dir.Reset(); err != nil {
-			return fmt.Errorf("--restart: %w", err)
-		}
-	}
-
-	tasks := plan.Tasks()
-	pairs := make([]results.Pair, len(tasks))
-	for i, t := range tasks {
-		m, d := plan.Model(t.Model), plan.Dataset(t.Dataset)
-		pairs[i] = results.Pair{Model: m.Name, Dataset: d.Name, Fingerprint: plan.CheckpointFingerprint(m, d), Total: d.Total, Metrics: plan.MetricNames()}
-		if _, err := dir.Open(pairs[i], o.retryErrors); err != nil {
-			if errors.Is(err, results.ErrMismatch) {
-				return invalid(fmt.Errorf("%w; use another output directory, or --restart to discard it", err))
-			}
-			return err
-		}
-	}
-
-	prog := newProgress(o.progress, s, pairs, dir)
-	log := newLogger(prog.logWriter(), verbosity)
-	for _, m := range plan.Models {
-		if m.JudgeOnly {
-			log.Info("Using a model as judge only", "model", m.Name)
-		}
-	}
-	eng, err := runner.New(plan, runner.Options{Log: log, Observer: prog})
-	if err != nil {
-		return invalid(err)
-	}
-	prog.throttle = eng.Throttle
-
-	var interrupted os.Signal
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case sig := <-sigs:
-			interrupted = sig
-			eng.Stop()
-			prog.note(fmt.Sprintf("Stopping: samples in flight may finish within %v (interrupt again to stop now).", o.gracePeriod))
-			t := time.NewTimer(o.gracePeriod)
-			defer t.Stop()
-			select {
-			case <-sigs:
-			case <-t.C:
-			case <-runCtx.Done():
-			}
-			cancel()
-		case <-runCtx.Done():
-		}
-	}()
-
-	prog.start()
-	runErr := eng.Run(runCtx, tasks, dir)
-	cancel()
-	<-stopped
-	prog.stop()
-
-	if err := dir.Close(); err != nil {
-		runErr = errors.Join(runErr, err)
-	}
-	summaries, err := dir.Assemble(pairs)
-	if err != nil {
-		return &exitError{code: exitFailed, err: fmt.Errorf("writing results: %w", errors.Join(runErr, err))}
-	}
-	printSummary(s.out, summaries, plan.MetricNames())
-	done, total := progressTotals(summaries)
-	errored := erroredTotal(summaries)
+	printSummary(s.out, res.Summaries, res.Metrics)
+	done, total := progressTotals(res.Summaries)
+	errored := erroredTotal(res.Summaries)
 	if errored > 0 {
-		top, err := topErrors(filepath.Join(outDir, results.ResultsFile), 3)
+		top, err := topErrors(filepath.Join(res.Dir, results.ResultsFile), 3)
 		if err != nil {
 			runErr = errors.Join(runErr, fmt.Errorf("reading the errors back: %w", err))
 		}
 		// On stderr: stdout holds the table alone, for scripts.
 		printErrors(s.errOut, top)
 	}
-	fmt.Fprintf(s.errOut, "Results: %s, %s\n", filepath.Join(outDir, results.ResultsFile), filepath.Join(outDir, results.SummaryFile))
+	fmt.Fprintf(s.errOut, "Results: %s, %s\n", filepath.Join(res.Dir, results.ResultsFile), filepath.Join(res.Dir, results.SummaryFile))
 
 	switch {
 	case runErr != nil:
 		return &exitError{code: exitFailed, err: runErr}
-	case interrupted != nil:
+	case res.Interrupted != nil:
 		msg := fmt.Sprintf("interrupted with %d of %d samples done; run the same command again to resume", done, total)
-		return &exitError{code: signalExitCode(interrupted), err: errors.New(msg)}
+		return &exitError{code: signalExitCode(res.Interrupted), err: errors.New(msg)}
 	case done > 0 && errored == done:
 		// Nothing was evaluated: a server down, a wrong model name, a bad key.
 		// Scores of 0 from that must not pass for a finished run.
@@ -311,44 +181,4 @@ func newLogger(w interface{ Write([]byte) (int, error) }, v int) logr.Logger {
 		},
 	})
 	return logr.FromSlogHandler(h)
-}
-
-// dataDirPrefix names the directories that hold a run's downloaded datasets:
-// the prefix and the owner's PID.
-const dataDirPrefix = "proctor-data-"
-
-// removeStaleDataDirs removes the download directories of proctor processes
-// that no longer exist (killed with -9, which runs no deferred cleanup).
-func removeStaleDataDirs(tmp string) {
-	entries, err := os.ReadDir(tmp)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(strings.TrimPrefix(e.Name(), dataDirPrefix))
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), dataDirPrefix) || err != nil || pid <= 0 || pid == os.Getpid() {
-			continue
-		}
-		// Signal 0 checks existence; EPERM means the PID is alive (someone else's).
-		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
-			_ = os.RemoveAll(filepath.Join(tmp, e.Name()))
-		}
-	}
-}
-
-// reportLeftovers says which processes of dead proctors' agents were killed, one
-// line per dead proctor.
-func reportLeftovers(w io.Writer, killed []agent.Leftover) {
-	byOwner := map[int][]string{}
-	var owners []int
-	for _, l := range killed {
-		if _, ok := byOwner[l.Owner]; !ok {
-			owners = append(owners, l.Owner)
-		}
-		byOwner[l.Owner] = append(byOwner[l.Owner], strconv.Itoa(l.PID))
-	}
-	slices.Sort(owners)
-	for _, o := range owners {
-		fmt.Fprintf(w, "Killed processes left running by the agents of proctor %d, which was killed: PID %s\n", o, strings.Join(byOwner[o], ", "))
-	}
 }

@@ -150,28 +150,17 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		b.poll(ctx)
 	}
 
-	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelRun()
-	go func() {
-		// ctx ending (SIGTERM) drains: no new samples; those in flight get the grace period.
-		<-ctx.Done()
-		eng.Stop()
-		t := o.Clock.NewTimer(o.GracePeriod)
-		defer t.Stop()
-		select {
-		case <-t.C():
-		case <-runCtx.Done():
-		}
-		cancelRun()
-	}()
-
+	// ctx ending (SIGTERM) drains: no new samples; those in flight get the grace
+	// period. The run and the budget loops outlive ctx until then.
+	runCtx := context.WithoutCancel(ctx)
 	loopsDone := make(chan struct{})
 	loopCtx, stopLoops := context.WithCancel(runCtx)
 	go func() {
 		defer close(loopsDone)
 		b.loop(loopCtx)
 	}()
-	runErr := eng.Run(runCtx, []runner.Task{{Model: sh.Model, Dataset: sh.Dataset, Start: sh.Start, End: sh.End}}, store)
+	tasks := []runner.Task{{Model: sh.Model, Dataset: sh.Dataset, Start: sh.Start, End: sh.End}}
+	runErr := eng.RunDraining(runCtx, tasks, store, runner.Drain{Begin: ctx.Done(), Grace: o.GracePeriod})
 	stopLoops()
 	<-loopsDone
 

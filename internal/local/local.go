@@ -1,0 +1,332 @@
+// Package local is the local driver: it runs an Evaluation file on this
+// machine (proctor run), as internal/shard runs one shard in a runner pod,
+// around the same engine. It checks everything before it writes anything,
+// keeps the checkpoint in a results directory, drains on the user's first
+// interrupt and assembles results.jsonl and summary.json at the end of every
+// run, interrupted ones included. Printing and exit codes are internal/cli's.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/compile"
+	"github.com/proctor-dev/proctor/internal/evalfile"
+	"github.com/proctor-dev/proctor/runner"
+	"github.com/proctor-dev/proctor/runner/provider/agent"
+	"github.com/proctor-dev/proctor/runner/results"
+)
+
+// Options say what to run and how.
+type Options struct {
+	// File is the Evaluation manifest.
+	File string
+	// Output is the results directory; empty means results/NAME, NAME being the
+	// Evaluation's (or the file's).
+	Output string
+	// Concurrency, when positive, overrides every model's.
+	Concurrency int
+	// CacheDir holds the response cache when the Evaluation enables it; empty
+	// means the user's cache directory.
+	CacheDir string
+	// RetryErrors runs again the samples that ended in an error last time.
+	RetryErrors bool
+	// Restart discards the checkpoint in the output directory.
+	Restart bool
+	// KeepWorkspaces keeps agent workspaces for inspection.
+	KeepWorkspaces bool
+	// GracePeriod is how long samples in flight may take to finish once the
+	// run drains.
+	GracePeriod time.Duration
+	// Interrupts are the user's interrupts. Before the run starts, the first
+	// stops the preparation; during the run, the first drains it and the
+	// second stops it at once. Nil: none.
+	Interrupts <-chan os.Signal
+	// Display, when set, shows the run's progress; it is made once the
+	// checkpoint is open, with the model × dataset pairs and their counts so far.
+	Display func(pairs []results.Pair, dir *results.Dir) Display
+	// Warnings receives notices for the user (processes of killed runs'
+	// agents ended); nil discards them.
+	Warnings io.Writer
+}
+
+// Display shows a run's progress.
+type Display interface {
+	runner.Observer
+	// Log is the run's logger, writing where it does not disturb the display.
+	Log() logr.Logger
+	// Start begins showing progress; throttle says whether a model is being
+	// rate limited.
+	Start(throttle func(model string) runner.ThrottleStatus)
+	// Note tells the user something without disturbing the display.
+	Note(msg string)
+	// Stop ends the display.
+	Stop()
+}
+
+// Result is what a run that reached its end wrote.
+type Result struct {
+	// Dir is the results directory (results.jsonl, summary.json).
+	Dir string
+	// Summaries are the model × dataset summaries, in the spec's order.
+	Summaries []results.Summary
+	// Metrics are the scorers' metric names.
+	Metrics []string
+	// Interrupted is the interrupt that drained the run, if one did.
+	Interrupted os.Signal
+}
+
+// InvalidError is a problem with the input: nothing was run or written.
+type InvalidError struct{ Err error }
+
+func (e *InvalidError) Error() string { return e.Err.Error() }
+func (e *InvalidError) Unwrap() error { return e.Err }
+
+// InterruptedError says the user interrupted the run before it started.
+type InterruptedError struct{ Signal os.Signal }
+
+func (e *InterruptedError) Error() string {
+	return "interrupted before the run started; nothing was run"
+}
+
+// Run runs the Evaluation of o.File. It returns an *InvalidError (nothing
+// run), an *InterruptedError (interrupted while preparing), or a Result once
+// results were written, with the run's error if it could not finish.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if o.Concurrency < 0 || o.Concurrency > v1alpha1.MaxConcurrency {
+		return nil, &InvalidError{fmt.Errorf("--concurrency: must be between 1 and %d", v1alpha1.MaxConcurrency)}
+	}
+	ev, err := evalfile.Load(o.File)
+	if err != nil {
+		return nil, &InvalidError{err}
+	}
+	outDir := o.Output
+	if outDir == "" {
+		outDir = filepath.Join("results", runName(ev, o.File))
+	}
+	cacheDir := o.CacheDir
+	if cacheDir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		cacheDir = filepath.Join(base, "proctor", "responses")
+	}
+	warnings := o.Warnings
+	if warnings == nil {
+		warnings = io.Discard
+	}
+
+	// Nothing is written until the Evaluation has passed every check: invalid
+	// input leaves no trace, and Restart discards nothing for a run that
+	// cannot start. Downloads go to a directory of this process's own, removed
+	// at the end (or by the next run, after a kill -9).
+	dataDir := filepath.Join(os.TempDir(), dataDirPrefix+strconv.Itoa(os.Getpid()))
+	removeStaleDataDirs(os.TempDir())
+	// What agents of a proctor killed with -9 started lives on (its agents died
+	// with it): any run ends them, whether or not it has agents of its own.
+	reportLeftovers(warnings, agent.KillLeftovers())
+	defer os.RemoveAll(dataDir)
+
+	plan, err := prepare(ctx, o.Interrupts, ev, compile.Env{
+		BaseDir:        filepath.Dir(o.File),
+		DataDir:        dataDir,
+		CacheDir:       cacheDir,
+		KeepWorkspaces: o.KeepWorkspaces,
+		Concurrency:    o.Concurrency,
+	})
+	var interrupted *InterruptedError
+	switch {
+	case errors.As(err, &interrupted):
+		return nil, err
+	case err != nil:
+		return nil, &InvalidError{fmt.Errorf("%s: %w", o.File, err)}
+	}
+	// The engine's own checks, before anything is written (the real engine
+	// needs the display, which needs the checkpoint).
+	if _, err := runner.New(plan, runner.Options{Log: logr.Discard()}); err != nil {
+		return nil, &InvalidError{err}
+	}
+
+	dir, err := results.OpenDir(outDir)
+	if err != nil {
+		return nil, &InvalidError{fmt.Errorf("output directory: %w", err)}
+	}
+	defer dir.Unlock()
+	defer dir.Close()
+	if o.Restart {
+		if err := dir.Reset(); err != nil {
+			return nil, fmt.Errorf("--restart: %w", err)
+		}
+	}
+	tasks := plan.Tasks()
+	pairs := make([]results.Pair, len(tasks))
+	for i, t := range tasks {
+		m, d := plan.Model(t.Model), plan.Dataset(t.Dataset)
+		pairs[i] = results.Pair{Model: m.Name, Dataset: d.Name, Fingerprint: plan.CheckpointFingerprint(m, d), Total: d.Total, Metrics: plan.MetricNames()}
+		if _, err := dir.Open(pairs[i], o.RetryErrors); err != nil {
+			if errors.Is(err, results.ErrMismatch) {
+				return nil, &InvalidError{fmt.Errorf("%w; use another output directory, or --restart to discard it", err)}
+			}
+			return nil, err
+		}
+	}
+
+	var display Display = silent{}
+	if o.Display != nil {
+		display = o.Display(pairs, dir)
+	}
+	log := display.Log()
+	for _, m := range plan.Models {
+		if m.JudgeOnly {
+			log.Info("Using a model as judge only", "model", m.Name)
+		}
+	}
+	eng, err := runner.New(plan, runner.Options{Log: log, Observer: display})
+	if err != nil {
+		return nil, &InvalidError{err}
+	}
+
+	drain, stopWatching := watchInterrupts(o.Interrupts)
+	drain.Grace = o.GracePeriod
+	drain.OnBegin = func() {
+		display.Note(fmt.Sprintf("Stopping: samples in flight may finish within %v (interrupt again to stop now).", o.GracePeriod))
+	}
+	display.Start(eng.Throttle)
+	runErr := eng.RunDraining(ctx, tasks, dir, drain)
+	sig := stopWatching()
+	display.Stop()
+
+	if err := dir.Close(); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	summaries, err := dir.Assemble(pairs)
+	if err != nil {
+		return nil, fmt.Errorf("writing results: %w", errors.Join(runErr, err))
+	}
+	return &Result{Dir: outDir, Summaries: summaries, Metrics: plan.MetricNames(), Interrupted: sig}, runErr
+}
+
+// runName names a run's default results directory: the Evaluation's name, or
+// the file's.
+func runName(ev *v1alpha1.Evaluation, file string) string {
+	if ev.Name != "" {
+		return ev.Name
+	}
+	name := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
+	if name == "" || name == "." || name == ".." {
+		name = "evaluation" // "...yaml" must not make results/.. the output
+	}
+	return name
+}
+
+// prepare compiles the Evaluation; the first interrupt stops it.
+func prepare(ctx context.Context, interrupts <-chan os.Signal, ev *v1alpha1.Evaluation, env compile.Env) (*runner.Plan, error) {
+	var sig os.Signal
+	prepCtx, prepDone := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case sig = <-interrupts:
+			prepDone()
+		case <-prepCtx.Done():
+		}
+	}()
+	plan, err := compile.Build(prepCtx, ev, env)
+	prepDone()
+	<-watched
+	if sig != nil {
+		return nil, &InterruptedError{Signal: sig}
+	}
+	return plan, err
+}
+
+// watchInterrupts turns the user's interrupts into a drain: the first begins
+// it, the second hurries it. stop ends the watch and returns the first
+// interrupt, if any.
+func watchInterrupts(interrupts <-chan os.Signal) (d runner.Drain, stop func() os.Signal) {
+	begin, hurry, quit, done := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var first os.Signal
+	go func() {
+		defer close(done)
+		select {
+		case first = <-interrupts:
+			close(begin)
+		case <-quit:
+			return
+		}
+		select {
+		case <-interrupts:
+			close(hurry)
+		case <-quit:
+		}
+	}()
+	d.Begin, d.Hurry = begin, hurry
+	return d, func() os.Signal {
+		close(quit)
+		<-done
+		return first
+	}
+}
+
+// silent is the display of a run shown nowhere.
+type silent struct{}
+
+func (silent) SampleFinished(string, string, *results.Record) {}
+func (silent) Log() logr.Logger                               { return logr.Discard() }
+func (silent) Start(func(model string) runner.ThrottleStatus) {}
+func (silent) Note(string)                                    {}
+func (silent) Stop()                                          {}
+
+// dataDirPrefix names the directories that hold a run's downloaded datasets:
+// the prefix and the owner's PID.
+const dataDirPrefix = "proctor-data-"
+
+// removeStaleDataDirs removes the download directories of proctor processes
+// that no longer exist (killed with -9, which runs no deferred cleanup).
+func removeStaleDataDirs(tmp string) {
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(strings.TrimPrefix(e.Name(), dataDirPrefix))
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), dataDirPrefix) || err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		// Signal 0 checks existence; EPERM means the PID is alive (someone else's).
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			_ = os.RemoveAll(filepath.Join(tmp, e.Name()))
+		}
+	}
+}
+
+// reportLeftovers says which processes of dead proctors' agents were killed, one
+// line per dead proctor.
+func reportLeftovers(w io.Writer, killed []agent.Leftover) {
+	byOwner := map[int][]string{}
+	var owners []int
+	for _, l := range killed {
+		if _, ok := byOwner[l.Owner]; !ok {
+			owners = append(owners, l.Owner)
+		}
+		byOwner[l.Owner] = append(byOwner[l.Owner], strconv.Itoa(l.PID))
+	}
+	slices.Sort(owners)
+	for _, o := range owners {
+		fmt.Fprintf(w, "Killed processes left running by the agents of proctor %d, which was killed: PID %s\n", o, strings.Join(byOwner[o], ", "))
+	}
+}

@@ -1,0 +1,159 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/proctor-dev/proctor/runner"
+	"github.com/proctor-dev/proctor/runner/results"
+)
+
+// evaluation writes an Evaluation of an agent that runs sh with script, on
+// samples s1..s3 whose expected answer is their input.
+func evaluation(t *testing.T, script string) string {
+	t.Helper()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "eval.yaml")
+	yaml := `apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata:
+  name: local-test
+spec:
+  datasets:
+  - name: d
+    source:
+      inline:
+      - {id: s1, input: "a", expected: "a"}
+      - {id: s2, input: "b", expected: "b"}
+      - {id: s3, input: "c", expected: "c"}
+  models:
+  - name: bot
+    provider: agent
+    agent:
+      command: [sh, -c, ` + "'" + script + "'" + `, sh, "{{ .Prompt }}"]
+  scoring:
+  - type: exact_match
+    normalize: [trim]
+  concurrency: 1
+`
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+func TestRunWritesResultsAndResumes(t *testing.T) {
+	file := evaluation(t, `echo "$1"`)
+	out := filepath.Join(t.TempDir(), "out")
+	res, err := Run(context.Background(), Options{File: file, Output: out, GracePeriod: time.Second})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(res.Summaries) != 1 || res.Summaries[0].Completed != 3 || res.Summaries[0].Metrics["exact_match"] != 1 {
+		t.Fatalf("summaries = %+v, want 3 of 3 samples scored 1", res.Summaries)
+	}
+	for _, f := range []string{results.ResultsFile, results.SummaryFile} {
+		if _, err := os.Stat(filepath.Join(res.Dir, f)); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	// A second run finds every sample done: the agent is not run again.
+	file2 := evaluation(t, `echo ran >&2; exit 1`)
+	if err := os.Rename(file2, file); err != nil {
+		t.Fatal(err)
+	}
+	res, err = Run(context.Background(), Options{File: file, Output: out})
+	if err == nil || res != nil {
+		// The agent's command is part of the checkpoint's fingerprint: a
+		// changed agent must not resume from the other's records.
+		var invalid *InvalidError
+		if !errors.As(err, &invalid) || !strings.Contains(err.Error(), "--restart") {
+			t.Fatalf("resuming with another agent: %v, want an invalid-input error naming --restart", err)
+		}
+	}
+}
+
+func TestRunInvalid(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	cases := map[string]Options{
+		"no such file": {File: filepath.Join(t.TempDir(), "missing.yaml"), Output: out},
+		"concurrency":  {File: evaluation(t, `echo "$1"`), Output: out, Concurrency: -1},
+		"bad template": {File: evaluation(t, `echo "$1" {{ .Nope }}`), Output: out},
+	}
+	for name, o := range cases {
+		res, err := Run(context.Background(), o)
+		var invalid *InvalidError
+		if !errors.As(err, &invalid) || res != nil {
+			t.Errorf("%s: Run = %v, %v; want an *InvalidError", name, res, err)
+		}
+		if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: invalid input wrote the output directory (%v)", name, err)
+		}
+	}
+}
+
+// TestInterruptDrains: the first interrupt stops taking samples and lets the
+// one in flight finish; results are written and say which signal stopped it.
+func TestInterruptDrains(t *testing.T) {
+	started := filepath.Join(t.TempDir(), "started")
+	file := evaluation(t, `touch `+started+`; sleep 0.3; echo "$1"`)
+	interrupts := make(chan os.Signal, 2)
+	display := &stubDisplay{onStart: func() {
+		go func() {
+			// Interrupt once the first sample is in flight.
+			for {
+				if _, err := os.Stat(started); err == nil {
+					interrupts <- syscall.SIGINT
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}}
+	res, err := Run(context.Background(), Options{
+		File: file, Output: filepath.Join(t.TempDir(), "out"), GracePeriod: 30 * time.Second, Interrupts: interrupts,
+		Display: func([]results.Pair, *results.Dir) Display { return display },
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if res.Interrupted != syscall.SIGINT {
+		t.Errorf("Interrupted = %v, want SIGINT", res.Interrupted)
+	}
+	if got := res.Summaries[0].Completed; got != 1 {
+		t.Errorf("completed = %d, want 1 (the sample in flight finishes, no other starts)", got)
+	}
+	if !display.noted() {
+		t.Error("the user was not told the run is stopping")
+	}
+}
+
+type stubDisplay struct {
+	onStart func()
+	mu      sync.Mutex
+	notes   []string
+}
+
+func (*stubDisplay) SampleFinished(string, string, *results.Record) {}
+func (*stubDisplay) Log() logr.Logger                               { return logr.Discard() }
+func (d *stubDisplay) Start(func(string) runner.ThrottleStatus)     { d.onStart() }
+func (d *stubDisplay) Note(msg string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.notes = append(d.notes, msg)
+}
+func (*stubDisplay) Stop() {}
+func (d *stubDisplay) noted() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.notes) > 0
+}
