@@ -19,17 +19,9 @@ import (
 	"github.com/proctor-dev/proctor/runner/results"
 )
 
-// Keys of the results ConfigMap.
-const (
-	ResultsKeySummary = "summary.json"
-	ResultsKeyRecords = "results.jsonl.gz"
-	ResultsKeyChunks  = "chunks"
-	// maxEmbeddedRecords bounds the compressed records put in NAME-results itself;
-	// beyond it, NAME-results lists the ConfigMaps that hold them.
-	maxEmbeddedRecords = 700 << 10
-	// maxSortedRecords bounds the raw records held in memory to sort them.
-	maxSortedRecords = 16 << 20
-)
+// maxEmbeddedRecords bounds the compressed records put in NAME-results itself;
+// beyond it, NAME-results lists the ConfigMaps that hold them.
+const maxEmbeddedRecords = 700 << 10
 
 // finish ends the run once every Job finished: it gathers every shard's records
 // (one per sample, whatever crashes stored twice) into status.results and
@@ -99,13 +91,13 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	return true, nil
 }
 
-// gather reads every shard ConfigMap of the run once, counting one record per
-// sample (a crash between sealing and updating a head can store a sample twice),
-// and summarizes each model on each dataset as it goes, so memory grows with the
-// number of samples by a bit and a latency each, not by their records. It also
-// returns the records in sample order while they are few enough to embed, and
-// the names of the ConfigMaps that hold them.
-func (r *EvaluationReconciler) gather(ctx context.Context, p *pass) ([]results.Summary, [][]byte, []string, error) {
+// gather reads the run's records shard by shard (cluster.ForEachRunRecord: one
+// record per sample, the last written) and summarizes each model on each
+// dataset as it goes, so memory grows with the number of samples by a latency
+// each, and by one shard's records. It also compresses the records, in sample
+// order, while they are few enough to embed in NAME-results (nil beyond), and
+// returns the names of the ConfigMaps that hold them.
+func (r *EvaluationReconciler) gather(ctx context.Context, p *pass) ([]results.Summary, []byte, []string, error) {
 	ev := p.ev
 	var list metav1.PartialObjectMetadataList
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
@@ -128,64 +120,75 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass) ([]results.S
 		metrics[i] = ev.Spec.Scoring[i].MetricName()
 	}
 	type pairKey struct{ model, dataset string }
-	type pair struct {
-		agg  *results.Aggregate
-		seen []bool
-		raw  map[int][]byte
-	}
-	pairs := map[pairKey]*pair{}
-	var order []*pair
+	aggs := map[pairKey]*results.Aggregate{}
+	var order []*results.Aggregate
 	for _, model := range cluster.Subjects(&ev.Spec) {
 		for _, d := range ev.Spec.Datasets {
-			total := p.plan.Totals[d.Name]
-			pp := &pair{agg: results.NewAggregate(model, d.Name, int64(total), metrics), seen: make([]bool, total), raw: map[int][]byte{}}
-			pairs[pairKey{model, d.Name}] = pp
-			order = append(order, pp)
+			agg := results.NewAggregate(model, d.Name, int64(p.plan.Totals[d.Name]), metrics)
+			aggs[pairKey{model, d.Name}] = agg
+			order = append(order, agg)
 		}
 	}
-	rawBytes, keep := 0, true
+	embed := newCappedGzip(maxEmbeddedRecords)
 	foreign := func(fe *cluster.ForeignError) { r.ignoreForeign(p, fe.Kind, &metav1.ObjectMeta{Name: fe.Name}) }
-	err := cluster.ForEachRecord(ctx, r.APIReader, ev, names, foreign, func(l cluster.Line, rec *results.Record) error {
-		pp := pairs[pairKey{rec.Model, rec.Dataset}]
-		if pp == nil || l.Index < 0 || l.Index >= len(pp.seen) || pp.seen[l.Index] {
-			return nil
-		}
-		pp.seen[l.Index] = true
-		pp.agg.Add(rec)
-		if keep {
-			pp.raw[l.Index] = l.Record
-			if rawBytes += len(l.Record); rawBytes > maxSortedRecords {
-				keep = false
-			}
-		}
-		return nil
+	err := cluster.ForEachRunRecord(ctx, r.APIReader, ev, p.run, *p.plan, names, foreign, func(sh cluster.Shard, l results.Line) error {
+		_, err := results.Emit(l.Record, aggs[pairKey{sh.Model, sh.Dataset}], embed)
+		return err
 	})
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	summaries := make([]results.Summary, len(order))
-	var sorted [][]byte
-	for i, pp := range order {
-		summaries[i] = pp.agg.Summary()
-		if keep {
-			for idx := range pp.seen {
-				if raw, ok := pp.raw[idx]; ok {
-					sorted = append(sorted, raw)
-				}
-			}
-		}
+	for i, agg := range order {
+		summaries[i] = agg.Summary()
 	}
-	if !keep {
-		sorted = nil
+	return summaries, embed.bytes(), names, nil
+}
+
+// cappedGzip compresses what is written to it until the compressed bytes pass
+// max; then it drops them and takes no more.
+type cappedGzip struct {
+	buf   bytes.Buffer
+	w     *gzip.Writer
+	max   int
+	over  bool
+	wrote bool
+}
+
+func newCappedGzip(max int) *cappedGzip {
+	c := &cappedGzip{max: max}
+	c.w, _ = gzip.NewWriterLevel(&c.buf, gzip.BestCompression) // a valid level: no error
+	return c
+}
+
+func (c *cappedGzip) Write(b []byte) (int, error) {
+	if c.over {
+		return len(b), nil
 	}
-	return summaries, sorted, names, nil
+	c.wrote = true
+	if _, err := c.w.Write(b); err != nil {
+		return 0, err
+	}
+	if c.buf.Len() > c.max {
+		c.over, c.buf = true, bytes.Buffer{}
+	}
+	return len(b), nil
+}
+
+// bytes is the whole compressed stream, or nil if it passed max or is empty
+// (NAME-results then lists the ConfigMaps instead).
+func (c *cappedGzip) bytes() []byte {
+	if !c.wrote || c.over || c.w.Close() != nil || c.buf.Len() > c.max {
+		return nil
+	}
+	return c.buf.Bytes()
 }
 
 // writeResults writes NAME-results: the summary (as summary.json, the same as a
 // local run's) and the records: results.jsonl.gz in sample order when small
 // enough, else the list of ConfigMaps that hold them. It writes only into a
 // NAME-results the Evaluation controls, and reports false otherwise.
-func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, summaries []results.Summary, records [][]byte, chunks []string) (bool, error) {
+func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, summaries []results.Summary, records []byte, chunks []string) (bool, error) {
 	summary, err := json.MarshalIndent(struct {
 		Results []results.Summary `json:"results"`
 	}{summaries}, "", "  ")
@@ -194,14 +197,13 @@ func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, summar
 	}
 	cm := &corev1.ConfigMap{
 		ObjectMeta: objectMeta(p.ev.Namespace, cluster.ResultsName(p.ev.Name), cluster.Labels(p.ev.Name, p.run, cluster.ComponentResults)),
-		Data:       map[string]string{ResultsKeySummary: string(summary) + "\n"},
+		Data:       map[string]string{cluster.ResultsKeySummary: string(summary) + "\n"},
 	}
 	cm.Annotations = map[string]string{cluster.AnnotationRun: p.run}
-	gz, ok := gzipRecords(records)
-	if ok && len(gz) <= maxEmbeddedRecords {
-		cm.BinaryData = map[string][]byte{ResultsKeyRecords: gz}
+	if records != nil {
+		cm.BinaryData = map[string][]byte{cluster.ResultsKeyRecords: records}
 	} else {
-		cm.Data[ResultsKeyChunks] = strings.Join(chunks, "\n") + "\n"
+		cm.Data[cluster.ResultsKeyChunks] = strings.Join(chunks, "\n") + "\n"
 	}
 
 	// Read directly: a typed cached read would make the manager cache whole
@@ -218,20 +220,4 @@ func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, summar
 	}
 	existing.Labels, existing.Annotations, existing.Data, existing.BinaryData = cm.Labels, cm.Annotations, cm.Data, cm.BinaryData
 	return true, r.Update(ctx, &existing)
-}
-
-func gzipRecords(records [][]byte) ([]byte, bool) {
-	if records == nil {
-		return nil, false
-	}
-	var buf bytes.Buffer
-	w, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	for _, r := range records {
-		w.Write(r)
-		w.Write([]byte{'\n'})
-	}
-	if w.Close() != nil {
-		return nil, false
-	}
-	return buf.Bytes(), true
 }

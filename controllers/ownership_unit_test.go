@@ -140,7 +140,7 @@ func TestForeignRecordsAreIgnored(t *testing.T) {
 		t.Fatalf("phase %s: %s", st.Phase, st.Message)
 	}
 	res := h.configMaps()["arith-results"]
-	if strings.Contains(string(gunzip(t, res.BinaryData[ResultsKeyRecords])), "FORGED") {
+	if strings.Contains(string(gunzip(t, res.BinaryData[cluster.ResultsKeyRecords])), "FORGED") {
 		t.Errorf("a forged record reached NAME-results")
 	}
 	if _, ok := h.configMaps()[forged.Name]; !ok {

@@ -719,10 +719,10 @@ func TestReconcileSucceeded(t *testing.T) {
 	if cm.Annotations[cluster.AnnotationRun] != run || cm.Labels[cluster.LabelComponent] != cluster.ComponentResults {
 		t.Errorf("results ConfigMap metadata: labels %v annotations %v", cm.Labels, cm.Annotations)
 	}
-	if _, ok := cm.Data[ResultsKeyChunks]; ok {
+	if _, ok := cm.Data[cluster.ResultsKeyChunks]; ok {
 		t.Errorf("small results listed as chunks instead of embedded")
 	}
-	summary := cm.Data[ResultsKeySummary]
+	summary := cm.Data[cluster.ResultsKeySummary]
 	if !strings.HasSuffix(summary, "\n") {
 		t.Errorf("summary.json does not end with a newline")
 	}
@@ -743,7 +743,7 @@ func TestReconcileSucceeded(t *testing.T) {
 	}
 
 	var gotRecs []results.Record
-	for _, line := range bytes.Split(bytes.TrimSuffix(gunzip(t, cm.BinaryData[ResultsKeyRecords]), []byte("\n")), []byte("\n")) {
+	for _, line := range bytes.Split(bytes.TrimSuffix(gunzip(t, cm.BinaryData[cluster.ResultsKeyRecords]), []byte("\n")), []byte("\n")) {
 		var r results.Record
 		if err := json.Unmarshal(line, &r); err != nil {
 			t.Fatalf("results.jsonl.gz line %q: %v", line, err)
@@ -872,10 +872,10 @@ func TestReconcileLargeResultsListChunks(t *testing.T) {
 	}
 	cms := h.configMaps()
 	cm := cms["arith-results"]
-	if _, ok := cm.BinaryData[ResultsKeyRecords]; ok {
+	if _, ok := cm.BinaryData[cluster.ResultsKeyRecords]; ok {
 		t.Errorf("about 1 MiB of compressed records was embedded in NAME-results")
 	}
-	if diff := cmp.Diff(strings.Join(names, "\n")+"\n", cm.Data[ResultsKeyChunks]); diff != "" {
+	if diff := cmp.Diff(strings.Join(names, "\n")+"\n", cm.Data[cluster.ResultsKeyChunks]); diff != "" {
 		t.Errorf("chunks list (-want +got):\n%s", diff)
 	}
 	for _, n := range names {

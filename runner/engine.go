@@ -52,13 +52,8 @@ type Answered interface {
 	Answered(model, dataset string, index int) *results.Record
 }
 
-// Sink receives finished records: the checkpoint.
-type Sink interface {
-	// Done reports whether the sample at index already has a record (resume).
-	Done(model, dataset string, index int) bool
-	// Put stores a record. An error stops the run.
-	Put(model, dataset string, index int, rec *results.Record) error
-}
+// Sink receives finished records: the checkpoint (results.Log).
+type Sink = results.Log
 
 // scorer is a scorer of the plan with the judge the engine gives it.
 type scorer struct {

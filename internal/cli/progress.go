@@ -40,9 +40,9 @@ type progress struct {
 	mode      string // bar, plain or none
 	out       io.Writer
 	verbosity int // of the run's log
-	started time.Time
-	pairs   []*pairProgress
-	byKey   map[[2]string]*pairProgress
+	started   time.Time
+	pairs     []*pairProgress
+	byKey     map[[2]string]*pairProgress
 
 	bars *mpb.Progress
 	quit chan struct{}

@@ -87,7 +87,7 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 	if err := os.MkdirAll(output, 0o755); err != nil {
 		return err
 	}
-	summary := []byte(cm.Data["summary.json"])
+	summary := []byte(cm.Data[cluster.ResultsKeySummary])
 	if err := os.WriteFile(filepath.Join(output, results.SummaryFile), summary, 0o644); err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 		return err
 	}
 	w := bufio.NewWriter(f)
-	if gz := cm.BinaryData["results.jsonl.gz"]; len(gz) > 0 {
+	if gz := cm.BinaryData[cluster.ResultsKeyRecords]; len(gz) > 0 {
 		r, err := gzip.NewReader(bytes.NewReader(gz))
 		if err == nil {
 			_, err = io.Copy(w, r)
@@ -105,7 +105,7 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 			f.Close()
 			return fmt.Errorf("%s: %w", cm.Name, err)
 		}
-	} else if err := writeChunkedRecords(ctx, c, ev, strings.Fields(cm.Data["chunks"]), w, s.errOut); err != nil {
+	} else if err := writeChunkedRecords(ctx, c, ev, cm.Annotations[cluster.AnnotationRun], strings.Fields(cm.Data[cluster.ResultsKeyChunks]), w, s.errOut); err != nil {
 		f.Close()
 		return err
 	}
@@ -124,39 +124,21 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 	return nil
 }
 
-// writeChunkedRecords writes the records held in the named ConfigMaps, one per
-// sample, in the order of a local run: model, dataset, then sample.
-// ConfigMaps the Evaluation does not control are skipped, with a warning.
-func writeChunkedRecords(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, names []string, w, warn io.Writer) error {
-	type key struct {
-		model, dataset string
-		index          int
-	}
-	byKey := map[key][]byte{}
-	foreign := func(fe *cluster.ForeignError) { fmt.Fprintf(warn, "proctor: skipped %v\n", fe) }
-	err := cluster.ForEachRecord(ctx, c, ev, names, foreign, func(l cluster.Line, rec *results.Record) error {
-		k := key{rec.Model, rec.Dataset, l.Index}
-		if _, dup := byKey[k]; !dup {
-			byKey[k] = l.Record
-		}
-		return nil
-	})
+// writeChunkedRecords writes the records of run held in the named ConfigMaps,
+// one per sample (the last written), in the order of a local run: model,
+// dataset, then sample (cluster.ForEachRunRecord). ConfigMaps the Evaluation
+// does not control are skipped, with a warning.
+func writeChunkedRecords(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, names []string, w, warn io.Writer) error {
+	plan, err := cluster.ReadPlan(ctx, c, ev, run)
 	if err != nil {
 		return err
 	}
-	maxIndex := map[string]int{}
-	for k := range byKey {
-		maxIndex[k.dataset] = max(maxIndex[k.dataset], k.index)
-	}
-	for _, model := range cluster.Subjects(&ev.Spec) {
-		for _, d := range ev.Spec.Datasets {
-			for i := 0; i <= maxIndex[d.Name]; i++ {
-				if raw, ok := byKey[key{model, d.Name, i}]; ok {
-					w.Write(raw)
-					w.Write([]byte{'\n'})
-				}
-			}
+	foreign := func(fe *cluster.ForeignError) { fmt.Fprintf(warn, "proctor: skipped %v\n", fe) }
+	return cluster.ForEachRunRecord(ctx, c, ev, run, plan, names, foreign, func(_ cluster.Shard, l results.Line) error {
+		if _, err := w.Write(l.Record); err != nil {
+			return err
 		}
-	}
-	return nil
+		_, err := w.Write([]byte{'\n'})
+		return err
+	})
 }

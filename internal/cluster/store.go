@@ -1,14 +1,11 @@
 package cluster
 
 import (
-	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,7 +133,9 @@ func ParseProgress(annotations map[string]string) (ShardProgress, bool) {
 	return p, true
 }
 
-// Store is a shard's record sink (a runner.Sink) backed by its ConfigMaps.
+var _ results.Log = (*Store)(nil)
+
+// Store is a shard's record log (results.Log) backed by its ConfigMaps.
 type Store struct {
 	c     client.Client
 	ns    string
@@ -219,7 +218,7 @@ func (s *Store) load(cm *corev1.ConfigMap) error {
 		return err
 	}
 	if gz := cm.BinaryData[KeyPending]; len(gz) > 0 {
-		lines, err := gunzipLines(gz)
+		lines, err := results.GunzipLines(gz)
 		if err != nil {
 			return fmt.Errorf("pending records: %w", err)
 		}
@@ -231,7 +230,7 @@ func (s *Store) load(cm *corev1.ConfigMap) error {
 	return nil
 }
 
-// Done implements runner.Sink.
+// Done implements results.Log.
 func (s *Store) Done(_, _ string, index int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -248,7 +247,7 @@ func (s *Store) SetStorageBudget(n int64) {
 	s.budget = n
 }
 
-// Put implements runner.Sink: the record is kept in memory and written by the next
+// Put implements results.Log: the record is kept in memory and written by the next
 // Flush (soon, if a lot accumulates). An output longer than MaxOutputBytes is cut,
 // and once the shard's storage budget is used up outputs are not stored at all;
 // either way the record says so, and keeps its scores.
@@ -314,16 +313,9 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 	return nil
 }
 
-// recordLine is a record as the shard's ConfigMaps hold it.
+// recordLine is a record as the shard's ConfigMaps hold it: a record log line.
 func recordLine(index int, rec *results.Record) ([]byte, error) {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return nil, err
-	}
-	if rec.CacheKey != "" {
-		return fmt.Appendf(nil, `{"i":%d,"k":%q,"r":%s}`, index, rec.CacheKey, b), nil
-	}
-	return fmt.Appendf(nil, `{"i":%d,"r":%s}`, index, b), nil
+	return results.AppendLine(nil, index, rec)
 }
 
 // cutUTF8 cuts s to at most n bytes, not inside a character.
@@ -391,7 +383,7 @@ func (s *Store) Flush(ctx context.Context, final bool) error {
 }
 
 func (s *Store) flush(ctx context.Context, final bool) error {
-	gz, err := gzipLines(s.pending)
+	gz, err := gzipRecordLines(s.pending)
 	if err != nil {
 		return err
 	}
@@ -400,7 +392,7 @@ func (s *Store) flush(ctx context.Context, final bool) error {
 		if need, err = s.seal(ctx); err != nil {
 			return err
 		}
-		if gz, err = gzipLines(s.pending); err != nil {
+		if gz, err = gzipRecordLines(s.pending); err != nil {
 			return err
 		}
 	}
@@ -544,6 +536,10 @@ func (s *Store) writeHead(ctx context.Context, pendingGz []byte) error {
 	}
 }
 
+// gzipRecordLines compresses record lines for a head or a chunk slot: fast,
+// as a runner flushes every few seconds.
+func gzipRecordLines(lines [][]byte) ([]byte, error) { return results.GzipLines(lines, gzip.BestSpeed) }
+
 // chunk is a batch of record lines and their gzip.
 type chunk struct {
 	lines [][]byte
@@ -555,7 +551,7 @@ func packChunks(lines [][]byte, max int) ([]chunk, error) {
 	if len(lines) == 0 {
 		return nil, nil
 	}
-	gz, err := gzipLines(lines)
+	gz, err := gzipRecordLines(lines)
 	if err != nil {
 		return nil, err
 	}
@@ -571,71 +567,6 @@ func packChunks(lines [][]byte, max int) ([]chunk, error) {
 	}
 	b, err := packChunks(lines[len(lines)/2:], max)
 	return append(a, b...), err
-}
-
-func gzipLines(lines [][]byte) ([]byte, error) {
-	if len(lines) == 0 {
-		return nil, nil
-	}
-	var buf bytes.Buffer
-	w, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
-	for _, l := range lines {
-		w.Write(l)
-		w.Write([]byte{'\n'})
-	}
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-func gunzipLines(gz []byte) ([][]byte, error) {
-	r, err := gzip.NewReader(bytes.NewReader(gz))
-	if err != nil {
-		return nil, err
-	}
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return nil, err
-	}
-	var out [][]byte
-	for _, l := range bytes.Split(b, []byte{'\n'}) {
-		if len(l) > 0 {
-			out = append(out, l)
-		}
-	}
-	return out, nil
-}
-
-// Line is one stored record with its sample's position, and the cache key of the
-// request that answered it when the cache was on.
-type Line struct {
-	Index  int             `json:"i"`
-	Key    string          `json:"k,omitempty"`
-	Record json.RawMessage `json:"r"`
-}
-
-// ReadRecords decodes the records a shard ConfigMap (head or chunk) holds.
-func ReadRecords(cm *corev1.ConfigMap) ([]Line, error) {
-	var out []Line
-	for _, key := range []string{KeyPending, KeyRecords} {
-		gz := cm.BinaryData[key]
-		if len(gz) == 0 {
-			continue
-		}
-		lines, err := gunzipLines(gz)
-		if err != nil {
-			return nil, fmt.Errorf("%s/%s: %w", cm.Name, key, err)
-		}
-		for _, l := range lines {
-			var line Line
-			if err := json.Unmarshal(l, &line); err != nil {
-				return nil, fmt.Errorf("%s/%s: %w", cm.Name, key, err)
-			}
-			out = append(out, line)
-		}
-	}
-	return out, nil
 }
 
 // formatRanges writes the done positions as "a-b,c,...", absolute.
@@ -686,46 +617,5 @@ func parseRanges(s string, offset int, done []bool) error {
 	return nil
 }
 
-// SortLines orders records by sample position.
-func SortLines(lines []Line) {
-	sort.SliceStable(lines, func(i, j int) bool { return lines[i].Index < lines[j].Index })
-}
-
 // ErrObsolete is returned when a runner's run is no longer the Evaluation's run.
 var ErrObsolete = errors.New("the evaluation changed: this run is obsolete")
-
-// ForEachRecord reads the named shard ConfigMaps of ev one at a time and calls
-// fn for each record they hold. ConfigMaps gone meanwhile are skipped; one that
-// ev does not control is skipped and passed to foreign.
-func ForEachRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, names []string, foreign func(*ForeignError), fn func(Line, *results.Record) error) error {
-	for _, name := range names {
-		var cm corev1.ConfigMap
-		err := GetConfigMap(ctx, r, ev, name, &cm)
-		var fe *ForeignError
-		switch {
-		case errors.As(err, &fe):
-			if foreign != nil {
-				foreign(fe)
-			}
-			continue
-		case apierrors.IsNotFound(err):
-			continue
-		case err != nil:
-			return err
-		}
-		lines, err := ReadRecords(&cm)
-		if err != nil {
-			return err
-		}
-		for _, l := range lines {
-			var rec results.Record
-			if err := json.Unmarshal(l.Record, &rec); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			if err := fn(l, &rec); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}

@@ -146,7 +146,7 @@ func TestPackChunks(t *testing.T) {
 				if len(c.gz) > maxChunk {
 					t.Errorf("chunk %d is %d bytes, over %d", i, len(c.gz), maxChunk)
 				}
-				lines, err := gunzipLines(c.gz)
+				lines, err := results.GunzipLines(c.gz)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -471,7 +471,7 @@ func TestStoreRefusesObjectsItDoesNotOwn(t *testing.T) {
 		t.Errorf("fillSlot into a foreign slot: %v", err)
 	}
 
-	// ForEachRecord skips (and reports) ConfigMaps the Evaluation does not control.
+	// ForEachRunRecord skips (and reports) ConfigMaps the Evaluation does not control.
 	mine := NewChunkSlot(ev, "r2", sh, 0)
 	mine.BinaryData = map[string][]byte{KeyRecords: mustGzip(t, `{"i":0,"r":{"id":"real"}}`)}
 	theirs := NewChunkSlot(other, "r2", sh, 1)
@@ -482,10 +482,19 @@ func TestStoreRefusesObjectsItDoesNotOwn(t *testing.T) {
 		}
 	}
 	var seen, skipped []string
-	err = ForEachRecord(ctx, c, ev, []string{mine.Name, theirs.Name}, func(fe *ForeignError) { skipped = append(skipped, fe.Name) },
-		func(_ Line, r *results.Record) error { seen = append(seen, r.ID); return nil })
+	withSpec := ev.DeepCopy() // the same Evaluation, whose spec names the shard's model and dataset
+	withSpec.Spec = *baseSpec()
+	plan := Plan{ShardSize: sh.End - sh.Start, Totals: map[string]int{sh.Dataset: sh.End}}
+	err = ForEachRunRecord(ctx, c, withSpec, "r2", plan, []string{mine.Name, theirs.Name}, func(fe *ForeignError) { skipped = append(skipped, fe.Name) },
+		func(_ Shard, l results.Line) error {
+			rec, err := results.Emit(l.Record, nil, nil)
+			if err == nil {
+				seen = append(seen, rec.ID)
+			}
+			return err
+		})
 	if err != nil || !cmp.Equal(seen, []string{"real"}) || !cmp.Equal(skipped, []string{theirs.Name}) {
-		t.Errorf("ForEachRecord: %v; read %v, skipped %v", err, seen, skipped)
+		t.Errorf("ForEachRunRecord: %v; read %v, skipped %v", err, seen, skipped)
 	}
 }
 
@@ -495,7 +504,7 @@ func mustGzip(t *testing.T, lines ...string) []byte {
 	for _, l := range lines {
 		b = append(b, []byte(l))
 	}
-	gz, err := gzipLines(b)
+	gz, err := gzipRecordLines(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,7 +609,7 @@ func TestStoreStorageBudget(t *testing.T) {
 
 func TestReadRecordsKeysAndErrors(t *testing.T) {
 	mk := func(lines ...string) []byte {
-		gz, err := gzipLines(func() [][]byte {
+		gz, err := gzipRecordLines(func() [][]byte {
 			var out [][]byte
 			for _, l := range lines {
 				out = append(out, []byte(l))
@@ -627,10 +636,6 @@ func TestReadRecordsKeysAndErrors(t *testing.T) {
 	want := []string{`3::{"id":"c"}`, `1:abc:{"id":"a"}`, `2::{"id":"b"}`}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ReadRecords (-want +got):\n%s", diff)
-	}
-	SortLines(lines)
-	if lines[0].Index != 1 || lines[2].Index != 3 {
-		t.Errorf("SortLines: %v", lines)
 	}
 
 	for name, bad := range map[string][]byte{

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"sync"
 )
 
@@ -23,37 +22,6 @@ type header struct {
 	Model       string `json:"model"`
 	Dataset     string `json:"dataset"`
 	Fingerprint string `json:"fingerprint"`
-}
-
-// A journal entry is one line, `{"i":<sample position>,"r":<record>}`, written by
-// Append and split by splitLine without decoding the record.
-const linePrefix, lineInfix, lineSuffix = `{"i":`, `,"r":`, "}\n"
-
-// splitLine returns the position and the record of a whole journal line, checking
-// that the record is valid JSON.
-func splitLine(b []byte) (int, []byte, bool) {
-	i, rec, ok := splitLineUnchecked(b)
-	if !ok || !json.Valid(rec) {
-		return 0, nil, false
-	}
-	return i, rec, true
-}
-
-// splitLineUnchecked is splitLine for a line already checked.
-func splitLineUnchecked(b []byte) (int, []byte, bool) {
-	if !bytes.HasPrefix(b, []byte(linePrefix)) || !bytes.HasSuffix(b, []byte(lineSuffix)) {
-		return 0, nil, false
-	}
-	b = b[len(linePrefix) : len(b)-len(lineSuffix)]
-	k := bytes.Index(b, []byte(lineInfix))
-	if k <= 0 {
-		return 0, nil, false
-	}
-	i, err := strconv.Atoi(string(b[:k]))
-	if err != nil || i < 0 {
-		return 0, nil, false
-	}
-	return i, b[k+len(lineInfix):], true
 }
 
 // ErrMismatch is returned when a journal was written by a different evaluation.
@@ -145,10 +113,11 @@ func (j *Journal) load(f *os.File, want header, retryErrors bool) (int64, error)
 			}
 			continue
 		}
-		i, rec, ok := splitLine(b)
-		if !ok {
+		l, err := ParseLine(b)
+		if err != nil {
 			continue // a corrupt line mid-file: skip it, the sample runs again
 		}
+		i, rec := l.Index, l.Record
 		if i >= len(j.done) || j.done[i] {
 			continue
 		}
@@ -206,16 +175,11 @@ func (j *Journal) Counts() (done, errored int) {
 // Append adds sample i's record. It is written to the file promptly by a background
 // flusher, which batches records that arrive together.
 func (j *Journal) Append(i int, rec *Record) error {
-	b, err := json.Marshal(rec)
+	buf, err := AppendLine(nil, i, rec)
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, 0, len(b)+24)
-	buf = append(buf, linePrefix...)
-	buf = strconv.AppendInt(buf, int64(i), 10)
-	buf = append(buf, lineInfix...)
-	buf = append(buf, b...)
-	buf = append(buf, lineSuffix...)
+	buf = append(buf, '\n')
 
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -273,9 +237,9 @@ func (j *Journal) Close() error {
 	return errors.Join(j.werr, j.f.Close())
 }
 
-// Assemble writes the records of the journal at path for samples below total, in
-// sample order and one per sample (the latest, where a sample was run twice), to w,
-// and returns their summary.
+// Assemble writes the records of the journal at path for samples below total,
+// one per sample (the last written: Collector) in sample order, to w, and counts
+// them in agg.
 func Assemble(path string, w io.Writer, agg *Aggregate, total int) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -292,13 +256,13 @@ func Assemble(path string, w io.Writer, agg *Aggregate, total int) error {
 		off int64
 		n   int32
 	}
-	spans := make([]span, total)
+	latest := NewCollector[span](0, total)
 	r := bufio.NewReaderSize(f, 256<<10)
 	var off int64
 	first := true
 	for {
 		b, err := r.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
+		if errors.Is(err, bufio.ErrBufferFull) {
 			// A record longer than the buffer: gather it whole. b points into the
 			// reader's buffer, which the next read reuses, so copy it first.
 			head := append([]byte(nil), b...)
@@ -310,8 +274,8 @@ func Assemble(path string, w io.Writer, agg *Aggregate, total int) error {
 		}
 		n := int64(len(b))
 		if !first {
-			if i, _, ok := splitLine(b); ok && i < total {
-				spans[i] = span{off: off, n: int32(n)}
+			if l, err := ParseLine(b); err == nil {
+				latest.Add(l.Index, span{off: off, n: int32(n)})
 			}
 		}
 		first = false
@@ -324,25 +288,25 @@ func Assemble(path string, w io.Writer, agg *Aggregate, total int) error {
 	// Second pass, in sample order.
 	bw := bufio.NewWriterSize(w, 256<<10)
 	br := blockReader{f: f}
-	for _, s := range spans {
-		if s.n == 0 {
-			continue
-		}
+	err = latest.Each(func(_ int, s span) error {
 		b, err := br.get(s.off, int(s.n))
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
-		_, raw, ok := splitLineUnchecked(b)
+		l, ok := parseFast(bytes.TrimSuffix(b, []byte{'\n'}))
 		if !ok {
-			return fmt.Errorf("checkpoint %s: line at offset %d changed while reading", path, s.off)
+			// Not as AppendLine writes it, but whole: ParseLine read it in the first pass.
+			if l, err = ParseLine(b); err != nil {
+				return fmt.Errorf("checkpoint %s: line at offset %d changed while reading", path, s.off)
+			}
 		}
-		var rec Record
-		if err := json.Unmarshal(raw, &rec); err != nil {
+		if _, err := Emit(l.Record, agg, bw); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
-		agg.Add(&rec)
-		bw.Write(raw)
-		bw.WriteByte('\n')
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return bw.Flush()
 }

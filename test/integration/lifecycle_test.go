@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
-	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/runner/results"
@@ -421,7 +420,7 @@ func TestResultsLargerThanAConfigMap(t *testing.T) {
 	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "big-results"}, &cm); err != nil {
 		t.Fatal(err)
 	}
-	names := strings.Fields(cm.Data[controllers.ResultsKeyChunks])
+	names := strings.Fields(cm.Data[cluster.ResultsKeyChunks])
 	if len(names) < 3 {
 		t.Fatalf("results list %d ConfigMaps, want the records spread over several", len(names))
 	}

@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/runner/results"
+)
+
+// Keys of the results ConfigMap (ResultsName): the summary, as a local run's
+// summary.json; the records in sample order, as a local run's results.jsonl
+// (gzip), when they fit; else the names of the run's ConfigMaps that hold them.
+const (
+	ResultsKeySummary = "summary.json"
+	ResultsKeyRecords = "results.jsonl.gz"
+	ResultsKeyChunks  = "chunks"
+)
+
+// ForEachRunRecord reads the records of run, one shard at a time in the order
+// of a local run's results.jsonl (models as Subjects lists them, datasets in
+// spec order, samples in order), and calls fn with one record per sample: the
+// last written (results.Collector). A shard's record log is its chunk slots
+// HEAD-0, HEAD-1, ... in the order it sealed them (by number: HEAD-10 after
+// HEAD-9), then its head's pending records. Only the ConfigMaps named in names are read; those gone meanwhile
+// are skipped, and one that ev does not control is skipped and passed to
+// foreign. Memory holds one shard's records.
+func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, run string, plan Plan, names []string,
+	foreign func(*ForeignError), fn func(Shard, results.Line) error) error {
+	listed := make(map[string]bool, len(names))
+	chunks := map[string][]int{} // by head: the slots listed, HEAD-k
+	for _, n := range names {
+		listed[n] = true
+		if i := strings.LastIndexByte(n, '-'); i > 0 {
+			if k, err := strconv.Atoi(n[i+1:]); err == nil && k >= 0 {
+				chunks[n[:i]] = append(chunks[n[:i]], k)
+			}
+		}
+	}
+	for _, model := range Subjects(&ev.Spec) {
+		for _, sh := range plan.Shards(&ev.Spec, model) {
+			head := HeadName(ev.Name, run, sh.Model, sh.Index)
+			var log []string
+			ks := chunks[head]
+			slices.Sort(ks)
+			for _, k := range ks {
+				log = append(log, ChunkName(head, k))
+			}
+			if listed[head] {
+				log = append(log, head) // its pending records were written after every sealed chunk
+			}
+			latest := results.NewCollector[results.Line](sh.Start, sh.End-sh.Start)
+			for _, name := range log {
+				lines, err := readOurs(ctx, r, ev, name, foreign)
+				if err != nil {
+					return err
+				}
+				for _, l := range lines {
+					latest.Add(l.Index, l)
+				}
+			}
+			if err := latest.Each(func(_ int, l results.Line) error { return fn(sh, l) }); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// readOurs reads the records of the named shard ConfigMap if ev controls it;
+// none if it is gone or foreign (passed to foreign).
+func readOurs(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, name string, foreign func(*ForeignError)) ([]results.Line, error) {
+	var cm corev1.ConfigMap
+	err := GetConfigMap(ctx, r, ev, name, &cm)
+	var fe *ForeignError
+	switch {
+	case errors.As(err, &fe):
+		if foreign != nil {
+			foreign(fe)
+		}
+		return nil, nil
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return ReadRecords(&cm)
+}
+
+// ReadRecords decodes the records a shard ConfigMap (head or chunk) holds, in
+// the order they were written (a head holds pending records, a chunk sealed ones).
+func ReadRecords(cm *corev1.ConfigMap) ([]results.Line, error) {
+	var out []results.Line
+	for _, key := range []string{KeyPending, KeyRecords} {
+		gz := cm.BinaryData[key]
+		if len(gz) == 0 {
+			continue
+		}
+		lines, err := results.GunzipLines(gz)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", cm.Name, key, err)
+		}
+		for _, b := range lines {
+			l, err := results.ParseLine(b)
+			if err != nil {
+				return nil, fmt.Errorf("%s/%s: %w", cm.Name, key, err)
+			}
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
