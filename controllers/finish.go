@@ -146,17 +146,17 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass) ([]results.S
 }
 
 // cappedGzip compresses what is written to it until the compressed bytes pass
-// max; then it drops them and takes no more.
+// its limit; then it drops them and takes no more.
 type cappedGzip struct {
 	buf   bytes.Buffer
 	w     *gzip.Writer
-	max   int
+	limit int
 	over  bool
 	wrote bool
 }
 
-func newCappedGzip(max int) *cappedGzip {
-	c := &cappedGzip{max: max}
+func newCappedGzip(limit int) *cappedGzip {
+	c := &cappedGzip{limit: limit}
 	c.w, _ = gzip.NewWriterLevel(&c.buf, gzip.BestCompression) // a valid level: no error
 	return c
 }
@@ -169,16 +169,16 @@ func (c *cappedGzip) Write(b []byte) (int, error) {
 	if _, err := c.w.Write(b); err != nil {
 		return 0, err
 	}
-	if c.buf.Len() > c.max {
+	if c.buf.Len() > c.limit {
 		c.over, c.buf = true, bytes.Buffer{}
 	}
 	return len(b), nil
 }
 
-// bytes is the whole compressed stream, or nil if it passed max or is empty
+// bytes is the whole compressed stream, or nil if it passed the limit or is empty
 // (NAME-results then lists the ConfigMaps instead).
 func (c *cappedGzip) bytes() []byte {
-	if !c.wrote || c.over || c.w.Close() != nil || c.buf.Len() > c.max {
+	if !c.wrote || c.over || c.w.Close() != nil || c.buf.Len() > c.limit {
 		return nil
 	}
 	return c.buf.Bytes()

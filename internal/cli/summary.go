@@ -181,7 +181,7 @@ func terminalSafe(s string) string { return escapeForTerminal(s, false) }
 func terminalSafeLines(s string) string { return escapeForTerminal(s, true) }
 
 func escapeForTerminal(s string, lines bool) string {
-	unsafe := func(r rune) bool { return unsafeRune(r) && !(lines && (r == '\n' || r == '\t')) }
+	unsafe := func(r rune) bool { return unsafeRune(r) && (!lines || (r != '\n' && r != '\t')) }
 	if strings.IndexFunc(s, unsafe) < 0 && utf8.ValidString(s) {
 		return s
 	}

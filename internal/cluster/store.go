@@ -546,8 +546,8 @@ type chunk struct {
 	gz    []byte
 }
 
-// packChunks gzips lines into as few chunks as fit max bytes each.
-func packChunks(lines [][]byte, max int) ([]chunk, error) {
+// packChunks gzips lines into as few chunks as fit limit bytes each.
+func packChunks(lines [][]byte, limit int) ([]chunk, error) {
 	if len(lines) == 0 {
 		return nil, nil
 	}
@@ -555,17 +555,17 @@ func packChunks(lines [][]byte, max int) ([]chunk, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(gz) <= max {
+	if len(gz) <= limit {
 		return []chunk{{lines, gz}}, nil
 	}
 	if len(lines) == 1 {
-		return nil, fmt.Errorf("one record compresses to %d bytes, more than a chunk holds (%d)", len(gz), max)
+		return nil, fmt.Errorf("one record compresses to %d bytes, more than a chunk holds (%d)", len(gz), limit)
 	}
-	a, err := packChunks(lines[:len(lines)/2], max)
+	a, err := packChunks(lines[:len(lines)/2], limit)
 	if err != nil {
 		return nil, err
 	}
-	b, err := packChunks(lines[len(lines)/2:], max)
+	b, err := packChunks(lines[len(lines)/2:], limit)
 	return append(a, b...), err
 }
 

@@ -164,7 +164,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, &InvalidError{fmt.Errorf("output directory: %w", err)}
 	}
-	defer dir.Unlock()
+	defer func() { _ = dir.Unlock() }() // releasing the lock of a directory left as it is
 	defer dir.Close()
 	if o.Restart {
 		if err := dir.Reset(); err != nil {

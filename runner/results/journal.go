@@ -93,11 +93,11 @@ func (j *Journal) load(f *os.File, want header, retryErrors bool) (int64, error)
 	first := true
 	for {
 		b, err := r.ReadBytes('\n')
-		if len(b) == 0 || (err == io.EOF && b[len(b)-1] != '\n') {
+		if len(b) == 0 || (errors.Is(err, io.EOF) && b[len(b)-1] != '\n') {
 			// End of file, or a line the crash cut short: resume before it.
 			return off, nil
 		}
-		if err != nil && err != io.EOF {
+		if err != nil && !errors.Is(err, io.EOF) {
 			return 0, fmt.Errorf("checkpoint %s: %w", j.path, err)
 		}
 		off += int64(len(b))

@@ -54,7 +54,9 @@ func TestJournalResumesAfterCrash(t *testing.T) {
 	}
 	// A crash mid-write leaves half a line.
 	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	f.WriteString(`{"i":5,"r":{"id":"5","mod`)
+	if _, err := f.WriteString(`{"i":5,"r":{"id":"5","mod`); err != nil {
+		t.Fatal(err)
+	}
 	f.Close()
 
 	j = openJ(t, path, 10, false)
@@ -90,7 +92,9 @@ func TestJournalRefusesAnotherEvaluation(t *testing.T) {
 	if !errors.Is(err, ErrMismatch) {
 		t.Fatalf("OpenJournal with another fingerprint = %v, want ErrMismatch", err)
 	}
-	os.WriteFile(path, []byte("hello\n"), 0o644)
+	if err := os.WriteFile(path, []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := OpenJournal(path, "m", "d", "fp1", 3, false); !errors.Is(err, ErrMismatch) {
 		t.Fatalf("OpenJournal on a foreign file = %v, want ErrMismatch", err)
 	}
@@ -99,8 +103,8 @@ func TestJournalRefusesAnotherEvaluation(t *testing.T) {
 func TestJournalRetryErrors(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "j.jsonl")
 	j := openJ(t, path, 3, false)
-	j.Append(0, rec("0", 1, ""))
-	j.Append(1, rec("1", 0, "HTTP 500"))
+	mustAppend(t, j, 0, rec("0", 1, ""))
+	mustAppend(t, j, 1, rec("1", 0, "HTTP 500"))
 	j.Close()
 
 	j = openJ(t, path, 3, false)
@@ -112,7 +116,7 @@ func TestJournalRetryErrors(t *testing.T) {
 	if j.Done(1) || !j.Done(0) {
 		t.Errorf("with retryErrors: Done(0)=%v Done(1)=%v, want true, false", j.Done(0), j.Done(1))
 	}
-	j.Append(1, rec("1", 1, ""))
+	mustAppend(t, j, 1, rec("1", 1, ""))
 	j.Close()
 
 	// Assembly keeps the latest record of a sample run twice.
@@ -125,7 +129,9 @@ func TestJournalRetryErrors(t *testing.T) {
 	sc := bufio.NewScanner(&out)
 	for sc.Scan() {
 		var r Record
-		json.Unmarshal(sc.Bytes(), &r)
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
 		got = append(got, r)
 	}
 	if len(got) != 2 || got[1].Error != "" || got[1].Scores["acc"] != 1 {
@@ -144,7 +150,7 @@ func TestAssembleOrdersAndSummarizes(t *testing.T) {
 			if i == 3 {
 				errMsg = "timed out"
 			}
-			j.Append(i, rec(fmt.Sprint(i), float64(i%2), errMsg))
+			mustAppend(t, j, i, rec(fmt.Sprint(i), float64(i%2), errMsg))
 		})
 	}
 	wg.Wait()
@@ -210,9 +216,9 @@ func TestDirAssemblesEveryPair(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d.Put("b", "x", 0, &Record{ID: "b0", Model: "b", Dataset: "x", Scores: map[string]float64{"acc": 1}})
-	d.Put("a", "x", 1, &Record{ID: "a1", Model: "a", Dataset: "x", Scores: map[string]float64{"acc": 1}})
-	d.Put("a", "x", 0, &Record{ID: "a0", Model: "a", Dataset: "x", Scores: map[string]float64{"acc": 0}})
+	mustPut(t, d, "b", "x", 0, &Record{ID: "b0", Model: "b", Dataset: "x", Scores: map[string]float64{"acc": 1}})
+	mustPut(t, d, "a", "x", 1, &Record{ID: "a1", Model: "a", Dataset: "x", Scores: map[string]float64{"acc": 1}})
+	mustPut(t, d, "a", "x", 0, &Record{ID: "a0", Model: "a", Dataset: "x", Scores: map[string]float64{"acc": 0}})
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +229,9 @@ func TestDirAssemblesEveryPair(t *testing.T) {
 	var ids []string
 	for _, l := range readLines(t, filepath.Join(d.Root(), ResultsFile)) {
 		var r Record
-		json.Unmarshal([]byte(l), &r)
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
 		ids = append(ids, r.ID)
 	}
 	if diff := cmp.Diff([]string{"a0", "a1", "b0"}, ids); diff != "" {
@@ -239,5 +247,19 @@ func TestDirAssemblesEveryPair(t *testing.T) {
 	}
 	if ss[0].Metrics["acc"] != 0.5 || ss[1].Metrics["acc"] != 1 {
 		t.Errorf("metrics = %v, %v", ss[0].Metrics, ss[1].Metrics)
+	}
+}
+
+func mustAppend(t testing.TB, j *Journal, i int, r *Record) {
+	t.Helper()
+	if err := j.Append(i, r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustPut(t testing.TB, d *Dir, model, dataset string, i int, r *Record) {
+	t.Helper()
+	if err := d.Put(model, dataset, i, r); err != nil {
+		t.Fatal(err)
 	}
 }

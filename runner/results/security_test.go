@@ -91,7 +91,7 @@ func TestHostileOutputsStayInTheirRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Unlock()
+	defer func() { _ = d.Unlock() }() // the test is over: nothing to do about it
 	j, err := d.Open(pair, false)
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestDirRefusesUnsafeNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Unlock()
+	defer func() { _ = d.Unlock() }() // the test is over: nothing to do about it
 	for _, p := range []Pair{
 		{Model: "m", Dataset: "../x"},
 		{Model: "../../escape", Dataset: "d"},

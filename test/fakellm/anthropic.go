@@ -159,7 +159,7 @@ func (anthropic) parse(body []byte) (Request, error) {
 				var content textContent
 				if len(b.Content) > 0 {
 					if err := json.Unmarshal(b.Content, &content); err != nil {
-						return Request{}, fmt.Errorf("%s.content: %v", where, err)
+						return Request{}, fmt.Errorf("%s.content: %w", where, err)
 					}
 				}
 				// Tool results come first in a user turn, as the neutral form has them.

@@ -74,7 +74,7 @@ func decode(body []byte, v any) error {
 		return errors.New("the request body is empty; it must be a JSON object")
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("invalid JSON body: %v", err)
+		return fmt.Errorf("invalid JSON body: %w", err)
 	}
 	return nil
 }

@@ -187,7 +187,7 @@ func TestWrongRate(t *testing.T) {
 		t.Errorf("rate 0.3: %d of %d wrong", len(first), n)
 	}
 	// A responder falling back to DefaultReply gets the server's WrongRate too.
-	again := answers(0.3, func(req fakellm.Request) fakellm.Reply { return fakellm.DefaultReply(req) })
+	again := answers(0.3, fakellm.DefaultReply)
 	if diff := cmp.Diff(first, again); diff != "" {
 		t.Errorf("wrongly answered questions differ between servers (-first +again):\n%s", diff)
 	}

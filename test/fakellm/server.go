@@ -442,7 +442,7 @@ func (s *Server) toolCalls(calls []ToolCall, prefix string) ([]ToolCall, error) 
 		} else {
 			var b bytes.Buffer
 			if err := json.Compact(&b, tc.Arguments); err != nil {
-				return nil, fmt.Errorf("fakellm: the responder's arguments for tool %q are not JSON: %v", tc.Name, err)
+				return nil, fmt.Errorf("fakellm: the responder's arguments for tool %q are not JSON: %w", tc.Name, err)
 			}
 			tc.Arguments = b.Bytes()
 		}

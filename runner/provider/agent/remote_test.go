@@ -190,7 +190,7 @@ func TestRemoteWorkspaceAndEnvironment(t *testing.T) {
 	if filepath.Dir(ws) != root || !strings.HasPrefix(filepath.Base(ws), "proctor-ws-") {
 		t.Errorf("PROCTOR_WORKSPACE = %q, want a proctor-ws-* directory of the executor's root %s", ws, root)
 	}
-	if real, _ := filepath.EvalSymlinks(ws); lines[0] != real && lines[0] != ws {
+	if resolved, _ := filepath.EvalSymlinks(ws); lines[0] != resolved && lines[0] != ws {
 		t.Errorf("the agent ran in %q, want its workspace %q", lines[0], ws)
 	}
 	if lines[2] != ws {
@@ -269,7 +269,7 @@ func TestRemoteTimeoutAndCancelKillTheProcessGroup(t *testing.T) {
 			p := remoteProvider(t, Config{Command: []string{"sh", "-c", `sleep 1000 & echo $! > "$1"; sleep 1000`, "agent", pidFile}}, socket)
 			ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 			defer cancel()
-			if tt.want == context.Canceled {
+			if errors.Is(tt.want, context.Canceled) {
 				ctx, cancel = context.WithCancel(t.Context())
 				defer cancel()
 				go func() {
@@ -422,7 +422,7 @@ func TestExecutorUnreachableIsUnavailable(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
-			go x.Serve(ctx, l)
+			go func() { _ = x.Serve(ctx, l) }() // ends with ctx
 		}()
 		if got := mustComplete(t, p, &provider.Request{}); got != "hi" {
 			t.Errorf("answer %q", got)
@@ -455,11 +455,11 @@ func TestExecutorUnreachableIsUnavailable(t *testing.T) {
 		if err := x.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { x.Process.Kill(); x.Wait() })
+		t.Cleanup(func() { _ = x.Process.Kill(); _ = x.Wait() }) // it may have exited already
 		p := remoteProvider(t, Config{Command: []string{"sh", "-c", `echo $$ > "$1"; exec sleep 1000`, "agent", pidFile}}, socket)
 		go func() {
 			awaitFile(pidFile)
-			x.Process.Kill()
+			_ = x.Process.Kill() // it may have exited already
 		}()
 		_, err = complete(t, p, &provider.Request{})
 		if !provider.IsUnavailable(err) {
@@ -521,7 +521,7 @@ func TestExecutorAsPID1ReapsOrphans(t *testing.T) {
 	if err := x.Start(); err != nil {
 		t.Skipf("no PID namespace here: %v", err)
 	}
-	t.Cleanup(func() { x.Process.Kill(); x.Wait() })
+	t.Cleanup(func() { _ = x.Process.Kill(); _ = x.Wait() }) // it may have exited already
 	p := remoteProvider(t, Config{Command: []string{"sh", "-c", `
 setsid env -i sleep 1 </dev/null >/dev/null 2>&1 &
 setsid sleep 1000 </dev/null >/dev/null 2>&1 &

@@ -3,11 +3,12 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"github.com/proctor-dev/proctor/runner/tmpl"
 	"path/filepath"
 	"slices"
 	"strings"
 	"text/template"
+
+	"github.com/proctor-dev/proctor/runner/tmpl"
 )
 
 // TemplateData is what the command, stdin and file templates see. It is the

@@ -46,7 +46,7 @@ func newFakeServer(t testing.TB, status int, header map[string]string, body stri
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
-		io.WriteString(w, body)
+		_, _ = io.WriteString(w, body) // a handler cannot help a client that went away
 	}))
 	t.Cleanup(f.Close)
 	return f
@@ -472,7 +472,8 @@ func TestErrorStatuses(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = p.Complete(context.Background(), &provider.Request{Messages: []provider.Message{{Role: "user", Content: "Hi"}}})
-			got, ok := err.(*provider.HTTPError)
+			var got *provider.HTTPError
+			ok := errors.As(err, &got)
 			if !ok {
 				t.Fatalf("err = %T %v, want *provider.HTTPError", err, err)
 			}
@@ -614,7 +615,7 @@ func TestDroppedConnection(t *testing.T) {
 
 func writeAndClose(conn net.Conn, buf *bufio.ReadWriter, s string) {
 	if s != "" {
-		buf.WriteString(s)
+		_, _ = buf.WriteString(s) // a bytes.Buffer never fails
 		buf.Flush()
 	}
 	conn.Close()
@@ -629,7 +630,7 @@ func TestConnectionReuse(t *testing.T) {
 			}
 			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(status)
-				io.WriteString(w, body)
+				_, _ = io.WriteString(w, body) // a handler cannot help a client that went away
 			}))
 			var conns atomic.Int32
 			srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -679,9 +680,9 @@ func TestConcurrentUse(t *testing.T) {
 
 func BenchmarkComplete(b *testing.B) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
+		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, okBody)
+		_, _ = io.WriteString(w, okBody) // a handler cannot help a client that went away
 	}))
 	defer srv.Close()
 	p, err := New(Config{BaseURL: srv.URL, APIKey: testKey, Model: "gpt-test", Params: provider.Params{Temperature: ptr(0.0), MaxTokens: 64}})
