@@ -12,34 +12,37 @@ import (
 // +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || !has(self.models) || self.scoring.all(s, s.type != 'judge' || !has(s.judge) || !self.models.exists(m, m.name == s.judge.model && m.provider == 'agent'))`,message="a judge scorer's judge.model must name an openai or anthropic model, not an agent",fieldPath=".scoring"
 // +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || !has(self.models) || self.models.exists(m, !self.scoring.exists(s, s.type == 'judge' && has(s.judge) && s.judge.model == m.name))`,message="every model is a judge: at least one entry of spec.models must not be a judge scorer's judge.model, or there is nothing to evaluate",fieldPath=".models"
 type EvaluationSpec struct {
-	// Datasets to evaluate every model on. Names must be unique.
+	// datasets to evaluate every model on. Names must be unique.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=map
 	// +listMapKey=name
+	// +required
 	Datasets []Dataset `json:"datasets"`
 
-	// Models to evaluate. A model that a judge scorer names is used as the judge
+	// models to evaluate. A model that a judge scorer names is used as the judge
 	// and is not itself evaluated, so at least one model must not be a judge.
 	// Names must be unique.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=map
 	// +listMapKey=name
+	// +required
 	Models []Model `json:"models"`
 
-	// Prompt turns a sample into the message sent to the model.
+	// prompt turns a sample into the message sent to the model.
 	// +optional
 	Prompt *Prompt `json:"prompt,omitempty"`
 
-	// Scoring lists the scorers; each adds one metric per model and dataset.
+	// scoring lists the scorers; each adds one metric per model and dataset.
 	// Metric names (a scorer's name, or its type) must be unique.
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:XValidation:rule=`self.all(s, self.exists_one(t, (has(t.name) && t.name != '' ? t.name : t.type) == (has(s.name) && s.name != '' ? s.name : s.type)))`,message="metric names must be unique: give scorers of the same type distinct names (a scorer's metric is its name, else its type)"
+	// +listType=atomic
 	Scoring []Scorer `json:"scoring,omitempty"`
 
-	// Concurrency is the number of samples in flight at once per model (a sliding
+	// concurrency is the number of samples in flight at once per model (a sliding
 	// window) in a local run, or per shard in a cluster. A model's own concurrency
 	// overrides it. Default 10.
 	// +optional
@@ -47,25 +50,25 @@ type EvaluationSpec struct {
 	// +kubebuilder:validation:Maximum=10000
 	Concurrency *int32 `json:"concurrency,omitempty"`
 
-	// Parallelism is the number of shards of one model that run at once (cluster
+	// parallelism is the number of shards of one model that run at once (cluster
 	// mode). Default 4.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	Parallelism *int32 `json:"parallelism,omitempty"`
 
-	// ShardSize is the number of samples per shard (cluster mode). Unset lets the
+	// shardSize is the number of samples per shard (cluster mode). Unset lets the
 	// controller choose.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000000
 	ShardSize *int32 `json:"shardSize,omitempty"`
 
-	// Retry is how failed calls are retried.
+	// retry is how failed calls are retried.
 	// +optional
 	Retry *RetryPolicy `json:"retry,omitempty"`
 
-	// TimeoutPerSample bounds one attempt at a sample: one model call, or one agent
+	// timeoutPerSample bounds one attempt at a sample: one model call, or one agent
 	// process. Time spent waiting for the rate limiter or backing off between
 	// attempts does not count. A duration such as 90s or 2m, at most 24h. Default 2m.
 	// +optional
@@ -75,41 +78,43 @@ type EvaluationSpec struct {
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))`,message="timeoutPerSample must be longer than 0s and at most 24h"
 	TimeoutPerSample *metav1.Duration `json:"timeoutPerSample,omitempty"`
 
-	// Cache reuses responses to identical requests across runs.
+	// cache reuses responses to identical requests across runs.
 	// +optional
 	Cache *Cache `json:"cache,omitempty"`
 
-	// Suspend pauses a running Evaluation (cluster mode); finished samples are kept.
+	// suspend pauses a running Evaluation (cluster mode); finished samples are kept.
 	// +optional
 	Suspend *bool `json:"suspend,omitempty"`
 
-	// Runner configures the runner pods (cluster mode).
+	// runner configures the runner pods (cluster mode).
 	// +optional
 	Runner *Runner `json:"runner,omitempty"`
 }
 
 // Dataset is a named set of samples.
 type Dataset struct {
-	// Name identifies the dataset in results and status.
+	// name identifies the dataset in results and status.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +required
 	Name string `json:"name"`
 
-	// Source says where the samples come from: exactly one of inline, configMap,
+	// source says where the samples come from: exactly one of inline, configMap,
 	// url or pvc (or file, in local runs only).
+	// +required
 	Source DatasetSource `json:"source"`
 
-	// Format of the data: jsonl, json (an array of objects) or csv (with a header
+	// format of the data: jsonl, json (an array of objects) or csv (with a header
 	// row). Default: from the source's file extension, else jsonl.
 	// +optional
 	Format DatasetFormat `json:"format,omitempty"`
 
-	// Fields maps the parts of a sample to the record's field names.
+	// fields maps the parts of a sample to the record's field names.
 	// +optional
 	Fields *FieldMapping `json:"fields,omitempty"`
 
-	// Limit evaluates only the first Limit samples; 0 means all.
+	// limit evaluates only the first Limit samples; 0 means all.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Limit int64 `json:"limit,omitempty"`
@@ -130,34 +135,35 @@ const (
 // +kubebuilder:validation:XValidation:rule=`(has(self.inline) && size(self.inline) > 0 ? 1 : 0) + (has(self.configMap) ? 1 : 0) + (has(self.url) && size(self.url) != 0 ? 1 : 0) + (has(self.pvc) ? 1 : 0) + (has(self.file) && size(self.file) != 0 ? 1 : 0) == 1`,message="exactly one of inline, configMap, url, pvc or file must be set"
 // +kubebuilder:validation:XValidation:rule=`!has(self.sha256) || size(self.sha256) == 0 || (has(self.url) && size(self.url) != 0)`,message="sha256 only applies to a url source"
 type DatasetSource struct {
-	// Inline samples, at least one, each an object such as
+	// inline samples, at least one, each an object such as
 	// {id: q1, input: "2+2?", expected: "4"}.
 	// +optional
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=10000
+	// +listType=atomic
 	Inline []runtime.RawExtension `json:"inline,omitempty"`
 
-	// ConfigMap holds the data under a key (cluster mode).
+	// configMap holds the data under a key (cluster mode).
 	// +optional
 	ConfigMap *ConfigMapSource `json:"configMap,omitempty"`
 
-	// URL of the data (http or https), downloaded once per run.
+	// url of the data (http or https), downloaded once per run.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:XValidation:rule=`self == '' || (isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHost() != '')`,message="url must be an http or https URL"
 	URL string `json:"url,omitempty"`
 
-	// SHA256 is the expected hex SHA-256 of the data at url (64 hexadecimal digits);
+	// sha256 is the expected hex SHA-256 of the data at url (64 hexadecimal digits);
 	// a mismatch stops the run before any model call. Only with url.
 	// +optional
 	// +kubebuilder:validation:Pattern=`^([0-9a-fA-F]{64})?$`
 	SHA256 string `json:"sha256,omitempty"`
 
-	// PVC reads the data from a file on a PersistentVolumeClaim (cluster mode).
+	// pvc reads the data from a file on a PersistentVolumeClaim (cluster mode).
 	// +optional
 	PVC *PVCSource `json:"pvc,omitempty"`
 
-	// File is a local path, relative to the Evaluation file, for local runs
+	// file is a local path, relative to the Evaluation file, for local runs
 	// (proctor run) only: the API server refuses it.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule=`self == ''`,message="file is for local runs (proctor run) only: in a cluster, use configMap, url or pvc"
@@ -166,42 +172,46 @@ type DatasetSource struct {
 
 // ConfigMapSource selects a key of a ConfigMap in the Evaluation's namespace.
 type ConfigMapSource struct {
-	// Name of the ConfigMap, in the Evaluation's namespace.
+	// name of the ConfigMap, in the Evaluation's namespace.
 	// +kubebuilder:validation:MinLength=1
+	// +required
 	Name string `json:"name"`
-	// Key of the ConfigMap's data that holds the samples.
+	// key of the ConfigMap's data that holds the samples.
 	// +kubebuilder:validation:MinLength=1
+	// +required
 	Key string `json:"key"`
 }
 
 // PVCSource selects a file on a PersistentVolumeClaim in the Evaluation's namespace.
 type PVCSource struct {
-	// ClaimName is the name of the PersistentVolumeClaim, in the Evaluation's namespace.
+	// claimName is the name of the PersistentVolumeClaim, in the Evaluation's namespace.
 	// +kubebuilder:validation:MinLength=1
+	// +required
 	ClaimName string `json:"claimName"`
-	// Path of the file relative to the volume's root, e.g. data/qs.jsonl; it must
+	// path of the file relative to the volume's root, e.g. data/qs.jsonl; it must
 	// stay inside the volume.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:XValidation:rule=`self != '' && !self.startsWith('/') && !self.startsWith('\\') && !self.matches('(^|/)[.][.](/|$)') && self.matches('(^|/)([^/.]|[.][^/])')`,message="pvc.path must be a relative path inside the volume, without '..'"
+	// +required
 	Path string `json:"path"`
 }
 
 // FieldMapping names the record fields that hold each part of a sample.
 type FieldMapping struct {
-	// ID field; default "id". Samples without one are numbered from 1.
+	// id field; default "id". Samples without one are numbered from 1.
 	// +optional
 	ID string `json:"id,omitempty"`
-	// Input field, the text the prompt template sees as .Input; default "input".
+	// input field, the text the prompt template sees as .Input; default "input".
 	// +optional
 	Input string `json:"input,omitempty"`
-	// Expected field, what scorers compare against; default "expected".
+	// expected field, what scorers compare against; default "expected".
 	// +optional
 	Expected string `json:"expected,omitempty"`
-	// Messages field: a chat conversation sent instead of the rendered prompt; default "messages".
+	// messages field: a chat conversation sent instead of the rendered prompt; default "messages".
 	// +optional
 	Messages string `json:"messages,omitempty"`
-	// Tools field: tool definitions offered to the model; default "tools".
+	// tools field: tool definitions offered to the model; default "tools".
 	// +optional
 	Tools string `json:"tools,omitempty"`
 }
@@ -225,42 +235,44 @@ const (
 // +kubebuilder:validation:XValidation:rule=`self.provider != 'agent' || !has(self.baseURL) || size(self.baseURL) == 0`,message="baseURL does not apply to an agent model: agents call no API themselves"
 // +kubebuilder:validation:XValidation:rule=`self.provider != 'agent' || !has(self.apiKey) || (has(self.apiKey.env) && size(self.apiKey.env) != 0)`,message="an agent model's apiKey needs env, the variable the agent reads its key from: it has no default for agents"
 type Model struct {
-	// Name identifies the model in results, status and the names of its Jobs.
+	// name identifies the model in results, status and the names of its Jobs.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=40
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +required
 	Name string `json:"name"`
 
-	// Provider: openai (any OpenAI-compatible chat completions server), anthropic
+	// provider is openai (any OpenAI-compatible chat completions server), anthropic
 	// (the Messages API) or agent (a command-line agent run once per sample).
+	// +required
 	Provider Provider `json:"provider"`
 
-	// Model is the provider's model identifier, e.g. gpt-4.1-mini. Required for
+	// model is the provider's model identifier, e.g. gpt-4.1-mini. Required for
 	// openai and anthropic.
 	// +optional
 	Model string `json:"model,omitempty"`
 
-	// BaseURL of the API, http or https. Default https://api.openai.com/v1 for openai
+	// baseURL of the API, http or https. Default https://api.openai.com/v1 for openai
 	// and https://api.anthropic.com for anthropic; not for agents.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:XValidation:rule=`self == '' || (isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHost() != '')`,message="baseURL must be an http or https URL"
 	BaseURL string `json:"baseURL,omitempty"`
 
-	// APIKey says where the API key comes from. Omit it for servers that need none.
+	// apiKey says where the API key comes from. Omit it for servers that need none.
 	// An agent model's apiKey must name env.
 	// +optional
 	APIKey *APIKey `json:"apiKey,omitempty"`
 
-	// Headers are extra, non-secret HTTP headers sent with every call.
+	// headers are extra, non-secret HTTP headers sent with every call.
 	// +optional
 	Headers map[string]string `json:"headers,omitempty"`
 
-	// Parameters are the sampling parameters (openai and anthropic only).
+	// parameters are the sampling parameters (openai and anthropic only).
 	// +optional
 	Parameters *Parameters `json:"parameters,omitempty"`
 
-	// RateLimit is this model's per-minute budget of requests, input tokens and
+	// rateLimit is this model's per-minute budget of requests, input tokens and
 	// output tokens for the whole Evaluation, shared by all of its shards (and by
 	// judge calls when the model is a judge). A limit that is unset or 0 is not
 	// enforced up front but discovered: on 429 answers Proctor backs off as the
@@ -268,13 +280,13 @@ type Model struct {
 	// +optional
 	RateLimit *RateLimit `json:"rateLimit,omitempty"`
 
-	// Concurrency overrides spec.concurrency for this model.
+	// concurrency overrides spec.concurrency for this model.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
 	Concurrency *int32 `json:"concurrency,omitempty"`
 
-	// Agent configures an agent model: required when provider is agent, and
+	// agent configures an agent model: required when provider is agent, and
 	// refused otherwise.
 	// +optional
 	Agent *Agent `json:"agent,omitempty"`
@@ -282,7 +294,7 @@ type Model struct {
 
 // APIKey locates an API key. The key itself never appears in the spec.
 type APIKey struct {
-	// Env is the environment variable that holds the key: read from proctor's own
+	// env is the environment variable that holds the key: read from proctor's own
 	// environment in a local run, and set from secretKeyRef in runner pods. Default
 	// OPENAI_API_KEY for openai and ANTHROPIC_API_KEY for anthropic; required for
 	// an agent.
@@ -290,7 +302,7 @@ type APIKey struct {
 	// +kubebuilder:validation:Pattern=`^([A-Za-z_][A-Za-z0-9_]*)?$`
 	Env string `json:"env,omitempty"`
 
-	// SecretKeyRef is the key of a Secret, in the Evaluation's namespace, that
+	// secretKeyRef is the key of a Secret, in the Evaluation's namespace, that
 	// holds the API key (cluster mode).
 	// +optional
 	SecretKeyRef *corev1.SecretKeySelector `json:"secretKeyRef,omitempty"`
@@ -298,49 +310,50 @@ type APIKey struct {
 
 // Parameters are sampling parameters; unset ones are left to the server.
 type Parameters struct {
-	// Temperature, between 0 and 2.
+	// temperature is between 0 and 2.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=2
 	Temperature *Number `json:"temperature,omitempty"`
 
-	// TopP (nucleus sampling), between 0 and 1.
+	// topP (nucleus sampling), between 0 and 1.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1
 	TopP *Number `json:"topP,omitempty"`
 
-	// MaxTokens caps the answer's length. Anthropic requires one: default 1024 there.
+	// maxTokens caps the answer's length. Anthropic requires one: default 1024 there.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	MaxTokens *int32 `json:"maxTokens,omitempty"`
 
-	// Seed asks for reproducible sampling where the server supports it.
+	// seed asks for reproducible sampling where the server supports it.
 	// +optional
 	Seed *int64 `json:"seed,omitempty"`
 
-	// Stop sequences: the model stops generating at the first of them. At most 16.
+	// stop sequences: the model stops generating at the first of them. At most 16.
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
 	Stop []string `json:"stop,omitempty"`
 }
 
 // RateLimit is a per-minute budget; 0 means unlimited.
 type RateLimit struct {
-	// RequestsPerMinute caps the model calls per minute across the whole
+	// requestsPerMinute caps the model calls per minute across the whole
 	// Evaluation. 0 or unset: no fixed limit.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	RequestsPerMinute int64 `json:"requestsPerMinute,omitempty"`
 
-	// InputTokensPerMinute caps the input (prompt) tokens sent per minute across
+	// inputTokensPerMinute caps the input (prompt) tokens sent per minute across
 	// the whole Evaluation. Input tokens are estimated before each call and
 	// corrected from the usage the server reports. 0 or unset: no fixed limit.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	InputTokensPerMinute int64 `json:"inputTokensPerMinute,omitempty"`
 
-	// OutputTokensPerMinute caps the output (completion) tokens received per
+	// outputTokensPerMinute caps the output (completion) tokens received per
 	// minute across the whole Evaluation. 0 or unset: no fixed limit.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
@@ -352,36 +365,39 @@ type RateLimit struct {
 // Agent runs a command-line agent once per sample, in a fresh workspace directory
 // holding the declared files. Its standard output is the answer.
 type Agent struct {
-	// Image holding the agent CLI (cluster mode); the proctor binary is injected into it.
+	// image holding the agent CLI (cluster mode); the proctor binary is injected into it.
 	// +optional
 	Image string `json:"image,omitempty"`
 
-	// Command is the argv; each element is a Go template over .Prompt, .System,
+	// command is the argv; each element is a Go template over .Prompt, .System,
 	// .Sample, .ID and .Workspace. No shell is involved. The first element, the
 	// program, must not be empty.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:items:MaxLength=131072
 	// +kubebuilder:validation:XValidation:rule=`self.size() == 0 || self[0].trim() != ''`,message="agent.command's first element, the program to run, must not be empty"
+	// +listType=atomic
+	// +required
 	Command []string `json:"command"`
 
-	// Stdin is a template written to the agent's standard input.
+	// stdin is a template written to the agent's standard input.
 	// +optional
 	Stdin string `json:"stdin,omitempty"`
 
-	// Files maps workspace-relative paths, such as task.md or src/input.txt, to
+	// files maps workspace-relative paths, such as task.md or src/input.txt, to
 	// templates of their content. A path must stay inside the workspace.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=256
 	// +kubebuilder:validation:XValidation:rule=`self.all(k, k != '' && !k.startsWith('/') && !k.startsWith('\\') && !k.matches('(^|/)[.][.](/|$)') && k.matches('(^|/)([^/.]|[.][^/])'))`,message="agent.files keys must be relative paths inside the workspace, without '..'"
 	Files map[string]string `json:"files,omitempty"`
 
-	// Env is the agent's environment, besides PATH, HOME and the model's API key
+	// env is the agent's environment, besides PATH, HOME and the model's API key
 	// variable. In a local run an entry without a value is taken from proctor's
 	// own environment.
 	// +optional
+	// +listType=atomic
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
-	// Timeout bounds one agent run, overriding spec.timeoutPerSample. When it
+	// timeout bounds one agent run, overriding spec.timeoutPerSample. When it
 	// expires the agent's whole process group is killed. A duration such as 10m, at
 	// most 24h.
 	// +optional
@@ -391,7 +407,7 @@ type Agent struct {
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))`,message="agent.timeout must be longer than 0s and at most 24h"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
-	// Resources of the agent's container (cluster mode), where the agent runs
+	// resources of the agent's container (cluster mode), where the agent runs
 	// beside the runner container (whose resources are spec.runner.resources).
 	// What it leaves unset is taken from the operator's defaults (its Helm
 	// values runner.defaultResources.agent); a limit set without a request
@@ -402,11 +418,11 @@ type Agent struct {
 
 // Prompt turns a sample into a message.
 type Prompt struct {
-	// System prompt, a Go template like Template.
+	// system prompt, a Go template like Template.
 	// +optional
 	System string `json:"system,omitempty"`
 
-	// Template is a Go text/template over .Sample (the record's fields), .Input,
+	// template is a Go text/template over .Sample (the record's fields), .Input,
 	// .Expected and .ID, e.g. "{{ .Sample.question }}". Default "{{ .Input }}".
 	// Samples that carry messages are sent as they are instead.
 	// +optional
@@ -439,54 +455,57 @@ type Normalizer string
 // +kubebuilder:validation:XValidation:rule=`self.type == 'numeric' || !has(self.tolerance)`,message="tolerance only applies to the numeric scorer"
 // +kubebuilder:validation:XValidation:rule=`self.type == 'tool_call' || !has(self.checkArguments)`,message="checkArguments only applies to the tool_call scorer"
 type Scorer struct {
-	// Type of scorer: exact_match, contains, regex (pattern), numeric (tolerance),
+	// type of scorer: exact_match, contains, regex (pattern), numeric (tolerance),
 	// json_match, tool_call (checkArguments) or judge (judge).
+	// +required
 	Type ScorerType `json:"type"`
 
-	// Name of the metric: letters, digits, '-', '_' and '.'. Default the type.
+	// name of the metric: letters, digits, '-', '_' and '.'. Default the type.
 	// Metric names must be unique across spec.scoring.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`
 	Name string `json:"name,omitempty"`
 
-	// Normalize the answer and the expected text, in order, before comparing.
+	// normalize the answer and the expected text, in order, before comparing.
 	// +optional
 	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
 	Normalize []Normalizer `json:"normalize,omitempty"`
 
-	// Pattern is the regex scorer's RE2 pattern; unset uses each sample's expected
+	// pattern is the regex scorer's RE2 pattern; unset uses each sample's expected
 	// value as the pattern. Only for the regex scorer.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:XValidation:rule=`self == '' || ''.matches(self) || !''.matches(self)`,message="pattern must be a valid RE2 regular expression"
 	Pattern string `json:"pattern,omitempty"`
 
-	// Tolerance is the numeric scorer's absolute tolerance, 0 or more; default 0.
+	// tolerance is the numeric scorer's absolute tolerance, 0 or more; default 0.
 	// Only for the numeric scorer.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Tolerance *Number `json:"tolerance,omitempty"`
 
-	// CheckArguments makes tool_call require the expected arguments too (a subset
+	// checkArguments makes tool_call require the expected arguments too (a subset
 	// match), not only the tool's name. Default true. Only for the tool_call scorer.
 	// +optional
 	CheckArguments *bool `json:"checkArguments,omitempty"`
 
-	// Judge configures the judge scorer: required for it, refused for the others.
+	// judge configures the judge scorer: required for it, refused for the others.
 	// +optional
 	Judge *Judge `json:"judge,omitempty"`
 }
 
 // Judge has a model grade each answer.
 type Judge struct {
-	// Model names the entry of spec.models used as the judge: an openai or
+	// model names the entry of spec.models used as the judge: an openai or
 	// anthropic model, which is then not itself evaluated. Its calls share that
 	// model's limits, retries and cache.
 	// +kubebuilder:validation:MinLength=1
+	// +required
 	Model string `json:"model"`
 
-	// Rubric is a Go template over .Prompt, .Input, .Output, .Expected and .Sample.
+	// rubric is a Go template over .Prompt, .Input, .Output, .Expected and .Sample.
 	// The judge must end its reply with a line "VERDICT: CORRECT", "VERDICT: PARTIAL"
 	// or "VERDICT: INCORRECT". Default: a short grading rubric.
 	// +optional
@@ -500,13 +519,13 @@ type Judge struct {
 // the two are compared.
 // +kubebuilder:validation:XValidation:rule=`!(has(self.initialBackoff) ? self.initialBackoff : '1s').matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || !(has(self.maxBackoff) ? self.maxBackoff : '60s').matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || duration(has(self.maxBackoff) ? self.maxBackoff : '60s') < duration('0s') || duration(has(self.initialBackoff) ? self.initialBackoff : '1s') <= duration(has(self.maxBackoff) ? self.maxBackoff : '60s')`,message="retry.initialBackoff must not be longer than retry.maxBackoff (default 1s and 60s)"
 type RetryPolicy struct {
-	// MaxAttempts per call, the first included. Default 3.
+	// maxAttempts per call, the first included. Default 3.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	MaxAttempts *int32 `json:"maxAttempts,omitempty"`
 
-	// InitialBackoff is the cap of the first backoff; it doubles per attempt. A
+	// initialBackoff is the cap of the first backoff; it doubles per attempt. A
 	// duration between 0s and 24h, not longer than maxBackoff. Default 1s.
 	// +optional
 	// +kubebuilder:validation:Type=string
@@ -515,7 +534,7 @@ type RetryPolicy struct {
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) >= duration('0s') && duration(self) <= duration('24h'))`,message="retry.initialBackoff must be 0s or more and at most 24h"
 	InitialBackoff *metav1.Duration `json:"initialBackoff,omitempty"`
 
-	// MaxBackoff caps the backoff: a duration between 0s and 24h. Default 60s.
+	// maxBackoff caps the backoff: a duration between 0s and 24h. Default 60s.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=64
@@ -523,7 +542,7 @@ type RetryPolicy struct {
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) >= duration('0s') && duration(self) <= duration('24h'))`,message="retry.maxBackoff must be 0s or more and at most 24h"
 	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
 
-	// MaxThrottleWait is how long a model may answer nothing but 429 (rate
+	// maxThrottleWait is how long a model may answer nothing but 429 (rate
 	// limited) before Proctor gives up on it. A 429 means "later", never "wrong":
 	// it does not count as an attempt, it shrinks the calls in flight and holds
 	// them for the server's retry-after (which maxBackoff does not cap, since
@@ -541,7 +560,7 @@ type RetryPolicy struct {
 
 // Cache configures the response cache.
 type Cache struct {
-	// Enabled reuses a cached response for a request identical in provider,
+	// enabled reuses a cached response for a request identical in provider,
 	// endpoint, model, parameters, messages and tools.
 	// +optional
 	Enabled bool `json:"enabled,omitempty"`
@@ -549,26 +568,27 @@ type Cache struct {
 
 // Runner configures runner pods (cluster mode).
 type Runner struct {
-	// Image of the runner; default the operator's own image.
+	// image of the runner; default the operator's own image.
 	// +optional
 	Image string `json:"image,omitempty"`
-	// Resources of the runner container. What it leaves unset is taken from
+	// resources of the runner container. What it leaves unset is taken from
 	// the operator's defaults (its Helm values runner.defaultResources.runner);
 	// a limit set without a request gets the limit as its request, as
 	// Kubernetes does. For an agent model the agent runs in a container of its
 	// own: see agent.resources.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
-	// ServiceAccountName overrides the per-Evaluation ServiceAccount.
+	// serviceAccountName overrides the per-Evaluation ServiceAccount.
 	// +optional
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
-	// NodeSelector for runner pods.
+	// nodeSelector for runner pods.
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
-	// Tolerations for runner pods.
+	// tolerations for runner pods.
 	// +optional
+	// +listType=atomic
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
-	// StallTimeout is how long the run may stay unable to start any runner pod
+	// stallTimeout is how long the run may stay unable to start any runner pod
 	// before it fails: pods that cannot be created (a ResourceQuota, Pod
 	// Security), scheduled, pull their image or create their container (a
 	// missing Secret key), while no shard runs. The problem is shown in status
@@ -597,57 +617,70 @@ const (
 
 // EvaluationStatus is the observed state of an Evaluation.
 type EvaluationStatus struct {
-	// Phase: Pending (waiting for references or planning), Running, Succeeded,
-	// Failed or Suspended.
-	// +optional
-	Phase Phase `json:"phase,omitempty"`
-	// Run identifies the current run: a hash of the spec fields that decide the
-	// results. Editing any of them starts a new run.
-	// +optional
-	Run string `json:"run,omitempty"`
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Progressing, Complete, Failed, Suspended, Degraded (runner
-	// pods cannot start or failed; its reason says why).
+	// conditions are Progressing, Complete, Failed, Suspended and Degraded (runner
+	// pods cannot start or failed; its reason says why), with observedGeneration.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// phase is Pending (waiting for references or planning), Running, Succeeded,
+	// Failed or Suspended.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// run identifies the current run: a hash of the spec fields that decide the
+	// results. Editing any of them starts a new run.
+	// +optional
+	Run string `json:"run,omitempty"`
+	// observedGeneration is the generation of the spec the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// progress counts the samples done of the current run.
 	// +optional
 	Progress *Progress `json:"progress,omitempty"`
+	// shards counts the current run's shards by state.
 	// +optional
 	Shards *ShardCounts `json:"shards,omitempty"`
-	// Results has one entry per model and dataset.
+	// results has one entry per model and dataset.
 	// +optional
+	// +listType=atomic
 	Results []ModelResult `json:"results,omitempty"`
-	// Score is the first model's first metric over all its datasets so far, for
+	// score is the first model's first metric over all its datasets so far, for
 	// `kubectl get`.
 	// +optional
 	Score string `json:"score,omitempty"`
-	// Reason is a CamelCase word for what is wrong, when something is: why the
+	// reason is a CamelCase word for what is wrong, when something is: why the
 	// run waits (SecretNotFound), cannot make progress (ImagePullBackOff,
 	// CreateContainerConfigError, Unschedulable, FailedCreate...) or failed
 	// (OOMKilled, ConfigurationError...). Empty while all is well.
 	// +optional
 	Reason string `json:"reason,omitempty"`
-	// Message explains the phase: what is missing, which shards failed.
+	// message explains the phase: what is missing, which shards failed.
 	// +optional
 	Message string `json:"message,omitempty"`
-	// ResultsConfigMap holds the summary and the per-sample records.
+	// resultsConfigMap holds the summary and the per-sample records.
 	// +optional
 	ResultsConfigMap string `json:"resultsConfigMap,omitempty"`
+	// startTime is when the current run started.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// completionTime is when the current run ended.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 }
 
 // Progress counts finished samples over all models and datasets.
 type Progress struct {
-	Total     int64 `json:"total"`
+	// total is the number of samples to run, over every model and dataset.
+	// +required
+	Total int64 `json:"total"`
+	// completed counts the samples done, errored ones included.
+	// +required
 	Completed int64 `json:"completed"`
-	Errored   int64 `json:"errored"`
-	// Text is "completed/total", for `kubectl get`.
+	// errored counts the samples that ended in an error.
+	// +required
+	Errored int64 `json:"errored"`
+	// text is "completed/total", for `kubectl get`.
+	// +optional
 	Text string `json:"text,omitempty"`
 }
 
@@ -655,46 +688,75 @@ type Progress struct {
 // not counted in active, pending, succeeded or failed wait for their turn
 // (parallelism), for a retry, or for the Evaluation to be resumed.
 type ShardCounts struct {
+	// total is the number of shards.
+	// +required
 	Total int32 `json:"total"`
-	// Active shards have a running pod.
+	// active shards have a running pod.
+	// +required
 	Active int32 `json:"active"`
-	// Pending shards have a pod that is not running yet: being scheduled,
+	// pending shards have a pod that is not running yet: being scheduled,
 	// pulling its image, or stuck (conditions say why).
 	// +optional
-	Pending   int32 `json:"pending"`
+	Pending int32 `json:"pending"`
+	// succeeded shards have finished.
+	// +required
 	Succeeded int32 `json:"succeeded"`
-	Failed    int32 `json:"failed"`
+	// failed shards failed for good (their retries are spent).
+	// +required
+	Failed int32 `json:"failed"`
 }
 
 // ModelResult is the outcome of one model on one dataset.
 type ModelResult struct {
-	Model     string `json:"model"`
-	Dataset   string `json:"dataset"`
-	Total     int64  `json:"total"`
-	Completed int64  `json:"completed"`
-	Errored   int64  `json:"errored"`
-	// Metrics maps metric names to scores formatted with four decimals.
+	// model is the evaluated model's name.
+	// +required
+	Model string `json:"model"`
+	// dataset is the dataset's name.
+	// +required
+	Dataset string `json:"dataset"`
+	// total is the dataset's number of samples (after its limit).
+	// +required
+	Total int64 `json:"total"`
+	// completed counts the samples done, errored ones included.
+	// +required
+	Completed int64 `json:"completed"`
+	// errored counts the samples that ended in an error (they score 0).
+	// +required
+	Errored int64 `json:"errored"`
+	// metrics maps metric names to scores formatted with four decimals.
 	// +optional
 	Metrics map[string]string `json:"metrics,omitempty"`
+	// latencyMillis summarizes the successful samples' latencies.
 	// +optional
 	LatencyMillis *LatencySummary `json:"latencyMillis,omitempty"`
+	// tokens totals the tokens the samples used.
 	// +optional
 	Tokens *TokenUsage `json:"tokens,omitempty"`
 }
 
 // LatencySummary summarizes per-sample latencies in milliseconds.
 type LatencySummary struct {
+	// p50 is the median.
+	// +required
 	P50 int64 `json:"p50"`
+	// p95 is the 95th percentile.
+	// +required
 	P95 int64 `json:"p95"`
 }
 
 // TokenUsage totals tokens: the evaluated model's, and what judging its
 // answers cost.
 type TokenUsage struct {
-	Input  int64 `json:"input"`
+	// input tokens the model read.
+	// +required
+	Input int64 `json:"input"`
+	// output tokens the model wrote.
+	// +required
 	Output int64 `json:"output"`
+	// judgeInput tokens the judges read, judging these answers.
 	// +optional
 	JudgeInput int64 `json:"judgeInput,omitempty"`
+	// judgeOutput tokens the judges wrote.
 	// +optional
 	JudgeOutput int64 `json:"judgeOutput,omitempty"`
 }
@@ -710,10 +772,15 @@ type TokenUsage struct {
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Evaluation struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
+	// spec says what to evaluate and how.
+	// +required
 	Spec EvaluationSpec `json:"spec"`
+	// status is what the controller observed of the current run.
 	// +optional
 	Status EvaluationStatus `json:"status,omitempty"`
 }
