@@ -6,18 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proctor-dev/proctor/runner/provider"
+	"github.com/proctor-dev/proctor/runner/provider/providertest"
 )
 
 const testKey = "sk-ant-test-abcdef0123456789"
@@ -440,192 +439,6 @@ func TestErrorStatuses(t *testing.T) {
 	}
 }
 
-// TestKeyNeverInErrors uses a server that echoes the x-api-key header back.
-func TestKeyNeverInErrors(t *testing.T) {
-	tests := []struct {
-		name   string
-		status int
-		format string // %s is the x-api-key header
-	}{
-		{name: "json message", status: 401, format: `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key: %s"}}`},
-		{name: "json type", status: 401, format: `{"type":"error","error":{"type":"%s","message":"no"}}`},
-		{name: "raw body", status: 500, format: "key was %s"},
-		{name: "long raw body", status: 500, format: strings.Repeat("x", 490) + "%s"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.WriteHeader(tt.status)
-				fmt.Fprintf(w, tt.format, r.Header.Get("X-Api-Key"))
-			}))
-			defer srv.Close()
-			p, err := New(Config{BaseURL: srv.URL, APIKey: testKey, Model: "m"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = p.Complete(context.Background(), &provider.Request{Messages: userMessage("Hi")})
-			if err == nil {
-				t.Fatal("got nil error")
-			}
-			if strings.Contains(err.Error(), testKey[:10]) {
-				t.Errorf("error %q contains the API key", err)
-			}
-			if !strings.Contains(err.Error(), "[RE") {
-				t.Errorf("error %q does not show the redaction", err)
-			}
-		})
-	}
-}
-
-func TestContextCancellation(t *testing.T) {
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-		case <-release:
-		}
-	}))
-	defer srv.Close()
-	defer close(release)
-	p, err := New(Config{BaseURL: srv.URL, Model: "m"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name string
-		ctx  func() (context.Context, context.CancelFunc)
-		want error
-	}{
-		{
-			name: "deadline",
-			ctx: func() (context.Context, context.CancelFunc) {
-				return context.WithTimeout(context.Background(), 50*time.Millisecond)
-			},
-			want: context.DeadlineExceeded,
-		},
-		{
-			name: "cancel",
-			ctx: func() (context.Context, context.CancelFunc) {
-				ctx, cancel := context.WithCancel(context.Background())
-				time.AfterFunc(30*time.Millisecond, cancel)
-				return ctx, cancel
-			},
-			want: context.Canceled,
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := tt.ctx()
-			defer cancel()
-			_, err := p.Complete(ctx, &provider.Request{Messages: userMessage("Hi")})
-			if !errors.Is(err, tt.want) {
-				t.Errorf("err = %v, want errors.Is(err, %v)", err, tt.want)
-			}
-		})
-	}
-}
-
-// TestDroppedConnection covers a server that goes away before answering and one
-// that goes away in the middle of its answer.
-func TestDroppedConnection(t *testing.T) {
-	tests := []struct {
-		name    string
-		partial string // raw bytes written before closing
-	}{
-		{name: "before the answer"},
-		{name: "mid-body", partial: "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"content\":[{\"type\":"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				conn, buf, err := w.(http.Hijacker).Hijack()
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if tt.partial != "" {
-					_, _ = buf.WriteString(tt.partial) // a bytes.Buffer never fails
-					buf.Flush()
-				}
-				conn.Close()
-			}))
-			defer srv.Close()
-			p, err := New(Config{BaseURL: srv.URL, Model: "m"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = p.Complete(context.Background(), &provider.Request{Messages: userMessage("Hi")})
-			if err == nil {
-				t.Fatal("got nil error")
-			}
-			if _, ok := provider.AsHTTPError(err); ok {
-				t.Errorf("err = %v is an *HTTPError, want a transport error", err)
-			}
-		})
-	}
-}
-
-func TestConnectionReuse(t *testing.T) {
-	for _, status := range []int{200, 529} {
-		t.Run(fmt.Sprint(status), func(t *testing.T) {
-			body := okBody
-			if status != 200 {
-				body = `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`
-			}
-			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.WriteHeader(status)
-				_, _ = io.WriteString(w, body) // a handler cannot help a client that went away
-			}))
-			var conns atomic.Int32
-			srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-				if s == http.StateNew {
-					conns.Add(1)
-				}
-			}
-			srv.Start()
-			defer srv.Close()
-			p, err := New(Config{BaseURL: srv.URL, APIKey: testKey, Model: "m"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			req := &provider.Request{Messages: userMessage("Hi")}
-			for range 50 {
-				if _, err := p.Complete(context.Background(), req); (err == nil) != (status == 200) {
-					t.Fatalf("err = %v", err)
-				}
-			}
-			if n := conns.Load(); n != 1 {
-				t.Errorf("opened %d connections for 50 sequential calls, want 1", n)
-			}
-		})
-	}
-}
-
-func TestConcurrentUse(t *testing.T) {
-	srv := newFakeServer(t, 200, nil, okBody)
-	p, err := New(Config{BaseURL: srv.URL, Model: "m", Params: provider.Params{Temperature: ptr(0.5)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := &provider.Request{System: "s", Messages: []provider.Message{
-		{Role: "user", Content: "Hi"},
-		{Role: "assistant", ToolCalls: []provider.ToolCall{{ID: "t", Name: "f"}}},
-		{Role: "tool", ToolCallID: "t", Content: "r"},
-	}}
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for range 20 {
-				if _, err := p.Complete(context.Background(), req); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-}
-
 func BenchmarkComplete(b *testing.B) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -680,4 +493,27 @@ func TestErrorInA200(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConformance runs the suite every provider passes.
+func TestConformance(t *testing.T) {
+	providertest.Run(t, providertest.Harness{
+		New: func(baseURL, key string) (provider.Provider, error) {
+			return New(Config{BaseURL: baseURL, APIKey: key, Model: "m"})
+		},
+		Key:       testKey,
+		KeyHeader: "X-Api-Key",
+		OK:        okBody,
+		Errors:    map[int]string{529: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`},
+		KeyEchoes: map[int][]string{
+			401: {`{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key: %s"}}`, `{"type":"error","error":{"type":"%s","message":"no"}}`},
+			500: {"key was %s", strings.Repeat("x", 490) + "%s"},
+		},
+		PartialBody: `{"content":[{"type":`,
+		Request: &provider.Request{System: "s", Messages: []provider.Message{
+			{Role: "user", Content: "Hi"},
+			{Role: "assistant", ToolCalls: []provider.ToolCall{{ID: "t", Name: "f"}}},
+			{Role: "tool", ToolCallID: "t", Content: "r"},
+		}},
+	})
 }
