@@ -28,7 +28,7 @@ import (
 )
 
 // DefaultStallTimeout is spec.runner.stallTimeout's default.
-const DefaultStallTimeout = 5 * time.Minute
+const DefaultStallTimeout = v1alpha1.DefaultStallTimeout
 
 // Labels and annotations the Job controller puts on the pods of an Indexed Job.
 const (

@@ -7,8 +7,13 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Defaults. The CRD sets none: the controller and runner pods apply these to what
-// they read, as a local run does, so an unset field means the same everywhere.
+// Defaults, said once: here, and in each field's documentation (what kubectl
+// explain shows; TestDefaultsDocumented ties the two). The CRD sets none
+// (no +kubebuilder:default): the controller and runner pods apply these to what
+// they read, as a local run does, so an unset field means the same everywhere,
+// and a stored Evaluation's spec, and so its run identity (SpecHash), does not
+// change when a default does. Providers and the engine hold no copies: the
+// compiler passes them the defaulted values.
 const (
 	DefaultConcurrency       = 10
 	DefaultParallelism       = 4
@@ -19,6 +24,7 @@ const (
 	DefaultTimeoutPerSample  = 2 * time.Minute
 	DefaultPromptTemplate    = "{{ .Input }}"
 	DefaultAnthropicMaxToken = 1024
+	DefaultStallTimeout      = 5 * time.Minute
 
 	DefaultOpenAIBaseURL    = "https://api.openai.com/v1"
 	DefaultAnthropicBaseURL = "https://api.anthropic.com"

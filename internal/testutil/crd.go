@@ -10,10 +10,10 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// CRDEnum returns the enum the generated Evaluation CRD (config/crd/bases)
-// allows at path, a list of property names from spec down ("models",
+// crdProperty is the schema the generated Evaluation CRD (config/crd/bases)
+// has at path, a list of property names from spec down ("models",
 // "provider"); an array's items are stepped through on the way.
-func CRDEnum(t testing.TB, path ...string) []string {
+func crdProperty(t testing.TB, path ...string) apiextensionsv1.JSONSchemaProps {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "config", "crd", "bases", "proctor.dev_evaluations.yaml"))
@@ -29,11 +29,29 @@ func CRDEnum(t testing.TB, path ...string) []string {
 		for s.Type == "array" {
 			s = *s.Items.Schema
 		}
-		s = s.Properties[p]
+		var ok bool
+		if s, ok = s.Properties[p]; !ok {
+			t.Fatalf("the CRD has no property spec.%v", path)
+		}
 	}
 	for s.Type == "array" {
 		s = *s.Items.Schema
 	}
+	return s
+}
+
+// CRDDescription is the description (what kubectl explain shows) of the
+// generated Evaluation CRD at path (see crdProperty).
+func CRDDescription(t testing.TB, path ...string) string {
+	t.Helper()
+	return crdProperty(t, path...).Description
+}
+
+// CRDEnum returns the enum the generated Evaluation CRD allows at path (see
+// crdProperty).
+func CRDEnum(t testing.TB, path ...string) []string {
+	t.Helper()
+	s := crdProperty(t, path...)
 	if len(s.Enum) == 0 {
 		t.Fatalf("the CRD has no enum at spec.%v", path)
 	}

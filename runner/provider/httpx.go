@@ -434,14 +434,13 @@ func drainAndClose(body io.ReadCloser) {
 	_ = body.Close()
 }
 
-// BaseURL validates a provider's base URL (def when raw is empty) and returns it
+// BaseURL validates a provider's base URL, which is required, and returns it
 // without a trailing slash. kind names the provider in errors.
-func BaseURL(kind, raw, def string) (*url.URL, error) {
-	base := raw
-	if base == "" {
-		base = def
+func BaseURL(kind, raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, fmt.Errorf("%s: a base URL is required", kind)
 	}
-	u, err := url.Parse(strings.TrimRight(base, "/"))
+	u, err := url.Parse(strings.TrimRight(raw, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("%s: invalid base URL %q: want an absolute http or https URL", kind, raw)
 	}

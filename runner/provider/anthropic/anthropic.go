@@ -18,21 +18,16 @@ import (
 	"github.com/proctor-dev/proctor/runner/provider"
 )
 
-const (
-	// DefaultBaseURL is the Anthropic API.
-	DefaultBaseURL = "https://api.anthropic.com"
-	// DefaultVersion is the anthropic-version header sent when Config.Version is empty.
-	DefaultVersion = "2023-06-01"
-	// DefaultMaxTokens is sent when Params.MaxTokens is not set: the API requires
-	// max_tokens on every request.
-	DefaultMaxTokens = 1024
-)
+// DefaultVersion is the anthropic-version header sent when Config.Version is
+// empty: a protocol detail, not a setting of the Evaluation (whose defaults,
+// the base URL and max tokens among them, live in api/v1alpha1 and reach the
+// provider through Config).
+const DefaultVersion = "2023-06-01"
 
 // Config configures a Provider.
 type Config struct {
 	// BaseURL is the API root; the endpoint is BaseURL + "/v1/messages", or
-	// BaseURL + "/messages" when BaseURL already ends in "/v1". Empty means
-	// DefaultBaseURL.
+	// BaseURL + "/messages" when BaseURL already ends in "/v1". Required.
 	BaseURL string
 	// APIKey is sent as the x-api-key header when non-empty. It is removed from
 	// any error message.
@@ -62,12 +57,15 @@ var _ provider.Provider = (*Provider)(nil)
 
 // New validates cfg and returns a Provider.
 func New(cfg Config) (*Provider, error) {
-	u, err := provider.BaseURL("anthropic", cfg.BaseURL, DefaultBaseURL)
+	u, err := provider.BaseURL("anthropic", cfg.BaseURL)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Model == "" {
 		return nil, errors.New("anthropic: model is required")
+	}
+	if cfg.Params.MaxTokens <= 0 {
+		return nil, errors.New("anthropic: maxTokens is required (the Messages API requires max_tokens)")
 	}
 	base := u.String()
 	endpoint := base + "/v1/messages"
@@ -193,9 +191,6 @@ func (p *Provider) newRequest(req *provider.Request) *messagesRequest {
 		StopSequences: p.params.Stop,
 		// Seed is not sent: the Messages API has no seed parameter and rejects
 		// unknown fields.
-	}
-	if body.MaxTokens <= 0 {
-		body.MaxTokens = DefaultMaxTokens
 	}
 
 	// toolResults is the block list of the message being built from consecutive

@@ -79,7 +79,7 @@ func TestNew(t *testing.T) {
 		wantURL string
 		wantErr bool
 	}{
-		{name: "default base URL", cfg: Config{Model: "m"}, wantURL: "https://api.anthropic.com/v1/messages"},
+		{name: "no base URL", cfg: Config{Model: "m"}, wantErr: true}, // the Evaluation's default is applied before (api/v1alpha1)
 		{name: "base ending in /v1", cfg: Config{BaseURL: "https://gateway.example/anthropic/v1/", Model: "m"}, wantURL: "https://gateway.example/anthropic/v1/messages"},
 		{name: "base with a path", cfg: Config{BaseURL: "http://localhost:4000/proxy", Model: "m"}, wantURL: "http://localhost:4000/proxy/v1/messages"},
 		{name: "no model", cfg: Config{}, wantErr: true},
@@ -89,7 +89,7 @@ func TestNew(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := New(tt.cfg)
+			p, err := newProvider(tt.cfg)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("New() error = %v, wantErr %v", err, tt.wantErr)
 			}
@@ -204,7 +204,7 @@ func TestRequestBody(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newFakeServer(t, 200, nil, okBody)
-			p, err := New(Config{BaseURL: srv.URL, APIKey: testKey, Model: "claude-test", Params: tt.params})
+			p, err := newProvider(Config{BaseURL: srv.URL, APIKey: testKey, Model: "claude-test", Params: tt.params})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,7 +248,7 @@ func TestRequestHeaders(t *testing.T) {
 			srv := newFakeServer(t, 200, nil, okBody)
 			cfg := tt.cfg
 			cfg.BaseURL, cfg.Model = srv.URL, "m"
-			p, err := New(cfg)
+			p, err := newProvider(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -311,7 +311,7 @@ func TestResponse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newFakeServer(t, 200, nil, tt.body)
-			p, err := New(Config{BaseURL: srv.URL, Model: "m"})
+			p, err := newProvider(Config{BaseURL: srv.URL, Model: "m"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -330,7 +330,7 @@ func TestBadResponses(t *testing.T) {
 	// No content, and not a message: not an answer of the Messages API.
 	for _, body := range []string{`{"content":[`, `<html>hello</html>`, `{}`, `{"content":null}`, `{"type":"completion","completion":"4"}`} {
 		srv := newFakeServer(t, 200, nil, body)
-		p, err := New(Config{BaseURL: srv.URL, Model: "m"})
+		p, err := newProvider(Config{BaseURL: srv.URL, Model: "m"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -414,7 +414,7 @@ func TestErrorStatuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newFakeServer(t, tt.status, tt.header, tt.body)
-			p, err := New(Config{BaseURL: srv.URL, APIKey: testKey, Model: "m"})
+			p, err := newProvider(Config{BaseURL: srv.URL, APIKey: testKey, Model: "m"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -446,7 +446,7 @@ func BenchmarkComplete(b *testing.B) {
 		_, _ = io.WriteString(w, okBody) // a handler cannot help a client that went away
 	}))
 	defer srv.Close()
-	p, err := New(Config{BaseURL: srv.URL, APIKey: testKey, Model: "claude-test", Params: provider.Params{Temperature: ptr(0.0), MaxTokens: 64}})
+	p, err := newProvider(Config{BaseURL: srv.URL, APIKey: testKey, Model: "claude-test", Params: provider.Params{Temperature: ptr(0.0), MaxTokens: 64}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -476,7 +476,7 @@ func TestErrorInA200(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newFakeServer(t, 200, nil, tt.body)
-			p, err := New(Config{BaseURL: srv.URL, Model: "m"})
+			p, err := newProvider(Config{BaseURL: srv.URL, Model: "m"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -499,7 +499,7 @@ func TestErrorInA200(t *testing.T) {
 func TestConformance(t *testing.T) {
 	providertest.Run(t, providertest.Harness{
 		New: func(baseURL, key string) (provider.Provider, error) {
-			return New(Config{BaseURL: baseURL, APIKey: key, Model: "m"})
+			return newProvider(Config{BaseURL: baseURL, APIKey: key, Model: "m"})
 		},
 		Key:       testKey,
 		KeyHeader: "X-Api-Key",
@@ -516,4 +516,20 @@ func TestConformance(t *testing.T) {
 			{Role: "tool", ToolCallID: "t", Content: "r"},
 		}},
 	})
+}
+
+// newProvider is New with the max_tokens the compiler always passes (the
+// Messages API requires one; its default, 1024, is the Evaluation's:
+// api/v1alpha1.DefaultAnthropicMaxToken).
+func newProvider(cfg Config) (*Provider, error) {
+	if cfg.Params.MaxTokens == 0 {
+		cfg.Params.MaxTokens = 1024
+	}
+	return New(cfg)
+}
+
+func TestMaxTokensRequired(t *testing.T) {
+	if _, err := New(Config{BaseURL: "http://x", Model: "m"}); err == nil || !strings.Contains(err.Error(), "maxTokens is required") {
+		t.Errorf("New without max tokens: %v, want an error saying maxTokens is required", err)
+	}
 }

@@ -19,13 +19,10 @@ import (
 	"github.com/proctor-dev/proctor/runner/provider"
 )
 
-// DefaultBaseURL is the OpenAI API.
-const DefaultBaseURL = "https://api.openai.com/v1"
-
 // Config configures a Provider.
 type Config struct {
 	// BaseURL is the API root; requests go to BaseURL + "/chat/completions".
-	// Empty means DefaultBaseURL.
+	// Required (the Evaluation's default, OpenAI's API, is applied by api/v1alpha1.SetDefaults).
 	BaseURL string
 	// APIKey is sent as "Authorization: Bearer <key>" when non-empty (local
 	// servers often need none). It is removed from any error message.
@@ -56,7 +53,7 @@ var _ provider.Provider = (*Provider)(nil)
 
 // New validates cfg and returns a Provider.
 func New(cfg Config) (*Provider, error) {
-	u, err := provider.BaseURL("openai", cfg.BaseURL, DefaultBaseURL)
+	u, err := provider.BaseURL("openai", cfg.BaseURL)
 	if err != nil {
 		return nil, err
 	}

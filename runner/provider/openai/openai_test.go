@@ -90,7 +90,7 @@ func TestNew(t *testing.T) {
 		wantURL string
 		wantErr bool
 	}{
-		{name: "default base URL", cfg: Config{Model: "m"}, wantURL: "https://api.openai.com/v1/chat/completions"},
+		{name: "no base URL", cfg: Config{Model: "m"}, wantErr: true}, // the Evaluation's default is applied before (api/v1alpha1)
 		{name: "trailing slash", cfg: Config{BaseURL: "http://localhost:8000/v1/", Model: "m"}, wantURL: "http://localhost:8000/v1/chat/completions"},
 		{name: "no model", cfg: Config{BaseURL: "http://x"}, wantErr: true},
 		{name: "relative URL", cfg: Config{BaseURL: "localhost:8000/v1", Model: "m"}, wantErr: true},
@@ -233,7 +233,7 @@ func TestRequestBody(t *testing.T) {
 			srv := newFakeServer(t, 200, nil, okBody)
 			cfg := Config{BaseURL: srv.URL + "/v1", APIKey: testKey, Model: "gpt-test", Params: tt.params}
 			if tt.openAIHost {
-				cfg.BaseURL, cfg.HTTPClient = "", rewriteClient(srv.URL)
+				cfg.BaseURL, cfg.HTTPClient = "https://api.openai.com/v1", rewriteClient(srv.URL)
 			}
 			p, err := New(cfg)
 			if err != nil {
