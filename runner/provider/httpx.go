@@ -489,3 +489,46 @@ func ClientOrDefault(c *http.Client) *http.Client {
 	}
 	return c
 }
+
+// Endpoint is the JSON API endpoint a provider posts its requests to: the URL,
+// the client, the headers (the API key among them) and the secrets no error
+// may show.
+type Endpoint struct {
+	client  *http.Client
+	url     string
+	header  http.Header // cloned per request by PostJSON
+	secrets []string
+}
+
+// Credential is how an API key travels: in Header, as Prefix + key.
+type Credential struct {
+	Header, Prefix string
+}
+
+// NewEndpoint is the endpoint at url, sending the provider's fixed headers,
+// the key (when not empty) as cred says, then the user's extra headers, which
+// may override the others. A nil client means ClientOrDefault's.
+func NewEndpoint(client *http.Client, url string, fixed map[string]string, cred Credential, key string, extra map[string]string) Endpoint {
+	e := Endpoint{client: ClientOrDefault(client), url: url}
+	if key != "" {
+		fixed = maps.Clone(fixed)
+		if fixed == nil {
+			fixed = map[string]string{}
+		}
+		fixed[cred.Header] = cred.Prefix + key
+		e.secrets = []string{key}
+	}
+	e.header = JSONHeaders(fixed, extra)
+	return e
+}
+
+// Post sends body as JSON and decodes a 2xx answer into out (PostJSON).
+func (e *Endpoint) Post(ctx context.Context, body, out any) error {
+	return PostJSON(ctx, e.client, e.url, e.header, body, out, e.secrets...)
+}
+
+// Secrets are what errors about this endpoint must never show (the key).
+func (e *Endpoint) Secrets() []string { return e.secrets }
+
+// URL is where requests go.
+func (e *Endpoint) URL() string { return e.url }

@@ -45,12 +45,9 @@ type Config struct {
 
 // Provider calls the Messages endpoint. It is safe for concurrent use.
 type Provider struct {
-	client  *http.Client
-	url     string
-	header  http.Header // cloned per request by provider.PostJSON
-	model   string
-	params  provider.Params
-	secrets []string
+	endpoint provider.Endpoint
+	model    string
+	params   provider.Params
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -77,18 +74,10 @@ func New(cfg Config) (*Provider, error) {
 		version = DefaultVersion
 	}
 	fixed := map[string]string{"Anthropic-Version": version}
-	var secrets []string
-	if cfg.APIKey != "" {
-		fixed["X-Api-Key"] = cfg.APIKey
-		secrets = []string{cfg.APIKey}
-	}
 	return &Provider{
-		client:  provider.ClientOrDefault(cfg.HTTPClient),
-		url:     endpoint,
-		header:  provider.JSONHeaders(fixed, cfg.Headers),
-		model:   cfg.Model,
-		params:  cfg.Params,
-		secrets: secrets,
+		endpoint: provider.NewEndpoint(cfg.HTTPClient, endpoint, fixed, provider.Credential{Header: "X-Api-Key"}, cfg.APIKey, cfg.Headers),
+		model:    cfg.Model,
+		params:   cfg.Params,
 	}, nil
 }
 
@@ -99,10 +88,10 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	}
 	body := p.newRequest(req)
 	var out messagesResponse
-	if err := provider.PostJSON(ctx, p.client, p.url, p.header, body, &out, p.secrets...); err != nil {
+	if err := p.endpoint.Post(ctx, body, &out); err != nil {
 		return nil, err
 	}
-	if e := provider.ErrorInBody(out.Error, p.secrets...); e != nil {
+	if e := provider.ErrorInBody(out.Error, p.endpoint.Secrets()...); e != nil {
 		return nil, e
 	}
 	// An empty content array is a real (empty) answer; no content at all is not

@@ -93,8 +93,8 @@ func TestNew(t *testing.T) {
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("New() error = %v, wantErr %v", err, tt.wantErr)
 			}
-			if err == nil && p.url != tt.wantURL {
-				t.Errorf("url = %q, want %q", p.url, tt.wantURL)
+			if err == nil && p.endpoint.URL() != tt.wantURL {
+				t.Errorf("url = %q, want %q", p.endpoint.URL(), tt.wantURL)
 			}
 		})
 	}

@@ -38,12 +38,9 @@ type Config struct {
 
 // Provider calls a chat completions endpoint. It is safe for concurrent use.
 type Provider struct {
-	client  *http.Client
-	url     string
-	header  http.Header // cloned per request by provider.PostJSON
-	model   string
-	params  provider.Params
-	secrets []string
+	endpoint provider.Endpoint
+	model    string
+	params   provider.Params
 	// maxCompletionTokens selects the name of the output limit; see
 	// usesMaxCompletionTokens.
 	maxCompletionTokens bool
@@ -60,19 +57,11 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.Model == "" {
 		return nil, errors.New("openai: model is required")
 	}
-	fixed := map[string]string{}
-	var secrets []string
-	if cfg.APIKey != "" {
-		fixed["Authorization"] = "Bearer " + cfg.APIKey
-		secrets = []string{cfg.APIKey}
-	}
+	bearer := provider.Credential{Header: "Authorization", Prefix: "Bearer "}
 	return &Provider{
-		client:              provider.ClientOrDefault(cfg.HTTPClient),
-		url:                 u.String() + "/chat/completions",
-		header:              provider.JSONHeaders(fixed, cfg.Headers),
+		endpoint:            provider.NewEndpoint(cfg.HTTPClient, u.String()+"/chat/completions", nil, bearer, cfg.APIKey, cfg.Headers),
 		model:               cfg.Model,
 		params:              cfg.Params,
-		secrets:             secrets,
 		maxCompletionTokens: usesMaxCompletionTokens(u),
 	}, nil
 }
@@ -93,10 +82,10 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	}
 	body := p.newRequest(req)
 	var out chatResponse
-	if err := provider.PostJSON(ctx, p.client, p.url, p.header, body, &out, p.secrets...); err != nil {
+	if err := p.endpoint.Post(ctx, body, &out); err != nil {
 		return nil, err
 	}
-	if e := provider.ErrorInBody(out.Error, p.secrets...); e != nil {
+	if e := provider.ErrorInBody(out.Error, p.endpoint.Secrets()...); e != nil {
 		return nil, e
 	}
 	return out.toResponse()
