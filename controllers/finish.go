@@ -99,16 +99,13 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 // returns the names of the ConfigMaps that hold them.
 func (r *EvaluationReconciler) gather(ctx context.Context, p *pass) ([]results.Summary, []byte, []string, error) {
 	ev := p.ev
-	var list metav1.PartialObjectMetadataList
-	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
-	if err := r.List(ctx, &list, client.InNamespace(ev.Namespace), client.MatchingLabels{
-		cluster.LabelEvaluation: cluster.LabelValue(ev.Name), cluster.LabelRun: p.run,
-	}); err != nil {
+	cms, err := r.runConfigMaps(ctx, p)
+	if err != nil {
 		return nil, nil, nil, err
 	}
 	var names []string
-	for i := range list.Items {
-		m := &list.Items[i]
+	for i := range cms {
+		m := &cms[i]
 		if c := m.Labels[cluster.LabelComponent]; (c == cluster.ComponentShard || c == cluster.ComponentRecords) && !r.ignoreForeign(p, "ConfigMap", m) {
 			names = append(names, m.Name)
 		}
@@ -131,7 +128,7 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass) ([]results.S
 	}
 	embed := newCappedGzip(maxEmbeddedRecords)
 	foreign := func(fe *cluster.ForeignError) { r.ignoreForeign(p, fe.Kind, &metav1.ObjectMeta{Name: fe.Name}) }
-	err := cluster.ForEachRunRecord(ctx, r.APIReader, ev, p.run, *p.plan, names, foreign, func(sh cluster.Shard, l results.Line) error {
+	err = cluster.ForEachRunRecord(ctx, r.APIReader, ev, p.run, *p.plan, names, foreign, func(sh cluster.Shard, l results.Line) error {
 		_, err := results.Emit(l.Record, aggs[pairKey{sh.Model, sh.Dataset}], embed)
 		return err
 	})

@@ -10,6 +10,24 @@ import (
 	"github.com/proctor-dev/proctor/internal/cluster"
 )
 
+// listConfigMaps lists the metadata of the ConfigMaps opts select: all the
+// manager caches of ConfigMaps (records stay out of its memory).
+func (r *EvaluationReconciler) listConfigMaps(ctx context.Context, opts ...client.ListOption) ([]metav1.PartialObjectMetadata, error) {
+	var list metav1.PartialObjectMetadataList
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+	if err := r.List(ctx, &list, opts...); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// runConfigMaps are the ConfigMaps of the pass's run.
+func (r *EvaluationReconciler) runConfigMaps(ctx context.Context, p *pass) ([]metav1.PartialObjectMetadata, error) {
+	return r.listConfigMaps(ctx, client.InNamespace(p.ev.Namespace), client.MatchingLabels{
+		cluster.LabelEvaluation: cluster.LabelValue(p.ev.Name), cluster.LabelRun: p.run,
+	})
+}
+
 // claimResults makes the run's NAME-results ConfigMap (empty until the run
 // ends) before anything is spent, so that a name taken by someone else's object
 // stops the run at its start, not once its results are due.
@@ -28,16 +46,13 @@ func (r *EvaluationReconciler) ensureShardObjects(ctx context.Context, p *pass) 
 		return true, nil
 	}
 	ev := p.ev
-	var list metav1.PartialObjectMetadataList
-	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
-	if err := r.List(ctx, &list, client.InNamespace(ev.Namespace), client.MatchingLabels{
-		cluster.LabelEvaluation: cluster.LabelValue(ev.Name), cluster.LabelRun: p.run,
-	}); err != nil {
+	cms, err := r.runConfigMaps(ctx, p)
+	if err != nil {
 		return false, err
 	}
-	have := make(map[string]*metav1.PartialObjectMetadata, len(list.Items))
-	for i := range list.Items {
-		have[list.Items[i].Name] = &list.Items[i]
+	have := make(map[string]*metav1.PartialObjectMetadata, len(cms))
+	for i := range cms {
+		have[cms[i].Name] = &cms[i]
 	}
 	// ensure makes obj unless the cache has it, and says whether it is ours.
 	ensure := func(obj *corev1.ConfigMap) (bool, error) {

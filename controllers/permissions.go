@@ -30,13 +30,12 @@ func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (
 	ev := p.ev
 	if cacheOn(&ev.Spec) {
 		// The records an earlier run left are this run's cache: its runners read them.
-		var cms metav1.PartialObjectMetadataList
-		cms.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
-		if err := r.List(ctx, &cms, client.InNamespace(ev.Namespace), client.MatchingLabels{cluster.LabelEvaluation: cluster.LabelValue(ev.Name)}); err != nil {
+		cms, err := r.listConfigMaps(ctx, client.InNamespace(ev.Namespace), client.MatchingLabels{cluster.LabelEvaluation: cluster.LabelValue(ev.Name)})
+		if err != nil {
 			return false, err
 		}
-		for i := range cms.Items {
-			cm := &cms.Items[i]
+		for i := range cms {
+			cm := &cms[i]
 			if c := cm.Labels[cluster.LabelComponent]; cm.Labels[cluster.LabelRun] != p.run && (c == cluster.ComponentShard || c == cluster.ComponentRecords) {
 				if r.ignoreForeign(p, "ConfigMap", cm) {
 					continue

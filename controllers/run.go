@@ -87,14 +87,13 @@ func (r *EvaluationReconciler) deleteOtherRuns(ctx context.Context, p *pass, kee
 			return nil, err
 		}
 	}
-	var cms metav1.PartialObjectMetadataList
-	cms.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
-	if err := r.List(ctx, &cms, ns, sel); err != nil {
+	cms, err := r.listConfigMaps(ctx, ns, sel)
+	if err != nil {
 		return nil, err
 	}
 	var kept []cluster.CacheSource
-	for i := range cms.Items {
-		cm := &cms.Items[i]
+	for i := range cms {
+		cm := &cms[i]
 		if r.ignoreForeign(p, "ConfigMap", cm) {
 			continue
 		}

@@ -50,17 +50,16 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 	if err != nil {
 		return false, err
 	}
-	var heads metav1.PartialObjectMetadataList
-	heads.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
-	if err := r.List(ctx, &heads, client.InNamespace(ev.Namespace), client.MatchingLabels{
+	heads, err := r.listConfigMaps(ctx, client.InNamespace(ev.Namespace), client.MatchingLabels{
 		cluster.LabelEvaluation: cluster.LabelValue(ev.Name), cluster.LabelRun: p.run, cluster.LabelComponent: cluster.ComponentShard,
-	}); err != nil {
+	})
+	if err != nil {
 		return false, err
 	}
 	byName := map[string]*metav1.PartialObjectMetadata{}
-	for i := range heads.Items {
-		if !r.ignoreForeign(p, "ConfigMap", &heads.Items[i]) {
-			byName[heads.Items[i].Name] = &heads.Items[i]
+	for i := range heads {
+		if !r.ignoreForeign(p, "ConfigMap", &heads[i]) {
+			byName[heads[i].Name] = &heads[i]
 		}
 	}
 
