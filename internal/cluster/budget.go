@@ -78,10 +78,34 @@ func (b *Budget) Lookup(model, key string) (share ratelimit.Limits, limited, pau
 
 // Divide computes the next budget from the previous one. limits are the models'
 // current limits (unlimited models omitted); users maps each limited model to the
-// keys of the running shards that call it; acked maps shard keys to the budget
-// version each last acknowledged. It reports whether anything changed (then the
-// version is incremented).
+// keys of the running shards that call it, which share its limit equally; acked
+// maps shard keys to the budget version each last acknowledged. It reports
+// whether anything changed (then the version is incremented).
 func Divide(prev *Budget, limits map[string]ratelimit.Limits, users map[string][]string, acked map[string]int64) (*Budget, bool) {
+	weighted := make(map[string][]User, len(users))
+	for model, keys := range users {
+		for _, k := range keys {
+			weighted[model] = append(weighted[model], User{Key: k})
+		}
+	}
+	return DivideWeighted(prev, limits, weighted, acked)
+}
+
+// User is a shard that calls a limited model, and what its share of the limit
+// is weighed by.
+type User struct {
+	Key string
+	// Weight weighs the user's share against the others'; 0 counts as 1.
+	Weight int64
+	// Cap bounds the user's share in each dimension (0: no bound), such as an
+	// Evaluation's own rate limit inside a limit it shares with others. What a
+	// cap leaves unused is divided among the others.
+	Cap ratelimit.Limits
+}
+
+// DivideWeighted is Divide with each user's share in proportion to its weight,
+// within its cap (max-min fair: WaterFill).
+func DivideWeighted(prev *Budget, limits map[string]ratelimit.Limits, users map[string][]User, acked map[string]int64) (*Budget, bool) {
 	if prev == nil {
 		prev = &Budget{}
 	}
@@ -110,10 +134,16 @@ func Divide(prev *Budget, limits map[string]ratelimit.Limits, users map[string][
 	return next, true
 }
 
-func divideModel(old *ModelBudget, lim ratelimit.Limits, users []string, acked map[string]int64, version int64) (*ModelBudget, bool) {
-	keys := slices.Clone(users)
+func divideModel(old *ModelBudget, lim ratelimit.Limits, users []User, acked map[string]int64, version int64) (*ModelBudget, bool) {
+	byKey := map[string]User{}
+	var keys []string
+	for _, u := range users {
+		if _, dup := byKey[u.Key]; !dup {
+			byKey[u.Key] = u
+			keys = append(keys, u.Key)
+		}
+	}
 	slices.Sort(keys)
-	keys = slices.Compact(keys)
 	changed := old.Limits != lim || len(old.Grants) != len(keys)
 
 	// What each running shard may be using now; shards no longer running use nothing.
@@ -134,17 +164,23 @@ func divideModel(old *ModelBudget, lim ratelimit.Limits, users []string, acked m
 	}
 
 	limit := dims(lim)
-	n := int64(len(keys))
-	desired := func(i int, d int) int64 {
-		if limit[d] == 0 {
-			return 0
-		}
-		share := limit[d] / n
-		if int64(i) < limit[d]%n {
-			share++ // spread the remainder so a small limit still reaches some shards
-		}
-		return share
+	weights := make([]int64, len(keys))
+	caps := [3][]int64{}
+	for d := range caps {
+		caps[d] = make([]int64, len(keys))
 	}
+	for i, k := range keys {
+		weights[i] = byKey[k].Weight
+		c := dims(byKey[k].Cap)
+		for d := range caps {
+			caps[d][i] = c[d]
+		}
+	}
+	var fair [3][]int64
+	for d := range fair {
+		fair[d] = WaterFill(limit[d], weights, caps[d])
+	}
+	desired := func(i int, d int) int64 { return fair[d][i] }
 
 	// Lower what is above its fair share, at once.
 	for i, k := range keys {
@@ -302,4 +338,65 @@ func SetBudget(annotations map[string]string, b *Budget) error {
 	}
 	annotations[AnnotationBudget] = string(v)
 	return nil
+}
+
+// WaterFill divides limit among users with weights (0 counts as 1) and caps (0:
+// none), max-min fair: each gets limit × its weight / the total weight, unless
+// its cap is less, and what caps leave goes to the others in proportion to their
+// weights. Whole units that proportions leave over go one each to the users with
+// the largest remainders, the first ones on a tie, so that a small limit still
+// reaches some users and the shares sum to the limit (or to the caps' sum).
+func WaterFill(limit int64, weights, caps []int64) []int64 {
+	out := make([]int64, len(weights))
+	w := make([]int64, len(weights))
+	for i, x := range weights {
+		w[i] = max(1, x)
+	}
+	open := make([]bool, len(w))
+	for i := range open {
+		open[i] = true
+	}
+	left := limit
+	for {
+		var total int64
+		for i, o := range open {
+			if o {
+				total += w[i]
+			}
+		}
+		if total == 0 {
+			return out
+		}
+		capped := false
+		for i, o := range open {
+			// At or under its fair part of what is left: it gets its cap.
+			if o && caps[i] > 0 && caps[i]*total <= left*w[i] {
+				out[i], open[i] = caps[i], false
+				left -= caps[i]
+				capped = true
+			}
+		}
+		if !capped {
+			rems := make([]int64, len(w))
+			given := int64(0)
+			for i, o := range open {
+				if o {
+					out[i] = left * w[i] / total
+					rems[i] = left * w[i] % total
+					given += out[i]
+				}
+			}
+			for ; given < left; given++ {
+				best := -1
+				for i, o := range open {
+					if o && (best < 0 || rems[i] > rems[best]) {
+						best = i
+					}
+				}
+				out[best]++
+				rems[best] = -1
+			}
+			return out
+		}
+	}
 }

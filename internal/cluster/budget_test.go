@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -248,6 +250,165 @@ func TestModelLimits(t *testing.T) {
 		}
 		if tc.want == nil && got != nil {
 			t.Errorf("%s: ModelLimits = %v, want nil (no budget at all)", tc.name, got)
+		}
+	}
+}
+
+func TestWaterFill(t *testing.T) {
+	cases := []struct {
+		name    string
+		limit   int64
+		weights []int64
+		caps    []int64
+		want    []int64
+	}{
+		{"equal", 10, []int64{0, 0, 0}, []int64{0, 0, 0}, []int64{4, 3, 3}},
+		{"weights 2:1:1", 600, []int64{2, 1, 1}, []int64{0, 0, 0}, []int64{300, 150, 150}},
+		{"a cap leaves its unused part to the others", 600, []int64{1, 1, 1}, []int64{100, 0, 0}, []int64{100, 250, 250}},
+		{"caps in turn", 600, []int64{1, 1, 1}, []int64{100, 220, 0}, []int64{100, 220, 280}},
+		{"a cap above the fair part binds nothing", 600, []int64{1, 1}, []int64{400, 0}, []int64{300, 300}},
+		{"caps below the limit in sum", 600, []int64{1, 1}, []int64{100, 200}, []int64{100, 200}},
+		{"weighted remainders", 7, []int64{3, 1}, []int64{0, 0}, []int64{5, 2}},
+		{"a small limit reaches the first users", 2, []int64{1, 1, 1, 1}, []int64{0, 0, 0, 0}, []int64{1, 1, 0, 0}},
+		{"no limit", 0, []int64{1, 1}, []int64{0, 0}, []int64{0, 0}},
+		{"no users", 5, nil, nil, []int64{}},
+	}
+	for _, tc := range cases {
+		if diff := cmp.Diff(tc.want, WaterFill(tc.limit, tc.weights, tc.caps)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+		}
+	}
+	// Randomized: shares sum to the limit (or to the caps), respect caps, and an
+	// uncapped user never gets less, per unit of weight, than any other user.
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		n := 1 + rng.IntN(6)
+		limit := rng.Int64N(5000)
+		weights, caps := make([]int64, n), make([]int64, n)
+		var capSum int64
+		uncapped := false
+		for i := range n {
+			weights[i] = rng.Int64N(5)
+			if rng.IntN(2) == 0 {
+				caps[i] = 1 + rng.Int64N(2000)
+				capSum += caps[i]
+			} else {
+				uncapped = true
+			}
+		}
+		got := WaterFill(limit, weights, caps)
+		var sum int64
+		for i, g := range got {
+			sum += g
+			if caps[i] > 0 && g > caps[i] {
+				t.Fatalf("WaterFill(%d, %v, %v) = %v: over a cap", limit, weights, caps, got)
+			}
+		}
+		want := limit
+		if !uncapped {
+			want = min(limit, capSum)
+		}
+		if sum != want {
+			t.Fatalf("WaterFill(%d, %v, %v) = %v: sums to %d, want %d", limit, weights, caps, got, sum, want)
+		}
+		for i := range n {
+			for j := range n {
+				wi, wj := max(1, weights[i]), max(1, weights[j])
+				// i uncapped (or below its cap) trails j, per unit of weight, by no more
+				// than rounding: a unit each (got/w may be off by 1/w either way).
+				if (caps[i] == 0 || got[i] < caps[i]) && got[j]*wi-got[i]*wj > wi+wj {
+					t.Fatalf("WaterFill(%d, %v, %v) = %v: user %d gets less than its part beside user %d", limit, weights, caps, got, i, j)
+				}
+			}
+		}
+	}
+}
+
+// TestDivideWeightedNeverOverCommits is TestDivideNeverOverCommits with weights
+// and caps changing under the shards: what runners use never sums above the
+// limit, and once all have read the newest budget the shares are WaterFill's.
+func TestDivideWeightedNeverOverCommits(t *testing.T) {
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		const model = "m"
+		lim := ratelimit.Limits{RequestsPerMinute: 100 + rng.Int64N(1000)}
+		budget := &Budget{}
+		runners := map[string]*runnerSim{}
+		users := map[string]User{}
+		acked := map[string]int64{}
+		next := 0
+		for step := range 300 {
+			switch rng.IntN(6) {
+			case 0: // a shard starts, with a weight and maybe a cap
+				k := fmt.Sprintf("%s/%d", model, next)
+				next++
+				runners[k] = &runnerSim{}
+				u := User{Key: k, Weight: rng.Int64N(4)}
+				if rng.IntN(3) == 0 {
+					u.Cap.RequestsPerMinute = 1 + rng.Int64N(300)
+				}
+				users[k] = u
+			case 1: // a shard finishes
+				for k := range runners {
+					delete(runners, k)
+					delete(users, k)
+					delete(acked, k)
+					break
+				}
+			case 2: // weights or caps change (an Evaluation joins or leaves an endpoint)
+				for k, u := range users {
+					u.Weight = rng.Int64N(4)
+					users[k] = u
+					break
+				}
+			default:
+				for _, r := range runners {
+					if rng.IntN(2) == 0 {
+						r.read = budget
+					}
+				}
+			}
+			for k, r := range runners {
+				if r.read != nil {
+					acked[k] = r.read.Version
+				}
+			}
+			var us []User
+			for _, u := range users {
+				us = append(us, u)
+			}
+			budget, _ = DivideWeighted(budget, map[string]ratelimit.Limits{model: lim}, map[string][]User{model: us}, acked)
+			var sum int64
+			for k, r := range runners {
+				sum += r.using(model, k)[0]
+			}
+			if sum > lim.RequestsPerMinute {
+				t.Fatalf("seed %d step %d: runners use %d rpm, over the limit %d", seed, step, sum, lim.RequestsPerMinute)
+			}
+		}
+		// Everyone catches up: the shares converge to WaterFill's.
+		for range 4 {
+			for k, r := range runners {
+				r.read = budget
+				acked[k] = budget.Version
+			}
+			var us []User
+			for _, u := range users {
+				us = append(us, u)
+			}
+			budget, _ = DivideWeighted(budget, map[string]ratelimit.Limits{model: lim}, map[string][]User{model: us}, acked)
+		}
+		keys := slices.Sorted(maps.Keys(users))
+		weights, caps := make([]int64, len(keys)), make([]int64, len(keys))
+		for i, k := range keys {
+			weights[i], caps[i] = users[k].Weight, users[k].Cap.RequestsPerMinute
+		}
+		want := WaterFill(lim.RequestsPerMinute, weights, caps)
+		for i, k := range keys {
+			share, _, _ := budget.Lookup(model, k)
+			if share.RequestsPerMinute != want[i] {
+				t.Fatalf("seed %d: after catching up %s has %d rpm, want %d (%v)", seed, k, share.RequestsPerMinute, want[i], want)
+			}
 		}
 	}
 }
