@@ -25,6 +25,7 @@ const (
 	DefaultPromptTemplate    = "{{ .Input }}"
 	DefaultAnthropicMaxToken = 1024
 	DefaultStallTimeout      = 5 * time.Minute
+	DefaultEndpointWeight    = 1
 
 	DefaultOpenAIBaseURL    = "https://api.openai.com/v1"
 	DefaultAnthropicBaseURL = "https://api.anthropic.com"
@@ -70,24 +71,29 @@ func SetDefaults(spec *EvaluationSpec) {
 		spec.Cache = &Cache{}
 	}
 	for i := range spec.Models {
-		m := &spec.Models[i]
-		if m.BaseURL == "" {
-			switch m.Provider {
-			case ProviderOpenAI:
-				m.BaseURL = DefaultOpenAIBaseURL
-			case ProviderAnthropic:
-				m.BaseURL = DefaultAnthropicBaseURL
-			}
-		}
-		if m.APIKey != nil && m.APIKey.Env == "" {
-			m.APIKey.Env = DefaultAPIKeyEnv(m.Provider)
-		}
+		spec.Models[i].setDefaults()
 	}
 	for i := range spec.Scoring {
 		s := &spec.Scoring[i]
 		if s.Type == ScorerToolCall && s.CheckArguments == nil {
 			s.CheckArguments = ptr.To(true)
 		}
+	}
+}
+
+// setDefaults fills a model's provider defaults. A model with endpointRef has
+// no provider until UseEndpoint gives it its endpoint's, and defaults it again.
+func (m *Model) setDefaults() {
+	if m.BaseURL == "" {
+		switch m.Provider {
+		case ProviderOpenAI:
+			m.BaseURL = DefaultOpenAIBaseURL
+		case ProviderAnthropic:
+			m.BaseURL = DefaultAnthropicBaseURL
+		}
+	}
+	if m.APIKey != nil && m.APIKey.Env == "" {
+		m.APIKey.Env = DefaultAPIKeyEnv(m.Provider)
 	}
 }
 

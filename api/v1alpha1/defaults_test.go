@@ -48,6 +48,7 @@ func TestDefaultsDocumented(t *testing.T) {
 		{[]string{"models", "parameters", "maxTokens"}, fmt.Sprintf("default %d there", v1alpha1.DefaultAnthropicMaxToken)},
 		{[]string{"models", "baseURL"}, v1alpha1.DefaultOpenAIBaseURL},
 		{[]string{"models", "baseURL"}, v1alpha1.DefaultAnthropicBaseURL},
+		{[]string{"models", "endpointRef", "weight"}, fmt.Sprintf("Default %d.", v1alpha1.DefaultEndpointWeight)},
 		{[]string{"models", "apiKey", "env"}, v1alpha1.DefaultOpenAIKeyEnv},
 		{[]string{"models", "apiKey", "env"}, v1alpha1.DefaultAnthropicKeyEnv},
 		// The dataset reader's mapping is the fields' documented defaults.

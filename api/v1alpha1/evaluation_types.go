@@ -9,7 +9,7 @@ import (
 // EvaluationSpec declares what to evaluate: every model on every dataset, scored by
 // every scorer.
 // +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || !has(self.models) || self.scoring.all(s, s.type != 'judge' || !has(s.judge) || self.models.exists(m, m.name == s.judge.model))`,message="a judge scorer's judge.model must name an entry of spec.models",fieldPath=".scoring"
-// +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || !has(self.models) || self.scoring.all(s, s.type != 'judge' || !has(s.judge) || !self.models.exists(m, m.name == s.judge.model && m.provider == 'agent'))`,message="a judge scorer's judge.model must name an openai or anthropic model, not an agent",fieldPath=".scoring"
+// +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || !has(self.models) || self.scoring.all(s, s.type != 'judge' || !has(s.judge) || !self.models.exists(m, m.name == s.judge.model && has(m.provider) && m.provider == 'agent'))`,message="a judge scorer's judge.model must name an openai or anthropic model, not an agent",fieldPath=".scoring"
 // +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || !has(self.models) || self.models.exists(m, !self.scoring.exists(s, s.type == 'judge' && has(s.judge) && s.judge.model == m.name))`,message="every model is a judge: at least one entry of spec.models must not be a judge scorer's judge.model, or there is nothing to evaluate",fieldPath=".models"
 type EvaluationSpec struct {
 	// datasets to evaluate every model on. Names must be unique.
@@ -228,12 +228,14 @@ const (
 )
 
 // Model is one model (or agent) to evaluate, or to judge with.
-// +kubebuilder:validation:XValidation:rule=`self.provider != 'agent' || has(self.agent)`,message="a model with provider agent needs agent.command"
-// +kubebuilder:validation:XValidation:rule=`self.provider == 'agent' || !has(self.agent)`,message="agent only applies to provider agent"
-// +kubebuilder:validation:XValidation:rule=`self.provider == 'agent' || (has(self.model) && size(self.model) != 0)`,message="model is required for provider openai or anthropic: the provider's model identifier, e.g. gpt-4.1-mini"
-// +kubebuilder:validation:XValidation:rule=`self.provider != 'agent' || !has(self.parameters)`,message="parameters do not apply to an agent model: agents take no sampling parameters"
-// +kubebuilder:validation:XValidation:rule=`self.provider != 'agent' || !has(self.baseURL) || size(self.baseURL) == 0`,message="baseURL does not apply to an agent model: agents call no API themselves"
-// +kubebuilder:validation:XValidation:rule=`self.provider != 'agent' || !has(self.apiKey) || (has(self.apiKey.env) && size(self.apiKey.env) != 0)`,message="an agent model's apiKey needs env, the variable the agent reads its key from: it has no default for agents"
+// +kubebuilder:validation:XValidation:rule=`has(self.provider) != has(self.endpointRef)`,message="a model needs exactly one of provider (with its baseURL and apiKey) or endpointRef (a ModelEndpoint that holds them)"
+// +kubebuilder:validation:XValidation:rule=`!has(self.endpointRef) || ((!has(self.baseURL) || size(self.baseURL) == 0) && !has(self.apiKey) && !has(self.headers))`,message="a model with endpointRef takes baseURL, apiKey and headers from its ModelEndpoint: remove them from the model"
+// +kubebuilder:validation:XValidation:rule=`!has(self.provider) || self.provider != 'agent' || has(self.agent)`,message="a model with provider agent needs agent.command"
+// +kubebuilder:validation:XValidation:rule=`(has(self.provider) && self.provider == 'agent') || !has(self.agent)`,message="agent only applies to provider agent"
+// +kubebuilder:validation:XValidation:rule=`(has(self.provider) && self.provider == 'agent') || (has(self.model) && size(self.model) != 0)`,message="model is required for provider openai or anthropic, and with endpointRef: the provider's model identifier, e.g. gpt-4.1-mini"
+// +kubebuilder:validation:XValidation:rule=`!has(self.provider) || self.provider != 'agent' || !has(self.parameters)`,message="parameters do not apply to an agent model: agents take no sampling parameters"
+// +kubebuilder:validation:XValidation:rule=`!has(self.provider) || self.provider != 'agent' || !has(self.baseURL) || size(self.baseURL) == 0`,message="baseURL does not apply to an agent model: agents call no API themselves"
+// +kubebuilder:validation:XValidation:rule=`!has(self.provider) || self.provider != 'agent' || !has(self.apiKey) || (has(self.apiKey.env) && size(self.apiKey.env) != 0)`,message="an agent model's apiKey needs env, the variable the agent reads its key from: it has no default for agents"
 type Model struct {
 	// name identifies the model in results, status and the names of its Jobs.
 	// +kubebuilder:validation:MinLength=1
@@ -244,8 +246,17 @@ type Model struct {
 
 	// provider is openai (any OpenAI-compatible chat completions server), anthropic
 	// (the Messages API) or agent (a command-line agent run once per sample).
-	// +required
-	Provider Provider `json:"provider"`
+	// Required unless endpointRef names a ModelEndpoint, which then says it.
+	// +optional
+	Provider Provider `json:"provider,omitempty"`
+
+	// endpointRef names a ModelEndpoint of the Evaluation's namespace to call
+	// instead of giving provider, baseURL, apiKey and headers here. Its limits
+	// are shared with every other model calling through it (of this and of
+	// other Evaluations), by weight; the model's own rateLimit, if set, caps
+	// its share.
+	// +optional
+	EndpointRef *EndpointReference `json:"endpointRef,omitempty"`
 
 	// model is the provider's model identifier, e.g. gpt-4.1-mini. Required for
 	// openai and anthropic.
@@ -276,7 +287,8 @@ type Model struct {
 	// output tokens for the whole Evaluation, shared by all of its shards (and by
 	// judge calls when the model is a judge). A limit that is unset or 0 is not
 	// enforced up front but discovered: on 429 answers Proctor backs off as the
-	// server asks and shrinks its window instead of failing samples.
+	// server asks and shrinks its window instead of failing samples. With
+	// endpointRef, it caps the model's share of the endpoint's limits.
 	// +optional
 	RateLimit *RateLimit `json:"rateLimit,omitempty"`
 

@@ -1,5 +1,6 @@
-// Package v1alpha1 holds the Evaluation API: one schema shared by the local loader
-// (`proctor run -f`) and the CRD served by the operator.
+// Package v1alpha1 holds the Evaluation API, and the ModelEndpoint that
+// Evaluations share a key's limits through: one schema shared by the local
+// loader (`proctor run -f`) and the CRDs served by the operator.
 //
 // +kubebuilder:object:generate=true
 // +groupName=proctor.dev
@@ -23,7 +24,8 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(GroupVersion, &Evaluation{}, &EvaluationList{})
+	scheme.AddKnownTypes(GroupVersion, &Evaluation{}, &EvaluationList{},
+		&ModelEndpoint{}, &ModelEndpointList{})
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
 }

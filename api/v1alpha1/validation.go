@@ -22,6 +22,8 @@ const (
 	MaxShardSize   = 10000000
 	MaxAttempts    = 100
 	MaxModelName   = 40
+	// MaxEndpointWeight bounds endpointRef.weight.
+	MaxEndpointWeight = 1000
 )
 
 var (
@@ -172,15 +174,17 @@ func validateModels(spec *EvaluationSpec, p *field.Path) field.ErrorList {
 		if !judges[m.Name] {
 			subjects++
 		}
-		if !sets.New(supportedProviders...).Has(string(m.Provider)) {
+		switch {
+		case m.EndpointRef != nil:
+			errs = append(errs, validateEndpointRef(m, mp)...)
+		case !sets.New(supportedProviders...).Has(string(m.Provider)):
 			if m.Provider == "" {
-				errs = append(errs, field.Required(mp.Child("provider"), "one of openai, anthropic or agent"))
+				errs = append(errs, field.Required(mp.Child("provider"), "one of openai, anthropic or agent, or endpointRef naming a ModelEndpoint"))
 			} else {
 				errs = append(errs, field.NotSupported(mp.Child("provider"), m.Provider, supportedProviders))
 			}
 			continue
-		}
-		if m.Provider == ProviderAgent {
+		case m.Provider == ProviderAgent:
 			if m.Agent == nil {
 				errs = append(errs, field.Required(mp.Child("agent"), "an agent model needs agent.command"))
 			}
@@ -190,7 +194,7 @@ func validateModels(spec *EvaluationSpec, p *field.Path) field.ErrorList {
 			if m.BaseURL != "" {
 				errs = append(errs, field.Forbidden(mp.Child("baseURL"), "agents call no API themselves"))
 			}
-		} else {
+		default:
 			if m.Agent != nil {
 				errs = append(errs, field.Forbidden(mp.Child("agent"), "only for provider agent"))
 			}
@@ -228,6 +232,85 @@ func validateModels(spec *EvaluationSpec, p *field.Path) field.ErrorList {
 	}
 	if subjects == 0 {
 		errs = append(errs, field.Invalid(p, len(spec.Models), "every model is a judge: at least one model must be evaluated"))
+	}
+	return errs
+}
+
+// validateEndpointRef checks a model that takes its provider, baseURL, apiKey
+// and headers from a ModelEndpoint.
+func validateEndpointRef(m *Model, mp *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	rp := mp.Child("endpointRef")
+	if m.Provider != "" {
+		errs = append(errs, field.Forbidden(mp.Child("provider"), "a model needs exactly one of provider or endpointRef (whose ModelEndpoint says the provider)"))
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"baseURL", m.BaseURL != ""}, {"apiKey", m.APIKey != nil}, {"headers", m.Headers != nil}} {
+		if f.set {
+			errs = append(errs, field.Forbidden(mp.Child(f.name), "a model with endpointRef takes it from its ModelEndpoint"))
+		}
+	}
+	if m.Agent != nil {
+		errs = append(errs, field.Forbidden(mp.Child("agent"), "only for provider agent"))
+	}
+	if m.Model == "" {
+		errs = append(errs, field.Required(mp.Child("model"), "the provider's model identifier"))
+	}
+	ref := m.EndpointRef
+	if ref.Name == "" {
+		errs = append(errs, field.Required(rp.Child("name"), "the ModelEndpoint's name"))
+	} else {
+		for _, msg := range validation.IsDNS1123Label(ref.Name) {
+			errs = append(errs, field.Invalid(rp.Child("name"), ref.Name, msg))
+		}
+	}
+	if len(ref.Namespace) > 63 {
+		errs = append(errs, field.TooLong(rp.Child("namespace"), ref.Namespace, 63))
+	}
+	errs = append(errs, validateBound(ref.Weight, 1, MaxEndpointWeight, rp.Child("weight"))...)
+	return errs
+}
+
+// ValidateEndpoint checks a ModelEndpoint the way the API server's schema and
+// CEL rules do, for a local run's file.
+func ValidateEndpoint(ep *ModelEndpoint) field.ErrorList {
+	var errs field.ErrorList
+	np := field.NewPath("metadata", "name")
+	if ep.Name == "" {
+		errs = append(errs, field.Required(np, "a ModelEndpoint needs a name: models refer to it by name"))
+	} else {
+		for _, msg := range validation.IsDNS1123Label(ep.Name) {
+			errs = append(errs, field.Invalid(np, ep.Name, msg))
+		}
+	}
+	p := field.NewPath("spec")
+	switch ep.Spec.Provider {
+	case EndpointProvider(ProviderOpenAI), EndpointProvider(ProviderAnthropic):
+	case "":
+		errs = append(errs, field.Required(p.Child("provider"), "openai or anthropic"))
+	default:
+		errs = append(errs, field.NotSupported(p.Child("provider"), ep.Spec.Provider, []string{string(ProviderOpenAI), string(ProviderAnthropic)}))
+	}
+	if u := ep.Spec.BaseURL; u != "" {
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			errs = append(errs, field.Invalid(p.Child("baseURL"), u, "must be an http or https URL"))
+		}
+	}
+	if k := ep.Spec.APIKey; k != nil && k.Env != "" && !envNameRE.MatchString(k.Env) {
+		errs = append(errs, field.Invalid(p.Child("apiKey", "env"), k.Env, "must be an environment variable name"))
+	}
+	if l := ep.Spec.Limits; l != nil {
+		lp := p.Child("limits")
+		for _, f := range []struct {
+			name string
+			v    int64
+		}{{"requestsPerMinute", l.RequestsPerMinute}, {"inputTokensPerMinute", l.InputTokensPerMinute}, {"outputTokensPerMinute", l.OutputTokensPerMinute}} {
+			if f.v < 0 {
+				errs = append(errs, field.Invalid(lp.Child(f.name), f.v, "must be 0 (unlimited) or more"))
+			}
+		}
 	}
 	return errs
 }

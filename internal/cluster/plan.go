@@ -35,7 +35,7 @@ func IsRun(ev *v1alpha1.Evaluation, run string) bool {
 
 // SpecHash is a hash of the spec fields that decide a run's results or its
 // Jobs. Editing one starts a new run. The others change the run in place:
-// suspend, parallelism and rate limits at once; concurrency, retry and
+// suspend, parallelism, rate limits and endpoint weights at once; concurrency, retry and
 // timeoutPerSample for the runner pods that start from then on (a local run's
 // checkpoint leaves them out too); runner.stallTimeout at once.
 func SpecHash(spec *v1alpha1.EvaluationSpec) string {
@@ -53,6 +53,9 @@ func SpecHash(spec *v1alpha1.EvaluationSpec) string {
 	for i := range s.Models {
 		s.Models[i].RateLimit = nil
 		s.Models[i].Concurrency = nil
+		if r := s.Models[i].EndpointRef; r != nil {
+			r.Weight = nil // a share's weight applies at once
+		}
 	}
 	for i := range s.Datasets {
 		// Inline samples as JSON values, so their keys' order (which an API

@@ -1,0 +1,187 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// EndpointProvider is the API a ModelEndpoint speaks.
+// +kubebuilder:validation:Enum=openai;anthropic
+type EndpointProvider string
+
+// ModelEndpointSpec is one provider account or API key: where calls go, the
+// key they carry, and the limits the provider enforces on that key.
+type ModelEndpointSpec struct {
+	// provider is openai (any OpenAI-compatible chat completions server) or
+	// anthropic (the Messages API).
+	// +required
+	Provider EndpointProvider `json:"provider"`
+
+	// baseURL of the API, http or https. Default https://api.openai.com/v1 for
+	// openai and https://api.anthropic.com for anthropic.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule=`self == '' || (isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHost() != '')`,message="baseURL must be an http or https URL"
+	BaseURL string `json:"baseURL,omitempty"`
+
+	// apiKey says where the key comes from: secretKeyRef, a Secret in the
+	// ModelEndpoint's namespace (cluster mode), or env (local runs; default
+	// OPENAI_API_KEY or ANTHROPIC_API_KEY). Omit it for servers that need none.
+	// +optional
+	APIKey *APIKey `json:"apiKey,omitempty"`
+
+	// headers are extra, non-secret HTTP headers sent with every call.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Headers map[string]string `json:"headers,omitempty"`
+
+	// limits are what the provider allows this key, shared by every Evaluation
+	// that calls through the endpoint, fairly by weight: each
+	// model referring to it gets a share in proportion to its endpointRef.weight,
+	// within its own rateLimit, and what one does not take goes to the others.
+	// Unset or 0 limits are not enforced up front (429 answers are still
+	// waited out). Edits apply at once to running Evaluations.
+	// +optional
+	Limits *EndpointLimits `json:"limits,omitempty"`
+
+}
+
+// EndpointLimits are per-minute budgets and a bound on calls in flight; 0 or
+// unset means unlimited.
+type EndpointLimits struct {
+	// requestsPerMinute caps the calls per minute, over any sliding minute.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RequestsPerMinute int64 `json:"requestsPerMinute,omitempty"`
+
+	// inputTokensPerMinute caps the input (prompt) tokens sent per minute.
+	// Input tokens are estimated before each call and corrected from the usage
+	// the server reports.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	InputTokensPerMinute int64 `json:"inputTokensPerMinute,omitempty"`
+
+	// outputTokensPerMinute caps the output (completion) tokens received per
+	// minute.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	OutputTokensPerMinute int64 `json:"outputTokensPerMinute,omitempty"`
+
+}
+
+// EndpointReference names a ModelEndpoint in the Evaluation's namespace.
+type EndpointReference struct {
+	// name of the ModelEndpoint.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// namespace of the ModelEndpoint, if set, must be the Evaluation's own: a
+	// ModelEndpoint holds a namespace's key, which only that namespace's
+	// Evaluations may use.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+
+	// weight of this model's share of the endpoint's limits against the other
+	// models (of any Evaluation) calling through it at the time: a model of
+	// weight 2 gets twice the share of one of weight 1. Default 1. Editing it
+	// applies at once and does not start a new run.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Weight *int32 `json:"weight,omitempty"`
+}
+
+// EndpointWeight is a reference's weight, defaulted.
+func (r *EndpointReference) EndpointWeight() int64 {
+	if r == nil || r.Weight == nil {
+		return DefaultEndpointWeight
+	}
+	return int64(*r.Weight)
+}
+
+// ModelEndpointStatus is what the endpoint is used for now.
+type ModelEndpointStatus struct {
+	// conditions: Ready says whether Evaluations can call through the endpoint.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// observedGeneration is the generation of the spec the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// evaluations counts the Evaluations with a runner pod calling through the
+	// endpoint now.
+	// +optional
+	Evaluations int32 `json:"evaluations,omitempty"`
+	// shards counts the runner pods holding a share of the endpoint's limits.
+	// +optional
+	Shards int32 `json:"shards,omitempty"`
+	// limits are the limits in force, divided among the runner pods.
+	// +optional
+	Limits *EndpointLimits `json:"limits,omitempty"`
+	// usage is what went through the endpoint over the last minute, as the
+	// runner pods counted it.
+	// +optional
+	Usage *EndpointUsage `json:"usage,omitempty"`
+}
+
+// EndpointUsage is what went through an endpoint over the last minute.
+type EndpointUsage struct {
+	// requestsPerMinute is the number of calls sent in the last minute.
+	// +optional
+	RequestsPerMinute int64 `json:"requestsPerMinute,omitempty"`
+	// inputTokensPerMinute are the input tokens of the last minute's answers.
+	// +optional
+	InputTokensPerMinute int64 `json:"inputTokensPerMinute,omitempty"`
+	// outputTokensPerMinute are the output tokens of the last minute's answers.
+	// +optional
+	OutputTokensPerMinute int64 `json:"outputTokensPerMinute,omitempty"`
+	// throttledPerMinute counts the calls the provider refused with 429 (rate
+	// limited) in the last minute: 0 while the limits match the provider's.
+	// +optional
+	ThrottledPerMinute int64 `json:"throttledPerMinute,omitempty"`
+}
+
+// ModelEndpoint is one provider account or API key, in a namespace: where
+// model calls go, the key they carry (a Secret of the namespace), and the
+// limits the provider puts on that key. Evaluation models refer to it with
+// endpointRef instead of repeating provider, baseURL and apiKey; every runner
+// pod of every Evaluation calling through it shares its limits, so that
+// together they stay within them.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=me;mep,categories=proctor
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
+// +kubebuilder:printcolumn:name="RPM",type=integer,JSONPath=`.status.limits.requestsPerMinute`,description="requests per minute in force"
+// +kubebuilder:printcolumn:name="Evaluations",type=integer,JSONPath=`.status.evaluations`
+// +kubebuilder:printcolumn:name="Shards",type=integer,JSONPath=`.status.shards`
+// +kubebuilder:printcolumn:name="Achieved",type=integer,JSONPath=`.status.usage.requestsPerMinute`,description="requests in the last minute"
+// +kubebuilder:printcolumn:name="429s",type=integer,JSONPath=`.status.usage.throttledPerMinute`,description="429 answers in the last minute"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule=`self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63`,message="a ModelEndpoint's name must be a DNS label (lowercase letters, digits and '-', at most 63): runner pods hold its key under a variable named after it"
+type ModelEndpoint struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec says where calls go, with which key, within which limits.
+	// +required
+	Spec ModelEndpointSpec `json:"spec"`
+	// status is what the endpoint is used for now.
+	// +optional
+	Status ModelEndpointStatus `json:"status,omitempty"`
+}
+
+// ModelEndpointList is a list of ModelEndpoints.
+//
+// +kubebuilder:object:root=true
+type ModelEndpointList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ModelEndpoint `json:"items"`
+}
