@@ -42,7 +42,6 @@ type ModelEndpointSpec struct {
 	// waited out). Edits apply at once to running Evaluations.
 	// +optional
 	Limits *EndpointLimits `json:"limits,omitempty"`
-
 }
 
 // EndpointLimits are per-minute budgets and a bound on calls in flight; 0 or
@@ -65,7 +64,6 @@ type EndpointLimits struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	OutputTokensPerMinute int64 `json:"outputTokensPerMinute,omitempty"`
-
 }
 
 // EndpointReference names a ModelEndpoint in the Evaluation's namespace.
