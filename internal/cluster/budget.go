@@ -144,6 +144,30 @@ func divideModel(old *ModelBudget, lim ratelimit.Limits, users []User, acked map
 		}
 	}
 	slices.Sort(keys)
+	limit := dims(lim)
+	weights := make([]int64, len(keys))
+	for i, k := range keys {
+		weights[i] = byKey[k].Weight
+	}
+	fair := make(map[string][3]int64, len(keys))
+	for d := range limit {
+		caps := make([]int64, len(keys))
+		for i, k := range keys {
+			caps[i] = dims(byKey[k].Cap)[d]
+		}
+		for i, share := range WaterFill(limit[d], weights, caps) {
+			f := fair[keys[i]]
+			f[d] = share
+			fair[keys[i]] = f
+		}
+	}
+	return divideFair(old, lim, keys, fair, acked, version)
+}
+
+// divideFair moves the grants of old towards the fair shares of keys (sorted,
+// unique): it lowers at once what is above, and raises the rest from what is
+// left, counting lowered grants at their old value until acknowledged.
+func divideFair(old *ModelBudget, lim ratelimit.Limits, keys []string, fair map[string][3]int64, acked map[string]int64, version int64) (*ModelBudget, bool) {
 	changed := old.Limits != lim || len(old.Grants) != len(keys)
 
 	// What each running shard may be using now; shards no longer running use nothing.
@@ -164,23 +188,7 @@ func divideModel(old *ModelBudget, lim ratelimit.Limits, users []User, acked map
 	}
 
 	limit := dims(lim)
-	weights := make([]int64, len(keys))
-	caps := [3][]int64{}
-	for d := range caps {
-		caps[d] = make([]int64, len(keys))
-	}
-	for i, k := range keys {
-		weights[i] = byKey[k].Weight
-		c := dims(byKey[k].Cap)
-		for d := range caps {
-			caps[d][i] = c[d]
-		}
-	}
-	var fair [3][]int64
-	for d := range fair {
-		fair[d] = WaterFill(limit[d], weights, caps[d])
-	}
-	desired := func(i int, d int) int64 { return fair[d][i] }
+	desired := func(i int, d int) int64 { return fair[keys[i]][d] }
 
 	// Lower what is above its fair share, at once.
 	for i, k := range keys {

@@ -23,6 +23,7 @@ const (
 	LabelModel          = "proctor.dev/model"
 	LabelDataset        = "proctor.dev/dataset"
 	LabelComponent      = "proctor.dev/component"
+	LabelEndpoint       = "proctor.dev/endpoint"
 	ComponentRunner     = "runner"      // Jobs and their pods
 	ComponentPlanner    = "planner"     // the Job that counts url and pvc datasets
 	ComponentPlan       = "plan"        // the plan ConfigMap

@@ -37,6 +37,8 @@ type ForeignError struct {
 	Owner string
 	// Evaluation is the Evaluation it should belong to.
 	Evaluation string
+	// Of, if set, names its rightful owner instead ("ModelEndpoint x").
+	Of string
 }
 
 func (e *ForeignError) Error() string {
@@ -44,8 +46,12 @@ func (e *ForeignError) Error() string {
 	if e.Owner != "" {
 		owner = "is controlled by " + e.Owner
 	}
-	return fmt.Sprintf("%s %s/%s is not Evaluation %s's: it %s; Proctor never adopts, overwrites or deletes an object it did not make",
-		e.Kind, e.Namespace, e.Name, e.Evaluation, owner)
+	of := e.Of
+	if of == "" {
+		of = "Evaluation " + e.Evaluation
+	}
+	return fmt.Sprintf("%s %s/%s is not %s's: it %s; Proctor never adopts, overwrites or deletes an object it did not make",
+		e.Kind, e.Namespace, e.Name, of, owner)
 }
 
 // GetConfigMap reads the ConfigMap name of ev's namespace into cm, and returns
