@@ -95,6 +95,11 @@ type modelRun struct {
 	est     estimator
 	// throttle tracks the model's 429s, for reporting and retry.maxThrottleWait.
 	throttle throttle
+	// shared, for a model calling through a ModelEndpoint in a local run, is
+	// the endpoint's limiter, which every model calling through it reserves
+	// from as well as from its own (then only a cap).
+	shared *ratelimit.Limiter
+	usage  usageMeter
 }
 
 // concurrency is the number of samples the model may have in flight.
@@ -120,6 +125,10 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 	e := &Engine{plan: plan, opts: opts, clock: opts.Clock, log: opts.Log, models: map[string]*modelRun{}, stop: make(chan struct{}),
 		redactor: provider.NewRedactor(plan.Secrets...)}
 	e.stopCtx, e.stopCancel = context.WithCancel(context.Background())
+	shared := map[string]*ratelimit.Limiter{}
+	for name, l := range plan.Endpoints {
+		shared[name] = ratelimit.New(l, opts.Slack, opts.Clock)
+	}
 	for _, m := range plan.Models {
 		e.models[m.Name] = &modelRun{
 			Model:   m,
@@ -127,6 +136,8 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 			gate:    ratelimit.NewGate(opts.Clock),
 			limiter: ratelimit.New(m.Limits, opts.Slack, opts.Clock),
 			est:     newEstimator(m.MaxTokens),
+			shared:  shared[m.Endpoint],
+			usage:   usageMeter{clock: opts.Clock},
 		}
 	}
 	for _, s := range plan.Scorers {
@@ -170,6 +181,15 @@ func (e *Engine) Throttle(model string) ThrottleStatus {
 		return ThrottleStatus{}
 	}
 	return m.throttle.snapshot()
+}
+
+// Usage is what the engine sent to a model over the last minute.
+func (e *Engine) Usage(model string) Usage {
+	m := e.models[model]
+	if m == nil {
+		return Usage{}
+	}
+	return m.usage.lastMinute()
 }
 
 // SetLimits changes a model's budgets while running (a cluster re-dividing them).
@@ -669,7 +689,7 @@ func waitErr(ctx context.Context, err error) error {
 
 // attempt makes one call within the model's window, gate and limits. Only the
 // waits before the request is sent end with Stop; a request sent runs to its end.
-func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request, rawIn int64, timeout time.Duration) (*provider.Response, time.Duration, *ratelimit.Reservation, error) {
+func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request, rawIn int64, timeout time.Duration) (*provider.Response, time.Duration, reservation, error) {
 	wctx := waitCtx(ctx)
 	if err := m.window.Acquire(wctx); err != nil {
 		return nil, 0, nil, waitErr(ctx, err)
@@ -678,13 +698,17 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 	if err := m.gate.Wait(wctx); err != nil {
 		return nil, 0, nil, waitErr(ctx, err)
 	}
-	res := m.limiter.Reserve(m.est.cost(rawIn))
-	if err := res.Wait(wctx); err != nil {
+	cost := m.est.cost(rawIn)
+	res := reservation{m.limiter.Reserve(cost)}
+	if m.shared != nil {
+		res = append(res, m.shared.Reserve(cost))
+	}
+	if err := res.wait(wctx); err != nil {
 		return nil, 0, nil, waitErr(ctx, err)
 	}
 	// A 429 may have closed the gate while we waited for the limiter.
 	if err := m.gate.Wait(wctx); err != nil {
-		res.Cancel()
+		res.cancel()
 		return nil, 0, nil, waitErr(ctx, err)
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
@@ -695,7 +719,42 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 	if err == nil && resp == nil {
 		err = errors.New("provider returned no response")
 	}
+	used := Usage{Requests: 1}
+	if err == nil {
+		used.InputTokens, used.OutputTokens = resp.Usage.InputTokens, resp.Usage.OutputTokens
+	} else if class, _ := retry.Classify(err); class == retry.Throttled {
+		used.Throttled = 1
+	}
+	m.usage.add(used)
 	return resp, latency, res, err
+}
+
+// reservation is a call's place in its model's limiter and, for a model
+// calling through a shared endpoint, in the endpoint's.
+type reservation []*ratelimit.Reservation
+
+// wait waits for every limiter; if ctx ends first, all are given back.
+func (r reservation) wait(ctx context.Context) error {
+	for _, x := range r {
+		if err := x.Wait(ctx); err != nil {
+			r.cancel()
+			return err
+		}
+	}
+	return nil
+}
+
+func (r reservation) cancel() {
+	for _, x := range r {
+		x.Cancel()
+	}
+}
+
+// Settle replaces the estimates with what the call actually cost.
+func (r reservation) Settle(c ratelimit.Cost) {
+	for _, x := range r {
+		x.Settle(c)
+	}
 }
 
 // sleep waits d, or until ctx ends (its error) or the engine stops (errStopping).

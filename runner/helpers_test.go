@@ -120,6 +120,16 @@ func (b *planBuilder) Limits(l ratelimit.Limits) *planBuilder {
 	return b
 }
 
+// Endpoint makes the last model call through a shared endpoint with limits l.
+func (b *planBuilder) Endpoint(name string, l ratelimit.Limits) *planBuilder {
+	b.p.Models[len(b.p.Models)-1].Endpoint = name
+	if b.p.Endpoints == nil {
+		b.p.Endpoints = map[string]ratelimit.Limits{}
+	}
+	b.p.Endpoints[name] = l
+	return b
+}
+
 func (b *planBuilder) JudgeOnly() *planBuilder {
 	b.p.Models[len(b.p.Models)-1].JudgeOnly = true
 	return b

@@ -33,6 +33,10 @@ type Plan struct {
 	Cache Cache
 	// Secrets are values (API keys) scrubbed from every record the engine writes.
 	Secrets []string
+	// Endpoints are the limits of the ModelEndpoints that models call through,
+	// by name, each shared by its models (a local run: in a cluster the
+	// endpoint's budget gives each model its share instead).
+	Endpoints map[string]ratelimit.Limits
 }
 
 // Cache stores responses by request key: a directory locally (cache.Cache), the
@@ -52,7 +56,13 @@ type Model struct {
 	// parameters; an agent's command and files), without secrets. It keys the cache.
 	Fingerprint string
 	Concurrency int
-	Limits      ratelimit.Limits
+	// Limits are the model's own limits: in a cluster, its share of the
+	// budget, set while it runs; in a local run, its rateLimit.
+	Limits ratelimit.Limits
+	// Endpoint is the ModelEndpoint the model calls through, if any; its
+	// limits (Plan.Endpoints) bound the model together with the others
+	// calling through it.
+	Endpoint string
 	// Timeout overrides Plan.Timeout for this model's attempts.
 	Timeout time.Duration
 	// MaxTokens caps answers; it seeds the output-token estimate.

@@ -287,13 +287,20 @@ func LimitsOf(r *v1alpha1.RateLimit) ratelimit.Limits {
 	return ratelimit.Limits{RequestsPerMinute: r.RequestsPerMinute, InputTokensPerMinute: r.InputTokensPerMinute, OutputTokensPerMinute: r.OutputTokensPerMinute}
 }
 
+// EndpointLimitsOf is a ModelEndpoint's limits as the limiter counts them.
+func EndpointLimitsOf(l v1alpha1.EndpointLimits) ratelimit.Limits {
+	return ratelimit.Limits{RequestsPerMinute: l.RequestsPerMinute, InputTokensPerMinute: l.InputTokensPerMinute, OutputTokensPerMinute: l.OutputTokensPerMinute}
+}
+
 // ModelLimits are the limits of the rate-limited models of spec, the models whose
-// shares come from the budget; nil if none has a limit.
+// shares come from the Evaluation's budget; nil if none has a limit. A model
+// calling through a ModelEndpoint takes its share from the endpoint's budget
+// instead (its rateLimit caps it there).
 func ModelLimits(spec *v1alpha1.EvaluationSpec) map[string]ratelimit.Limits {
 	var out map[string]ratelimit.Limits
 	for _, m := range spec.Models {
 		l := LimitsOf(m.RateLimit)
-		if l.IsZero() {
+		if l.IsZero() || m.EndpointRef != nil {
 			continue
 		}
 		if out == nil {

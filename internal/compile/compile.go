@@ -27,6 +27,7 @@ import (
 	"github.com/proctor-dev/proctor/runner/provider/agent"
 	"github.com/proctor-dev/proctor/runner/provider/anthropic"
 	"github.com/proctor-dev/proctor/runner/provider/openai"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
 	"github.com/proctor-dev/proctor/runner/retry"
 	"github.com/proctor-dev/proctor/runner/score"
 )
@@ -64,6 +65,11 @@ type Env struct {
 	// Cache, when set, is the response cache to use when the spec enables one,
 	// instead of a directory under CacheDir.
 	Cache runner.Cache
+	// Endpoints are the limits of the ModelEndpoints models call through, by
+	// name, for a local run, where the engine paces each endpoint's models
+	// together. Nil in runner pods, which take each model's share from the
+	// endpoint's budget instead.
+	Endpoints map[string]v1alpha1.EndpointLimits
 	// AgentExecutor, when set (with Cluster), is the Unix socket of the
 	// executor that runs agents in their own container (`proctor agent-exec`).
 	// The agent's key and agent.env valueFrom entries are then in that
@@ -108,6 +114,12 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 			return nil, err
 		}
 		m.JudgeOnly = judges[m.Name]
+		if l, ok := env.Endpoints[m.Endpoint]; ok && m.Endpoint != "" {
+			if plan.Endpoints == nil {
+				plan.Endpoints = map[string]ratelimit.Limits{}
+			}
+			plan.Endpoints[m.Endpoint] = cluster.EndpointLimitsOf(l)
+		}
 		plan.Models = append(plan.Models, m)
 		plan.Secrets = append(plan.Secrets, secrets...)
 	}
@@ -180,6 +192,13 @@ func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.
 		Concurrency: concurrency,
 	}
 	out.Limits = cluster.LimitsOf(m.RateLimit)
+	if r := m.EndpointRef; r != nil {
+		if m.Provider == "" {
+			// The loader (locally) or the runner pod resolves endpoints first.
+			return nil, nil, fmt.Errorf("%s.endpointRef: ModelEndpoint %q was not resolved", path, r.Name)
+		}
+		out.Endpoint = r.Name
+	}
 	remoteAgent := m.Provider == v1alpha1.ProviderAgent && env.Cluster && env.AgentExecutor != ""
 	var key string
 	var err error

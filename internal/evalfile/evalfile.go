@@ -39,72 +39,216 @@ func (e *Error) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// Load reads, decodes, defaults and validates the Evaluation in the file at path.
+// File is what a file for proctor run holds: one Evaluation, and the
+// ModelEndpoints its models call through (the same documents a cluster
+// holds, so that a file moves between a laptop and a cluster unchanged).
+type File struct {
+	// Evaluation is defaulted and validated; models with endpointRef still
+	// name their endpoint only (Resolve fills them in).
+	Evaluation *v1alpha1.Evaluation
+	// Endpoints are the file's ModelEndpoints, by name.
+	Endpoints map[string]*v1alpha1.ModelEndpoint
+}
+
+// Load reads, decodes, defaults and validates the Evaluation in the file at
+// path, and gives its models what their ModelEndpoints say (Resolve).
 func Load(path string) (*v1alpha1.Evaluation, error) {
+	f, err := LoadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return f.Evaluation, nil
+}
+
+// LoadFile reads, decodes, defaults and validates the file at path, and
+// resolves its models' endpoints.
+func LoadFile(path string) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return Decode(path, data)
+	return DecodeFile(path, data)
 }
 
-// Decode decodes, defaults and validates an Evaluation manifest; name is used in
-// error messages.
+// Decode is DecodeFile's Evaluation; name is used in error messages.
 func Decode(name string, data []byte) (*v1alpha1.Evaluation, error) {
+	f, err := DecodeFile(name, data)
+	if err != nil {
+		return nil, err
+	}
+	return f.Evaluation, nil
+}
+
+// DecodeFile decodes, defaults and validates a file's documents: one
+// Evaluation and any number of ModelEndpoints, in any order. Models with
+// endpointRef are given what their endpoint says (v1alpha1.Model.UseEndpoint).
+// name is used in error messages.
+func DecodeFile(name string, data []byte) (*File, error) {
 	fail := func(problems ...string) error { return &Error{File: name, Problems: problems} }
 
 	docs, err := splitDocuments(data)
 	if err != nil {
 		return nil, fail(err.Error())
 	}
-	switch len(docs) {
-	case 0:
+	if len(docs) == 0 {
 		return nil, fail("no Evaluation in the file")
-	case 1:
-	default:
-		return nil, fail(fmt.Sprintf("holds %d documents; a file for proctor run holds one Evaluation", len(docs)))
 	}
-	js, err := yaml.YAMLToJSONStrict(docs[0])
-	if err != nil {
-		return nil, fail(yamlProblems(err)...)
+	f := &File{Endpoints: map[string]*v1alpha1.ModelEndpoint{}}
+	var problems []string
+	for i, doc := range docs {
+		// With several documents, each problem says which one.
+		where := ""
+		if len(docs) > 1 {
+			where = fmt.Sprintf("document %d: ", i+1)
+		}
+		kind, js, probs := decodeHeader(doc)
+		if len(probs) > 0 {
+			problems = append(problems, prefix(where, probs)...)
+			continue
+		}
+		switch kind {
+		case "Evaluation":
+			if f.Evaluation != nil {
+				problems = append(problems, where+"a second Evaluation; a file for proctor run holds one Evaluation (and the ModelEndpoints it uses)")
+				continue
+			}
+			ev, probs := decodeEvaluation(js)
+			problems = append(problems, prefix(where, probs)...)
+			f.Evaluation = ev
+		case "ModelEndpoint":
+			ep, probs := decodeEndpoint(js)
+			problems = append(problems, prefix(where, probs)...)
+			if ep == nil {
+				continue
+			}
+			if _, dup := f.Endpoints[ep.Name]; dup {
+				problems = append(problems, fmt.Sprintf("%smetadata.name: Duplicate value: %q: a second ModelEndpoint of that name", where, ep.Name))
+				continue
+			}
+			f.Endpoints[ep.Name] = ep
+		}
 	}
+	if len(problems) > 0 {
+		return nil, fail(problems...)
+	}
+	if f.Evaluation == nil {
+		return nil, fail("no Evaluation in the file (it holds only ModelEndpoints)")
+	}
+	if errs := f.resolve(); len(errs) > 0 {
+		return nil, fail(fieldProblems(errs)...)
+	}
+	return f, nil
+}
 
+func prefix(p string, problems []string) []string {
+	if p == "" {
+		return problems
+	}
+	out := make([]string, len(problems))
+	for i, s := range problems {
+		out[i] = p + s
+	}
+	return out
+}
+
+// decodeHeader reads a document's kind, refusing any but an Evaluation's or
+// a ModelEndpoint's, and a status.
+func decodeHeader(doc []byte) (string, []byte, []string) {
+	js, err := yaml.YAMLToJSONStrict(doc)
+	if err != nil {
+		return "", nil, yamlProblems(err)
+	}
 	var tm struct {
 		APIVersion string          `json:"apiVersion"`
 		Kind       string          `json:"kind"`
 		Status     json.RawMessage `json:"status"`
 	}
 	if err := json.Unmarshal(js, &tm); err != nil {
-		return nil, fail("not a YAML mapping")
+		return "", nil, []string{"not a YAML mapping"}
 	}
-	if tm.APIVersion != v1alpha1.GroupVersion.String() || tm.Kind != "Evaluation" {
-		return nil, fail(fmt.Sprintf("apiVersion and kind must be %s and Evaluation (got %q and %q)",
-			v1alpha1.GroupVersion.String(), tm.APIVersion, tm.Kind))
-	}
-
-	var ev v1alpha1.Evaluation
-	strict, err := kjson.UnmarshalStrict(js, &ev, kjson.DisallowUnknownFields, kjson.DisallowDuplicateFields)
-	if err != nil {
-		return nil, fail(describeDecodeError(js, err))
-	}
-	if len(strict) > 0 {
-		problems := make([]string, len(strict))
-		for i, e := range strict {
-			problems[i] = e.Error()
-		}
-		return nil, fail(problems...)
+	if tm.APIVersion != v1alpha1.GroupVersion.String() || (tm.Kind != "Evaluation" && tm.Kind != "ModelEndpoint") {
+		return "", nil, []string{fmt.Sprintf("apiVersion and kind must be %s and Evaluation or ModelEndpoint (got %q and %q)",
+			v1alpha1.GroupVersion.String(), tm.APIVersion, tm.Kind)}
 	}
 	if st := strings.TrimSpace(string(tm.Status)); st != "" && st != "null" && st != "{}" {
-		return nil, fail("status: set by Proctor, not by the file; remove it")
+		return "", nil, []string{"status: set by Proctor, not by the file; remove it"}
 	}
+	return tm.Kind, js, nil
+}
 
+// decodeStrict decodes js into obj, every unknown or duplicate field a problem.
+func decodeStrict(js []byte, obj any) []string {
+	strict, err := kjson.UnmarshalStrict(js, obj, kjson.DisallowUnknownFields, kjson.DisallowDuplicateFields)
+	if err != nil {
+		return []string{describeDecodeError(js, reflect.TypeOf(obj), err)}
+	}
+	problems := make([]string, len(strict))
+	for i, e := range strict {
+		problems[i] = e.Error()
+	}
+	return problems
+}
+
+func decodeEvaluation(js []byte) (*v1alpha1.Evaluation, []string) {
+	var ev v1alpha1.Evaluation
+	if probs := decodeStrict(js, &ev); len(probs) > 0 {
+		return nil, probs
+	}
 	v1alpha1.SetDefaults(&ev.Spec)
 	errs := validateName(ev.Name)
 	errs = append(errs, v1alpha1.ValidateSpec(&ev.Spec)...)
 	if len(errs) > 0 {
-		return nil, fail(fieldProblems(errs)...)
+		return nil, fieldProblems(errs)
 	}
 	return &ev, nil
+}
+
+func decodeEndpoint(js []byte) (*v1alpha1.ModelEndpoint, []string) {
+	var ep v1alpha1.ModelEndpoint
+	if probs := decodeStrict(js, &ep); len(probs) > 0 {
+		return nil, probs
+	}
+	if errs := v1alpha1.ValidateEndpoint(&ep); len(errs) > 0 {
+		return nil, fieldProblems(errs)
+	}
+	return &ep, nil
+}
+
+// resolve gives each model with endpointRef what its ModelEndpoint says.
+func (f *File) resolve() field.ErrorList {
+	var errs field.ErrorList
+	ev := f.Evaluation
+	for i := range ev.Spec.Models {
+		m := &ev.Spec.Models[i]
+		if m.EndpointRef == nil {
+			continue
+		}
+		rp := field.NewPath("spec", "models").Index(i).Child("endpointRef")
+		if ns := m.EndpointRef.Namespace; ns != "" && ns != ev.Namespace {
+			errs = append(errs, field.Invalid(rp.Child("namespace"), ns,
+				fmt.Sprintf("a ModelEndpoint of another namespace; an Evaluation may only use its own namespace's (%q)", ev.Namespace)))
+			continue
+		}
+		ep := f.Endpoints[m.EndpointRef.Name]
+		if ep == nil {
+			errs = append(errs, field.NotFound(rp.Child("name"), m.EndpointRef.Name))
+			continue
+		}
+		m.UseEndpoint(&ep.Spec)
+	}
+	return errs
+}
+
+// EndpointLimits are the limits of the endpoints the Evaluation's models call
+// through, by name (for the engine: runner.Plan.Endpoints).
+func (f *File) EndpointLimits() map[string]v1alpha1.EndpointLimits {
+	out := map[string]v1alpha1.EndpointLimits{}
+	for _, name := range f.Evaluation.Spec.EndpointNames() {
+		if ep := f.Endpoints[name]; ep != nil && ep.Spec.Limits != nil {
+			out[name] = *ep.Spec.Limits
+		}
+	}
+	return out
 }
 
 // validateName checks metadata.name as the API server would: proctor run makes
@@ -182,10 +326,10 @@ func stripComments(doc []byte) []byte {
 // names fields for type mismatches but not for errors from a field's own decoder
 // (a bad duration or number), so for those the document is walked to find the value
 // that fails.
-func describeDecodeError(js []byte, err error) string {
+func describeDecodeError(js []byte, t reflect.Type, err error) string {
 	var doc any
 	if json.Unmarshal(js, &doc) == nil {
-		if path, ferr := locate(doc, reflect.TypeOf(v1alpha1.Evaluation{}), ""); path != "" {
+		if path, ferr := locate(doc, t, ""); path != "" {
 			err = ferr
 			var te *json.UnmarshalTypeError
 			if errors.As(ferr, &te) {

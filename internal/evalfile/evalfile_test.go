@@ -235,6 +235,46 @@ func asEvalfileError(t *testing.T, err error) *evalfile.Error {
 	return fe
 }
 
+// endpointDoc is a ModelEndpoint for the base manifest's models to refer to.
+const endpointDoc = `apiVersion: proctor.dev/v1alpha1
+kind: ModelEndpoint
+metadata:
+  name: team-key
+spec:
+  provider: openai
+  baseURL: http://localhost:8080/v1
+  apiKey: {env: TEAM_KEY}
+  headers: {X-Team: evals}
+  limits: {requestsPerMinute: 600, outputTokensPerMinute: 90000}
+`
+
+// TestDecodeFileResolvesEndpoints: a model with endpointRef takes provider,
+// baseURL, key and headers from the file's ModelEndpoint, whatever the
+// documents' order, keeping its own rateLimit (a cap) and its reference.
+func TestDecodeFileResolvesEndpoints(t *testing.T) {
+	manifest := strings.Replace(baseManifest, "provider: openai\n", "endpointRef: {name: team-key, weight: 2}\n    rateLimit: {requestsPerMinute: 100}\n", 1)
+	for _, raw := range []string{manifest + "---\n" + endpointDoc, endpointDoc + "---\n" + manifest} {
+		f, err := evalfile.DecodeFile("f.yaml", []byte(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := f.Evaluation.Spec.Models[0]
+		want := v1alpha1.Model{
+			Name: m.Name, Model: m.Model, Provider: v1alpha1.ProviderOpenAI, BaseURL: "http://localhost:8080/v1",
+			APIKey: &v1alpha1.APIKey{Env: "TEAM_KEY"}, Headers: map[string]string{"X-Team": "evals"},
+			EndpointRef: &v1alpha1.EndpointReference{Name: "team-key", Weight: ptr[int32](2)},
+			RateLimit:   &v1alpha1.RateLimit{RequestsPerMinute: 100},
+		}
+		if diff := cmp.Diff(want, m); diff != "" {
+			t.Errorf("resolved model (-want +got):\n%s", diff)
+		}
+		wantLimits := map[string]v1alpha1.EndpointLimits{"team-key": {RequestsPerMinute: 600, OutputTokensPerMinute: 90000}}
+		if diff := cmp.Diff(wantLimits, f.EndpointLimits()); diff != "" {
+			t.Errorf("EndpointLimits (-want +got):\n%s", diff)
+		}
+	}
+}
+
 func TestDecodeRejects(t *testing.T) {
 	tests := []struct {
 		name string
@@ -270,7 +310,42 @@ func TestDecodeRejects(t *testing.T) {
 		{
 			name: "two YAML documents",
 			raw:  baseManifest + "---\n" + baseManifest,
-			want: []string{"holds 2 documents"},
+			want: []string{"document 2: a second Evaluation; a file for proctor run holds one Evaluation (and the ModelEndpoints it uses)"},
+		},
+		{
+			name: "endpointRef naming no ModelEndpoint of the file",
+			raw:  strings.Replace(baseManifest, "provider: openai\n", "endpointRef: {name: team-key}\n", 1),
+			want: []string{`spec.models[0].endpointRef.name: Not found: "team-key"`},
+		},
+		{
+			name: "endpointRef to another namespace",
+			raw:  strings.Replace(baseManifest, "provider: openai\n", "endpointRef: {name: team-key, namespace: other}\n", 1) + "---\n" + endpointDoc,
+			want: []string{`spec.models[0].endpointRef.namespace: Invalid value: "other": a ModelEndpoint of another namespace`},
+		},
+		{
+			name: "invalid ModelEndpoint names its document and field",
+			raw:  baseManifest + "---\n" + strings.Replace(endpointDoc, "requestsPerMinute: 600", "requestsPerMinute: -1", 1),
+			want: []string{`document 2: spec.limits.requestsPerMinute: Invalid value: -1: must be 0 (unlimited) or more`},
+		},
+		{
+			name: "unknown field of a ModelEndpoint",
+			raw:  baseManifest + "---\n" + strings.Replace(endpointDoc, "provider: openai", "provider: openai\n  rpm: 5", 1),
+			want: []string{`document 2: unknown field "spec.rpm"`},
+		},
+		{
+			name: "two ModelEndpoints of one name",
+			raw:  baseManifest + "---\n" + endpointDoc + "---\n" + endpointDoc,
+			want: []string{`document 3: metadata.name: Duplicate value: "team-key"`},
+		},
+		{
+			name: "ModelEndpoint of another provider",
+			raw:  baseManifest + "---\n" + strings.Replace(endpointDoc, "provider: openai", "provider: agent", 1),
+			want: []string{`document 2: spec.provider: Unsupported value: "agent"`},
+		},
+		{
+			name: "only a ModelEndpoint",
+			raw:  endpointDoc,
+			want: []string{"no Evaluation in the file (it holds only ModelEndpoints)"},
 		},
 		{
 			name: "empty file",
@@ -297,7 +372,7 @@ func TestDecodeRejects(t *testing.T) {
 		{
 			name:  "wrong apiVersion",
 			edits: []edit{set("apiVersion", "proctor.dev/v1")},
-			want:  []string{`apiVersion and kind must be proctor.dev/v1alpha1 and Evaluation (got "proctor.dev/v1" and "Evaluation")`},
+			want:  []string{`apiVersion and kind must be proctor.dev/v1alpha1 and Evaluation or ModelEndpoint (got "proctor.dev/v1" and "Evaluation")`},
 		},
 		{
 			name:  "wrong kind",

@@ -108,10 +108,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Concurrency < 0 || o.Concurrency > v1alpha1.MaxConcurrency {
 		return nil, &InvalidError{fmt.Errorf("--concurrency: must be between 1 and %d", v1alpha1.MaxConcurrency)}
 	}
-	ev, err := evalfile.Load(o.File)
+	file, err := evalfile.LoadFile(o.File)
 	if err != nil {
 		return nil, &InvalidError{err}
 	}
+	ev := file.Evaluation
 	outDir := o.Output
 	if outDir == "" {
 		outDir = filepath.Join("results", runName(ev, o.File))
@@ -146,6 +147,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		CacheDir:       cacheDir,
 		KeepWorkspaces: o.KeepWorkspaces,
 		Concurrency:    o.Concurrency,
+		Endpoints:      file.EndpointLimits(),
 	})
 	var interrupted *InterruptedError
 	switch {

@@ -50,6 +50,34 @@ spec:
     normalize: [trim]
 `
 
+// Endpoints are the ModelEndpoints the cases' models refer to, which a local
+// run's file holds beside the Evaluation (a cluster holds them as objects of
+// their own; admission does not look them up).
+const Endpoints = `apiVersion: proctor.dev/v1alpha1
+kind: ModelEndpoint
+metadata:
+  name: team-openai
+spec:
+  provider: openai
+  limits: {requestsPerMinute: 600}
+---
+apiVersion: proctor.dev/v1alpha1
+kind: ModelEndpoint
+metadata:
+  name: team-anthropic
+spec:
+  provider: anthropic
+  apiKey: {env: TEAM_ANTHROPIC_KEY}
+---
+apiVersion: proctor.dev/v1alpha1
+kind: ModelEndpoint
+metadata:
+  name: team-key
+spec:
+  provider: openai
+  baseURL: http://localhost:8080/v1
+`
+
 // Accepted are more manifests that both must accept: the edges of the rules that
 // Cases tests from the other side. Local and Admission are empty.
 var Accepted []Case
@@ -90,7 +118,7 @@ func init() {
 		),
 		ok("valid-endpoint-refs",
 			set("spec.models[0]", `{name: gpt, endpointRef: {name: team-openai, weight: 1000}, model: gpt-4.1-mini, rateLimit: {requestsPerMinute: 100}, parameters: {temperature: 0}}`),
-			set("spec.models[1]", `{name: judge, endpointRef: {name: team-anthropic, namespace: other}, model: claude-sonnet-4-5}`),
+			set("spec.models[1]", `{name: judge, endpointRef: {name: team-anthropic}, model: claude-sonnet-4-5}`),
 			set("spec.scoring[1]", judgeScore),
 		),
 		ok("valid-durations",

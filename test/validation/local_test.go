@@ -16,7 +16,7 @@ func TestLocal(t *testing.T) {
 		t.Fatalf("Valid refused: %v", err)
 	}
 	for _, c := range Accepted {
-		if _, err := evalfile.Decode(c.Name, []byte(c.Manifest)); err != nil {
+		if _, err := evalfile.Decode(c.Name, []byte(c.Manifest+"---\n"+Endpoints)); err != nil {
 			t.Errorf("%s: refused: %v\n%s", c.Name, err, c.Manifest)
 		}
 	}
@@ -31,7 +31,7 @@ func TestLocal(t *testing.T) {
 	}
 	for _, set := range [][]Case{Cases, Differences} {
 		for _, c := range set {
-			_, err := evalfile.Decode(c.Name, []byte(c.Manifest))
+			_, err := evalfile.Decode(c.Name, []byte(c.Manifest+"---\n"+Endpoints))
 			switch {
 			case c.Local == "" && err != nil:
 				t.Errorf("%s: refused, want accepted: %v", c.Name, err)

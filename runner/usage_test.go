@@ -1,0 +1,81 @@
+package runner
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/proctor-dev/proctor/runner/provider"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
+)
+
+// TestSharedEndpointLimitsItsModelsTogether: two models calling through one
+// endpoint share its limit, each otherwise unlimited: together they are paced
+// as one.
+func TestSharedEndpointLimitsItsModelsTogether(t *testing.T) {
+	var mu sync.Mutex
+	var times []time.Time
+	p := &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+		return echo(ctx, req, n)
+	}}
+	// 1200/min paces one call every ~50ms: 22 calls of the two models take about a second.
+	lim := ratelimit.Limits{RequestsPerMinute: 1200}
+	plan := testPlan(t).Model("a", p, 10).Endpoint("key", lim).Model("b", p, 10).Endpoint("key", lim).Dataset("d", 11).Obj()
+	e := run(t, plan, newMemSink(), Options{})
+	if d := times[len(times)-1].Sub(times[0]); d < 950*time.Millisecond {
+		t.Errorf("22 calls of two models at a shared 1200/min took %v, want about 1s", d)
+	}
+	for _, m := range []string{"a", "b"} {
+		if got := e.Usage(m).Requests; got != 11 {
+			t.Errorf("Usage(%s).Requests = %d, want 11", m, got)
+		}
+	}
+}
+
+// TestUsageCountsTheLastMinute: requests, tokens and 429s are counted, and
+// drop out a minute later.
+func TestUsageCountsTheLastMinute(t *testing.T) {
+	var refused atomic.Bool
+	p := &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
+		if refused.CompareAndSwap(false, true) {
+			return nil, &provider.HTTPError{StatusCode: 429, Message: "Rate limit reached"}
+		}
+		return &provider.Response{Text: req.Prompt, Usage: provider.Usage{InputTokens: 10, OutputTokens: 3}}, nil
+	}}
+	clock := clockwork.NewFakeClock()
+	plan := testPlan(t).Model("m", p, 1).Dataset("d", 4).Obj()
+	e, err := New(plan, Options{Clock: clock, Rand: func() float64 { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.Run(context.Background(), plan.Tasks(), newMemSink()) }()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Usage{Requests: 5, InputTokens: 40, OutputTokens: 12, Throttled: 1}
+			if diff := cmp.Diff(want, e.Usage("m")); diff != "" {
+				t.Errorf("Usage (-want +got):\n%s", diff)
+			}
+			clock.Advance(usageWindow)
+			if got := e.Usage("m"); got != (Usage{}) {
+				t.Errorf("a minute later Usage = %+v, want nothing", got)
+			}
+			return
+		default:
+			clock.Advance(time.Millisecond) // the backoff after the 429
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
