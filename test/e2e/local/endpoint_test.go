@@ -1,0 +1,65 @@
+package local_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/proctor-dev/proctor/test/fakellm"
+)
+
+// TestModelsSharingAnEndpointStayWithinItsLimit: two models of one file call
+// through one ModelEndpoint (the same documents a cluster holds) whose limit is
+// the server's: together they never meet a 429, each is counted once per
+// sample, and the key comes from the endpoint's apiKey.env.
+func TestModelsSharingAnEndpointStayWithinItsLimit(t *testing.T) {
+	t.Parallel()
+	const n, rpm = 20, 600
+	srv := newFake(t, fakellm.Config{RequestsPerMinute: rpm, LimitMode: fakellm.LimitBucket, Burst: 3, APIKey: "sk-team-key-123456"})
+	w := newWorkspace(t)
+	w.env["TEAM_KEY"] = "sk-team-key-123456"
+	w.write("qs.jsonl", arithmeticJSONL("q", n))
+	w.write("evaluation.yaml", fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: ModelEndpoint
+metadata:
+  name: team-key
+spec:
+  provider: openai
+  baseURL: %s
+  apiKey: {env: TEAM_KEY}
+  limits: {requestsPerMinute: %d}
+---
+`, srv.OpenAIURL(), rpm)+evaluation("shared", `  concurrency: 10
+  datasets:
+  - name: qs
+    source: {file: qs.jsonl}
+  models:
+  - name: first
+    endpointRef: {name: team-key, weight: 2}
+    model: fake-model
+  - name: second
+    endpointRef: {name: team-key}
+    model: fake-model
+  scoring:
+  - type: exact_match
+`))
+	res := w.run()
+	if res.Code != 0 {
+		t.Fatalf("want exit 0\n%s", res)
+	}
+	st := srv.Stats()
+	if st.RateLimited != 0 {
+		t.Errorf("server answered %d requests with 429 although the endpoint declares its limit (stats %+v)", st.RateLimited, st)
+	}
+	if st.Requests != 2*n {
+		t.Errorf("server received %d requests, want exactly %d", st.Requests, 2*n)
+	}
+	recs, _ := readRecords(t, w.out)
+	if len(recs) != 2*n {
+		t.Fatalf("%d records, want %d", len(recs), 2*n)
+	}
+	for _, r := range recs {
+		if r.Error != "" || r.Attempts != 1 {
+			t.Errorf("%s/%s: want one clean attempt, got %+v", r.Model, r.ID, r)
+		}
+	}
+}
