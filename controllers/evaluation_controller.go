@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
@@ -96,6 +97,7 @@ type EvaluationReconciler struct {
 // +kubebuilder:rbac:groups=proctor.dev,resources=evaluations,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=proctor.dev,resources=evaluations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=proctor.dev,resources=evaluations/finalizers,verbs=update
+// +kubebuilder:rbac:groups=proctor.dev,resources=modelendpoints,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch;delete
@@ -130,6 +132,9 @@ func (r *EvaluationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// cache holds only Proctor's pods and those events (see CacheOptions).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.evaluationOfJobChild), builder.WithPredicates(podJudgementChanged)).
 		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.evaluationOfJobEvent)).
+		// A ModelEndpoint made or deleted moves the Evaluations calling through
+		// it (Pending, EndpointUnavailable); its status changes do not.
+		Watches(&v1alpha1.ModelEndpoint{}, handler.EnqueueRequestsFromMapFunc(r.evaluationsOfEndpoint), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&corev1.ConfigMap{}, builder.OnlyMetadata).
 		Owns(&corev1.ServiceAccount{}, builder.OnlyMetadata).
 		Owns(&rbacv1.Role{}).
@@ -169,6 +174,7 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	steps := []step{
 		{"StartRun", r.startRun},
 		{"KeepEnded", r.keepEnded},
+		{"ResolveEndpoints", r.resolveEndpoints},
 		{"ClaimResults", r.claimResults},
 		{"CheckReferences", r.checkReferences},
 		{"SnapshotDatasets", r.snapshotDatasets},

@@ -13,9 +13,14 @@ import (
 // listConfigMaps lists the metadata of the ConfigMaps opts select: all the
 // manager caches of ConfigMaps (records stay out of its memory).
 func (r *EvaluationReconciler) listConfigMaps(ctx context.Context, opts ...client.ListOption) ([]metav1.PartialObjectMetadata, error) {
+	return listConfigMaps(ctx, r.Client, opts...)
+}
+
+// listConfigMaps lists ConfigMaps as metadata only (what the cache holds).
+func listConfigMaps(ctx context.Context, c client.Reader, opts ...client.ListOption) ([]metav1.PartialObjectMetadata, error) {
 	var list metav1.PartialObjectMetadataList
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
-	if err := r.List(ctx, &list, opts...); err != nil {
+	if err := c.List(ctx, &list, opts...); err != nil {
 		return nil, err
 	}
 	return list.Items, nil

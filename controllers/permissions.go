@@ -124,12 +124,21 @@ func (r *EvaluationReconciler) runnerRules(p *pass) []rbacv1.PolicyRule {
 	} else {
 		read = append(read, cluster.PlanName(ev.Name, p.run))
 	}
+	endpoints := ev.Spec.EndpointNames()
+	for _, e := range endpoints {
+		read = append(read, cluster.EndpointBudgetName(e))
+	}
 	slices.Sort(read)
 	read = slices.Compact(read)
 	slices.Sort(write)
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"evaluations"}, Verbs: []string{"get"}, ResourceNames: []string{ev.Name}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}, ResourceNames: read},
+	}
+	if len(endpoints) > 0 {
+		// Where its models' calls go; never the keys' Secrets (the kubelet
+		// gives the pod those).
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"modelendpoints"}, Verbs: []string{"get"}, ResourceNames: endpoints})
 	}
 	if len(write) > 0 {
 		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "update"}, ResourceNames: write})

@@ -29,6 +29,9 @@ type pass struct {
 
 	// pending says why the run cannot start yet (a reason and a message).
 	pendingReason, pendingMessage string
+	// endpointsMissing names the ModelEndpoints models call through that are
+	// not there; "" when all are.
+	endpointsMissing string
 	// failure ends the run: a reason and a message.
 	failureReason, failureMessage string
 
@@ -181,6 +184,9 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 		case p.degraded != nil:
 			st.Message, st.Reason = p.degraded.message, p.degraded.reason
 			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
+		case p.endpointsMissing != "":
+			st.Message, st.Reason = p.endpointsMissing, v1alpha1.ReasonEndpointNotFound
+			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
 		case len(p.throttled) > 0:
 			st.Message, st.Reason = p.rateLimitMessage(), v1alpha1.ReasonRateLimited
 			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
@@ -201,6 +207,7 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 	r.setDegraded(p, set, suspended)
 	r.setRateLimited(p, set)
 	r.setNameConflict(p, set)
+	setEndpointUnavailable(p, set)
 	if (st.Phase == v1alpha1.PhaseSucceeded || st.Phase == v1alpha1.PhaseFailed) && st.CompletionTime == nil {
 		st.CompletionTime = &metav1.Time{Time: p.now}
 	}
@@ -372,6 +379,17 @@ func (h *headTracker) changedAt(ev types.NamespacedName, head, version string, n
 		m[head] = s
 	}
 	return s.at
+}
+
+// retain forgets the heads of key that are not in keep.
+func (h *headTracker) retain(key types.NamespacedName, keep map[string]bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for head := range h.seen[key] {
+		if !keep[head] {
+			delete(h.seen[key], head)
+		}
+	}
 }
 
 func (h *headTracker) forget(ev types.NamespacedName) {

@@ -20,16 +20,26 @@ const (
 	// exists and is not the Evaluation's (a user's own NAME-results, say): it is
 	// left alone, and the run waits until the name is free.
 	ConditionNameConflict = "NameConflict"
+	// ConditionEndpointUnavailable is True while a ModelEndpoint that models
+	// call through is missing (deleted while the run went on): the runner pods
+	// hold those models' calls, nothing fails, and the run goes on when the
+	// endpoint is back.
+	ConditionEndpointUnavailable = "EndpointUnavailable"
 )
 
 // Reasons, for conditions and events.
 const (
-	ReasonStarted           = "Started"
-	ReasonRunning           = "Running"
-	ReasonNewRun            = "NewRun"
-	ReasonPlanning          = "Planning"
-	ReasonPlanningFailed    = "PlanningFailed"
-	ReasonSecretNotFound    = "SecretNotFound"
+	ReasonStarted        = "Started"
+	ReasonRunning        = "Running"
+	ReasonNewRun         = "NewRun"
+	ReasonPlanning       = "Planning"
+	ReasonPlanningFailed = "PlanningFailed"
+	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonEndpointNotFound: a model's endpointRef names no ModelEndpoint (the
+	// run waits in Pending, or, started, holds the model's calls).
+	ReasonEndpointNotFound = "EndpointNotFound"
+	// ReasonEndpointFound: the missing ModelEndpoints are back.
+	ReasonEndpointFound     = "EndpointFound"
 	ReasonConfigMapNotFound = "ConfigMapNotFound"
 	ReasonPVCNotFound       = "PVCNotFound"
 	ReasonInvalidSpec       = "InvalidSpec"

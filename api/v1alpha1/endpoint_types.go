@@ -102,7 +102,8 @@ func (r *EndpointReference) EndpointWeight() int64 {
 
 // ModelEndpointStatus is what the endpoint is used for now.
 type ModelEndpointStatus struct {
-	// conditions: Ready says whether Evaluations can call through the endpoint.
+	// conditions of the endpoint: Ready says whether Evaluations can call
+	// through it.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

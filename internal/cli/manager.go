@@ -124,6 +124,10 @@ func runManager(o *managerOptions, s streams) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)
 	}
+	er := &controllers.ModelEndpointReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
+	if err := er.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the ModelEndpoint controller: %w", err)
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}

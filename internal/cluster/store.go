@@ -111,6 +111,12 @@ type ShardProgress struct {
 	// Throttled lists the models (the shard's and its judges) that the server
 	// is rate limiting (429) at the last flush.
 	Throttled map[string]Throttle `json:"throttled,omitempty"`
+	// Endpoints are the budgets of the ModelEndpoints the shard calls through
+	// that it applied, by endpoint name.
+	Endpoints map[string]EndpointAck `json:"endpoints,omitempty"`
+	// Usage is what the shard sent to each model that calls through a
+	// ModelEndpoint over the last minute, by model (for the endpoint's status).
+	Usage map[string]Usage `json:"usage,omitempty"`
 }
 
 // Throttle is a model's current run of 429s, as a runner saw it.
@@ -338,6 +344,14 @@ func (s *Store) SetBudget(version int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.progress.Budget = version
+}
+
+// SetEndpoints records the endpoint budgets the shard applied, and what it
+// sent through them, for the next flush.
+func (s *Store) SetEndpoints(acks map[string]EndpointAck, usage map[string]Usage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.progress.Endpoints, s.progress.Usage = acks, usage
 }
 
 // SetThrottled records which models are being rate limited, for the next flush.

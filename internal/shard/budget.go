@@ -2,6 +2,9 @@ package shard
 
 import (
 	"context"
+	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -11,24 +14,46 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
-// budgetFollower applies the shard's shares of the budget to the engine, and
-// flushes the store on a timer (the flush also acknowledges the budget version).
+// budgetFollower applies the shard's shares of the budgets to the engine, and
+// flushes the store on a timer (the flush also acknowledges the budget
+// versions). A model may have a share of two budgets: its Evaluation's (its
+// own rateLimit, divided among the Evaluation's shards) and, calling through a
+// ModelEndpoint, the endpoint's (its limits, divided among every shard of
+// every Evaluation calling through it). Each keeps its own sum within its
+// limit, so the engine applies the lesser of the two in each dimension.
 type budgetFollower struct {
 	c       client.Client
 	o       Options
 	ev      *v1alpha1.Evaluation
+	run     string
 	shard   cluster.Shard
 	eng     *runner.Engine
 	store   *cluster.Store
 	limited map[string]bool
+	// viaEndpoint maps the models calling through a ModelEndpoint to its name.
+	viaEndpoint map[string]string
 	// models are the models the shard calls (its own and the judges).
 	models []string
 	log    logr.Logger
 
 	lastRead time.Time
 	fenced   bool
+	// own and endpoint are each model's share of its Evaluation's budget and of
+	// its endpoint's, as last read.
+	own, endpoint map[string]share
+	// endpointRead is when each endpoint's budget was last read; acks what of
+	// it was applied.
+	endpointRead map[string]time.Time
+	acks         map[string]cluster.EndpointAck
+}
+
+// share is a model's part of one budget.
+type share struct {
+	limits ratelimit.Limits // zero in a dimension: no limit there
+	paused bool
 }
 
 // loop flushes every FlushEvery (or when the store asks), and reads the budget
@@ -44,7 +69,7 @@ func (b *budgetFollower) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-poll.C():
-			if len(b.limited) > 0 {
+			if len(b.limited)+len(b.viaEndpoint) > 0 {
 				b.poll(ctx)
 			}
 		case <-flush.C():
@@ -57,6 +82,7 @@ func (b *budgetFollower) loop(ctx context.Context) {
 
 func (b *budgetFollower) flush(ctx context.Context) {
 	b.store.SetThrottled(throttled(b.eng, b.models))
+	b.store.SetEndpoints(maps.Clone(b.acks), b.usage())
 	if err := b.store.Flush(ctx, false); err != nil && ctx.Err() == nil {
 		b.log.Error(err, "Failed to checkpoint; will retry")
 	}
@@ -82,9 +108,40 @@ func throttled(eng *runner.Engine, models []string) map[string]cluster.Throttle 
 	return out
 }
 
-// poll reads the budget and applies this shard's shares; if the budget has been
-// unreadable for FenceAfter, it holds every limited model.
+// poll reads the budgets and applies this shard's shares.
 func (b *budgetFollower) poll(ctx context.Context) {
+	if b.own == nil {
+		b.own, b.endpoint = map[string]share{}, map[string]share{}
+		b.endpointRead, b.acks = map[string]time.Time{}, map[string]cluster.EndpointAck{}
+		// Nothing is sent before a budget says how much.
+		for m := range b.limited {
+			b.own[m] = share{paused: true}
+		}
+		for m := range b.viaEndpoint {
+			b.endpoint[m] = share{paused: true}
+		}
+	}
+	if len(b.limited) > 0 {
+		b.pollOwn(ctx)
+	}
+	for _, ep := range sortedValues(b.viaEndpoint) {
+		b.pollEndpoint(ctx, ep)
+	}
+	for _, m := range b.models {
+		if !b.limited[m] && b.viaEndpoint[m] == "" {
+			continue
+		}
+		sh := combine(b.own[m], b.endpoint[m])
+		if !sh.paused {
+			_ = b.eng.SetLimits(m, sh.limits)
+		}
+		_ = b.eng.Pause(m, sh.paused)
+	}
+}
+
+// pollOwn reads the Evaluation's budget; if it has been unreadable for
+// FenceAfter, it holds every limited model.
+func (b *budgetFollower) pollOwn(ctx context.Context) {
 	budget, err := cluster.ReadBudget(ctx, b.c, b.ev)
 	now := b.o.Clock.Now()
 	if err != nil {
@@ -94,7 +151,7 @@ func (b *budgetFollower) poll(ctx context.Context) {
 		if !b.fenced && now.Sub(b.lastRead) >= b.o.FenceAfter {
 			b.log.Info("Stopped calling rate-limited models: the budget has been unreadable too long", "error", err.Error())
 			for m := range b.limited {
-				_ = b.eng.Pause(m, true)
+				b.own[m] = share{paused: true}
 			}
 			b.fenced = true
 		}
@@ -103,14 +160,98 @@ func (b *budgetFollower) poll(ctx context.Context) {
 	b.lastRead, b.fenced = now, false
 	key := b.shard.Key()
 	for m := range b.limited {
-		share, limited, paused := budget.Lookup(m, key)
+		lim, limited, paused := budget.Lookup(m, key)
 		if !limited {
+			b.own[m] = share{}
 			continue
 		}
-		if !paused {
-			_ = b.eng.SetLimits(m, share)
-		}
-		_ = b.eng.Pause(m, paused)
+		b.own[m] = share{limits: lim, paused: paused}
 	}
 	b.store.SetBudget(budget.Version)
+}
+
+// pollEndpoint reads a ModelEndpoint's budget. Its models stop at once when the
+// endpoint is gone, and when its budget has been unreadable for FenceAfter.
+func (b *budgetFollower) pollEndpoint(ctx context.Context, ep string) {
+	budget, uid, err := cluster.ReadEndpointBudget(ctx, b.c, b.ev.Namespace, ep)
+	now := b.o.Clock.Now()
+	set := func(s func(model string) share) {
+		for m, e := range b.viaEndpoint {
+			if e == ep {
+				b.endpoint[m] = s(m)
+			}
+		}
+	}
+	switch {
+	case errors.Is(err, cluster.ErrEndpointGone):
+		if _, had := b.acks[ep]; had || b.endpointRead[ep].IsZero() {
+			b.log.Info("Stopped calling models of a ModelEndpoint that is gone, until it is back", "endpoint", ep)
+		}
+		delete(b.acks, ep)
+		b.endpointRead[ep] = now
+		set(func(string) share { return share{paused: true} })
+		return
+	case err != nil:
+		if b.endpointRead[ep].IsZero() {
+			b.endpointRead[ep] = now
+		}
+		if now.Sub(b.endpointRead[ep]) >= b.o.FenceAfter {
+			set(func(string) share { return share{paused: true} })
+		}
+		return
+	}
+	b.endpointRead[ep] = now
+	set(func(m string) share {
+		if budget.Version == 0 {
+			return share{paused: true} // not divided yet
+		}
+		lim, limited, paused := budget.Lookup(ep, cluster.EndpointUserKey(b.ev.Name, b.run, b.shard, m))
+		if !limited {
+			return share{}
+		}
+		return share{limits: lim, paused: paused}
+	})
+	b.acks[ep] = cluster.EndpointAck{UID: uid, Version: budget.Version}
+}
+
+// combine is the lesser of two shares in each dimension (zero: no limit), and
+// paused if either is.
+func combine(a, b share) share {
+	pick := func(x, y int64) int64 {
+		switch {
+		case x == 0:
+			return y
+		case y == 0:
+			return x
+		}
+		return min(x, y)
+	}
+	return share{
+		paused: a.paused || b.paused,
+		limits: ratelimit.Limits{
+			RequestsPerMinute:     pick(a.limits.RequestsPerMinute, b.limits.RequestsPerMinute),
+			InputTokensPerMinute:  pick(a.limits.InputTokensPerMinute, b.limits.InputTokensPerMinute),
+			OutputTokensPerMinute: pick(a.limits.OutputTokensPerMinute, b.limits.OutputTokensPerMinute),
+		},
+	}
+}
+
+// usage is what the shard sent to each model calling through an endpoint over
+// the last minute.
+func (b *budgetFollower) usage() map[string]cluster.Usage {
+	if len(b.viaEndpoint) == 0 {
+		return nil
+	}
+	out := map[string]cluster.Usage{}
+	for m := range b.viaEndpoint {
+		u := b.eng.Usage(m)
+		out[m] = cluster.Usage{Requests: u.Requests, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, Throttled: u.Throttled}
+	}
+	return out
+}
+
+func sortedValues(m map[string]string) []string {
+	out := slices.Collect(maps.Values(m))
+	slices.Sort(out)
+	return slices.Compact(out)
 }

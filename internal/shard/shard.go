@@ -141,10 +141,20 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 			limited[m] = true
 		}
 	}
-	b := &budgetFollower{c: c, o: o, ev: ev, shard: sh, eng: eng, store: store, limited: limited, models: models, log: log}
-	if len(limited) > 0 {
-		// Until the controller grants a share, limited models send nothing.
+	// Models calling through a ModelEndpoint take their shares from its budget.
+	viaEndpoint := map[string]string{}
+	for _, m := range ev.Spec.Models {
+		if m.EndpointRef != nil && slices.Contains(models, m.Name) {
+			viaEndpoint[m.Name] = m.EndpointRef.Name
+		}
+	}
+	b := &budgetFollower{c: c, o: o, ev: ev, run: o.Run, shard: sh, eng: eng, store: store, limited: limited, viaEndpoint: viaEndpoint, models: models, log: log}
+	if len(limited)+len(viaEndpoint) > 0 {
+		// Until the controllers grant a share, limited models send nothing.
 		for m := range limited {
+			_ = eng.Pause(m, true)
+		}
+		for m := range viaEndpoint {
 			_ = eng.Pause(m, true)
 		}
 		b.poll(ctx)
@@ -183,8 +193,30 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	return nil
 }
 
-// currentEvaluation reads the Evaluation, defaulted as the controller sees it, or
-// returns cluster.ErrObsolete if it is gone or its run is no longer o.Run.
+// resolveEndpoints gives the models with endpointRef what their
+// ModelEndpoints say. The controller starts no pod while one is missing or in
+// another namespace; if one was deleted since, the pod fails and is retried.
+func resolveEndpoints(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation) error {
+	for i := range ev.Spec.Models {
+		m := &ev.Spec.Models[i]
+		if m.EndpointRef == nil {
+			continue
+		}
+		if ns := m.EndpointRef.Namespace; ns != "" && ns != ev.Namespace {
+			return &InvalidError{fmt.Errorf("spec.models[%d].endpointRef.namespace: %q is not the Evaluation's namespace", i, ns)}
+		}
+		var ep v1alpha1.ModelEndpoint
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: m.EndpointRef.Name}, &ep); err != nil {
+			return fmt.Errorf("reading ModelEndpoint %s (spec.models[%d].endpointRef): %w", m.EndpointRef.Name, i, err)
+		}
+		m.UseEndpoint(&ep.Spec)
+	}
+	return nil
+}
+
+// currentEvaluation reads the Evaluation, defaulted as the controller sees it
+// and its models given what their ModelEndpoints say, or returns
+// cluster.ErrObsolete if it is gone or its run is no longer o.Run.
 func currentEvaluation(ctx context.Context, c client.Client, o Options) (*v1alpha1.Evaluation, error) {
 	ev := &v1alpha1.Evaluation{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Evaluation}, ev); err != nil {
@@ -196,6 +228,9 @@ func currentEvaluation(ctx context.Context, c client.Client, o Options) (*v1alph
 	v1alpha1.SetDefaults(&ev.Spec)
 	if !cluster.IsRun(ev, o.Run) {
 		return nil, cluster.ErrObsolete
+	}
+	if err := resolveEndpoints(ctx, c, ev); err != nil {
+		return nil, err
 	}
 	return ev, nil
 }

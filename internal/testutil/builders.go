@@ -169,3 +169,42 @@ func duration(s string) *metav1.Duration {
 	}
 	return &d
 }
+
+// EndpointModel adds a model calling through ModelEndpoint endpoint, with
+// weight (0: unset).
+func (w *EvaluationWrapper) EndpointModel(name, endpoint string, weight int32) *EvaluationWrapper {
+	ref := &v1alpha1.EndpointReference{Name: endpoint}
+	if weight > 0 {
+		ref.Weight = &weight
+	}
+	return w.Model(v1alpha1.Model{Name: name, EndpointRef: ref, Model: "fake-model"})
+}
+
+// EndpointWrapper builds ModelEndpoints for tests.
+type EndpointWrapper struct{ ep v1alpha1.ModelEndpoint }
+
+// MakeEndpoint starts an openai ModelEndpoint calling baseURL.
+func MakeEndpoint(name, ns, baseURL string) *EndpointWrapper {
+	w := &EndpointWrapper{}
+	w.ep.Name, w.ep.Namespace = name, ns
+	w.ep.Spec = v1alpha1.ModelEndpointSpec{Provider: v1alpha1.EndpointProvider(v1alpha1.ProviderOpenAI), BaseURL: baseURL}
+	return w
+}
+
+// Obj returns the ModelEndpoint.
+func (w *EndpointWrapper) Obj() *v1alpha1.ModelEndpoint { return w.ep.DeepCopy() }
+
+// RequestsPerMinute sets the endpoint's request limit.
+func (w *EndpointWrapper) RequestsPerMinute(n int64) *EndpointWrapper {
+	if w.ep.Spec.Limits == nil {
+		w.ep.Spec.Limits = &v1alpha1.EndpointLimits{}
+	}
+	w.ep.Spec.Limits.RequestsPerMinute = n
+	return w
+}
+
+// APIKeySecret takes the endpoint's key from a Secret.
+func (w *EndpointWrapper) APIKeySecret(secret, key string) *EndpointWrapper {
+	w.ep.Spec.APIKey = &v1alpha1.APIKey{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}
+	return w
+}

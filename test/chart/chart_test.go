@@ -303,9 +303,12 @@ func defaults() summary {
 			"ClusterRole proctor-manager-role",
 			"ClusterRole proctor-metrics-auth-role",
 			"ClusterRole proctor-metrics-reader",
+			"ClusterRole proctor-modelendpoint-admin-role",
+			"ClusterRole proctor-modelendpoint-viewer-role",
 			"ClusterRoleBinding proctor-manager-rolebinding",
 			"ClusterRoleBinding proctor-metrics-auth-rolebinding",
 			"CustomResourceDefinition evaluations.proctor.dev",
+			"CustomResourceDefinition modelendpoints.proctor.dev",
 			"Deployment proctor-system/proctor-controller-manager",
 			"Role proctor-system/proctor-leader-election-role",
 			"RoleBinding proctor-system/proctor-leader-election-rolebinding",
@@ -419,7 +422,7 @@ func TestRender(t *testing.T) {
 			name:   "no CRD",
 			values: "crds: {install: false}",
 			want: func(s *summary) {
-				s.Objects = without(s.Objects, "CustomResourceDefinition evaluations.proctor.dev")
+				s.Objects = without(s.Objects, "CustomResourceDefinition evaluations.proctor.dev", "CustomResourceDefinition modelendpoints.proctor.dev")
 				s.CRDAnnotations = nil
 			},
 		},
@@ -594,9 +597,9 @@ func TestTwoReleases(t *testing.T) {
 		if diff := cmp.Diff([]string(nil), clashes); diff != "" {
 			t.Errorf("values %q: objects both releases render (-want +got):\n%s", values, diff)
 		}
-		// Without crds.install=false, the CRD is the one clash.
+		// Without crds.install=false, the CRDs are the one clash.
 		for k := range render(t, "two", namespace, values) {
-			if _, ok := one[k]; ok && k != "CustomResourceDefinition evaluations.proctor.dev" {
+			if _, ok := one[k]; ok && !strings.HasPrefix(k, "CustomResourceDefinition ") {
 				t.Errorf("values %q: both releases render %s", values, k)
 			}
 		}
@@ -653,6 +656,8 @@ func TestRulesMatchConfig(t *testing.T) {
 		{config: "metrics_reader_role.yaml", chart: all.get(t, "ClusterRole proctor-metrics-reader")},
 		{config: "evaluation_editor_role.yaml", chart: all.get(t, "ClusterRole proctor-evaluation-editor-role")},
 		{config: "evaluation_viewer_role.yaml", chart: all.get(t, "ClusterRole proctor-evaluation-viewer-role")},
+		{config: "modelendpoint_admin_role.yaml", chart: all.get(t, "ClusterRole proctor-modelendpoint-admin-role")},
+		{config: "modelendpoint_viewer_role.yaml", chart: all.get(t, "ClusterRole proctor-modelendpoint-viewer-role")},
 	} {
 		objs := readObjects(t, filepath.Join("config", "rbac", tc.config))
 		if len(objs) != 1 {

@@ -106,6 +106,10 @@ func startManagerWith(t testing.TB, ns string, edit func(*controllers.Options)) 
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
+	er := &controllers.ModelEndpointReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Options: r.Options}
+	if err := er.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &manager{t: t, cancel: cancel, done: make(chan error, 1)}
 	go func() { m.done <- mgr.Start(ctx) }()

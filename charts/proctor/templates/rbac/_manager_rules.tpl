@@ -70,10 +70,19 @@
   - proctor.dev
   resources:
   - evaluations/status
+  - modelendpoints/status
   verbs:
   - get
   - patch
   - update
+- apiGroups:
+  - proctor.dev
+  resources:
+  - modelendpoints
+  verbs:
+  - get
+  - list
+  - watch
 - apiGroups:
   - rbac.authorization.k8s.io
   resources:
@@ -159,10 +168,19 @@
   - proctor.dev
   resources:
   - evaluations/status
+  - modelendpoints/status
   verbs:
   - get
   - patch
   - update
+- apiGroups:
+  - proctor.dev
+  resources:
+  - modelendpoints
+  verbs:
+  - get
+  - list
+  - watch
 - apiGroups:
   - rbac.authorization.k8s.io
   resources:

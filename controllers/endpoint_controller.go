@@ -1,0 +1,425 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+)
+
+// Conditions and reasons of a ModelEndpoint.
+const (
+	// EndpointReady is True while Evaluations can call through the endpoint:
+	// its budget ConfigMap is its own.
+	EndpointReady          = "Ready"
+	reasonBudgetReady      = "BudgetReady"
+	reasonBudgetNameIsUsed = "BudgetNameConflict"
+)
+
+// ModelEndpointReconciler divides each ModelEndpoint's limits among the runner
+// pods, of every Evaluation of its namespace, that call through it (see
+// cluster.DivideEndpoint for the protocol), and reports its use in status.
+type ModelEndpointReconciler struct {
+	client.Client
+	Scheme *runtime.Scheme
+	Clock  clock.PassiveClock
+	// Options: StaleAfter (when a shard is taken for dead), ProgressInterval
+	// (how often usage alone is written to status), RecheckAfter.
+	Options Options
+
+	heads *headTracker
+	wrote *throttle
+}
+
+// +kubebuilder:rbac:groups=proctor.dev,resources=modelendpoints,verbs=get;list;watch
+// +kubebuilder:rbac:groups=proctor.dev,resources=modelendpoints/status,verbs=get;update;patch
+
+// SetupWithManager registers the controller: it reconciles an endpoint when it
+// changes, when an Evaluation calling through it changes, and when a shard of
+// such an Evaluation reports (its head ConfigMap, watched as metadata).
+func (r *ModelEndpointReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Options.defaults()
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.heads, r.wrote = newHeadTracker(), newThrottle()
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.ModelEndpoint{}).
+		Owns(&corev1.ConfigMap{}, builder.OnlyMetadata).
+		Watches(&v1alpha1.Evaluation{}, handler.EnqueueRequestsFromMapFunc(endpointsOf)).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.endpointsOfHead), builder.OnlyMetadata).
+		Named("modelendpoint").
+		Complete(r)
+}
+
+// endpointsOf maps an Evaluation to the endpoints its models call through.
+func endpointsOf(_ context.Context, o client.Object) []reconcile.Request {
+	ev := o.(*v1alpha1.Evaluation)
+	var out []reconcile.Request
+	for _, name := range ev.Spec.EndpointNames() {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ev.Namespace, Name: name}})
+	}
+	return out
+}
+
+// endpointsOfHead maps a shard's head to the endpoints its Evaluation's models
+// call through.
+func (r *ModelEndpointReconciler) endpointsOfHead(ctx context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	if l[cluster.LabelComponent] != cluster.ComponentShard || l[cluster.LabelEvaluation] == "" {
+		return nil
+	}
+	var evs v1alpha1.EvaluationList
+	if err := r.List(ctx, &evs, client.InNamespace(o.GetNamespace())); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range evs.Items {
+		if cluster.LabelValue(evs.Items[i].Name) == l[cluster.LabelEvaluation] {
+			out = append(out, endpointsOf(ctx, &evs.Items[i])...)
+		}
+	}
+	return out
+}
+
+// endpointPass is what one reconcile of an endpoint found.
+type endpointPass struct {
+	ep     *v1alpha1.ModelEndpoint
+	now    time.Time
+	groups []cluster.Group
+	acks   map[string]cluster.EndpointAck
+	usage  cluster.Usage
+	// evaluations and shards count those calling through the endpoint now.
+	evaluations, shards int32
+	anyActive           bool
+	// seen are the heads looked at (the tracker forgets the others).
+	seen map[string]bool
+}
+
+// Reconcile divides the endpoint's limits among the shards calling through
+// it, then writes its status if it changed.
+func (r *ModelEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ep := &v1alpha1.ModelEndpoint{}
+	if err := r.Get(ctx, req.NamespacedName, ep); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Runner pods calling through it hold their calls as soon as they
+			// find its budget gone, until it is back.
+			r.heads.forget(req.NamespacedName)
+			r.wrote.forget(req.NamespacedName)
+			return ctrl.Result{}, r.deleteBudget(ctx, req.NamespacedName)
+		}
+		return ctrl.Result{}, err
+	}
+	if !ep.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	p := &endpointPass{ep: ep, now: r.Clock.Now(), acks: map[string]cluster.EndpointAck{}, seen: map[string]bool{}}
+	status := ep.Status.DeepCopy()
+	status.ObservedGeneration = ep.Generation
+	status.Limits = ep.Spec.Limits.DeepCopy()
+	setCond := func(s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+			Type: EndpointReady, Status: s, Reason: reason, Message: msg, ObservedGeneration: ep.Generation, LastTransitionTime: metav1.NewTime(p.now),
+		})
+	}
+
+	budget, conflict, err := r.ensureBudget(ctx, ep)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var result ctrl.Result
+	switch {
+	case conflict:
+		setCond(metav1.ConditionFalse, reasonBudgetNameIsUsed, fmt.Sprintf("ConfigMap %s, which the endpoint's budget needs, is not the endpoint's; "+
+			"Evaluations calling through it wait. Rename or delete that ConfigMap", cluster.EndpointBudgetName(ep.Name)))
+		result.RequeueAfter = r.Options.RecheckAfter
+	case budget == nil:
+		result.RequeueAfter = r.Options.RecheckAfter // being made
+	default:
+		if err := r.observeShards(ctx, p); err != nil {
+			return ctrl.Result{}, err
+		}
+		if err := r.divide(ctx, p, budget); err != nil {
+			return ctrl.Result{}, err
+		}
+		setCond(metav1.ConditionTrue, reasonBudgetReady, "Evaluations of the namespace may call through the endpoint")
+	}
+	status.Evaluations, status.Shards = p.evaluations, p.shards
+	status.Usage = nil
+	if p.usage != (cluster.Usage{}) {
+		status.Usage = &v1alpha1.EndpointUsage{RequestsPerMinute: p.usage.Requests, InputTokensPerMinute: p.usage.InputTokens,
+			OutputTokensPerMinute: p.usage.OutputTokens, ThrottledPerMinute: p.usage.Throttled}
+	}
+	if p.anyActive {
+		// Staleness is noticed, and usage decays, even if no runner writes.
+		result.RequeueAfter = min(nonZero(result.RequeueAfter, r.Options.StaleAfter), r.Options.StaleAfter)
+	}
+	wait, err := r.writeStatus(ctx, ep, status, p.now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if wait > 0 {
+		result.RequeueAfter = min(nonZero(result.RequeueAfter, wait), wait)
+	}
+	return result, nil
+}
+
+func nonZero(d, fallback time.Duration) time.Duration {
+	if d == 0 {
+		return fallback
+	}
+	return d
+}
+
+// deleteBudget deletes the budget of a ModelEndpoint that is gone, at once:
+// the garbage collector would too (it is the endpoint's), but in its own time.
+func (r *ModelEndpointReconciler) deleteBudget(ctx context.Context, ep types.NamespacedName) error {
+	cm := &metav1.PartialObjectMetadata{}
+	cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ep.Namespace, Name: cluster.EndpointBudgetName(ep.Name)}, cm); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	ref := metav1.GetControllerOf(cm)
+	if ref == nil || ref.Kind != "ModelEndpoint" || ref.Name != ep.Name || ref.APIVersion != v1alpha1.GroupVersion.String() {
+		return nil // not a ModelEndpoint's budget: never touched
+	}
+	// Only the budget of the endpoint that was deleted: one made again since
+	// has a new budget, with its own UID.
+	if err := r.Delete(ctx, cm, client.Preconditions{UID: &cm.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting the budget of ModelEndpoint %s: %w", ep.Name, err)
+	}
+	return nil
+}
+
+// ensureBudget returns the endpoint's budget ConfigMap (metadata), creating it
+// if absent. It returns nil while the budget is being made, with conflict set
+// if its name is taken by a ConfigMap that is not a ModelEndpoint's.
+func (r *ModelEndpointReconciler) ensureBudget(ctx context.Context, ep *v1alpha1.ModelEndpoint) (*metav1.PartialObjectMetadata, bool, error) {
+	cm := &metav1.PartialObjectMetadata{}
+	cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	key := client.ObjectKey{Namespace: ep.Namespace, Name: cluster.EndpointBudgetName(ep.Name)}
+	err := r.Get(ctx, key, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.Create(ctx, cluster.NewEndpointBudgetConfigMap(ep)); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, false, fmt.Errorf("creating the budget ConfigMap %s: %w", key.Name, err)
+		}
+		// Divided from the next pass, when the cache holds it (and its UID).
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	case metav1.IsControlledBy(cm, ep):
+		return cm, false, nil
+	}
+	ref := metav1.GetControllerOf(cm)
+	if ref == nil || ref.Kind != "ModelEndpoint" || ref.Name != ep.Name || ref.APIVersion != v1alpha1.GroupVersion.String() {
+		return nil, true, nil
+	}
+	// The budget of an endpoint of this name deleted before: its runners
+	// stopped when it went, and the new one starts from a budget of its own.
+	if err := r.Delete(ctx, cm, client.Preconditions{UID: &cm.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return nil, false, fmt.Errorf("deleting the budget of the deleted ModelEndpoint %s: %w", ep.Name, err)
+	}
+	return nil, false, nil
+}
+
+// observeShards finds the running shards of every Evaluation calling through
+// the endpoint: the groups that share its limits (an Evaluation's model each),
+// what each shard acknowledged, and what they sent in the last minute.
+func (r *ModelEndpointReconciler) observeShards(ctx context.Context, p *endpointPass) error {
+	evs, err := evaluationsCalling(ctx, r.Client, p.ep.Namespace, p.ep.Name)
+	if err != nil {
+		return err
+	}
+	for i := range evs {
+		if err := r.observeEvaluation(ctx, p, &evs[i]); err != nil {
+			return err
+		}
+	}
+	r.heads.retain(types.NamespacedName{Namespace: p.ep.Namespace, Name: p.ep.Name}, p.seen)
+	return nil
+}
+
+// evaluationsCalling lists the Evaluations of namespace whose models call
+// through the endpoint, by name.
+func evaluationsCalling(ctx context.Context, c client.Reader, namespace, endpoint string) ([]v1alpha1.Evaluation, error) {
+	var evs v1alpha1.EvaluationList
+	if err := c.List(ctx, &evs, client.InNamespace(namespace)); err != nil {
+		return nil, err
+	}
+	out := slices.DeleteFunc(evs.Items, func(ev v1alpha1.Evaluation) bool { return !slices.Contains(ev.Spec.EndpointNames(), endpoint) })
+	slices.SortFunc(out, func(a, b v1alpha1.Evaluation) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func (r *ModelEndpointReconciler) observeEvaluation(ctx context.Context, p *endpointPass, ev *v1alpha1.Evaluation) error {
+	st := &ev.Status
+	if st.Run == "" || st.Phase == v1alpha1.PhaseSucceeded || st.Phase == v1alpha1.PhaseFailed {
+		return nil
+	}
+	v1alpha1.SetDefaults(&ev.Spec)
+	// The models calling through this endpoint, and who calls them: a model
+	// its own shards, a judge every shard.
+	judges := ev.Spec.JudgeModels()
+	var models []*v1alpha1.Model
+	for i := range ev.Spec.Models {
+		if ref := ev.Spec.Models[i].EndpointRef; ref != nil && ref.Name == p.ep.Name && (ref.Namespace == "" || ref.Namespace == ev.Namespace) {
+			models = append(models, &ev.Spec.Models[i])
+		}
+	}
+	if len(models) == 0 {
+		return nil
+	}
+	planCM := &metav1.PartialObjectMetadata{}
+	planCM.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: cluster.PlanName(ev.Name, st.Run)}, planCM); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	plan := planOf(planCM, ev)
+	if plan == nil {
+		return nil
+	}
+	heads, err := listConfigMaps(ctx, r.Client, client.InNamespace(ev.Namespace), client.MatchingLabels{
+		cluster.LabelEvaluation: cluster.LabelValue(ev.Name), cluster.LabelRun: st.Run, cluster.LabelComponent: cluster.ComponentShard,
+	})
+	if err != nil {
+		return err
+	}
+	byName := map[string]*metav1.PartialObjectMetadata{}
+	for i := range heads {
+		if cluster.Owned("ConfigMap", &heads[i], ev) == nil {
+			byName[heads[i].Name] = &heads[i]
+		}
+	}
+	groups := make([]cluster.Group, len(models))
+	for i, m := range models {
+		groups[i] = cluster.Group{Name: ev.Name + "/" + m.Name, Weight: m.EndpointRef.EndpointWeight(), Cap: cluster.LimitsOf(m.RateLimit)}
+	}
+	key := types.NamespacedName{Namespace: p.ep.Namespace, Name: p.ep.Name}
+	active := false
+	for _, subject := range cluster.Subjects(&ev.Spec) {
+		for _, s := range plan.Shards(&ev.Spec, subject) {
+			name := cluster.HeadName(ev.Name, st.Run, subject, s.Index)
+			h := byName[name]
+			if h == nil {
+				continue
+			}
+			p.seen[name] = true
+			prog, _ := cluster.ParseProgress(h.Annotations)
+			fresh := p.now.Sub(r.heads.changedAt(key, name, h.ResourceVersion, p.now)) < r.Options.StaleAfter
+			if prog.State != cluster.StateRunning || !fresh {
+				continue
+			}
+			calls := false
+			for i, m := range models {
+				if m.Name != subject && !judges[m.Name] {
+					continue
+				}
+				k := cluster.EndpointUserKey(ev.Name, st.Run, s, m.Name)
+				groups[i].Keys = append(groups[i].Keys, k)
+				if a, ok := prog.Endpoints[p.ep.Name]; ok {
+					p.acks[k] = a
+				}
+				p.usage.Add(prog.Usage[m.Name])
+				calls = true
+			}
+			if calls {
+				p.shards++
+				active = true
+			}
+		}
+	}
+	if active {
+		p.evaluations++
+		p.anyActive = true
+	}
+	p.groups = append(p.groups, groups...)
+	return nil
+}
+
+// planOf is the plan ev's plan ConfigMap holds; nil if it is not ev's, not
+// made yet, or failed (which the Evaluation's controller reports): then no
+// shard runs.
+func planOf(cm *metav1.PartialObjectMetadata, ev *v1alpha1.Evaluation) *cluster.Plan {
+	if cluster.Owned("ConfigMap", cm, ev) != nil {
+		return nil
+	}
+	plan, _, err := cluster.ParsePlan(cm.Annotations)
+	if err != nil {
+		return nil
+	}
+	return plan
+}
+
+// divide writes the next division of the endpoint's limits into its budget.
+func (r *ModelEndpointReconciler) divide(ctx context.Context, p *endpointPass, cm *metav1.PartialObjectMetadata) error {
+	prev, err := cluster.ParseBudget(cm.Annotations)
+	if err != nil {
+		return err
+	}
+	var lim v1alpha1.EndpointLimits
+	if p.ep.Spec.Limits != nil {
+		lim = *p.ep.Spec.Limits
+	}
+	next, changed := cluster.DivideEndpoint(prev, string(cm.UID), p.ep.Name, cluster.EndpointLimitsOf(lim), p.groups, p.acks)
+	if !changed {
+		return nil
+	}
+	patch := client.MergeFrom(cm.DeepCopy())
+	if cm.Annotations == nil {
+		cm.Annotations = map[string]string{}
+	}
+	if err := cluster.SetBudget(cm.Annotations, next); err != nil {
+		return err
+	}
+	if err := r.Patch(ctx, cm, patch); err != nil {
+		return fmt.Errorf("writing the budget of ModelEndpoint %s: %w", p.ep.Name, err)
+	}
+	log.FromContext(ctx).V(1).Info("Divided the endpoint's limits", "version", next.Version, "shards", p.shards)
+	return nil
+}
+
+// writeStatus writes status if it changed; a change of usage alone at most
+// every ProgressInterval (it returns how long to wait then).
+func (r *ModelEndpointReconciler) writeStatus(ctx context.Context, ep *v1alpha1.ModelEndpoint, st *v1alpha1.ModelEndpointStatus, now time.Time) (time.Duration, error) {
+	if apiequality.Semantic.DeepEqual(&ep.Status, st) {
+		return 0, nil
+	}
+	key := client.ObjectKeyFromObject(ep)
+	old := ep.Status.DeepCopy()
+	old.Usage = st.Usage
+	if apiequality.Semantic.DeepEqual(old, st) {
+		if wait := r.wrote.wait(key, now, r.Options.ProgressInterval); wait > 0 {
+			return wait, nil
+		}
+	}
+	updated := ep.DeepCopy()
+	updated.Status = *st
+	if err := r.Status().Update(ctx, updated); err != nil {
+		if apierrors.IsConflict(err) {
+			return time.Second, nil
+		}
+		return 0, fmt.Errorf("writing the status of ModelEndpoint %s: %w", ep.Name, err)
+	}
+	r.wrote.wrote(key, now)
+	return 0, nil
+}

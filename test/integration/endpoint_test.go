@@ -1,0 +1,220 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/testutil"
+	"github.com/proctor-dev/proctor/test/fakellm"
+)
+
+// endpointWatch samples a ModelEndpoint's budget and status while a test runs.
+type endpointWatch struct {
+	mu sync.Mutex
+	// maxUse is the most the grants ever allowed in sum (Grant.Use).
+	maxUse int64
+	// shares are the largest summed shares seen per Evaluation while every
+	// Evaluation held grants and every grant was acknowledged.
+	settled map[string]int64
+	// maxEvaluations is the most Evaluations the status ever counted.
+	maxEvaluations int32
+	maxAchieved    int64
+	stop, done     chan struct{}
+}
+
+func watchEndpoint(t *testing.T, ns, name string, evaluations int) *endpointWatch {
+	w := &endpointWatch{settled: map[string]int64{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			var ep v1alpha1.ModelEndpoint
+			if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &ep); err == nil {
+				w.mu.Lock()
+				w.maxEvaluations = max(w.maxEvaluations, ep.Status.Evaluations)
+				if u := ep.Status.Usage; u != nil {
+					w.maxAchieved = max(w.maxAchieved, u.RequestsPerMinute)
+				}
+				w.mu.Unlock()
+			}
+			var cm corev1.ConfigMap
+			if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: cluster.EndpointBudgetName(name)}, &cm); err != nil {
+				continue
+			}
+			b, err := cluster.ParseBudget(cm.Annotations)
+			if err != nil || b.Models[name] == nil {
+				continue
+			}
+			var use int64
+			byEval := map[string]int64{}
+			settled := true
+			for k, g := range b.Models[name].Grants {
+				use += g.Use().RequestsPerMinute
+				byEval[strings.SplitN(k, "/", 2)[0]] += g.Share.RequestsPerMinute
+				settled = settled && g.Acked >= g.Since
+			}
+			w.mu.Lock()
+			w.maxUse = max(w.maxUse, use)
+			if settled && len(byEval) == evaluations {
+				for ev, s := range byEval {
+					w.settled[ev] = max(w.settled[ev], s)
+				}
+			}
+			w.mu.Unlock()
+		}
+	}()
+	t.Cleanup(w.end)
+	return w
+}
+
+func (w *endpointWatch) end() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+// TestEndpointSharedByTwoEvaluations: two Evaluations of weights 2 and 1 call
+// through one ModelEndpoint. The grants never sum above its limit, each gets
+// its weighted share while both run, the server sees the limit's pace (not
+// twice it), the key comes from the endpoint's Secret and appears in no Job,
+// and the endpoint's status counts the Evaluations and what they send.
+func TestEndpointSharedByTwoEvaluations(t *testing.T) {
+	ns := newNamespace(t)
+	const key = "sk-team-abcdef123456"
+	const window = 3 * time.Second
+	srv, url := fakeLLM(t, fakellm.Config{APIKey: key, Latency: 10 * time.Millisecond, Window: window})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	const limit = 1200
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "team"}, StringData: map[string]string{"key": key}})
+	create(t, testutil.MakeEndpoint("team", ns, url).RequestsPerMinute(limit).APIKeySecret("team", "key").Obj())
+	w := watchEndpoint(t, ns, "team", 2)
+	for _, e := range []struct {
+		name   string
+		weight int32
+	}{{"heavy", 2}, {"light", 1}} {
+		create(t, testutil.MakeEvaluation(e.name, ns).InlineDataset("d", 120).EndpointModel("m", "team", e.weight).
+			Scorer(v1alpha1.ScorerExactMatch).ShardSize(40).Parallelism(2).Concurrency(4).Obj())
+	}
+	for _, name := range []string{"heavy", "light"} {
+		waitPhase(t, ns, name, v1alpha1.PhaseSucceeded, 120*time.Second)
+		checkRecords(t, ns, name, []string{"m"}, sampleIDs("d", 120))
+	}
+	w.end()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.maxUse > limit {
+		t.Errorf("the endpoint's grants allowed %d rpm in sum, over its limit %d", w.maxUse, limit)
+	}
+	if w.settled["heavy"] != 800 || w.settled["light"] != 400 {
+		t.Errorf("while both ran, the settled shares were %v, want heavy 800 and light 400 (weights 2:1 of %d)", w.settled, limit)
+	}
+	if w.maxEvaluations != 2 || w.maxAchieved == 0 {
+		t.Errorf("the endpoint's status counted at most %d Evaluations and %d rpm achieved, want 2 and some", w.maxEvaluations, w.maxAchieved)
+	}
+	st := srv.Stats()
+	if bound := int(limit*window/time.Minute) + 4*2; st.MaxRequestsInWindow > bound {
+		t.Errorf("the server saw %d requests within %v, want at most %d: the Evaluations did not share the limit", st.MaxRequestsInWindow, window, bound)
+	}
+	if st.Rejected != 0 || st.Succeeded != 240 {
+		t.Errorf("server stats %+v: want 240 answered calls and none refused for a bad key", st)
+	}
+	var jobs batchv1.JobList
+	if err := k8sClient.List(context.Background(), &jobs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(jobs.Items); strings.Contains(string(b), key) {
+		t.Error("the API key appears in a Job")
+	}
+}
+
+// TestEndpointMissingThenDeletedMidRun: an Evaluation whose endpoint does not
+// exist waits in Pending with the reason, starts when it is made, holds its
+// calls (Running, EndpointUnavailable, nothing failed) when it is deleted, and
+// finishes with every sample once when it is back.
+func TestEndpointMissingThenDeletedMidRun(t *testing.T) {
+	ns := newNamespace(t)
+	srv, url := fakeLLM(t, fakellm.Config{Latency: 10 * time.Millisecond})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	create(t, testutil.MakeEvaluation("waits", ns).InlineDataset("d", 60).EndpointModel("m", "later", 0).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(30).Parallelism(2).Concurrency(2).Obj())
+	eventually(t, 20*time.Second, "Pending because of the ModelEndpoint", func() (bool, string) {
+		ev := getEvaluation(t, ns, "waits")
+		c := findCondition(ev, v1alpha1.ConditionProgressing)
+		ok := ev.Status.Phase == v1alpha1.PhasePending && c != nil && c.Reason == v1alpha1.ReasonEndpointNotFound &&
+			strings.Contains(c.Message, "ModelEndpoint later (spec.models[0].endpointRef, model m) not found")
+		return ok, fmt.Sprintf("phase %s condition %+v", ev.Status.Phase, c)
+	})
+	var jobs batchv1.JobList
+	if err := k8sClient.List(context.Background(), &jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 0 {
+		t.Fatalf("%d Jobs created before the ModelEndpoint existed", len(jobs.Items))
+	}
+
+	create(t, testutil.MakeEndpoint("later", ns, url).RequestsPerMinute(300).Obj())
+	eventually(t, 30*time.Second, "some samples done", func() (bool, string) {
+		ev := getEvaluation(t, ns, "waits")
+		return ev.Status.Progress != nil && ev.Status.Progress.Completed >= 10, fmt.Sprintf("progress %+v", ev.Status.Progress)
+	})
+	if err := k8sClient.Delete(context.Background(), testutil.MakeEndpoint("later", ns, url).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "EndpointUnavailable while Running", func() (bool, string) {
+		ev := getEvaluation(t, ns, "waits")
+		c := findCondition(ev, v1alpha1.ConditionEndpointUnavailable)
+		ok := ev.Status.Phase == v1alpha1.PhaseRunning && c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonEndpointNotFound
+		return ok, fmt.Sprintf("phase %s condition %+v", ev.Status.Phase, c)
+	})
+	// The runner pods hold the calls: the server hears nothing more.
+	time.Sleep(3 * time.Second) // the calls under way when the pods noticed finish
+	before := srv.Stats().Requests
+	time.Sleep(3 * time.Second)
+	if after := srv.Stats().Requests; after != before {
+		t.Errorf("the server got %d calls while the ModelEndpoint was gone", after-before)
+	}
+	if ev := getEvaluation(t, ns, "waits"); ev.Status.Phase != v1alpha1.PhaseRunning || ev.Status.Progress.Errored != 0 {
+		t.Fatalf("while the endpoint was gone: phase %s progress %+v, want Running with nothing errored", ev.Status.Phase, ev.Status.Progress)
+	}
+
+	create(t, testutil.MakeEndpoint("later", ns, url).RequestsPerMinute(300).Obj())
+	ev := waitPhase(t, ns, "waits", v1alpha1.PhaseSucceeded, 60*time.Second)
+	checkRecords(t, ns, "waits", []string{"m"}, sampleIDs("d", 60))
+	if c := findCondition(ev, v1alpha1.ConditionEndpointUnavailable); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonEndpointFound {
+		t.Errorf("EndpointUnavailable at the end: %+v, want False (%s)", c, v1alpha1.ReasonEndpointFound)
+	}
+}
+
+// TestEndpointOfAnotherNamespaceFails: a model may not call through another
+// namespace's ModelEndpoint (it holds that namespace's key): the run fails at
+// once, naming the field, without starting anything.
+func TestEndpointOfAnotherNamespaceFails(t *testing.T) {
+	ns := newNamespace(t)
+	startManager(t, ns)
+	ev := testutil.MakeEvaluation("borrows", ns).InlineDataset("d", 3).EndpointModel("m", "theirs", 0).Scorer(v1alpha1.ScorerExactMatch).Obj()
+	ev.Spec.Models[0].EndpointRef.Namespace = "other-team"
+	create(t, ev)
+	got := waitPhase(t, ns, "borrows", v1alpha1.PhaseFailed, 20*time.Second)
+	c := findCondition(got, v1alpha1.ConditionFailed)
+	if c == nil || c.Reason != v1alpha1.ReasonInvalidSpec || !strings.Contains(c.Message, "spec.models[0].endpointRef.namespace: ModelEndpoint other-team/theirs is in another namespace") {
+		t.Errorf("Failed condition %+v", c)
+	}
+}
