@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -48,6 +49,11 @@ type budgetFollower struct {
 	// it was applied.
 	endpointRead map[string]time.Time
 	acks         map[string]cluster.EndpointAck
+	// granted are the models that have had a share: until each has, the
+	// budgets are read every FirstGrantEvery instead of every BudgetEvery.
+	granted map[string]bool
+	// versions is what the last poll applied, to acknowledge a change at once.
+	versions string
 }
 
 // share is a model's part of one budget.
@@ -56,21 +62,42 @@ type share struct {
 	paused bool
 }
 
-// loop flushes every FlushEvery (or when the store asks), and reads the budget
-// every BudgetEvery, until ctx ends. A failed flush is logged and retried on the
-// next tick; the final flush after the run reports any error that remains.
+// loop flushes every FlushEvery (or when the store asks), and reads the
+// budgets every BudgetEvery (every FirstGrantEvery while a model waits for its
+// first share), until ctx ends. A poll that applied a new budget version is
+// acknowledged at once (a flush): the controllers count a lowered share at its
+// old value until then, so a shard that joins gets its share as soon as the
+// others have acknowledged making room. A failed flush is logged and retried
+// on the next tick; the final flush after the run reports any error that
+// remains.
 func (b *budgetFollower) loop(ctx context.Context) {
 	flush := b.o.Clock.NewTicker(b.o.FlushEvery)
 	defer flush.Stop()
 	poll := b.o.Clock.NewTicker(b.o.BudgetEvery)
 	defer poll.Stop()
+	first := b.o.Clock.NewTicker(b.o.FirstGrantEvery)
+	defer first.Stop()
+	firstC := first.C()
+	polling := len(b.limited)+len(b.viaEndpoint) > 0
+	if !polling || !b.waitingForFirstShare() {
+		first.Stop()
+		firstC = nil
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-firstC:
+			if b.poll(ctx) {
+				b.flush(ctx)
+			}
+			if !b.waitingForFirstShare() {
+				first.Stop()
+				firstC = nil
+			}
 		case <-poll.C():
-			if len(b.limited)+len(b.viaEndpoint) > 0 {
-				b.poll(ctx)
+			if polling && b.poll(ctx) {
+				b.flush(ctx)
 			}
 		case <-flush.C():
 			b.flush(ctx)
@@ -78,6 +105,21 @@ func (b *budgetFollower) loop(ctx context.Context) {
 			b.flush(ctx)
 		}
 	}
+}
+
+// waitingForFirstShare reports whether a limited model has not had a share yet.
+func (b *budgetFollower) waitingForFirstShare() bool {
+	for m := range b.limited {
+		if !b.granted[m] {
+			return true
+		}
+	}
+	for m := range b.viaEndpoint {
+		if !b.granted[m] {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *budgetFollower) flush(ctx context.Context) {
@@ -108,11 +150,13 @@ func throttled(eng *runner.Engine, models []string) map[string]cluster.Throttle 
 	return out
 }
 
-// poll reads the budgets and applies this shard's shares.
-func (b *budgetFollower) poll(ctx context.Context) {
+// poll reads the budgets and applies this shard's shares. It reports whether
+// a budget version changed since the last poll (to acknowledge at once).
+func (b *budgetFollower) poll(ctx context.Context) bool {
 	if b.own == nil {
 		b.own, b.endpoint = map[string]share{}, map[string]share{}
 		b.endpointRead, b.acks = map[string]time.Time{}, map[string]cluster.EndpointAck{}
+		b.granted = map[string]bool{}
 		// Nothing is sent before a budget says how much.
 		for m := range b.limited {
 			b.own[m] = share{paused: true}
@@ -134,9 +178,14 @@ func (b *budgetFollower) poll(ctx context.Context) {
 		sh := combine(b.own[m], b.endpoint[m])
 		if !sh.paused {
 			_ = b.eng.SetLimits(m, sh.limits)
+			b.granted[m] = true
 		}
 		_ = b.eng.Pause(m, sh.paused)
 	}
+	versions := fmt.Sprint(b.store.Progress().Budget, b.acks)
+	changed := versions != b.versions
+	b.versions = versions
+	return changed
 }
 
 // pollOwn reads the Evaluation's budget; if it has been unreadable for

@@ -44,8 +44,12 @@ type Options struct {
 	AgentSocket string
 	// FlushEvery is how often progress and records are written (default 3s).
 	FlushEvery time.Duration
-	// BudgetEvery is how often the budget is read (default 2s).
+	// BudgetEvery is how often the budgets are read (default 2s).
 	BudgetEvery time.Duration
+	// FirstGrantEvery is how often they are read while a model waits for its
+	// first share (default 200ms): the shard starts calling soon after the
+	// controllers grant it.
+	FirstGrantEvery time.Duration
 	// FenceAfter stops calls to limited models when the budget could not be read
 	// for that long (default 20s): the controller reclaims the shares of shards
 	// it stops hearing from, and such a shard must not keep spending.
@@ -158,6 +162,10 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 			_ = eng.Pause(m, true)
 		}
 		b.poll(ctx)
+		// Say at once that the shard runs, with what it read: the controllers
+		// grant shares only to running shards, and would otherwise hear of it
+		// at the first flush.
+		b.flush(ctx)
 	}
 
 	// ctx ending (SIGTERM) drains: no new samples; those in flight get the grace
@@ -250,6 +258,9 @@ func (o *Options) defaults() {
 	}
 	if o.BudgetEvery == 0 {
 		o.BudgetEvery = 2 * time.Second
+	}
+	if o.FirstGrantEvery == 0 {
+		o.FirstGrantEvery = 200 * time.Millisecond
 	}
 	if o.FenceAfter == 0 {
 		o.FenceAfter = 20 * time.Second
