@@ -141,6 +141,8 @@ type kubelet struct {
 	starts  map[string]int                // "model/index" → attempts started
 	// onStart, if set, is called as each attempt starts.
 	onStart func(model string, index, attempt int)
+	// edit, if set, changes the runner's options (benchmarks: production timings).
+	edit func(*shard.Options)
 	// crash lists shards ("model/index") whose pods crash at once, every time.
 	crash map[string]bool
 	// finishedAt records when each Job was marked Complete or Failed.
@@ -149,7 +151,13 @@ type kubelet struct {
 }
 
 func startKubelet(t testing.TB, ns string) *kubelet {
-	k := &kubelet{t: t, ns: ns, log: logFor(t), jobs: map[types.UID]*jobRun{}, running: map[string]context.CancelFunc{}, starts: map[string]int{}, finishedAt: map[string]time.Time{}}
+	return startKubeletWith(t, ns, nil)
+}
+
+// startKubeletWith starts the kubelet with the runner's options edited by edit.
+func startKubeletWith(t testing.TB, ns string, edit func(*shard.Options)) *kubelet {
+	k := &kubelet{t: t, ns: ns, log: logFor(t), jobs: map[types.UID]*jobRun{}, running: map[string]context.CancelFunc{}, starts: map[string]int{},
+		finishedAt: map[string]time.Time{}, edit: edit}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -277,6 +285,9 @@ func (k *kubelet) runJob(ctx context.Context, j *batchv1.Job, r *jobRun) {
 		FenceAfter:  testStaleAfter * 2 / 3,
 		GracePeriod: time.Second,
 		Log:         k.log.WithValues("job", j.Name),
+	}
+	if k.edit != nil {
+		k.edit(&opts)
 	}
 	k.setStatus(ctx, j.Name, r, false)
 	// The runner acts as its pod would: as the pod's ServiceAccount, under the

@@ -78,3 +78,83 @@ spec:
 		}
 	}
 }
+
+// TestTwoEvaluationsShareOneEndpoint is TestTwoTeamsShareOneKey with the key
+// declared once: two Evaluations (weights 2 and 1) call through one
+// ModelEndpoint that declares the server's limit. Together they stay within
+// it: the server, which enforces it over a strict sliding minute, refuses no
+// call, and `kubectl get modelendpoints` shows both Evaluations using it.
+func TestTwoEvaluationsShareOneEndpoint(t *testing.T) {
+	const rpm, n = 120, 60 // 120 requests: a minute of the limit
+	ns := namespace(t, "e2e-endpoint")
+	fakeServers(t, ns, "limited", []string{fmt.Sprintf("-rpm=%d", rpm)})
+	var items strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&items, "      - {id: q%d, input: \"What is %d+%d?\", expected: \"%d\"}\n", i, i, i, 2*i)
+	}
+	manifest := fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: ModelEndpoint
+metadata: {name: team-key}
+spec:
+  provider: openai
+  baseURL: http://limited.%s.svc:8081/v1
+  apiKey: {secretKeyRef: {name: openai, key: api-key}}
+  limits: {requestsPerMinute: %d}
+`, ns, rpm)
+	for _, e := range []struct {
+		name   string
+		weight int
+	}{{"nightly", 2}, {"experiment", 1}} {
+		manifest += fmt.Sprintf(`---
+apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: %s}
+spec:
+  datasets:
+  - name: add
+    source:
+      inline:
+%s  models:
+  - name: gpt
+    endpointRef: {name: team-key, weight: %d}
+    model: fake-model
+  prompt: {system: "Answer with a number only."}
+  scoring: [{type: exact_match, normalize: [trim]}]
+  concurrency: 8
+  shardSize: 30
+  parallelism: 2
+`, e.name, items.String(), e.weight)
+	}
+	applyYAML(t, ns, manifest)
+	start := time.Now()
+	sawBoth := false
+	eventually(t, 5*time.Minute, 2*time.Second, "both Evaluations to finish", func() error {
+		if out, err := kubectl("get", "modelendpoint", "team-key", "-n", ns, "-o", "jsonpath={.status.evaluations}"); err == nil && strings.TrimSpace(out) == "2" {
+			sawBoth = true
+		}
+		for _, name := range []string{"nightly", "experiment"} {
+			if p := getEvaluation(t, ns, name).Status.Phase; p != "Succeeded" && p != "Failed" {
+				return fmt.Errorf("%s is %q", name, p)
+			}
+		}
+		return nil
+	})
+	record("2 Evaluations x 60 samples through one 120 RPM ModelEndpoint", time.Since(start))
+	t.Logf("kubectl get modelendpoints:\n%s", mustKubectl(t, "get", "modelendpoints", "-n", ns))
+	if !sawBoth {
+		t.Error("the ModelEndpoint's status never counted both Evaluations")
+	}
+	s := stats(t, ns, "limited", 8081)
+	t.Logf("server: %v requests, %v answered 429", s["requests"], s["rateLimited"])
+	if s["rateLimited"] != 0 || s["requests"] != 2*n {
+		t.Errorf("server stats %v: want %d requests and no 429 (the Evaluations shared the endpoint's limit)", s, 2*n)
+	}
+	for _, name := range []string{"nightly", "experiment"} {
+		ev := getEvaluation(t, ns, name)
+		if ev.Status.Phase != "Succeeded" || ev.Status.Score != "1.0000" {
+			t.Errorf("%s: phase %s, score %q, message %q; want Succeeded with every sample right", name, ev.Status.Phase, ev.Status.Score, ev.Status.Message)
+		}
+		recs, _ := fetchRecords(t, ns, name)
+		exactlyOnce(t, recs, n)
+	}
+}

@@ -1,0 +1,193 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/controllers"
+	"github.com/proctor-dev/proctor/internal/shard"
+	"github.com/proctor-dev/proctor/internal/testutil"
+	"github.com/proctor-dev/proctor/test/fakellm"
+)
+
+// The shared-endpoint goals (`make bench`), with the runners' and the
+// manager's production timings, against the fake server's own sliding-minute
+// limit.
+
+// modelArrivals records when each model's requests reach the server (by the model
+// identifier in the request), in front of the fake server.
+type modelArrivals struct {
+	next http.Handler
+	mu   sync.Mutex
+	at   map[string][]time.Time
+}
+
+func (a *modelArrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var req struct {
+		Model string `json:"model"`
+	}
+	_ = json.Unmarshal(body, &req)
+	a.mu.Lock()
+	a.at[req.Model] = append(a.at[req.Model], time.Now())
+	a.mu.Unlock()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	a.next.ServeHTTP(w, r)
+}
+
+func (a *modelArrivals) of(model string) []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.at[model])
+}
+
+// countingServer is the fake server behind modelArrivals.
+func countingServer(b *testing.B, cfg fakellm.Config) (*fakellm.Server, *modelArrivals, string) {
+	srv := fakellm.New(cfg)
+	a := &modelArrivals{next: srv, at: map[string][]time.Time{}}
+	hs := httptest.NewServer(a)
+	b.Cleanup(hs.Close)
+	return srv, a, hs.URL + "/v1"
+}
+
+// production runs the manager and the runners with their default timings.
+func production(b *testing.B, ns string) *kubelet {
+	startManagerWith(b, ns, func(o *controllers.Options) {
+		*o = controllers.Options{ShardRetries: 3}
+	})
+	return startKubeletWith(b, ns, func(o *shard.Options) {
+		o.FlushEvery, o.BudgetEvery, o.FenceAfter, o.FirstGrantEvery = 0, 0, 0, 0
+	})
+}
+
+// endpointEvaluation is an Evaluation whose one model calls through endpoint
+// with weight, as model identifier "fake-NAME".
+func endpointEvaluation(name, ns, endpoint string, weight int32, samples, shards int) *v1alpha1.Evaluation {
+	ev := testutil.MakeEvaluation(name, ns).InlineDataset("d", samples).EndpointModel("m", endpoint, weight).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(int32((samples+shards-1)/shards)).Parallelism(int32(shards)).Concurrency(4).
+		Retry(100, "100ms", "2s").Obj()
+	ev.Spec.Models[0].Model = "fake-" + name
+	return ev
+}
+
+// BenchmarkSharedEndpoint: three Evaluations of weights 2:1:1, three shards
+// each, share one ModelEndpoint limited to the server's 600 rpm. Goals: at most
+// 0.1% of requests answered 429; while all three run, the endpoint's achieved
+// rpm >= 0.9 of the limit and each Evaluation's part of it within ±10% of its
+// weight's.
+func BenchmarkSharedEndpoint(b *testing.B) {
+	const rpm = 600
+	ns := newNamespace(b)
+	srv, arr, url := countingServer(b, fakellm.Config{Latency: 200 * time.Millisecond, RequestsPerMinute: rpm})
+	production(b, ns)
+	create(b, testutil.MakeEndpoint("shared", ns, url).RequestsPerMinute(rpm).Obj())
+	evals := []struct {
+		name    string
+		weight  int32
+		samples int
+	}{{"heavy", 2, 840}, {"light-a", 1, 420}, {"light-b", 1, 420}}
+	for _, e := range evals {
+		create(b, endpointEvaluation(e.name, ns, "shared", e.weight, e.samples, 3))
+	}
+	for _, e := range evals {
+		waitPhase(b, ns, e.name, v1alpha1.PhaseSucceeded, 10*time.Minute)
+	}
+	// The interval when all three ran: from the last one's first request to
+	// the first one's last.
+	var from, to time.Time
+	for _, e := range evals {
+		at := arr.of("fake-" + e.name)
+		if at[0].After(from) {
+			from = at[0]
+		}
+		if last := at[len(at)-1]; to.IsZero() || last.Before(to) {
+			to = last
+		}
+	}
+	counts := map[string]int{}
+	total := 0
+	for _, e := range evals {
+		for _, t := range arr.of("fake-" + e.name) {
+			if !t.Before(from) && !t.After(to) {
+				counts[e.name]++
+				total++
+			}
+		}
+	}
+	span := to.Sub(from)
+	achieved := float64(total) / span.Minutes() / rpm
+	st := srv.Stats()
+	refused := float64(st.RateLimited) / float64(st.Requests)
+	b.ReportMetric(achieved, "rpm/limit")
+	b.ReportMetric(refused*100, "%429")
+	b.Logf("%d requests, %d answered 429 (%.3f%%); all three ran for %v: %.0f rpm, %.3f of the limit %d",
+		st.Requests, st.RateLimited, refused*100, span.Round(time.Second), float64(total)/span.Minutes(), achieved, rpm)
+	if refused > 0.001 || achieved < 0.9 {
+		b.Errorf("goal: at most 0.1%% 429s and achieved >= 0.9 of the limit; got %.3f%% and %.3f", refused*100, achieved)
+	}
+	for _, e := range evals {
+		want := float64(e.weight) / 4
+		got := float64(counts[e.name]) / float64(total)
+		b.ReportMetric(got/want, e.name+"-share/weight")
+		b.Logf("%s (weight %d): %.3f of the calls, %.3f of its weight's part", e.name, e.weight, got, got/want)
+		if got/want < 0.9 || got/want > 1.1 {
+			b.Errorf("goal: %s's part within ±10%% of its weight's; got %.3f", e.name, got/want)
+		}
+	}
+}
+
+// BenchmarkFirstPacedCall: while another Evaluation takes the whole of a
+// shared endpoint's limit, new Evaluations start one after another: from a
+// new one's runner pod starting to its first call reaching the server. Goal:
+// median < 2s.
+func BenchmarkFirstPacedCall(b *testing.B) {
+	const rpm = 600
+	ns := newNamespace(b)
+	_, arr, url := countingServer(b, fakellm.Config{Latency: 50 * time.Millisecond, RequestsPerMinute: rpm})
+	k := production(b, ns)
+	var mu sync.Mutex
+	started := map[string]time.Time{}
+	k.mu.Lock()
+	k.onStart = func(model string, index, attempt int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, ok := started[model]; !ok {
+			started[model] = time.Now()
+		}
+	}
+	k.mu.Unlock()
+	create(b, testutil.MakeEndpoint("shared", ns, url).RequestsPerMinute(rpm).Obj())
+	create(b, endpointEvaluation("background", ns, "shared", 1, 5000, 2))
+	eventually(b, time.Minute, "the background Evaluation calling", func() (bool, string) {
+		return len(arr.of("fake-background")) > 20, ""
+	})
+	var lat []time.Duration
+	for i := range max(b.N, 7) {
+		name := fmt.Sprintf("new-%d", i)
+		ev := endpointEvaluation(name, ns, "shared", 1, 10, 1)
+		ev.Spec.Models[0].Name = name // the kubelet reports starts by model name
+		create(b, ev)
+		waitPhase(b, ns, name, v1alpha1.PhaseSucceeded, 2*time.Minute)
+		mu.Lock()
+		start := started[name]
+		mu.Unlock()
+		lat = append(lat, arr.of("fake-" + name)[0].Sub(start))
+	}
+	slices.Sort(lat)
+	p50 := lat[len(lat)/2]
+	b.ReportMetric(float64(p50.Milliseconds()), "first-call-p50-ms")
+	b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), "first-call-max-ms")
+	b.Logf("pod start to first paced call over %d Evaluations: p50 %v, max %v (goal: median < 2s); all %v", len(lat), p50, lat[len(lat)-1], lat)
+	if p50 >= 2*time.Second {
+		b.Errorf("goal: median < 2s; got %v", p50)
+	}
+}
