@@ -218,3 +218,62 @@ func TestEndpointOfAnotherNamespaceFails(t *testing.T) {
 		t.Errorf("Failed condition %+v", c)
 	}
 }
+
+// TestEndpointLimitEditAppliesWithinSeconds: a ModelEndpoint's limit edited
+// while an Evaluation calls through it applies within seconds, raised and
+// lowered, without a new run.
+func TestEndpointLimitEditAppliesWithinSeconds(t *testing.T) {
+	ns := newNamespace(t)
+	var calls arrivals
+	_, url := fakeLLM(t, fakellm.Config{Responder: func(req fakellm.Request) fakellm.Reply {
+		calls.add()
+		return fakellm.DefaultReply(req)
+	}})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	create(t, testutil.MakeEndpoint("key", ns, url).RequestsPerMinute(20).Obj())
+	create(t, testutil.MakeEvaluation("paced", ns).InlineDataset("d", 400).EndpointModel("m", "key", 0).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(400).Concurrency(16).Obj())
+	eventually(t, 30*time.Second, "calls at the first limit", func() (bool, string) {
+		n := len(calls.since(time.Time{}))
+		return n >= 3, fmt.Sprintf("%d calls", n)
+	})
+	run := getEvaluation(t, ns, "paced").Status.Run
+	setLimit := func(rpm int64) time.Time {
+		var ep v1alpha1.ModelEndpoint
+		if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "key"}, &ep); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(ep.DeepCopy())
+		ep.Spec.Limits.RequestsPerMinute = rpm
+		if err := k8sClient.Patch(context.Background(), &ep, patch); err != nil {
+			t.Fatal(err)
+		}
+		return time.Now()
+	}
+	raised := setLimit(1200)
+	eventually(t, 40*time.Second, "20 calls after raising to 1200/min", func() (bool, string) {
+		n := len(calls.since(raised))
+		return n >= 20, fmt.Sprintf("%d calls since the raise", n)
+	})
+	if took := calls.since(raised)[19].Sub(raised); took > 6*time.Second {
+		t.Errorf("the raise took %v to apply, want a few seconds", took)
+	}
+	lowered := setLimit(60)
+	time.Sleep(12 * time.Second)
+	// From three seconds after the edit on, the new pace: about one call a second.
+	if n := len(calls.since(lowered.Add(3 * time.Second))); n > 11 {
+		t.Errorf("%d calls in the 9 s from 3 s after lowering to 60/min", n)
+	}
+	if got := getEvaluation(t, ns, "paced").Status.Run; got != run {
+		t.Errorf("the edit started a new run (%s, was %s)", got, run)
+	}
+	var ep v1alpha1.ModelEndpoint
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "key"}, &ep); err != nil {
+		t.Fatal(err)
+	}
+	if ep.Status.Limits == nil || ep.Status.Limits.RequestsPerMinute != 60 || ep.Status.Shards != 1 || ep.Status.Evaluations != 1 {
+		t.Errorf("status %+v: want the limit in force (60), one Evaluation and one shard", ep.Status)
+	}
+	_ = k8sClient.Delete(context.Background(), getEvaluation(t, ns, "paced"))
+}
