@@ -115,16 +115,8 @@ func (r *EvaluationReconciler) deleteOtherRuns(ctx context.Context, p *pass, kee
 func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bool, error) {
 	// Once the run's Jobs exist, references no longer decide anything: a Secret
 	// deleted after a run finished must not send it back to Pending.
-	var jobs batchv1.JobList
-	if err := r.List(ctx, &jobs, client.InNamespace(p.ev.Namespace), client.MatchingLabels{
-		cluster.LabelEvaluation: cluster.LabelValue(p.ev.Name), cluster.LabelRun: p.run, cluster.LabelComponent: cluster.ComponentRunner,
-	}); err != nil {
-		return false, err
-	}
-	for i := range jobs.Items {
-		if cluster.Owned("Job", &jobs.Items[i], p.ev) == nil {
-			return true, nil
-		}
+	if started, err := r.runStarted(ctx, p); err != nil || started {
+		return started, err
 	}
 	ns := p.ev.Namespace
 	for i, m := range p.ev.Spec.Models {

@@ -215,15 +215,7 @@ func validateModels(spec *EvaluationSpec, p *field.Path) field.ErrorList {
 		}
 		errs = append(errs, validateParameters(m.Parameters, mp.Child("parameters"))...)
 		if r := m.RateLimit; r != nil {
-			rp := mp.Child("rateLimit")
-			for _, f := range []struct {
-				name string
-				v    int64
-			}{{"requestsPerMinute", r.RequestsPerMinute}, {"inputTokensPerMinute", r.InputTokensPerMinute}, {"outputTokensPerMinute", r.OutputTokensPerMinute}} {
-				if f.v < 0 {
-					errs = append(errs, field.Invalid(rp.Child(f.name), f.v, "must be 0 (unlimited) or more"))
-				}
-			}
+			errs = append(errs, validateRates(mp.Child("rateLimit"), r.RequestsPerMinute, r.InputTokensPerMinute, r.OutputTokensPerMinute)...)
 		}
 		errs = append(errs, validateBound(m.Concurrency, 1, MaxConcurrency, mp.Child("concurrency"))...)
 		if m.Agent != nil {
@@ -302,14 +294,21 @@ func ValidateEndpoint(ep *ModelEndpoint) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("apiKey", "env"), k.Env, "must be an environment variable name"))
 	}
 	if l := ep.Spec.Limits; l != nil {
-		lp := p.Child("limits")
-		for _, f := range []struct {
-			name string
-			v    int64
-		}{{"requestsPerMinute", l.RequestsPerMinute}, {"inputTokensPerMinute", l.InputTokensPerMinute}, {"outputTokensPerMinute", l.OutputTokensPerMinute}} {
-			if f.v < 0 {
-				errs = append(errs, field.Invalid(lp.Child(f.name), f.v, "must be 0 (unlimited) or more"))
-			}
+		errs = append(errs, validateRates(p.Child("limits"), l.RequestsPerMinute, l.InputTokensPerMinute, l.OutputTokensPerMinute)...)
+	}
+	return errs
+}
+
+// validateRates checks per-minute limits (a rateLimit, an endpoint's limits):
+// none negative.
+func validateRates(p *field.Path, requests, inputTokens, outputTokens int64) field.ErrorList {
+	var errs field.ErrorList
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"requestsPerMinute", requests}, {"inputTokensPerMinute", inputTokens}, {"outputTokensPerMinute", outputTokens}} {
+		if f.v < 0 {
+			errs = append(errs, field.Invalid(p.Child(f.name), f.v, "must be 0 (unlimited) or more"))
 		}
 	}
 	return errs

@@ -21,10 +21,7 @@ func TestTwoTeamsShareOneKey(t *testing.T) {
 	fakeServers(t, teams[0], "shared", []string{fmt.Sprintf("-rpm=%d", rpm)})
 	base := fmt.Sprintf("http://shared.%s.svc:8081/v1", teams[0])
 
-	var items strings.Builder
-	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&items, "      - {id: q%d, input: \"What is %d+%d?\", expected: \"%d\"}\n", i, i, i, 2*i)
-	}
+	items := additions(n)
 	for _, ns := range teams {
 		applyYAML(t, ns, fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
 kind: Evaluation
@@ -46,7 +43,7 @@ spec:
   concurrency: 8
   shardSize: 30
   parallelism: 2
-`, items.String(), base, rpm))
+`, items, base, rpm))
 	}
 	start := time.Now()
 	eventually(t, 6*time.Minute, 2*time.Second, "both Evaluations to finish", func() error {
@@ -88,10 +85,7 @@ func TestTwoEvaluationsShareOneEndpoint(t *testing.T) {
 	const rpm, n = 120, 60 // 120 requests: a minute of the limit
 	ns := namespace(t, "e2e-endpoint")
 	fakeServers(t, ns, "limited", []string{fmt.Sprintf("-rpm=%d", rpm)})
-	var items strings.Builder
-	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&items, "      - {id: q%d, input: \"What is %d+%d?\", expected: \"%d\"}\n", i, i, i, 2*i)
-	}
+	items := additions(n)
 	manifest := fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
 kind: ModelEndpoint
 metadata: {name: team-key}
@@ -123,7 +117,7 @@ spec:
   concurrency: 8
   shardSize: 30
   parallelism: 2
-`, e.name, items.String(), e.weight)
+`, e.name, items, e.weight)
 	}
 	applyYAML(t, ns, manifest)
 	start := time.Now()
@@ -157,4 +151,14 @@ spec:
 		recs, _ := fetchRecords(t, ns, name)
 		exactlyOnce(t, recs, n)
 	}
+}
+
+// additions are n inline samples "What is i+i?", indented as a dataset's
+// inline list.
+func additions(n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "      - {id: q%d, input: \"What is %d+%d?\", expected: \"%d\"}\n", i, i, i, 2*i)
+	}
+	return b.String()
 }
