@@ -110,7 +110,9 @@ func DivideWeighted(prev *Budget, limits map[string]ratelimit.Limits, users map[
 		prev = &Budget{}
 	}
 	next := &Budget{Version: prev.Version + 1, Models: map[string]*ModelBudget{}}
-	changed := false
+	// Version 0 is a budget not divided yet, which runners wait for; the first
+	// division is written even when no model has a limit (any more).
+	changed := prev.Version == 0
 	for model, lim := range limits {
 		if lim.IsZero() {
 			continue

@@ -209,12 +209,7 @@ func (b *budgetFollower) pollOwn(ctx context.Context) {
 	b.lastRead, b.fenced = now, false
 	key := b.shard.Key()
 	for m := range b.limited {
-		lim, limited, paused := budget.Lookup(m, key)
-		if !limited {
-			b.own[m] = share{}
-			continue
-		}
-		b.own[m] = share{limits: lim, paused: paused}
+		b.own[m] = shareIn(budget, m, key)
 	}
 	b.store.SetBudget(budget.Version)
 }
@@ -250,17 +245,23 @@ func (b *budgetFollower) pollEndpoint(ctx context.Context, ep string) {
 		return
 	}
 	b.endpointRead[ep] = now
-	set(func(m string) share {
-		if budget.Version == 0 {
-			return share{paused: true} // not divided yet
-		}
-		lim, limited, paused := budget.Lookup(ep, cluster.EndpointUserKey(b.ev.Name, b.run, b.shard, m))
-		if !limited {
-			return share{}
-		}
-		return share{limits: lim, paused: paused}
-	})
+	set(func(m string) share { return shareIn(budget, ep, cluster.EndpointUserKey(b.ev.Name, b.run, b.shard, m)) })
 	b.acks[ep] = cluster.EndpointAck{UID: uid, Version: budget.Version}
+}
+
+// shareIn is the share of key under entry name of a budget: paused while the
+// budget is not divided yet (version 0), no limit when it has no entry of that
+// name (none declared, or the limit was removed), else the key's grant, paused
+// while it has none.
+func shareIn(b *cluster.Budget, name, key string) share {
+	if b.Version == 0 {
+		return share{paused: true}
+	}
+	lim, limited, paused := b.Lookup(name, key)
+	if !limited {
+		return share{}
+	}
+	return share{limits: lim, paused: paused}
 }
 
 // combine is the lesser of two shares in each dimension (zero: no limit), and

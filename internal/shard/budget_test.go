@@ -1,0 +1,61 @@
+package shard
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
+)
+
+func TestShareIn(t *testing.T) {
+	rpm := func(n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: n} }
+	divided := &cluster.Budget{Version: 3, Models: map[string]*cluster.ModelBudget{
+		"m": {Limits: rpm(100), Grants: map[string]cluster.Grant{"a": {Share: rpm(60)}, "b": {Share: rpm(0)}}},
+	}}
+	for _, tc := range []struct {
+		name  string
+		b     *cluster.Budget
+		entry string
+		key   string
+		want  share
+	}{
+		{"not divided yet: wait", &cluster.Budget{}, "m", "a", share{paused: true}},
+		{"a grant", divided, "m", "a", share{limits: rpm(60)}},
+		{"a grant of nothing: wait", divided, "m", "b", share{limits: rpm(0), paused: true}},
+		{"no grant yet: wait", divided, "m", "c", share{paused: true}},
+		{"no limit (any more)", divided, "other", "a", share{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := shareIn(tc.b, tc.entry, tc.key)
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(share{})); diff != "" {
+				t.Errorf("shareIn (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCombine(t *testing.T) {
+	l := func(r, in, out int64) ratelimit.Limits {
+		return ratelimit.Limits{RequestsPerMinute: r, InputTokensPerMinute: in, OutputTokensPerMinute: out}
+	}
+	for _, tc := range []struct {
+		name string
+		a, b share
+		want share
+	}{
+		{"the lesser in each dimension, 0 is none", share{limits: l(100, 0, 50)}, share{limits: l(60, 9000, 0)}, share{limits: l(60, 9000, 50)}},
+		{"no limit either side", share{}, share{}, share{}},
+		{"paused if either is", share{limits: l(100, 0, 0)}, share{paused: true}, share{limits: l(100, 0, 0), paused: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, combine(tc.a, tc.b), cmp.AllowUnexported(share{})); diff != "" {
+				t.Errorf("combine (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.want, combine(tc.b, tc.a), cmp.AllowUnexported(share{})); diff != "" {
+				t.Errorf("combine is not symmetric (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
