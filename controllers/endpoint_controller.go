@@ -113,6 +113,8 @@ type endpointPass struct {
 	anyActive           bool
 	// seen are the heads looked at (the tracker forgets the others).
 	seen map[string]bool
+	// stale: the budget changed since the cache's copy; divide again soon.
+	stale bool
 }
 
 // Reconcile divides the endpoint's limits among the shards calling through
@@ -160,6 +162,9 @@ func (r *ModelEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		}
 		if err := r.divide(ctx, p, budget); err != nil {
 			return ctrl.Result{}, err
+		}
+		if p.stale {
+			result.RequeueAfter = 100 * time.Millisecond
 		}
 		setCond(metav1.ConditionTrue, reasonBudgetReady, "Evaluations of the namespace may call through the endpoint")
 	}
@@ -384,7 +389,9 @@ func (r *ModelEndpointReconciler) divide(ctx context.Context, p *endpointPass, c
 	if !changed {
 		return nil
 	}
-	patch := client.MergeFrom(cm.DeepCopy())
+	// Divided from what the cache holds, so written only over that version: a
+	// division from a stale budget would miscount the grants in use.
+	patch := client.MergeFromWithOptions(cm.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	if cm.Annotations == nil {
 		cm.Annotations = map[string]string{}
 	}
@@ -392,6 +399,10 @@ func (r *ModelEndpointReconciler) divide(ctx context.Context, p *endpointPass, c
 		return err
 	}
 	if err := r.Patch(ctx, cm, patch); err != nil {
+		if apierrors.IsConflict(err) {
+			p.stale = true
+			return nil
+		}
 		return fmt.Errorf("writing the budget of ModelEndpoint %s: %w", p.ep.Name, err)
 	}
 	log.FromContext(ctx).V(1).Info("Divided the endpoint's limits", "version", next.Version, "shards", p.shards)

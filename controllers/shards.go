@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -193,11 +195,20 @@ func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool,
 	if !changed {
 		return true, nil
 	}
-	patch := client.MergeFrom(cm.DeepCopy())
+	// Divided from what the cache holds, so written only over that version: a
+	// division from a stale budget would miscount the grants in use.
+	patch := client.MergeFromWithOptions(cm.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	if err := cluster.SetBudget(cm.Annotations, next); err != nil {
 		return false, err
 	}
-	return true, r.Patch(ctx, cm, patch)
+	if err := r.Patch(ctx, cm, patch); err != nil {
+		if apierrors.IsConflict(err) {
+			p.requeueAfter(100 * time.Millisecond)
+			return true, nil
+		}
+		return false, err
+	}
+	return true, nil
 }
 
 func firstMetric(spec *v1alpha1.EvaluationSpec) string {

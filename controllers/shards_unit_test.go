@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
@@ -398,5 +399,52 @@ func TestOnlyProgress(t *testing.T) {
 	onlyProgress(a, b)
 	if !b.Conditions[0].LastTransitionTime.Equal(ptr.To(metav1.NewTime(t0.Add(time.Hour)))) || a.Progress == nil {
 		t.Errorf("onlyProgress modified its arguments")
+	}
+}
+
+// TestDivideBudgetOnlyOverTheVersionItRead: a division computed from a budget
+// the cache holds is written only over that version. One computed from a stale
+// copy would count grants that changed since at their old value; it is refused
+// (a conflict), and the pass goes on and divides again soon.
+func TestDivideBudgetOnlyOverTheVersionItRead(t *testing.T) {
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).
+		OpenAIModel("small", llmURL).RateLimit(60).Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Generation(1).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	run := cluster.RunID(ev)
+	h.mustReconcile(ev)
+	h.create(headCM(t, "arith", run, cluster.Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 5}, running(1, 0, 1), nil))
+	before := budgetOf(t, h)
+
+	// The cache serves a copy older than the budget stored.
+	var stale corev1.ConfigMap
+	if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: testNS, Name: cluster.BudgetName("arith")}, &stale); err != nil {
+		t.Fatal(err)
+	}
+	stored := stale.DeepCopy()
+	stored.Annotations["touched"] = "by a division the cache has not seen yet"
+	if err := h.c.Update(h.ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Client = interceptor.NewClient(h.c, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if m, ok := obj.(*metav1.PartialObjectMetadata); ok && key.Name == cluster.BudgetName("arith") {
+				stale.ObjectMeta.DeepCopyInto(&m.ObjectMeta)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	p := newPass(h.eval("arith"), h.clock.Now())
+	p.run, p.plan = run, &cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 10}}
+	p.shards = []shardState{{Shard: cluster.Shard{Model: "small", Index: 0}, active: true}}
+	cont, err := h.r.divideBudget(h.ctx, p)
+	if err != nil || !cont {
+		t.Fatalf("divideBudget = %v, %v; want the pass to go on", cont, err)
+	}
+	if p.result.RequeueAfter == 0 || p.result.RequeueAfter > time.Second {
+		t.Errorf("RequeueAfter = %v, want soon", p.result.RequeueAfter)
+	}
+	if diff := cmp.Diff(before, budgetOf(t, h)); diff != "" {
+		t.Errorf("a division from a stale copy was written (-before +after):\n%s", diff)
 	}
 }
