@@ -245,7 +245,9 @@ func (b *budgetFollower) pollEndpoint(ctx context.Context, ep string) {
 		return
 	}
 	b.endpointRead[ep] = now
-	set(func(m string) share { return shareIn(budget, ep, cluster.EndpointUserKey(b.ev.Name, b.run, b.shard, m)) })
+	set(func(m string) share {
+		return shareIn(budget, ep, cluster.EndpointUserKey(b.ev.Name, b.run, b.shard, m))
+	})
 	b.acks[ep] = cluster.EndpointAck{UID: uid, Version: budget.Version}
 }
 
