@@ -42,6 +42,14 @@ type ModelEndpointSpec struct {
 	// waited out). Edits apply at once to running Evaluations.
 	// +optional
 	Limits *EndpointLimits `json:"limits,omitempty"`
+
+	// quotaRef names a cluster-wide ModelQuota whose limits this endpoint
+	// shares with the endpoints of other namespaces that name it (one provider
+	// account, each namespace with its own key). The endpoint's own limits, if
+	// set, then cap its part of the quota; until it has a part, the
+	// Evaluations calling through it wait.
+	// +optional
+	QuotaRef *QuotaReference `json:"quotaRef,omitempty"`
 }
 
 // EndpointLimits are per-minute budgets and a bound on calls in flight; 0 or
@@ -118,7 +126,8 @@ type ModelEndpointStatus struct {
 	// shards counts the runner pods holding a share of the endpoint's limits.
 	// +optional
 	Shards int32 `json:"shards,omitempty"`
-	// limits are the limits in force, divided among the runner pods.
+	// limits are the limits in force, divided among the runner pods: the
+	// endpoint's own, or its part of its ModelQuota (within its own).
 	// +optional
 	Limits *EndpointLimits `json:"limits,omitempty"`
 	// usage is what went through the endpoint over the last minute, as the
@@ -156,6 +165,7 @@ type EndpointUsage struct {
 // +kubebuilder:resource:shortName=me;mep,categories=proctor
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
 // +kubebuilder:printcolumn:name="RPM",type=integer,JSONPath=`.status.limits.requestsPerMinute`,description="requests per minute in force"
+// +kubebuilder:printcolumn:name="Quota",type=string,JSONPath=`.spec.quotaRef.name`
 // +kubebuilder:printcolumn:name="Evaluations",type=integer,JSONPath=`.status.evaluations`
 // +kubebuilder:printcolumn:name="Shards",type=integer,JSONPath=`.status.shards`
 // +kubebuilder:printcolumn:name="Achieved",type=integer,JSONPath=`.status.usage.requestsPerMinute`,description="requests in the last minute"
@@ -183,4 +193,129 @@ type ModelEndpointList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ModelEndpoint `json:"items"`
+}
+
+// QuotaReference names a ModelQuota.
+type QuotaReference struct {
+	// name of the ModelQuota (cluster-scoped).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// ModelQuotaSpec is a provider account's limits, divided among the
+// ModelEndpoints (of any allowed namespace) that name the quota.
+// +kubebuilder:validation:XValidation:rule=`(has(self.limits.requestsPerMinute) && self.limits.requestsPerMinute > 0) || (has(self.limits.inputTokensPerMinute) && self.limits.inputTokensPerMinute > 0) || (has(self.limits.outputTokensPerMinute) && self.limits.outputTokensPerMinute > 0)`,message="a ModelQuota needs at least one limit above 0"
+type ModelQuotaSpec struct {
+	// limits of the provider account, shared by every ModelEndpoint naming the
+	// quota: each endpoint in use gets a part in proportion to its namespace's
+	// weight, within the endpoint's own limits, and what one does not take goes
+	// to the others. Edits apply at once.
+	// +required
+	Limits EndpointLimits `json:"limits"`
+
+	// namespaces whose ModelEndpoints may use the quota, each with the weight
+	// of its endpoints' parts (default 1). Unset: every namespace, each of
+	// weight 1. An endpoint of a namespace not listed is not Ready, and the
+	// Evaluations calling through it wait.
+	// +optional
+	// +kubebuilder:validation:MaxItems=1000
+	// +listType=map
+	// +listMapKey=name
+	Namespaces []QuotaNamespace `json:"namespaces,omitempty"`
+}
+
+// QuotaNamespace is a namespace allowed to use a ModelQuota.
+type QuotaNamespace struct {
+	// name of the namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// weight of each of the namespace's endpoints against the others'. Default 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Weight *int32 `json:"weight,omitempty"`
+}
+
+// Admits reports whether endpoints of namespace may use the quota, and with
+// which weight.
+func (s *ModelQuotaSpec) Admits(namespace string) (weight int64, ok bool) {
+	if len(s.Namespaces) == 0 {
+		return DefaultEndpointWeight, true
+	}
+	for _, n := range s.Namespaces {
+		if n.Name == namespace {
+			if n.Weight == nil {
+				return DefaultEndpointWeight, true
+			}
+			return int64(*n.Weight), true
+		}
+	}
+	return 0, false
+}
+
+// ModelQuotaStatus is what the quota is used for now.
+type ModelQuotaStatus struct {
+	// conditions of the quota.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// observedGeneration is the generation of the spec the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// endpoints counts the ModelEndpoints with runner pods calling through
+	// them now.
+	// +optional
+	Endpoints int32 `json:"endpoints,omitempty"`
+	// evaluations counts the Evaluations calling through the quota now.
+	// +optional
+	Evaluations int32 `json:"evaluations,omitempty"`
+	// shards counts the runner pods calling through the quota now.
+	// +optional
+	Shards int32 `json:"shards,omitempty"`
+	// usage is what went through the quota's endpoints over the last minute.
+	// +optional
+	Usage *EndpointUsage `json:"usage,omitempty"`
+}
+
+// ModelQuota is a provider account's limits shared across namespaces: each
+// namespace keeps its key in its own Secret and ModelEndpoint, and the
+// endpoints that name the quota (quotaRef) divide its limits among them by
+// weight. It holds no credentials.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=mq,categories=proctor
+// +kubebuilder:printcolumn:name="RPM",type=integer,JSONPath=`.spec.limits.requestsPerMinute`
+// +kubebuilder:printcolumn:name="Endpoints",type=integer,JSONPath=`.status.endpoints`
+// +kubebuilder:printcolumn:name="Evaluations",type=integer,JSONPath=`.status.evaluations`
+// +kubebuilder:printcolumn:name="Shards",type=integer,JSONPath=`.status.shards`
+// +kubebuilder:printcolumn:name="Achieved",type=integer,JSONPath=`.status.usage.requestsPerMinute`,description="requests in the last minute"
+// +kubebuilder:printcolumn:name="429s",type=integer,JSONPath=`.status.usage.throttledPerMinute`,description="429 answers in the last minute"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ModelQuota struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec holds the account's limits and who shares them.
+	// +required
+	Spec ModelQuotaSpec `json:"spec"`
+	// status is what the quota is used for now.
+	// +optional
+	Status ModelQuotaStatus `json:"status,omitempty"`
+}
+
+// ModelQuotaList is a list of ModelQuotas.
+//
+// +kubebuilder:object:root=true
+type ModelQuotaList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ModelQuota `json:"items"`
 }

@@ -1,6 +1,7 @@
-// Package v1alpha1 holds the Evaluation API, and the ModelEndpoint that
-// Evaluations share a key's limits through: one schema shared by the local
-// loader (`proctor run -f`) and the CRDs served by the operator.
+// Package v1alpha1 holds the Evaluation API, the ModelEndpoint that
+// Evaluations share a key's limits through, and the ModelQuota that endpoints
+// of several namespaces share an account's limits through: one schema shared
+// by the local loader (`proctor run -f`) and the CRDs served by the operator.
 //
 // +kubebuilder:object:generate=true
 // +groupName=proctor.dev
@@ -25,7 +26,7 @@ var (
 
 func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(GroupVersion, &Evaluation{}, &EvaluationList{},
-		&ModelEndpoint{}, &ModelEndpointList{})
+		&ModelEndpoint{}, &ModelEndpointList{}, &ModelQuota{}, &ModelQuotaList{})
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
 }

@@ -32,6 +32,18 @@ import (
 type Budget struct {
 	Version int64                   `json:"version"`
 	Models  map[string]*ModelBudget `json:"models,omitempty"`
+	// Held holds every call (Lookup says paused): an endpoint that has no part
+	// of its ModelQuota (yet).
+	Held bool `json:"held,omitempty"`
+	// Quota, in an endpoint's budget, is the version of its ModelQuota's
+	// division that its limits came from.
+	Quota *QuotaApplied `json:"quota,omitempty"`
+}
+
+// QuotaApplied names the division of a ModelQuota an endpoint's budget applies.
+type QuotaApplied struct {
+	UID     string `json:"uid"`
+	Version int64  `json:"version"`
 }
 
 // ModelBudget is one model's limits and grants, by shard key (Shard.Key).
@@ -59,6 +71,9 @@ func (g Grant) Use() ratelimit.Limits { return undims(effectiveOf(g, g.Acked)) }
 // Lookup is what a runner learns from a budget for one model: whether the model is
 // limited, and if so the shard's share, or paused when it has none yet.
 func (b *Budget) Lookup(model, key string) (share ratelimit.Limits, limited, paused bool) {
+	if b.Held {
+		return ratelimit.Limits{}, true, true
+	}
 	mb := b.Models[model]
 	if mb == nil || mb.Limits.IsZero() {
 		return ratelimit.Limits{}, false, false

@@ -91,19 +91,29 @@ type Group struct {
 // protocol (lowered at once, raised from what is left). acked maps keys to the
 // version each last acknowledged of this budget.
 func DivideGroups(prev *Budget, endpoint string, lim ratelimit.Limits, groups []Group, acked map[string]int64) (*Budget, bool) {
+	return divideGroups(prev, endpoint, lim, groups, acked, false, nil)
+}
+
+// divideGroups is DivideGroups; held gives every key a share of nothing and
+// holds every call, and quota records which division of a ModelQuota lim
+// came from.
+func divideGroups(prev *Budget, endpoint string, lim ratelimit.Limits, groups []Group, acked map[string]int64, held bool, quota *QuotaApplied) (*Budget, bool) {
 	if prev == nil {
 		prev = &Budget{}
 	}
-	next := &Budget{Version: prev.Version + 1, Models: map[string]*ModelBudget{}}
+	next := &Budget{Version: prev.Version + 1, Models: map[string]*ModelBudget{}, Held: held, Quota: quota}
 	// Version 0 is a budget not divided yet, which runners wait for; the first
 	// division is written even when there is nothing to divide (no limits).
-	changed := prev.Version == 0
+	changed := prev.Version == 0 || prev.Held != held || !ptrEqual(prev.Quota, quota)
 	if !lim.IsZero() {
 		old := prev.Models[endpoint]
 		if old == nil {
 			old = &ModelBudget{}
 		}
 		keys, fair := groupShares(lim, groups)
+		if held {
+			fair = map[string][3]int64{}
+		}
 		mb, c := divideFair(old, lim, keys, fair, acked, next.Version)
 		next.Models[endpoint] = mb
 		changed = changed || c
@@ -125,6 +135,13 @@ func DivideGroups(prev *Budget, endpoint string, lim ratelimit.Limits, groups []
 // deleted and made again), it may still be spending that budget's grant, which
 // this one cannot count: nothing changes until it has read this one.
 func DivideEndpoint(prev *Budget, uid, endpoint string, lim ratelimit.Limits, groups []Group, acks map[string]EndpointAck) (*Budget, bool) {
+	return DivideEndpointInQuota(prev, uid, endpoint, lim, groups, acks, false, nil)
+}
+
+// DivideEndpointInQuota is DivideEndpoint for an endpoint whose limits lim
+// are its part of a ModelQuota's division quota; held when it has no part
+// (yet), which holds every call.
+func DivideEndpointInQuota(prev *Budget, uid, endpoint string, lim ratelimit.Limits, groups []Group, acks map[string]EndpointAck, held bool, quota *QuotaApplied) (*Budget, bool) {
 	acked := map[string]int64{}
 	for _, g := range groups {
 		for _, k := range g.Keys {
@@ -138,7 +155,11 @@ func DivideEndpoint(prev *Budget, uid, endpoint string, lim ratelimit.Limits, gr
 			acked[k] = a.Version
 		}
 	}
-	return DivideGroups(prev, endpoint, lim, groups, acked)
+	return divideGroups(prev, endpoint, lim, groups, acked, held, quota)
+}
+
+func ptrEqual[T comparable](a, b *T) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
 }
 
 // groupShares is each key's fair share in each dimension: the groups' parts by
