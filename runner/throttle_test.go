@@ -114,8 +114,10 @@ func TestThrottledModelIsReported(t *testing.T) {
 	sink := newMemSink()
 	done := make(chan error, 1)
 	go func() { done <- e.Run(context.Background(), plan.Tasks(), sink) }()
+	// The engine counts a refusal after the provider returns it: wait for the
+	// engine's count, not the provider's.
 	deadline := time.Now().Add(10 * time.Second)
-	for refused.Load() < 3 && time.Now().Before(deadline) {
+	for e.Throttle("m").Refusals < 3 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	st := e.Throttle("m")
