@@ -24,6 +24,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
 // Conditions and reasons of a ModelEndpoint.
@@ -33,6 +34,9 @@ const (
 	EndpointReady          = "Ready"
 	reasonBudgetReady      = "BudgetReady"
 	reasonBudgetNameIsUsed = "BudgetNameConflict"
+	reasonQuotaNotFound    = "QuotaNotFound"
+	reasonQuotaNotAllowed  = "QuotaNotAllowed"
+	reasonWaitingForQuota  = "WaitingForQuota"
 )
 
 // ModelEndpointReconciler divides each ModelEndpoint's limits among the runner
@@ -52,6 +56,7 @@ type ModelEndpointReconciler struct {
 
 // +kubebuilder:rbac:groups=proctor.dev,resources=modelendpoints,verbs=get;list;watch
 // +kubebuilder:rbac:groups=proctor.dev,resources=modelendpoints/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=proctor.dev,resources=modelquotas,verbs=get;list;watch
 
 // SetupWithManager registers the controller: it reconciles an endpoint when it
 // changes, when an Evaluation calling through it changes, and when a shard of
@@ -66,6 +71,8 @@ func (r *ModelEndpointReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.ModelEndpoint{}).
 		Owns(&corev1.ConfigMap{}, builder.OnlyMetadata).
 		Watches(&v1alpha1.Evaluation{}, handler.EnqueueRequestsFromMapFunc(endpointsOf)).
+		// A quota's new division (its annotation) or limits move its endpoints.
+		Watches(&v1alpha1.ModelQuota{}, handler.EnqueueRequestsFromMapFunc(r.endpointsOfQuota)).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.endpointsOfHead), builder.OnlyMetadata).
 		Named("modelendpoint").
 		Complete(r)
@@ -79,6 +86,31 @@ func endpointsOf(_ context.Context, o client.Object) []reconcile.Request {
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ev.Namespace, Name: name}})
 	}
 	return out
+}
+
+// endpointsOfQuota maps a ModelQuota to the endpoints naming it.
+func (r *ModelEndpointReconciler) endpointsOfQuota(ctx context.Context, o client.Object) []reconcile.Request {
+	eps, err := endpointsNaming(ctx, r.Client, o.GetName())
+	if err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, len(eps))
+	for i := range eps {
+		out[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&eps[i])}
+	}
+	return out
+}
+
+// endpointsNaming lists the ModelEndpoints (of every namespace the manager
+// watches) whose quotaRef names quota.
+func endpointsNaming(ctx context.Context, c client.Reader, quota string) ([]v1alpha1.ModelEndpoint, error) {
+	var list v1alpha1.ModelEndpointList
+	if err := c.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(list.Items, func(ep v1alpha1.ModelEndpoint) bool {
+		return ep.Spec.QuotaRef == nil || ep.Spec.QuotaRef.Name != quota
+	}), nil
 }
 
 // endpointsOfHead maps a shard's head to the endpoints its Evaluation's models
@@ -115,6 +147,61 @@ type endpointPass struct {
 	seen map[string]bool
 	// stale: the budget changed since the cache's copy; divide again soon.
 	stale bool
+	// limits are those in force: the endpoint's own, or with a ModelQuota its
+	// part of the quota within its own; held while it has no part (then
+	// limits are the quota's, so that every grant is lowered to nothing).
+	limits ratelimit.Limits
+	held   bool
+	// quota is the division of its ModelQuota the limits come from.
+	quota *cluster.QuotaApplied
+	// notReady says why the endpoint cannot be called through ("" if it can).
+	notReadyReason, notReady string
+}
+
+// limitsInForce sets the pass's limits: the endpoint's own, or its part of
+// its ModelQuota within them. An endpoint whose quota is missing, does not
+// admit its namespace, or has given it no part yet holds its runners.
+func (r *ModelEndpointReconciler) limitsInForce(ctx context.Context, p *endpointPass) error {
+	var own v1alpha1.EndpointLimits
+	if p.ep.Spec.Limits != nil {
+		own = *p.ep.Spec.Limits
+	}
+	p.limits = cluster.EndpointLimitsOf(own)
+	ref := p.ep.Spec.QuotaRef
+	if ref == nil {
+		return nil
+	}
+	var q v1alpha1.ModelQuota
+	if err := r.Get(ctx, client.ObjectKey{Name: ref.Name}, &q); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		p.held, p.notReadyReason = true, reasonQuotaNotFound
+		p.notReady = fmt.Sprintf("ModelQuota %s (spec.quotaRef) not found: Evaluations calling through the endpoint wait", ref.Name)
+		return nil
+	}
+	quotaLimits := cluster.QuotaLimitsOf(&q)
+	if _, ok := q.Spec.Admits(p.ep.Namespace); !ok {
+		p.held, p.limits, p.notReadyReason = true, quotaLimits, reasonQuotaNotAllowed
+		p.notReady = fmt.Sprintf("ModelQuota %s (spec.quotaRef) does not list namespace %s in spec.namespaces: Evaluations calling through the endpoint wait", ref.Name, p.ep.Namespace)
+		return nil
+	}
+	division, err := cluster.ParseBudget(q.Annotations)
+	if err != nil {
+		return fmt.Errorf("ModelQuota %s: %w", ref.Name, err)
+	}
+	p.quota = &cluster.QuotaApplied{UID: string(q.UID), Version: division.Version}
+	part, limited, paused := division.Lookup(q.Name, cluster.QuotaUserKey(p.ep.Namespace, p.ep.Name))
+	if !limited || paused {
+		p.held, p.limits = true, quotaLimits
+		return nil
+	}
+	in, held := cluster.QuotaLimits(quotaLimits, part, p.limits)
+	if held {
+		in = quotaLimits
+	}
+	p.limits, p.held = in, held
+	return nil
 }
 
 // Reconcile divides the endpoint's limits among the shards calling through
@@ -137,7 +224,6 @@ func (r *ModelEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	p := &endpointPass{ep: ep, now: r.Clock.Now(), acks: map[string]cluster.EndpointAck{}, seen: map[string]bool{}}
 	status := ep.Status.DeepCopy()
 	status.ObservedGeneration = ep.Generation
-	status.Limits = ep.Spec.Limits.DeepCopy()
 	setCond := func(s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 			Type: EndpointReady, Status: s, Reason: reason, Message: msg, ObservedGeneration: ep.Generation, LastTransitionTime: metav1.NewTime(p.now),
@@ -157,6 +243,9 @@ func (r *ModelEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	case budget == nil:
 		result.RequeueAfter = r.Options.RecheckAfter // being made
 	default:
+		if err := r.limitsInForce(ctx, p); err != nil {
+			return ctrl.Result{}, err
+		}
 		if err := r.observeShards(ctx, p); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -166,7 +255,22 @@ func (r *ModelEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		if p.stale {
 			result.RequeueAfter = 100 * time.Millisecond
 		}
-		setCond(metav1.ConditionTrue, reasonBudgetReady, "Evaluations of the namespace may call through the endpoint")
+		switch {
+		case p.notReady != "":
+			setCond(metav1.ConditionFalse, p.notReadyReason, p.notReady)
+			result.RequeueAfter = nonZero(result.RequeueAfter, r.Options.RecheckAfter)
+		case p.held:
+			setCond(metav1.ConditionTrue, reasonWaitingForQuota, fmt.Sprintf("waiting for a part of ModelQuota %s", p.ep.Spec.QuotaRef.Name))
+		case p.ep.Spec.QuotaRef != nil:
+			setCond(metav1.ConditionTrue, reasonBudgetReady, fmt.Sprintf("Evaluations of the namespace may call through the endpoint, within its part of ModelQuota %s", p.ep.Spec.QuotaRef.Name))
+		default:
+			setCond(metav1.ConditionTrue, reasonBudgetReady, "Evaluations of the namespace may call through the endpoint")
+		}
+		status.Limits = nil
+		if !p.held && !p.limits.IsZero() {
+			status.Limits = &v1alpha1.EndpointLimits{RequestsPerMinute: p.limits.RequestsPerMinute,
+				InputTokensPerMinute: p.limits.InputTokensPerMinute, OutputTokensPerMinute: p.limits.OutputTokensPerMinute}
+		}
 	}
 	status.Evaluations, status.Shards = p.evaluations, p.shards
 	status.Usage = nil
@@ -381,11 +485,7 @@ func (r *ModelEndpointReconciler) divide(ctx context.Context, p *endpointPass, c
 	if err != nil {
 		return err
 	}
-	var lim v1alpha1.EndpointLimits
-	if p.ep.Spec.Limits != nil {
-		lim = *p.ep.Spec.Limits
-	}
-	next, changed := cluster.DivideEndpoint(prev, string(cm.UID), p.ep.Name, cluster.EndpointLimitsOf(lim), p.groups, p.acks)
+	next, changed := cluster.DivideEndpointInQuota(prev, string(cm.UID), p.ep.Name, p.limits, p.groups, p.acks, p.held, p.quota)
 	if !changed {
 		return nil
 	}

@@ -128,6 +128,10 @@ func runManager(o *managerOptions, s streams) error {
 	if err := er.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ModelEndpoint controller: %w", err)
 	}
+	qr := &controllers.ModelQuotaReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
+	if err := qr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the ModelQuota controller: %w", err)
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}

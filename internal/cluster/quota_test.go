@@ -23,16 +23,15 @@ func TestQuotaNeverOverCommits(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 31))
 		lim := ratelimit.Limits{RequestsPerMinute: 50 + rng.Int64N(2000)}
 		type endpoint struct {
-			name       string
-			weight     int64
-			cap        ratelimit.Limits
-			doc        *Budget // its budget, as written
-			quotaSeen  *Budget // the quota's division, as its controller's cache holds it
-			docSeen    *Budget // its budget, as the quota controller's cache holds it
-			shards     map[string]*endpointRunner
-			acks       map[string]EndpointAck
-			nextShard  int
-			reconciled bool
+			name      string
+			weight    int64
+			cap       ratelimit.Limits
+			doc       *Budget // its budget, as written
+			quotaSeen *Budget // the quota's division, as its controller's cache holds it
+			docSeen   *Budget // its budget, as the quota controller's cache holds it
+			shards    map[string]*endpointRunner
+			acks      map[string]EndpointAck
+			nextShard int
 		}
 		var eps []*endpoint
 		for i := range 3 {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -309,6 +310,7 @@ func defaults() summary {
 			"ClusterRoleBinding proctor-metrics-auth-rolebinding",
 			"CustomResourceDefinition evaluations.proctor.dev",
 			"CustomResourceDefinition modelendpoints.proctor.dev",
+			"CustomResourceDefinition modelquotas.proctor.dev",
 			"Deployment proctor-system/proctor-controller-manager",
 			"Role proctor-system/proctor-leader-election-role",
 			"RoleBinding proctor-system/proctor-leader-election-rolebinding",
@@ -410,9 +412,9 @@ func TestRender(t *testing.T) {
 			name:   "watched namespaces",
 			values: "watchNamespaces: [a, b]",
 			want: func(s *summary) {
-				s.Objects = with(without(s.Objects,
-					"ClusterRole proctor-manager-role",
-					"ClusterRoleBinding proctor-manager-rolebinding"),
+				// The ClusterRole stays, with only the rules on cluster-scoped
+				// resources (ModelQuotas), which a Role cannot hold.
+				s.Objects = with(s.Objects,
 					"Role a/proctor-manager-role", "RoleBinding a/proctor-manager-rolebinding",
 					"Role b/proctor-manager-role", "RoleBinding b/proctor-manager-rolebinding")
 				s.Args = append(s.Args, "--watch-namespaces=a,b")
@@ -422,7 +424,8 @@ func TestRender(t *testing.T) {
 			name:   "no CRD",
 			values: "crds: {install: false}",
 			want: func(s *summary) {
-				s.Objects = without(s.Objects, "CustomResourceDefinition evaluations.proctor.dev", "CustomResourceDefinition modelendpoints.proctor.dev")
+				s.Objects = without(s.Objects, "CustomResourceDefinition evaluations.proctor.dev", "CustomResourceDefinition modelendpoints.proctor.dev",
+					"CustomResourceDefinition modelquotas.proctor.dev")
 				s.CRDAnnotations = nil
 			},
 		},
@@ -640,6 +643,22 @@ func TestRulesMatchConfig(t *testing.T) {
 		t.Fatalf("config/rbac/role.yaml: want the one ClusterRole manager-role, found %d objects", len(roleYAML))
 	}
 	managerRules := rules(t, roleYAML[0])
+	// Rules on cluster-scoped resources go to a ClusterRole when namespaces are
+	// listed; the rest to each namespace's Role.
+	var namespacedRules, clusterRules []rbacv1.PolicyRule
+	for _, r := range managerRules {
+		isCluster := func(res string) bool { return strings.HasPrefix(res, "modelquotas") }
+		if c := slices.DeleteFunc(slices.Clone(r.Resources), func(res string) bool { return !isCluster(res) }); len(c) > 0 {
+			cr := *r.DeepCopy()
+			cr.Resources = c
+			clusterRules = append(clusterRules, cr)
+		}
+		if n := slices.DeleteFunc(slices.Clone(r.Resources), isCluster); len(n) > 0 {
+			nr := *r.DeepCopy()
+			nr.Resources = n
+			namespacedRules = append(namespacedRules, nr)
+		}
+	}
 
 	for _, tc := range []struct {
 		config string // a file of config/rbac
@@ -647,10 +666,11 @@ func TestRulesMatchConfig(t *testing.T) {
 		want   []rbacv1.PolicyRule // nil: the config file's rules
 	}{
 		{config: "role.yaml", chart: all.get(t, "ClusterRole proctor-manager-role")},
-		// While role.yaml holds only namespaced rules (the "watched namespaces"
-		// case of TestRender shows no ClusterRole), each Role holds all of them.
-		{config: "role.yaml", chart: namespaced.get(t, "Role a/proctor-manager-role"), want: managerRules},
-		{config: "role.yaml", chart: namespaced.get(t, "Role b/proctor-manager-role"), want: managerRules},
+		// With namespaces listed, each Role holds the namespaced rules and the
+		// ClusterRole those on ModelQuotas (cluster-scoped).
+		{config: "role.yaml", chart: namespaced.get(t, "Role a/proctor-manager-role"), want: namespacedRules},
+		{config: "role.yaml", chart: namespaced.get(t, "Role b/proctor-manager-role"), want: namespacedRules},
+		{config: "role.yaml", chart: namespaced.get(t, "ClusterRole proctor-manager-role"), want: clusterRules},
 		{config: "leader_election_role.yaml", chart: all.get(t, "Role proctor-system/proctor-leader-election-role")},
 		{config: "metrics_auth_role.yaml", chart: all.get(t, "ClusterRole proctor-metrics-auth-role")},
 		{config: "metrics_reader_role.yaml", chart: all.get(t, "ClusterRole proctor-metrics-reader")},

@@ -11,10 +11,12 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/test/fakellm"
@@ -276,4 +278,98 @@ func TestEndpointLimitEditAppliesWithinSeconds(t *testing.T) {
 		t.Errorf("status %+v: want the limit in force (60), one Evaluation and one shard", ep.Status)
 	}
 	_ = k8sClient.Delete(context.Background(), getEvaluation(t, ns, "paced"))
+}
+
+// TestQuotaSharedAcrossNamespaces: two namespaces, each with its own key in
+// its own Secret and ModelEndpoint, share one account's limit through a
+// ModelQuota, with namespace weights 2 and 1. The endpoints' limits in force
+// never sum above the quota, each gets its weighted part while both run, the
+// server sees the quota's pace, and a namespace the quota does not list
+// waits, its endpoint not Ready.
+func TestQuotaSharedAcrossNamespaces(t *testing.T) {
+	nsA, nsB, nsC := newNamespace(t), newNamespace(t), newNamespace(t)
+	const window = 3 * time.Second
+	srv, url := fakeLLM(t, fakellm.Config{Latency: 10 * time.Millisecond, Window: window})
+	startManager(t, nsA+","+nsB+","+nsC)
+	for _, ns := range []string{nsA, nsB, nsC} {
+		startKubelet(t, ns)
+	}
+	const limit = 1200
+	quota := &v1alpha1.ModelQuota{ObjectMeta: metav1.ObjectMeta{Name: "account-" + nsA},
+		Spec: v1alpha1.ModelQuotaSpec{Limits: v1alpha1.EndpointLimits{RequestsPerMinute: limit},
+			Namespaces: []v1alpha1.QuotaNamespace{{Name: nsA, Weight: ptrTo[int32](2)}, {Name: nsB}}}}
+	create(t, quota)
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), quota) })
+	for _, ns := range []string{nsA, nsB, nsC} {
+		ep := testutil.MakeEndpoint("team", ns, url).Obj()
+		ep.Spec.QuotaRef = &v1alpha1.QuotaReference{Name: quota.Name}
+		create(t, ep)
+		create(t, testutil.MakeEvaluation("suite", ns).InlineDataset("d", 120).EndpointModel("m", "team", 0).
+			Scorer(v1alpha1.ScorerExactMatch).ShardSize(40).Parallelism(2).Concurrency(4).Obj())
+	}
+
+	var mu sync.Mutex
+	maxSum, settledA, settledB := int64(0), int64(0), int64(0)
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			var q v1alpha1.ModelQuota
+			if err := k8sClient.Get(context.Background(), client.ObjectKey{Name: quota.Name}, &q); err != nil {
+				continue
+			}
+			b, err := cluster.ParseBudget(q.Annotations)
+			if err != nil || b.Models[quota.Name] == nil {
+				continue
+			}
+			var sum int64
+			settled := len(b.Models[quota.Name].Grants) == 2
+			for _, g := range b.Models[quota.Name].Grants {
+				sum += g.Use().RequestsPerMinute
+				settled = settled && g.Acked >= g.Since
+			}
+			mu.Lock()
+			maxSum = max(maxSum, sum)
+			if settled {
+				settledA = max(settledA, b.Models[quota.Name].Grants[nsA+"/team"].Share.RequestsPerMinute)
+				settledB = max(settledB, b.Models[quota.Name].Grants[nsB+"/team"].Share.RequestsPerMinute)
+			}
+			mu.Unlock()
+		}
+	}()
+	// The namespace the quota does not list waits, and says why.
+	eventually(t, 20*time.Second, "the unlisted namespace's endpoint not Ready", func() (bool, string) {
+		var ep v1alpha1.ModelEndpoint
+		if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: nsC, Name: "team"}, &ep); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(ep.Status.Conditions, controllers.EndpointReady)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "QuotaNotAllowed", fmt.Sprintf("%+v", c)
+	})
+	for _, ns := range []string{nsA, nsB} {
+		waitPhase(t, ns, "suite", v1alpha1.PhaseSucceeded, 120*time.Second)
+		checkRecords(t, ns, "suite", []string{"m"}, sampleIDs("d", 120))
+	}
+	if ev := getEvaluation(t, nsC, "suite"); ev.Status.Phase != v1alpha1.PhaseRunning || ev.Status.Progress == nil || ev.Status.Progress.Completed != 0 {
+		t.Errorf("the unlisted namespace's Evaluation: phase %s progress %+v; want Running with nothing done (held)", ev.Status.Phase, ev.Status.Progress)
+	}
+	close(stop)
+	<-watched
+	mu.Lock()
+	defer mu.Unlock()
+	if maxSum > limit {
+		t.Errorf("the quota's parts allowed %d rpm in sum, over its limit %d", maxSum, limit)
+	}
+	if settledA != 800 || settledB != 400 {
+		t.Errorf("while both ran, the settled parts were %d and %d, want 800 and 400 (weights 2:1 of %d)", settledA, settledB, limit)
+	}
+	st := srv.Stats()
+	if bound := int(limit*window/time.Minute) + 4*2; st.MaxRequestsInWindow > bound {
+		t.Errorf("the server saw %d requests within %v, want at most %d: the namespaces did not share the quota", st.MaxRequestsInWindow, window, bound)
+	}
 }

@@ -110,6 +110,10 @@ func startManagerWith(t testing.TB, ns string, edit func(*controllers.Options)) 
 	if err := er.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
+	qr := &controllers.ModelQuotaReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Options: r.Options}
+	if err := qr.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &manager{t: t, cancel: cancel, done: make(chan error, 1)}
 	go func() { m.done <- mgr.Start(ctx) }()

@@ -54,6 +54,7 @@
   - proctor.dev
   resources:
   - evaluations
+  - modelquotas
   verbs:
   - get
   - list
@@ -71,6 +72,7 @@
   resources:
   - evaluations/status
   - modelendpoints/status
+  - modelquotas/status
   verbs:
   - get
   - patch
@@ -198,4 +200,22 @@
 
 {{- /* The rules on cluster-scoped resources and non-resource URLs. */ -}}
 {{- define "proctor.managerClusterRules" -}}
+- apiGroups:
+  - proctor.dev
+  resources:
+  - modelquotas
+  verbs:
+  - get
+  - list
+  - patch
+  - update
+  - watch
+- apiGroups:
+  - proctor.dev
+  resources:
+  - modelquotas/status
+  verbs:
+  - get
+  - patch
+  - update
 {{- end }}
