@@ -299,6 +299,23 @@ func ValidateEndpoint(ep *ModelEndpoint) field.ErrorList {
 	return errs
 }
 
+// ValidateQuota checks a ModelQuota the way the API server's schema and CEL
+// rules do, for a local run's file.
+func ValidateQuota(q *ModelQuota) field.ErrorList {
+	var errs field.ErrorList
+	np := field.NewPath("metadata", "name")
+	if q.Name == "" {
+		errs = append(errs, field.Required(np, "a ModelQuota needs a name: endpoints refer to it by name"))
+	}
+	lp := field.NewPath("spec", "limits")
+	l := q.Spec.Limits
+	errs = append(errs, validateRates(lp, l.RequestsPerMinute, l.InputTokensPerMinute, l.OutputTokensPerMinute)...)
+	if l.RequestsPerMinute <= 0 && l.InputTokensPerMinute <= 0 && l.OutputTokensPerMinute <= 0 {
+		errs = append(errs, field.Required(lp, "a ModelQuota needs at least one limit above 0"))
+	}
+	return errs
+}
+
 // validateRates checks per-minute limits (a rateLimit, an endpoint's limits):
 // none negative.
 func validateRates(p *field.Path, requests, inputTokens, outputTokens int64) field.ErrorList {

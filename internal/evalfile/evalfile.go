@@ -48,6 +48,9 @@ type File struct {
 	Evaluation *v1alpha1.Evaluation
 	// Endpoints are the file's ModelEndpoints, by name.
 	Endpoints map[string]*v1alpha1.ModelEndpoint
+	// Quotas are the file's ModelQuotas, by name: locally, a run has the whole
+	// of a quota its endpoints name (there is no one to share it with).
+	Quotas map[string]*v1alpha1.ModelQuota
 }
 
 // Load reads, decodes, defaults and validates the Evaluation in the file at
@@ -93,7 +96,7 @@ func DecodeFile(name string, data []byte) (*File, error) {
 	if len(docs) == 0 {
 		return nil, fail("no Evaluation in the file")
 	}
-	f := &File{Endpoints: map[string]*v1alpha1.ModelEndpoint{}}
+	f := &File{Endpoints: map[string]*v1alpha1.ModelEndpoint{}, Quotas: map[string]*v1alpha1.ModelQuota{}}
 	var problems []string
 	for i, doc := range docs {
 		// With several documents, each problem says which one.
@@ -126,6 +129,17 @@ func DecodeFile(name string, data []byte) (*File, error) {
 				continue
 			}
 			f.Endpoints[ep.Name] = ep
+		case "ModelQuota":
+			q, probs := decodeQuota(js)
+			problems = append(problems, prefix(where, probs)...)
+			if q == nil {
+				continue
+			}
+			if _, dup := f.Quotas[q.Name]; dup {
+				problems = append(problems, fmt.Sprintf("%smetadata.name: Duplicate value: %q: a second ModelQuota of that name", where, q.Name))
+				continue
+			}
+			f.Quotas[q.Name] = q
 		}
 	}
 	if len(problems) > 0 {
@@ -166,8 +180,8 @@ func decodeHeader(doc []byte) (string, []byte, []string) {
 	if err := json.Unmarshal(js, &tm); err != nil {
 		return "", nil, []string{"not a YAML mapping"}
 	}
-	if tm.APIVersion != v1alpha1.GroupVersion.String() || (tm.Kind != "Evaluation" && tm.Kind != "ModelEndpoint") {
-		return "", nil, []string{fmt.Sprintf("apiVersion and kind must be %s and Evaluation or ModelEndpoint (got %q and %q)",
+	if tm.APIVersion != v1alpha1.GroupVersion.String() || (tm.Kind != "Evaluation" && tm.Kind != "ModelEndpoint" && tm.Kind != "ModelQuota") {
+		return "", nil, []string{fmt.Sprintf("apiVersion and kind must be %s and Evaluation, ModelEndpoint or ModelQuota (got %q and %q)",
 			v1alpha1.GroupVersion.String(), tm.APIVersion, tm.Kind)}
 	}
 	if st := strings.TrimSpace(string(tm.Status)); st != "" && st != "null" && st != "{}" {
@@ -214,6 +228,17 @@ func decodeEndpoint(js []byte) (*v1alpha1.ModelEndpoint, []string) {
 	return &ep, nil
 }
 
+func decodeQuota(js []byte) (*v1alpha1.ModelQuota, []string) {
+	var q v1alpha1.ModelQuota
+	if probs := decodeStrict(js, &q); len(probs) > 0 {
+		return nil, probs
+	}
+	if errs := v1alpha1.ValidateQuota(&q); len(errs) > 0 {
+		return nil, fieldProblems(errs)
+	}
+	return &q, nil
+}
+
 // resolve gives each model with endpointRef what its ModelEndpoint says.
 func (f *File) resolve() field.ErrorList {
 	var errs field.ErrorList
@@ -234,21 +259,55 @@ func (f *File) resolve() field.ErrorList {
 			errs = append(errs, field.NotFound(rp.Child("name"), m.EndpointRef.Name))
 			continue
 		}
+		if q := ep.Spec.QuotaRef; q != nil && f.Quotas[q.Name] == nil {
+			errs = append(errs, field.NotFound(field.NewPath("ModelEndpoint "+ep.Name, "spec", "quotaRef", "name"), q.Name))
+			continue
+		}
 		m.UseEndpoint(&ep.Spec)
 	}
 	return errs
 }
 
 // EndpointLimits are the limits of the endpoints the Evaluation's models call
-// through, by name (for the engine: runner.Plan.Endpoints).
+// through, by name (for the engine: runner.Plan.Endpoints): each endpoint's
+// own, within its ModelQuota's.
 func (f *File) EndpointLimits() map[string]v1alpha1.EndpointLimits {
 	out := map[string]v1alpha1.EndpointLimits{}
 	for _, name := range f.Evaluation.Spec.EndpointNames() {
-		if ep := f.Endpoints[name]; ep != nil && ep.Spec.Limits != nil {
-			out[name] = *ep.Spec.Limits
+		ep := f.Endpoints[name]
+		if ep == nil {
+			continue
+		}
+		var l v1alpha1.EndpointLimits
+		if ep.Spec.Limits != nil {
+			l = *ep.Spec.Limits
+		}
+		if ref := ep.Spec.QuotaRef; ref != nil && f.Quotas[ref.Name] != nil {
+			l = lesser(l, f.Quotas[ref.Name].Spec.Limits)
+		}
+		if l != (v1alpha1.EndpointLimits{}) {
+			out[name] = l
 		}
 	}
 	return out
+}
+
+// lesser is the lesser of two limits in each dimension (0: none).
+func lesser(a, b v1alpha1.EndpointLimits) v1alpha1.EndpointLimits {
+	pick := func(x, y int64) int64 {
+		switch {
+		case x == 0:
+			return y
+		case y == 0:
+			return x
+		}
+		return min(x, y)
+	}
+	return v1alpha1.EndpointLimits{
+		RequestsPerMinute:     pick(a.RequestsPerMinute, b.RequestsPerMinute),
+		InputTokensPerMinute:  pick(a.InputTokensPerMinute, b.InputTokensPerMinute),
+		OutputTokensPerMinute: pick(a.OutputTokensPerMinute, b.OutputTokensPerMinute),
+	}
 }
 
 // validateName checks metadata.name as the API server would: proctor run makes

@@ -273,6 +273,17 @@ func TestDecodeFileResolvesEndpoints(t *testing.T) {
 			t.Errorf("EndpointLimits (-want +got):\n%s", diff)
 		}
 	}
+	// With a ModelQuota in the file, the run has the whole of it, within the
+	// endpoint's own limits.
+	quota := "---\napiVersion: proctor.dev/v1alpha1\nkind: ModelQuota\nmetadata: {name: account}\nspec:\n  limits: {requestsPerMinute: 300, inputTokensPerMinute: 50000}\n  namespaces: [{name: team-a, weight: 2}]\n"
+	f, err := evalfile.DecodeFile("f.yaml", []byte(manifest+"---\n"+endpointDoc+"  quotaRef: {name: account}\n"+quota))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]v1alpha1.EndpointLimits{"team-key": {RequestsPerMinute: 300, InputTokensPerMinute: 50000, OutputTokensPerMinute: 90000}}
+	if diff := cmp.Diff(want, f.EndpointLimits()); diff != "" {
+		t.Errorf("EndpointLimits within the quota (-want +got):\n%s", diff)
+	}
 }
 
 func TestDecodeRejects(t *testing.T) {
@@ -343,6 +354,16 @@ func TestDecodeRejects(t *testing.T) {
 			want: []string{`document 2: spec.provider: Unsupported value: "agent"`},
 		},
 		{
+			name: "quotaRef naming no ModelQuota of the file",
+			raw:  strings.Replace(baseManifest, "provider: openai\n", "endpointRef: {name: team-key}\n", 1) + "---\n" + endpointDoc + "  quotaRef: {name: account}\n",
+			want: []string{`ModelEndpoint team-key.spec.quotaRef.name: Not found: "account"`},
+		},
+		{
+			name: "ModelQuota without a limit",
+			raw:  baseManifest + "---\napiVersion: proctor.dev/v1alpha1\nkind: ModelQuota\nmetadata: {name: account}\nspec: {limits: {}}\n",
+			want: []string{`document 2: spec.limits: Required value: a ModelQuota needs at least one limit above 0`},
+		},
+		{
 			name: "only a ModelEndpoint",
 			raw:  endpointDoc,
 			want: []string{"no Evaluation in the file (it holds only ModelEndpoints)"},
@@ -372,7 +393,7 @@ func TestDecodeRejects(t *testing.T) {
 		{
 			name:  "wrong apiVersion",
 			edits: []edit{set("apiVersion", "proctor.dev/v1")},
-			want:  []string{`apiVersion and kind must be proctor.dev/v1alpha1 and Evaluation or ModelEndpoint (got "proctor.dev/v1" and "Evaluation")`},
+			want:  []string{`apiVersion and kind must be proctor.dev/v1alpha1 and Evaluation, ModelEndpoint or ModelQuota (got "proctor.dev/v1" and "Evaluation")`},
 		},
 		{
 			name:  "wrong kind",
