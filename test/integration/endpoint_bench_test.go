@@ -2,15 +2,19 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/controllers"
@@ -59,14 +63,22 @@ func countingServer(b *testing.B, cfg fakellm.Config) (*fakellm.Server, *modelAr
 	return srv, a, hs.URL + "/v1"
 }
 
-// production runs the manager and the runners with their default timings.
-func production(b *testing.B, ns string) *kubelet {
-	startManagerWith(b, ns, func(o *controllers.Options) {
+// production runs the manager (for every namespace given) and the runners
+// with their default timings; it returns the first namespace's kubelet.
+func production(b *testing.B, namespaces ...string) *kubelet {
+	startManagerWith(b, strings.Join(namespaces, ","), func(o *controllers.Options) {
 		*o = controllers.Options{ShardRetries: 3}
 	})
-	return startKubeletWith(b, ns, func(o *shard.Options) {
-		o.FlushEvery, o.BudgetEvery, o.FenceAfter, o.FirstGrantEvery = 0, 0, 0, 0
-	})
+	var first *kubelet
+	for _, ns := range namespaces {
+		k := startKubeletWith(b, ns, func(o *shard.Options) {
+			o.FlushEvery, o.BudgetEvery, o.FenceAfter, o.FirstGrantEvery = 0, 0, 0, 0
+		})
+		if first == nil {
+			first = k
+		}
+	}
+	return first
 }
 
 // endpointEvaluation is an Evaluation whose one model calls through endpoint
@@ -79,27 +91,37 @@ func endpointEvaluation(name, ns, endpoint string, weight int32, samples, shards
 	return ev
 }
 
-// BenchmarkSharedEndpoint: three Evaluations of weights 2:1:1, three shards
-// each, share one ModelEndpoint limited to the server's 600 rpm. Goals: at most
-// 0.1% of requests answered 429; while all three run, the endpoint's achieved
-// rpm >= 0.9 of the limit and each Evaluation's part of it within ±10% of its
-// weight's.
+// BenchmarkSharedEndpoint: three Evaluations in two namespaces, three shards
+// each, share one account limited to the server's 600 rpm: each namespace has
+// its own ModelEndpoint (its own key), both naming one ModelQuota of 600 rpm
+// with equal namespace weights; one namespace runs one Evaluation, the other
+// two of weight 1 each, so their parts are 2:1:1. Goals: at most 0.1% of
+// requests answered 429; while all three run, the achieved rpm >= 0.9 of the
+// limit and each Evaluation's part of it within ±10% of its weight's.
 func BenchmarkSharedEndpoint(b *testing.B) {
 	const rpm = 600
-	ns := newNamespace(b)
+	nsA, nsB := newNamespace(b), newNamespace(b)
 	srv, arr, url := countingServer(b, fakellm.Config{Latency: 200 * time.Millisecond, RequestsPerMinute: rpm})
-	production(b, ns)
-	create(b, testutil.MakeEndpoint("shared", ns, url).RequestsPerMinute(rpm).Obj())
+	production(b, nsA, nsB)
+	quota := &v1alpha1.ModelQuota{ObjectMeta: metav1.ObjectMeta{Name: "account-" + nsA},
+		Spec: v1alpha1.ModelQuotaSpec{Limits: v1alpha1.EndpointLimits{RequestsPerMinute: rpm}}}
+	create(b, quota)
+	b.Cleanup(func() { _ = k8sClient.Delete(context.Background(), quota) })
+	for _, ns := range []string{nsA, nsB} {
+		ep := testutil.MakeEndpoint("shared", ns, url).Obj()
+		ep.Spec.QuotaRef = &v1alpha1.QuotaReference{Name: quota.Name}
+		create(b, ep)
+	}
 	evals := []struct {
-		name    string
-		weight  int32
-		samples int
-	}{{"heavy", 2, 840}, {"light-a", 1, 420}, {"light-b", 1, 420}}
+		name, ns string
+		weight   float64 // its part of the whole
+		samples  int
+	}{{"heavy", nsA, 2, 840}, {"light-a", nsB, 1, 420}, {"light-b", nsB, 1, 420}}
 	for _, e := range evals {
-		create(b, endpointEvaluation(e.name, ns, "shared", e.weight, e.samples, 3))
+		create(b, endpointEvaluation(e.name, e.ns, "shared", 1, e.samples, 3))
 	}
 	for _, e := range evals {
-		waitPhase(b, ns, e.name, v1alpha1.PhaseSucceeded, 10*time.Minute)
+		waitPhase(b, e.ns, e.name, v1alpha1.PhaseSucceeded, 10*time.Minute)
 	}
 	// The interval when all three ran: from the last one's first request to
 	// the first one's last.
@@ -135,10 +157,10 @@ func BenchmarkSharedEndpoint(b *testing.B) {
 		b.Errorf("goal: at most 0.1%% 429s and achieved >= 0.9 of the limit; got %.3f%% and %.3f", refused*100, achieved)
 	}
 	for _, e := range evals {
-		want := float64(e.weight) / 4
+		want := e.weight / 4
 		got := float64(counts[e.name]) / float64(total)
 		b.ReportMetric(got/want, e.name+"-share/weight")
-		b.Logf("%s (weight %d): %.3f of the calls, %.3f of its weight's part", e.name, e.weight, got, got/want)
+		b.Logf("%s (weight %g): %.3f of the calls, %.3f of its weight's part", e.name, e.weight, got, got/want)
 		if got/want < 0.9 || got/want > 1.1 {
 			b.Errorf("goal: %s's part within ±10%% of its weight's; got %.3f", e.name, got/want)
 		}

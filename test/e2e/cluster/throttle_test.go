@@ -162,3 +162,83 @@ func additions(n int) string {
 	}
 	return b.String()
 }
+
+// TestTwoNamespacesShareOneQuota is the cross-namespace case: two teams, each
+// with its own key in its own namespace (a ModelEndpoint and its Secret),
+// share one account's limit through a ModelQuota naming both namespaces. The
+// server, which enforces that limit over a strict sliding minute, refuses no
+// call, and `kubectl get modelquotas` shows both.
+func TestTwoNamespacesShareOneQuota(t *testing.T) {
+	const rpm, n = 120, 60
+	teams := []string{namespace(t, "e2e-quota-a"), namespace(t, "e2e-quota-b")}
+	fakeServers(t, teams[0], "account", []string{fmt.Sprintf("-rpm=%d", rpm)})
+	quota := "e2e-account"
+	applyYAML(t, teams[0], fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: ModelQuota
+metadata: {name: %s}
+spec:
+  limits: {requestsPerMinute: %d}
+  namespaces: [{name: %s, weight: 2}, {name: %s}]
+`, quota, rpm, teams[0], teams[1]))
+	t.Cleanup(func() { _, _ = kubectl("delete", "modelquota", quota, "--ignore-not-found") })
+	for _, ns := range teams {
+		applyYAML(t, ns, fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: ModelEndpoint
+metadata: {name: team-key}
+spec:
+  provider: openai
+  baseURL: http://account.%s.svc:8081/v1
+  apiKey: {secretKeyRef: {name: openai, key: api-key}}
+  quotaRef: {name: %s}
+---
+apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: suite}
+spec:
+  datasets:
+  - name: add
+    source:
+      inline:
+%s  models:
+  - name: gpt
+    endpointRef: {name: team-key}
+    model: fake-model
+  prompt: {system: "Answer with a number only."}
+  scoring: [{type: exact_match, normalize: [trim]}]
+  concurrency: 8
+  shardSize: 30
+  parallelism: 2
+`, teams[0], quota, additions(n)))
+	}
+	start := time.Now()
+	sawBoth := false
+	eventually(t, 5*time.Minute, 2*time.Second, "both Evaluations to finish", func() error {
+		if out, err := kubectl("get", "modelquota", quota, "-o", "jsonpath={.status.endpoints}"); err == nil && strings.TrimSpace(out) == "2" {
+			sawBoth = true
+		}
+		for _, ns := range teams {
+			if p := getEvaluation(t, ns, "suite").Status.Phase; p != "Succeeded" && p != "Failed" {
+				return fmt.Errorf("%s is %q", ns, p)
+			}
+		}
+		return nil
+	})
+	record("2 namespaces x 60 samples through one 120 RPM ModelQuota", time.Since(start))
+	t.Logf("kubectl get modelquotas:\n%s", mustKubectl(t, "get", "modelquota", quota))
+	if !sawBoth {
+		t.Error("the ModelQuota's status never counted both endpoints")
+	}
+	s := stats(t, teams[0], "account", 8081)
+	t.Logf("server: %v requests, %v answered 429", s["requests"], s["rateLimited"])
+	if s["rateLimited"] != 0 || s["requests"] != 2*n {
+		t.Errorf("server stats %v: want %d requests and no 429 (the namespaces shared the quota)", s, 2*n)
+	}
+	for _, ns := range teams {
+		ev := getEvaluation(t, ns, "suite")
+		if ev.Status.Phase != "Succeeded" || ev.Status.Score != "1.0000" {
+			t.Errorf("%s: phase %s, score %q, message %q; want Succeeded with every sample right", ns, ev.Status.Phase, ev.Status.Score, ev.Status.Message)
+		}
+		recs, _ := fetchRecords(t, ns, "suite")
+		exactlyOnce(t, recs, n)
+	}
+}
