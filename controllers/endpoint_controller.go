@@ -181,16 +181,18 @@ func (r *ModelEndpointReconciler) limitsInForce(ctx context.Context, p *endpoint
 		return nil
 	}
 	quotaLimits := cluster.QuotaLimitsOf(&q)
+	division, err := cluster.ParseBudget(q.Annotations)
+	if err != nil {
+		return fmt.Errorf("ModelQuota %s: %w", ref.Name, err)
+	}
+	// Recorded even while held, so that the quota learns when the endpoint has
+	// applied a part of nothing.
+	p.quota = &cluster.QuotaApplied{UID: string(q.UID), Version: division.Version}
 	if _, ok := q.Spec.Admits(p.ep.Namespace); !ok {
 		p.held, p.limits, p.notReadyReason = true, quotaLimits, reasonQuotaNotAllowed
 		p.notReady = fmt.Sprintf("ModelQuota %s (spec.quotaRef) does not list namespace %s in spec.namespaces: Evaluations calling through the endpoint wait", ref.Name, p.ep.Namespace)
 		return nil
 	}
-	division, err := cluster.ParseBudget(q.Annotations)
-	if err != nil {
-		return fmt.Errorf("ModelQuota %s: %w", ref.Name, err)
-	}
-	p.quota = &cluster.QuotaApplied{UID: string(q.UID), Version: division.Version}
 	part, limited, paused := division.Lookup(q.Name, cluster.QuotaUserKey(p.ep.Namespace, p.ep.Name))
 	if !limited || paused {
 		p.held, p.limits = true, quotaLimits

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,10 +31,15 @@ type ModelQuotaReconciler struct {
 	client.Client
 	Scheme *runtime.Scheme
 	Clock  clock.PassiveClock
-	// Options: ProgressInterval (how often usage alone is written to status).
+	// Options: ProgressInterval (how often usage alone is written to status),
+	// StaleAfter (how long a part of an endpoint that is gone is counted).
 	Options Options
 
 	wrote *throttle
+	// gone records since when each quota's division holds a part of an
+	// endpoint that no longer names it.
+	mu   sync.Mutex
+	gone map[types.NamespacedName]map[string]time.Time
 }
 
 // +kubebuilder:rbac:groups=proctor.dev,resources=modelquotas,verbs=get;list;watch;update;patch
@@ -48,7 +54,7 @@ func (r *ModelQuotaReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	r.wrote = newThrottle()
+	r.wrote, r.gone = newThrottle(), map[types.NamespacedName]map[string]time.Time{}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.ModelQuota{}).
 		Watches(&v1alpha1.ModelEndpoint{}, handler.EnqueueRequestsFromMapFunc(quotaOf)).
@@ -86,6 +92,9 @@ func (r *ModelQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if apierrors.IsNotFound(err) {
 			// Its endpoints find it gone and hold their runners.
 			r.wrote.forget(req.NamespacedName)
+			r.mu.Lock()
+			delete(r.gone, req.NamespacedName)
+			r.mu.Unlock()
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -110,10 +119,6 @@ func (r *ModelQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	acked := map[string]int64{}
 	for i := range eps {
 		ep := &eps[i]
-		weight, ok := q.Spec.Admits(ep.Namespace)
-		if !ok {
-			continue
-		}
 		key := cluster.QuotaUserKey(ep.Namespace, ep.Name)
 		doc, err := r.endpointBudget(ctx, ep)
 		if err != nil {
@@ -122,7 +127,10 @@ func (r *ModelQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if a := doc.Quota; a != nil && a.UID == string(q.UID) && doc.Fits(ep.Name) {
 			acked[key] = a.Version
 		}
-		active := ep.Status.Shards > 0
+		// An endpoint of a namespace the quota no longer lists gets nothing,
+		// but is counted until it has held its runners.
+		weight, admitted := q.Spec.Admits(ep.Namespace)
+		active := admitted && ep.Status.Shards > 0
 		if !active && !doc.InUse(ep.Name) && !division.Keeps(q.Name, key, acked[key]) {
 			continue
 		}
@@ -143,6 +151,7 @@ func (r *ModelQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			}
 		}
 	}
+	users = append(users, r.goneUsers(req.NamespacedName, division, q.Name, users, now)...)
 	status.Usage = nil
 	if usage != (v1alpha1.EndpointUsage{}) {
 		status.Usage = &usage
@@ -194,6 +203,40 @@ func (r *ModelQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	r.wrote.wrote(key, now)
 	return result, nil
+}
+
+// goneUsers keeps, for StaleAfter, the parts of endpoints that are gone
+// (deleted, or their quotaRef changed): their runner pods stop when they find
+// the budget gone or held, which they read every few seconds, and nothing can
+// acknowledge it for them.
+func (r *ModelQuotaReconciler) goneUsers(key types.NamespacedName, division *cluster.Budget, quota string, users []cluster.QuotaUser, now time.Time) []cluster.QuotaUser {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	since := r.gone[key]
+	if since == nil {
+		since = map[string]time.Time{}
+		r.gone[key] = since
+	}
+	listed := map[string]bool{}
+	for _, u := range users {
+		listed[u.Key] = true
+		delete(since, u.Key)
+	}
+	var out []cluster.QuotaUser
+	if mb := division.Models[quota]; mb != nil {
+		for k := range mb.Grants {
+			if listed[k] {
+				continue
+			}
+			if _, ok := since[k]; !ok {
+				since[k] = now
+			}
+			if now.Sub(since[k]) < r.Options.StaleAfter {
+				out = append(out, cluster.QuotaUser{Key: k})
+			}
+		}
+	}
+	return out
 }
 
 // endpointBudget is an endpoint's budget, as the cache holds it; empty if it
