@@ -69,7 +69,7 @@ type Env struct {
 	// name, for a local run, where the engine paces each endpoint's models
 	// together. Nil in runner pods, which take each model's share from the
 	// endpoint's budget instead.
-	Endpoints map[string]v1alpha1.EndpointLimits
+	Endpoints map[string]ratelimit.Limits
 	// AgentExecutor, when set (with Cluster), is the Unix socket of the
 	// executor that runs agents in their own container (`proctor agent-exec`).
 	// The agent's key and agent.env valueFrom entries are then in that
@@ -118,7 +118,7 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 			if plan.Endpoints == nil {
 				plan.Endpoints = map[string]ratelimit.Limits{}
 			}
-			plan.Endpoints[m.Endpoint] = cluster.EndpointLimitsOf(l)
+			plan.Endpoints[m.Endpoint] = l
 		}
 		plan.Models = append(plan.Models, m)
 		plan.Secrets = append(plan.Secrets, secrets...)

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
 // Error is a problem with an Evaluation file: one line per problem, each naming the
@@ -271,43 +272,29 @@ func (f *File) resolve() field.ErrorList {
 // EndpointLimits are the limits of the endpoints the Evaluation's models call
 // through, by name (for the engine: runner.Plan.Endpoints): each endpoint's
 // own, within its ModelQuota's.
-func (f *File) EndpointLimits() map[string]v1alpha1.EndpointLimits {
-	out := map[string]v1alpha1.EndpointLimits{}
+func (f *File) EndpointLimits() map[string]ratelimit.Limits {
+	out := map[string]ratelimit.Limits{}
 	for _, name := range f.Evaluation.Spec.EndpointNames() {
 		ep := f.Endpoints[name]
 		if ep == nil {
 			continue
 		}
-		var l v1alpha1.EndpointLimits
+		var l ratelimit.Limits
 		if ep.Spec.Limits != nil {
-			l = *ep.Spec.Limits
+			l = limitsOf(*ep.Spec.Limits)
 		}
 		if ref := ep.Spec.QuotaRef; ref != nil && f.Quotas[ref.Name] != nil {
-			l = lesser(l, f.Quotas[ref.Name].Spec.Limits)
+			l = l.Lesser(limitsOf(f.Quotas[ref.Name].Spec.Limits))
 		}
-		if l != (v1alpha1.EndpointLimits{}) {
+		if !l.IsZero() {
 			out[name] = l
 		}
 	}
 	return out
 }
 
-// lesser is the lesser of two limits in each dimension (0: none).
-func lesser(a, b v1alpha1.EndpointLimits) v1alpha1.EndpointLimits {
-	pick := func(x, y int64) int64 {
-		switch {
-		case x == 0:
-			return y
-		case y == 0:
-			return x
-		}
-		return min(x, y)
-	}
-	return v1alpha1.EndpointLimits{
-		RequestsPerMinute:     pick(a.RequestsPerMinute, b.RequestsPerMinute),
-		InputTokensPerMinute:  pick(a.InputTokensPerMinute, b.InputTokensPerMinute),
-		OutputTokensPerMinute: pick(a.OutputTokensPerMinute, b.OutputTokensPerMinute),
-	}
+func limitsOf(l v1alpha1.EndpointLimits) ratelimit.Limits {
+	return ratelimit.Limits{RequestsPerMinute: l.RequestsPerMinute, InputTokensPerMinute: l.InputTokensPerMinute, OutputTokensPerMinute: l.OutputTokensPerMinute}
 }
 
 // validateName checks metadata.name as the API server would: proctor run makes

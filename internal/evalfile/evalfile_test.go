@@ -18,6 +18,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/evalfile"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
 // fileName is the name every test gives Decode; each problem line must start with it.
@@ -268,7 +269,7 @@ func TestDecodeFileResolvesEndpoints(t *testing.T) {
 		if diff := cmp.Diff(want, m); diff != "" {
 			t.Errorf("resolved model (-want +got):\n%s", diff)
 		}
-		wantLimits := map[string]v1alpha1.EndpointLimits{"team-key": {RequestsPerMinute: 600, OutputTokensPerMinute: 90000}}
+		wantLimits := map[string]ratelimit.Limits{"team-key": {RequestsPerMinute: 600, OutputTokensPerMinute: 90000}}
 		if diff := cmp.Diff(wantLimits, f.EndpointLimits()); diff != "" {
 			t.Errorf("EndpointLimits (-want +got):\n%s", diff)
 		}
@@ -280,7 +281,7 @@ func TestDecodeFileResolvesEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]v1alpha1.EndpointLimits{"team-key": {RequestsPerMinute: 300, InputTokensPerMinute: 50000, OutputTokensPerMinute: 90000}}
+	want := map[string]ratelimit.Limits{"team-key": {RequestsPerMinute: 300, InputTokensPerMinute: 50000, OutputTokensPerMinute: 90000}}
 	if diff := cmp.Diff(want, f.EndpointLimits()); diff != "" {
 		t.Errorf("EndpointLimits within the quota (-want +got):\n%s", diff)
 	}

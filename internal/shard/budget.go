@@ -269,23 +269,7 @@ func shareIn(b *cluster.Budget, name, key string) share {
 // combine is the lesser of two shares in each dimension (zero: no limit), and
 // paused if either is.
 func combine(a, b share) share {
-	pick := func(x, y int64) int64 {
-		switch {
-		case x == 0:
-			return y
-		case y == 0:
-			return x
-		}
-		return min(x, y)
-	}
-	return share{
-		paused: a.paused || b.paused,
-		limits: ratelimit.Limits{
-			RequestsPerMinute:     pick(a.limits.RequestsPerMinute, b.limits.RequestsPerMinute),
-			InputTokensPerMinute:  pick(a.limits.InputTokensPerMinute, b.limits.InputTokensPerMinute),
-			OutputTokensPerMinute: pick(a.limits.OutputTokensPerMinute, b.limits.OutputTokensPerMinute),
-		},
-	}
+	return share{paused: a.paused || b.paused, limits: a.limits.Lesser(b.limits)}
 }
 
 // usage is what the shard sent to each model calling through an endpoint over

@@ -49,6 +49,25 @@ type Limits struct {
 // IsZero reports whether no budget is limited.
 func (l Limits) IsZero() bool { return l == Limits{} }
 
+// Lesser is the lesser of l and o in each dimension, where 0 is no limit: the
+// limits of a caller bound by both.
+func (l Limits) Lesser(o Limits) Limits {
+	pick := func(x, y int64) int64 {
+		switch {
+		case x == 0:
+			return y
+		case y == 0:
+			return x
+		}
+		return min(x, y)
+	}
+	return Limits{
+		RequestsPerMinute:     pick(l.RequestsPerMinute, o.RequestsPerMinute),
+		InputTokensPerMinute:  pick(l.InputTokensPerMinute, o.InputTokensPerMinute),
+		OutputTokensPerMinute: pick(l.OutputTokensPerMinute, o.OutputTokensPerMinute),
+	}
+}
+
 func (l Limits) values() [numDims]int64 {
 	return [numDims]int64{l.RequestsPerMinute, l.InputTokensPerMinute, l.OutputTokensPerMinute}
 }

@@ -298,3 +298,18 @@ func TestSetLimitsRepeatedDoesNotGrantBursts(t *testing.T) {
 		t.Errorf("%d requests in one second at 600/min with repeated SetLimits, want <= 10", got)
 	}
 }
+
+func TestLesser(t *testing.T) {
+	for _, tc := range []struct{ a, b, want Limits }{
+		{Limits{RequestsPerMinute: 100, OutputTokensPerMinute: 50}, Limits{RequestsPerMinute: 60, InputTokensPerMinute: 9000}, Limits{RequestsPerMinute: 60, InputTokensPerMinute: 9000, OutputTokensPerMinute: 50}},
+		{Limits{}, Limits{}, Limits{}},
+		{Limits{RequestsPerMinute: 5}, Limits{}, Limits{RequestsPerMinute: 5}},
+	} {
+		if got := tc.a.Lesser(tc.b); got != tc.want {
+			t.Errorf("%+v.Lesser(%+v) = %+v, want %+v", tc.a, tc.b, got, tc.want)
+		}
+		if got := tc.b.Lesser(tc.a); got != tc.want {
+			t.Errorf("%+v.Lesser(%+v) = %+v, want %+v (not symmetric)", tc.b, tc.a, got, tc.want)
+		}
+	}
+}
