@@ -27,18 +27,6 @@ import (
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
-// Conditions and reasons of a ModelEndpoint.
-const (
-	// EndpointReady is True while Evaluations can call through the endpoint:
-	// its budget ConfigMap is its own.
-	EndpointReady          = "Ready"
-	reasonBudgetReady      = "BudgetReady"
-	reasonBudgetNameIsUsed = "BudgetNameConflict"
-	reasonQuotaNotFound    = "QuotaNotFound"
-	reasonQuotaNotAllowed  = "QuotaNotAllowed"
-	reasonWaitingForQuota  = "WaitingForQuota"
-)
-
 // ModelEndpointReconciler divides each ModelEndpoint's limits among the runner
 // pods, of every Evaluation of its namespace, that call through it (see
 // cluster.DivideEndpoint for the protocol), and reports its use in status.
@@ -176,7 +164,7 @@ func (r *ModelEndpointReconciler) limitsInForce(ctx context.Context, p *endpoint
 		if !apierrors.IsNotFound(err) {
 			return err
 		}
-		p.held, p.notReadyReason = true, reasonQuotaNotFound
+		p.held, p.notReadyReason = true, v1alpha1.ReasonQuotaNotFound
 		p.notReady = fmt.Sprintf("ModelQuota %s (spec.quotaRef) not found: Evaluations calling through the endpoint wait", ref.Name)
 		return nil
 	}
@@ -189,7 +177,7 @@ func (r *ModelEndpointReconciler) limitsInForce(ctx context.Context, p *endpoint
 	// applied a part of nothing.
 	p.quota = &cluster.QuotaApplied{UID: string(q.UID), Version: division.Version}
 	if _, ok := q.Spec.Admits(p.ep.Namespace); !ok {
-		p.held, p.limits, p.notReadyReason = true, quotaLimits, reasonQuotaNotAllowed
+		p.held, p.limits, p.notReadyReason = true, quotaLimits, v1alpha1.ReasonQuotaNotAllowed
 		p.notReady = fmt.Sprintf("ModelQuota %s (spec.quotaRef) does not list namespace %s in spec.namespaces: Evaluations calling through the endpoint wait", ref.Name, p.ep.Namespace)
 		return nil
 	}
@@ -228,7 +216,7 @@ func (r *ModelEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	status.ObservedGeneration = ep.Generation
 	setCond := func(s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-			Type: EndpointReady, Status: s, Reason: reason, Message: msg, ObservedGeneration: ep.Generation, LastTransitionTime: metav1.NewTime(p.now),
+			Type: v1alpha1.ConditionReady, Status: s, Reason: reason, Message: msg, ObservedGeneration: ep.Generation, LastTransitionTime: metav1.NewTime(p.now),
 		})
 	}
 
@@ -239,7 +227,7 @@ func (r *ModelEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	var result ctrl.Result
 	switch {
 	case conflict:
-		setCond(metav1.ConditionFalse, reasonBudgetNameIsUsed, fmt.Sprintf("ConfigMap %s, which the endpoint's budget needs, is not the endpoint's; "+
+		setCond(metav1.ConditionFalse, v1alpha1.ReasonBudgetNameConflict, fmt.Sprintf("ConfigMap %s, which the endpoint's budget needs, is not the endpoint's; "+
 			"Evaluations calling through it wait. Rename or delete that ConfigMap", cluster.EndpointBudgetName(ep.Name)))
 		result.RequeueAfter = r.Options.RecheckAfter
 	case budget == nil:
@@ -262,11 +250,11 @@ func (r *ModelEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			setCond(metav1.ConditionFalse, p.notReadyReason, p.notReady)
 			result.RequeueAfter = nonZero(result.RequeueAfter, r.Options.RecheckAfter)
 		case p.held:
-			setCond(metav1.ConditionTrue, reasonWaitingForQuota, fmt.Sprintf("waiting for a part of ModelQuota %s", p.ep.Spec.QuotaRef.Name))
+			setCond(metav1.ConditionTrue, v1alpha1.ReasonWaitingForQuota, fmt.Sprintf("waiting for a part of ModelQuota %s", p.ep.Spec.QuotaRef.Name))
 		case p.ep.Spec.QuotaRef != nil:
-			setCond(metav1.ConditionTrue, reasonBudgetReady, fmt.Sprintf("Evaluations of the namespace may call through the endpoint, within its part of ModelQuota %s", p.ep.Spec.QuotaRef.Name))
+			setCond(metav1.ConditionTrue, v1alpha1.ReasonBudgetReady, fmt.Sprintf("Evaluations of the namespace may call through the endpoint, within its part of ModelQuota %s", p.ep.Spec.QuotaRef.Name))
 		default:
-			setCond(metav1.ConditionTrue, reasonBudgetReady, "Evaluations of the namespace may call through the endpoint")
+			setCond(metav1.ConditionTrue, v1alpha1.ReasonBudgetReady, "Evaluations of the namespace may call through the endpoint")
 		}
 		status.Limits = nil
 		if !p.held && !p.limits.IsZero() {

@@ -174,7 +174,7 @@ func (r *ModelQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			result.RequeueAfter = 100 * time.Millisecond
 		}
 	}
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: EndpointReady, Status: metav1.ConditionTrue, Reason: reasonBudgetReady,
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonBudgetReady,
 		Message: "ModelEndpoints naming the quota share its limits", ObservedGeneration: q.Generation, LastTransitionTime: metav1.NewTime(now)})
 	if len(users) > 0 {
 		// Usage decays, and endpoints' acknowledgements arrive, without events here.

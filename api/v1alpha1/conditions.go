@@ -80,3 +80,20 @@ const (
 	ReasonOutputsCut           = "OutputsCut"
 	ReasonStorageBudgetReached = "StorageBudgetReached"
 )
+
+// The condition of ModelEndpoints and ModelQuotas, and its reasons.
+const (
+	// ConditionReady is True while Evaluations can call through the endpoint
+	// (or the quota's endpoints can share it).
+	ConditionReady = "Ready"
+	// ReasonBudgetReady: its budget is its own, and divided.
+	ReasonBudgetReady = "BudgetReady"
+	// ReasonBudgetNameConflict: the ConfigMap its budget needs is not its own.
+	ReasonBudgetNameConflict = "BudgetNameConflict"
+	// ReasonQuotaNotFound: its quotaRef names no ModelQuota.
+	ReasonQuotaNotFound = "QuotaNotFound"
+	// ReasonQuotaNotAllowed: its ModelQuota does not list its namespace.
+	ReasonQuotaNotAllowed = "QuotaNotAllowed"
+	// ReasonWaitingForQuota: its ModelQuota has given it no part yet.
+	ReasonWaitingForQuota = "WaitingForQuota"
+)

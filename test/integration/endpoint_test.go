@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
-	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/test/fakellm"
@@ -348,8 +347,8 @@ func TestQuotaSharedAcrossNamespaces(t *testing.T) {
 		if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: nsC, Name: "team"}, &ep); err != nil {
 			return false, err.Error()
 		}
-		c := meta.FindStatusCondition(ep.Status.Conditions, controllers.EndpointReady)
-		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "QuotaNotAllowed", fmt.Sprintf("%+v", c)
+		c := meta.FindStatusCondition(ep.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonQuotaNotAllowed, fmt.Sprintf("%+v", c)
 	})
 	for _, ns := range []string{nsA, nsB} {
 		waitPhase(t, ns, "suite", v1alpha1.PhaseSucceeded, 120*time.Second)
