@@ -332,11 +332,14 @@ func TestQuotaSharedAcrossNamespaces(t *testing.T) {
 				sum += g.Use().RequestsPerMinute
 				settled = settled && g.Acked >= g.Since
 			}
+			// While both run: both hold a part (one that finished keeps a part
+			// of nothing until it has acknowledged it).
+			a := b.Models[quota.Name].Grants[nsA+"/team"].Share.RequestsPerMinute
+			bb := b.Models[quota.Name].Grants[nsB+"/team"].Share.RequestsPerMinute
 			mu.Lock()
 			maxSum = max(maxSum, sum)
-			if settled {
-				settledA = max(settledA, b.Models[quota.Name].Grants[nsA+"/team"].Share.RequestsPerMinute)
-				settledB = max(settledB, b.Models[quota.Name].Grants[nsB+"/team"].Share.RequestsPerMinute)
+			if settled && a > 0 && bb > 0 {
+				settledA, settledB = max(settledA, a), max(settledB, bb)
 			}
 			mu.Unlock()
 		}
