@@ -202,9 +202,10 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 }
 
 // resolveEndpoints gives the models with endpointRef what their
-// ModelEndpoints say. The controller starts no pod while one is missing or in
-// another namespace; if one was deleted since, the pod fails and is retried.
-func resolveEndpoints(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation) error {
+// ModelEndpoints say. The controller starts no Job while one is missing; a pod
+// that starts while one is gone (deleted mid-run, its pod replaced) waits for
+// it instead of failing, as the calls of the pods already running do.
+func resolveEndpoints(ctx context.Context, c client.Client, o Options, ev *v1alpha1.Evaluation) error {
 	for i := range ev.Spec.Models {
 		m := &ev.Spec.Models[i]
 		if m.EndpointRef == nil {
@@ -214,8 +215,22 @@ func resolveEndpoints(ctx context.Context, c client.Client, ev *v1alpha1.Evaluat
 			return &InvalidError{fmt.Errorf("spec.models[%d].endpointRef.namespace: %q is not the Evaluation's namespace", i, ns)}
 		}
 		var ep v1alpha1.ModelEndpoint
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: m.EndpointRef.Name}, &ep); err != nil {
-			return fmt.Errorf("reading ModelEndpoint %s (spec.models[%d].endpointRef): %w", m.EndpointRef.Name, i, err)
+		for logged := false; ; logged = true {
+			err := c.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: m.EndpointRef.Name}, &ep)
+			if err == nil {
+				break
+			}
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("reading ModelEndpoint %s (spec.models[%d].endpointRef): %w", m.EndpointRef.Name, i, err)
+			}
+			if !logged {
+				o.Log.Info("Waiting for a ModelEndpoint that is gone", "endpoint", m.EndpointRef.Name, "model", m.Name)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-o.Clock.After(o.BudgetEvery):
+			}
 		}
 		m.UseEndpoint(&ep.Spec)
 	}
@@ -237,7 +252,7 @@ func currentEvaluation(ctx context.Context, c client.Client, o Options) (*v1alph
 	if !cluster.IsRun(ev, o.Run) {
 		return nil, cluster.ErrObsolete
 	}
-	if err := resolveEndpoints(ctx, c, ev); err != nil {
+	if err := resolveEndpoints(ctx, c, o, ev); err != nil {
 		return nil, err
 	}
 	return ev, nil

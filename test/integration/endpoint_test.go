@@ -156,7 +156,7 @@ func TestEndpointMissingThenDeletedMidRun(t *testing.T) {
 	ns := newNamespace(t)
 	srv, url := fakeLLM(t, fakellm.Config{Latency: 10 * time.Millisecond})
 	startManager(t, ns)
-	startKubelet(t, ns)
+	k := startKubelet(t, ns)
 	create(t, testutil.MakeEvaluation("waits", ns).InlineDataset("d", 60).EndpointModel("m", "later", 0).
 		Scorer(v1alpha1.ScorerExactMatch).ShardSize(30).Parallelism(2).Concurrency(2).Obj())
 	eventually(t, 20*time.Second, "Pending because of the ModelEndpoint", func() (bool, string) {
@@ -194,6 +194,15 @@ func TestEndpointMissingThenDeletedMidRun(t *testing.T) {
 	}
 	if ev := getEvaluation(t, ns, "waits"); ev.Status.Phase != v1alpha1.PhaseRunning || ev.Status.Progress.Errored != 0 {
 		t.Fatalf("while the endpoint was gone: phase %s progress %+v, want Running with nothing errored", ev.Status.Phase, ev.Status.Progress)
+	}
+	// A pod replaced meanwhile (evicted, its node lost) waits for the endpoint
+	// too, instead of failing until its shard is given up on.
+	if !k.kill("m", 0) {
+		t.Fatal("shard m/0 was not running")
+	}
+	time.Sleep(3 * time.Second)
+	if n := k.attempts("m", 0); n > 2 {
+		t.Errorf("shard m/0 started %d times while the endpoint was gone, want its replacement waiting", n)
 	}
 
 	create(t, testutil.MakeEndpoint("later", ns, url).RequestsPerMinute(300).Obj())
