@@ -127,9 +127,16 @@ func TestHelmUpgradeAndUninstall(t *testing.T) {
 	if rev := mustKubectl(t, "get", "deployment", "-n", releaseNamespace, deploy, "-o", "jsonpath={.metadata.annotations.deployment\\.kubernetes\\.io/revision}"); rev == "1" {
 		t.Error("helm upgrade did not roll the manager's pods")
 	}
-	// Its permissions are now a Role in the watched namespace, no ClusterRoleBinding.
-	if out := mustKubectl(t, "get", "clusterrolebindings", "-l", "app.kubernetes.io/instance="+release, "-o", "name"); strings.Contains(out, "manager") {
-		t.Errorf("with watchNamespaces the manager still has a ClusterRoleBinding: %s", out)
+	// Its permissions are now a Role in the watched namespace; its ClusterRole
+	// keeps only the rules on ModelQuotas, which are cluster-scoped.
+	resources := mustKubectl(t, "get", "clusterrole", release+"-manager-role", "-o", "jsonpath={.rules[*].resources[*]}")
+	for _, r := range strings.Fields(resources) {
+		if !strings.HasPrefix(r, "modelquotas") {
+			t.Errorf("with watchNamespaces the manager's ClusterRole still grants %s cluster-wide (all: %s)", r, resources)
+		}
+	}
+	if out := mustKubectl(t, "get", "roles", "-n", ns, "-l", "app.kubernetes.io/instance="+release, "-o", "name"); !strings.Contains(out, "manager") {
+		t.Errorf("with watchNamespaces the manager has no Role in %s: %q", ns, out)
 	}
 
 	// The upgraded manager runs Evaluations in the watched namespace, and leaves
