@@ -176,15 +176,20 @@ spec:
 		}
 		return nil
 	})
-	// The CRD stays (crds.keep, so an uninstall does not delete every Evaluation).
-	if _, err := kubectl("get", "crd", "evaluations.proctor.dev"); err != nil {
-		t.Errorf("the CRD was deleted by helm uninstall; the chart keeps it: %v", err)
+	// The CRDs stay (crds.keep, so an uninstall does not delete every Evaluation).
+	crds := []string{"evaluations.proctor.dev", "modelendpoints.proctor.dev", "modelquotas.proctor.dev"}
+	for _, crd := range crds {
+		if _, err := kubectl("get", "crd", crd); err != nil {
+			t.Errorf("the CRD %s was deleted by helm uninstall; the chart keeps it: %v", crd, err)
+		}
 	}
 
-	// Deleting it, the fake server and the test namespaces leaves nothing behind.
+	// Deleting them, the fake server and the test namespaces leaves nothing
+	// behind (a ModelEndpoint's budget goes with it).
 	mustKubectl(t, "delete", "-k", filepath.Join(repo, "config", "fakellm"), "--wait=true", "--timeout=2m")
-	mustKubectl(t, "delete", "crd", "evaluations.proctor.dev", "--wait=true", "--timeout=2m")
-	for _, ns := range append([]string{"e2e-samples", "e2e-ratelimit", "e2e-agent", "e2e-restarts", "e2e-invalid", "e2e-upgrade", "e2e-unwatched"}, failureNamespaces...) {
+	mustKubectl(t, append([]string{"delete", "crd"}, append(crds, "--wait=true", "--timeout=2m")...)...)
+	for _, ns := range append([]string{"e2e-samples", "e2e-ratelimit", "e2e-agent", "e2e-restarts", "e2e-invalid", "e2e-upgrade", "e2e-unwatched",
+		"e2e-endpoint", "e2e-quota-a", "e2e-quota-b"}, failureNamespaces...) {
 		if _, err := kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
 			t.Error(err)
 		}
