@@ -24,9 +24,11 @@ import (
 // fails the run (an Evaluation may use only its own namespace's keys); a
 // missing endpoint keeps a run that has not started Pending, and lets a
 // started one go on with those models' calls held by its runner pods
-// (EndpointUnavailable) until the endpoint is back.
+// (EndpointUnavailable) until the endpoint is back. An endpoint that is not
+// Ready (its ModelQuota is missing or does not list the namespace) is said
+// the same way; its runner pods wait for it.
 func (r *EvaluationReconciler) resolveEndpoints(ctx context.Context, p *pass) (bool, error) {
-	var missing []string
+	var missing, notReady []string
 	for i := range p.ev.Spec.Models {
 		m := &p.ev.Spec.Models[i]
 		ref := m.EndpointRef
@@ -48,11 +50,21 @@ func (r *EvaluationReconciler) resolveEndpoints(ctx context.Context, p *pass) (b
 		case err != nil:
 			return false, err
 		}
+		if c := meta.FindStatusCondition(ep.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionFalse {
+			notReady = append(notReady, fmt.Sprintf("ModelEndpoint %s (%s, model %s) is not ready: %s", ref.Name, path, m.Name, c.Message))
+		}
 		m.UseEndpoint(&ep.Spec)
 	}
 	if len(missing) == 0 {
+		if len(notReady) > 0 {
+			// Its runner pods start, and wait for it (its quota, say).
+			p.endpointsReason = v1alpha1.ReasonEndpointNotReady
+			p.endpointsMissing = strings.Join(notReady, "; ")
+			p.requeueAfter(r.Options.RecheckAfter)
+		}
 		return true, nil
 	}
+	p.endpointsReason, p.endpointsGone = v1alpha1.ReasonEndpointNotFound, true
 	p.requeueAfter(r.Options.RecheckAfter)
 	started, err := r.runStarted(ctx, p)
 	if err != nil {
@@ -93,9 +105,9 @@ func setEndpointUnavailable(p *pass, set func(t string, status metav1.ConditionS
 	switch {
 	case p.endpointsMissing != "" && !ended:
 		if !was || old.Message != p.endpointsMissing {
-			p.event(corev1.EventTypeWarning, v1alpha1.ReasonEndpointNotFound, "%s", p.endpointsMissing)
+			p.event(corev1.EventTypeWarning, p.endpointsReason, "%s", p.endpointsMissing)
 		}
-		set(v1alpha1.ConditionEndpointUnavailable, metav1.ConditionTrue, v1alpha1.ReasonEndpointNotFound, p.endpointsMissing)
+		set(v1alpha1.ConditionEndpointUnavailable, metav1.ConditionTrue, p.endpointsReason, p.endpointsMissing)
 	case was && (p.complete || ended):
 		p.event(corev1.EventTypeNormal, v1alpha1.ReasonEndpointFound, "Every ModelEndpoint the models call through is there")
 		set(v1alpha1.ConditionEndpointUnavailable, metav1.ConditionFalse, v1alpha1.ReasonEndpointFound, "")

@@ -32,6 +32,12 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		return true, nil
 	}
 	done, anyFailed := jobsFinished(p.jobs)
+	for _, m := range cluster.Subjects(&p.ev.Spec) {
+		// A model whose Job is not made yet has not run: the run is not over.
+		if p.jobs[m] == nil && len(p.plan.Shards(&p.ev.Spec, m)) > 0 {
+			done = false
+		}
+	}
 	if !done && p.stalled == nil {
 		return true, nil
 	}

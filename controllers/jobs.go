@@ -58,7 +58,7 @@ func (r *EvaluationReconciler) ensureJobs(ctx context.Context, p *pass) (bool, e
 		var job batchv1.Job
 		err := r.Get(ctx, client.ObjectKeyFromObject(want), &job)
 		switch {
-		case apierrors.IsNotFound(err) && p.endpointsMissing != "":
+		case apierrors.IsNotFound(err) && p.endpointsGone:
 			continue // its pods would not know where to call
 		case apierrors.IsNotFound(err):
 			if err := controllerutil.SetControllerReference(p.ev, want, r.Scheme); err != nil {

@@ -448,3 +448,21 @@ func TestDivideBudgetOnlyOverTheVersionItRead(t *testing.T) {
 		t.Errorf("a division from a stale copy was written (-before +after):\n%s", diff)
 	}
 }
+
+// TestNoJobIsNotFinished: a run whose model has shards but no Job yet (held
+// back while its ModelEndpoint is gone) has not run, whatever the other
+// models' Jobs say: it must not end Succeeded with nothing done.
+func TestNoJobIsNotFinished(t *testing.T) {
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).
+		OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Generation(1).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	p := newPass(h.eval("arith"), h.clock.Now())
+	p.run, p.plan = cluster.RunID(ev), &cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 10}}
+	cont, err := h.r.finish(h.ctx, p)
+	if err != nil || !cont {
+		t.Fatalf("finish = %v, %v", cont, err)
+	}
+	if p.finished || p.failureReason != "" {
+		t.Errorf("finished %v, failure %q with no Job made; want the run still going", p.finished, p.failureReason)
+	}
+}

@@ -30,8 +30,11 @@ type pass struct {
 	// pending says why the run cannot start yet (a reason and a message).
 	pendingReason, pendingMessage string
 	// endpointsMissing names the ModelEndpoints models call through that are
-	// not there; "" when all are.
-	endpointsMissing string
+	// not there or not ready, with endpointsReason (EndpointNotFound or
+	// EndpointNotReady); "" when all are.
+	endpointsMissing, endpointsReason string
+	// endpointsGone: some of them do not exist (no Job is made then).
+	endpointsGone bool
 	// failure ends the run: a reason and a message.
 	failureReason, failureMessage string
 
@@ -185,7 +188,7 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 			st.Message, st.Reason = p.degraded.message, p.degraded.reason
 			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
 		case p.endpointsMissing != "":
-			st.Message, st.Reason = p.endpointsMissing, v1alpha1.ReasonEndpointNotFound
+			st.Message, st.Reason = p.endpointsMissing, p.endpointsReason
 			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
 		case len(p.throttled) > 0:
 			st.Message, st.Reason = p.rateLimitMessage(), v1alpha1.ReasonRateLimited

@@ -21,9 +21,9 @@ const (
 	// left alone, and the run waits until the name is free.
 	ConditionNameConflict = "NameConflict"
 	// ConditionEndpointUnavailable is True while a ModelEndpoint that models
-	// call through is missing (deleted while the run went on): the runner pods
-	// hold those models' calls, nothing fails, and the run goes on when the
-	// endpoint is back.
+	// call through is missing (deleted while the run went on) or not Ready:
+	// the runner pods hold those models' calls, nothing fails, and the run goes
+	// on when the endpoint is back.
 	ConditionEndpointUnavailable = "EndpointUnavailable"
 )
 
@@ -38,6 +38,10 @@ const (
 	// ReasonEndpointNotFound: a model's endpointRef names no ModelEndpoint (the
 	// run waits in Pending, or, started, holds the model's calls).
 	ReasonEndpointNotFound = "EndpointNotFound"
+	// ReasonEndpointNotReady: a model's ModelEndpoint is not Ready (its
+	// ModelQuota is missing or does not list the namespace): its runner pods
+	// wait for it.
+	ReasonEndpointNotReady = "EndpointNotReady"
 	// ReasonEndpointFound: the missing ModelEndpoints are back.
 	ReasonEndpointFound     = "EndpointFound"
 	ReasonConfigMapNotFound = "ConfigMapNotFound"

@@ -366,8 +366,13 @@ func TestQuotaSharedAcrossNamespaces(t *testing.T) {
 		waitPhase(t, ns, "suite", v1alpha1.PhaseSucceeded, 120*time.Second)
 		checkRecords(t, ns, "suite", []string{"m"}, sampleIDs("d", 120))
 	}
-	if ev := getEvaluation(t, nsC, "suite"); ev.Status.Phase != v1alpha1.PhaseRunning || ev.Status.Progress == nil || ev.Status.Progress.Completed != 0 {
+	ev := getEvaluation(t, nsC, "suite")
+	if ev.Status.Phase != v1alpha1.PhaseRunning || ev.Status.Progress == nil || ev.Status.Progress.Completed != 0 {
 		t.Errorf("the unlisted namespace's Evaluation: phase %s progress %+v; want Running with nothing done (held)", ev.Status.Phase, ev.Status.Progress)
+	}
+	if c := findCondition(ev, v1alpha1.ConditionEndpointUnavailable); c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonEndpointNotReady ||
+		!strings.Contains(c.Message, "does not list namespace "+nsC) || ev.Status.Reason != v1alpha1.ReasonEndpointNotReady {
+		t.Errorf("the unlisted namespace's Evaluation: reason %q, EndpointUnavailable %+v; want it to say why it waits", ev.Status.Reason, c)
 	}
 	close(stop)
 	<-watched
