@@ -202,14 +202,7 @@ func validateModels(spec *EvaluationSpec, p *field.Path) field.ErrorList {
 				errs = append(errs, field.Required(mp.Child("model"), fmt.Sprintf("the %s model identifier", m.Provider)))
 			}
 		}
-		if m.BaseURL != "" {
-			if u, err := url.Parse(m.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				errs = append(errs, field.Invalid(mp.Child("baseURL"), m.BaseURL, "must be an http or https URL"))
-			}
-		}
-		if m.APIKey != nil && m.APIKey.Env != "" && !envNameRE.MatchString(m.APIKey.Env) {
-			errs = append(errs, field.Invalid(mp.Child("apiKey", "env"), m.APIKey.Env, "must be an environment variable name"))
-		}
+		errs = append(errs, validateEndpointFields(m.BaseURL, m.APIKey, mp)...)
 		if m.APIKey != nil && m.APIKey.Env == "" && m.Provider == ProviderAgent {
 			errs = append(errs, field.Required(mp.Child("apiKey", "env"), "the variable the agent reads its key from"))
 		}
@@ -285,16 +278,24 @@ func ValidateEndpoint(ep *ModelEndpoint) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(p.Child("provider"), ep.Spec.Provider, []string{string(ProviderOpenAI), string(ProviderAnthropic)}))
 	}
-	if u := ep.Spec.BaseURL; u != "" {
-		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			errs = append(errs, field.Invalid(p.Child("baseURL"), u, "must be an http or https URL"))
-		}
-	}
-	if k := ep.Spec.APIKey; k != nil && k.Env != "" && !envNameRE.MatchString(k.Env) {
-		errs = append(errs, field.Invalid(p.Child("apiKey", "env"), k.Env, "must be an environment variable name"))
-	}
+	errs = append(errs, validateEndpointFields(ep.Spec.BaseURL, ep.Spec.APIKey, p)...)
 	if l := ep.Spec.Limits; l != nil {
 		errs = append(errs, validateRates(p.Child("limits"), l.RequestsPerMinute, l.InputTokensPerMinute, l.OutputTokensPerMinute)...)
+	}
+	return errs
+}
+
+// validateEndpointFields checks where calls go and the key's variable, which
+// a model and a ModelEndpoint both say (p is the model's or the spec's path).
+func validateEndpointFields(baseURL string, key *APIKey, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if baseURL != "" {
+		if u, err := url.Parse(baseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, field.Invalid(p.Child("baseURL"), baseURL, "must be an http or https URL"))
+		}
+	}
+	if key != nil && key.Env != "" && !envNameRE.MatchString(key.Env) {
+		errs = append(errs, field.Invalid(p.Child("apiKey", "env"), key.Env, "must be an environment variable name"))
 	}
 	return errs
 }
