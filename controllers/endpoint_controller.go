@@ -499,28 +499,37 @@ func (r *ModelEndpointReconciler) divide(ctx context.Context, p *endpointPass, c
 	return nil
 }
 
-// writeStatus writes status if it changed; a change of usage alone at most
-// every ProgressInterval (it returns how long to wait then).
+// writeStatus writes the endpoint's status if it changed; a change of usage
+// alone at most every ProgressInterval (it returns how long to wait then).
 func (r *ModelEndpointReconciler) writeStatus(ctx context.Context, ep *v1alpha1.ModelEndpoint, st *v1alpha1.ModelEndpointStatus, now time.Time) (time.Duration, error) {
-	if apiequality.Semantic.DeepEqual(&ep.Status, st) {
-		return 0, nil
-	}
-	key := client.ObjectKeyFromObject(ep)
 	old := ep.Status.DeepCopy()
 	old.Usage = st.Usage
-	if apiequality.Semantic.DeepEqual(old, st) {
-		if wait := r.wrote.wait(key, now, r.Options.ProgressInterval); wait > 0 {
+	updated := ep.DeepCopy()
+	updated.Status = *st
+	return writeUsageStatus(ctx, r.Client, r.wrote, r.Options.ProgressInterval, updated,
+		!apiequality.Semantic.DeepEqual(&ep.Status, st), apiequality.Semantic.DeepEqual(old, st), now)
+}
+
+// writeUsageStatus writes updated's status (a ModelEndpoint's or a
+// ModelQuota's) if it changed; when only its usage changed, at most every
+// interval per object, as t records. It returns how long to wait before
+// writing again (a conflict: a second).
+func writeUsageStatus(ctx context.Context, c client.Client, t *throttle, interval time.Duration, updated client.Object, changed, onlyUsage bool, now time.Time) (time.Duration, error) {
+	if !changed {
+		return 0, nil
+	}
+	key := client.ObjectKeyFromObject(updated)
+	if onlyUsage {
+		if wait := t.wait(key, now, interval); wait > 0 {
 			return wait, nil
 		}
 	}
-	updated := ep.DeepCopy()
-	updated.Status = *st
-	if err := r.Status().Update(ctx, updated); err != nil {
+	if err := c.Status().Update(ctx, updated); err != nil {
 		if apierrors.IsConflict(err) {
 			return time.Second, nil
 		}
-		return 0, fmt.Errorf("writing the status of ModelEndpoint %s: %w", ep.Name, err)
+		return 0, fmt.Errorf("writing the status of %T %s: %w", updated, key, err)
 	}
-	r.wrote.wrote(key, now)
+	t.wrote(key, now)
 	return 0, nil
 }

@@ -180,28 +180,18 @@ func (r *ModelQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		// Usage decays, and endpoints' acknowledgements arrive, without events here.
 		result.RequeueAfter = min(nonZero(result.RequeueAfter, r.Options.ProgressInterval), r.Options.ProgressInterval)
 	}
-	if apiequality.Semantic.DeepEqual(&q.Status, status) {
-		return result, nil
-	}
-	key := client.ObjectKeyFromObject(q)
 	old := q.Status.DeepCopy()
 	old.Usage = status.Usage
-	if apiequality.Semantic.DeepEqual(old, status) {
-		if wait := r.wrote.wait(key, now, r.Options.ProgressInterval); wait > 0 {
-			result.RequeueAfter = min(nonZero(result.RequeueAfter, wait), wait)
-			return result, nil
-		}
-	}
 	updated := q.DeepCopy()
 	updated.Status = *status
-	if err := r.Status().Update(ctx, updated); err != nil {
-		if apierrors.IsConflict(err) {
-			result.RequeueAfter = time.Second
-			return result, nil
-		}
-		return ctrl.Result{}, fmt.Errorf("writing the status of ModelQuota %s: %w", q.Name, err)
+	wait, err := writeUsageStatus(ctx, r.Client, r.wrote, r.Options.ProgressInterval, updated,
+		!apiequality.Semantic.DeepEqual(&q.Status, status), apiequality.Semantic.DeepEqual(old, status), now)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	r.wrote.wrote(key, now)
+	if wait > 0 {
+		result.RequeueAfter = min(nonZero(result.RequeueAfter, wait), wait)
+	}
 	return result, nil
 }
 
