@@ -379,13 +379,13 @@ func (r *ModelEndpointReconciler) observeEvaluation(ctx context.Context, p *endp
 	// The models calling through this endpoint, and who calls them: a model
 	// its own shards, a judge every shard.
 	judges := ev.Spec.JudgeModels()
-	var models []*v1alpha1.Model
-	for i := range ev.Spec.Models {
-		if ref := ev.Spec.Models[i].EndpointRef; ref != nil && ref.Name == p.ep.Name && (ref.Namespace == "" || ref.Namespace == ev.Namespace) {
-			models = append(models, &ev.Spec.Models[i])
+	var callers []v1alpha1.EndpointCaller
+	for _, c := range ev.Spec.EndpointCallers() {
+		if c.Ref.Name == p.ep.Name && (c.Ref.Namespace == "" || c.Ref.Namespace == ev.Namespace) {
+			callers = append(callers, c)
 		}
 	}
-	if len(models) == 0 {
+	if len(callers) == 0 {
 		return nil
 	}
 	planCM := &metav1.PartialObjectMetadata{}
@@ -409,9 +409,13 @@ func (r *ModelEndpointReconciler) observeEvaluation(ctx context.Context, p *endp
 			byName[heads[i].Name] = &heads[i]
 		}
 	}
-	groups := make([]cluster.Group, len(models))
-	for i, m := range models {
-		groups[i] = cluster.Group{Name: ev.Name + "/" + m.Name, Weight: m.EndpointRef.EndpointWeight(), Cap: cluster.LimitsOf(m.RateLimit)}
+	groups := make([]cluster.Group, len(callers))
+	for i, c := range callers {
+		groups[i] = cluster.Group{Name: ev.Name + "/" + c.Name, Weight: c.Ref.EndpointWeight()}
+		if c.Agent == nil {
+			// A model's rateLimit caps its own calls, not its agent's.
+			groups[i].Cap = cluster.LimitsOf(c.Model.RateLimit)
+		}
 	}
 	key := types.NamespacedName{Namespace: p.ep.Namespace, Name: p.ep.Name}
 	active := false
@@ -429,16 +433,16 @@ func (r *ModelEndpointReconciler) observeEvaluation(ctx context.Context, p *endp
 				continue
 			}
 			calls := false
-			for i, m := range models {
-				if m.Name != subject && !judges[m.Name] {
+			for i, c := range callers {
+				if c.Model.Name != subject && !judges[c.Model.Name] {
 					continue
 				}
-				k := cluster.EndpointUserKey(ev.Name, st.Run, s, m.Name)
+				k := cluster.EndpointUserKey(ev.Name, st.Run, s, c.Name)
 				groups[i].Keys = append(groups[i].Keys, k)
 				if a, ok := prog.Endpoints[p.ep.Name]; ok {
 					p.acks[k] = a
 				}
-				p.usage.Add(prog.Usage[m.Name])
+				p.usage.Add(prog.Usage[c.Name])
 				calls = true
 			}
 			if calls {

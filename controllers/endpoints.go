@@ -29,31 +29,34 @@ import (
 // the same way; its runner pods wait for it.
 func (r *EvaluationReconciler) resolveEndpoints(ctx context.Context, p *pass) (bool, error) {
 	var missing, notReady []string
-	for i := range p.ev.Spec.Models {
-		m := &p.ev.Spec.Models[i]
-		ref := m.EndpointRef
-		if ref == nil {
-			continue
-		}
-		path := fmt.Sprintf("spec.models[%d].endpointRef", i)
+	for _, c := range p.ev.Spec.EndpointCallers() {
+		ref := c.Ref
 		if ref.Namespace != "" && ref.Namespace != p.ev.Namespace {
 			p.fail(v1alpha1.ReasonInvalidSpec, "%s.namespace: ModelEndpoint %s/%s is in another namespace; an Evaluation may call only through "+
-				"its own namespace's ModelEndpoints, each holding its namespace's key", path, ref.Namespace, ref.Name)
+				"its own namespace's ModelEndpoints, each holding its namespace's key", c.Path, ref.Namespace, ref.Name)
 			return false, nil
 		}
 		var ep v1alpha1.ModelEndpoint
 		err := r.Get(ctx, client.ObjectKey{Namespace: p.ev.Namespace, Name: ref.Name}, &ep)
 		switch {
 		case apierrors.IsNotFound(err):
-			missing = append(missing, fmt.Sprintf("ModelEndpoint %s (%s, model %s)", ref.Name, path, m.Name))
+			missing = append(missing, fmt.Sprintf("ModelEndpoint %s (%s, model %s)", ref.Name, c.Path, c.Model.Name))
 			continue
 		case err != nil:
 			return false, err
 		}
-		if c := meta.FindStatusCondition(ep.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionFalse {
-			notReady = append(notReady, fmt.Sprintf("ModelEndpoint %s (%s, model %s) is not ready: %s", ref.Name, path, m.Name, c.Message))
+		if cond := meta.FindStatusCondition(ep.Status.Conditions, v1alpha1.ConditionReady); cond != nil && cond.Status == metav1.ConditionFalse {
+			notReady = append(notReady, fmt.Sprintf("ModelEndpoint %s (%s, model %s) is not ready: %s", ref.Name, c.Path, c.Model.Name, cond.Message))
 		}
-		m.UseEndpoint(&ep.Spec)
+		if c.Agent != nil {
+			// The runner's proxy calls it with its key (keyEnv).
+			if p.agentEndpoints == nil {
+				p.agentEndpoints = map[string]*v1alpha1.ModelEndpointSpec{}
+			}
+			p.agentEndpoints[ref.Name] = &ep.Spec
+			continue
+		}
+		c.Model.UseEndpoint(&ep.Spec)
 	}
 	if len(missing) == 0 {
 		if len(notReady) > 0 {

@@ -211,6 +211,7 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 		m := findModel(spec, model)
 		agent := m != nil && m.Agent != nil
 		c.Env = append(c.Env, r.keyEnv(spec, model, !agent)...)
+		c.Env = append(c.Env, agentEndpointKeyEnv(m, p.agentEndpoints)...)
 		if agent {
 			c.Args = append(c.Args, "--"+cluster.FlagAgentSocket, socketPath)
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "proctor-socket", MountPath: socketDir})
@@ -457,6 +458,27 @@ func (r *EvaluationReconciler) keyEnv(spec *v1alpha1.EvaluationSpec, model strin
 		env = append(env, corev1.EnvVar{
 			Name:      cluster.APIKeyEnv(n),
 			ValueFrom: &corev1.EnvVarSource{SecretKeyRef: m.APIKey.SecretKeyRef.DeepCopy()},
+		})
+	}
+	return env
+}
+
+// agentEndpointKeyEnv gives the runner container of an agent's pod the keys
+// of the ModelEndpoints the agent calls, for its proxies: the agent's own
+// container gets only placeholders.
+func agentEndpointKeyEnv(m *v1alpha1.Model, specs map[string]*v1alpha1.ModelEndpointSpec) []corev1.EnvVar {
+	if m == nil || m.Agent == nil {
+		return nil
+	}
+	var env []corev1.EnvVar
+	for _, a := range m.Agent.Endpoints {
+		spec := specs[a.EndpointRef.Name]
+		if spec == nil || spec.APIKey == nil || spec.APIKey.SecretKeyRef == nil {
+			continue
+		}
+		env = append(env, corev1.EnvVar{
+			Name:      cluster.EndpointKeyEnv(a.EndpointRef.Name),
+			ValueFrom: &corev1.EnvVarSource{SecretKeyRef: spec.APIKey.SecretKeyRef.DeepCopy()},
 		})
 	}
 	return env

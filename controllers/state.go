@@ -35,6 +35,9 @@ type pass struct {
 	endpointsMissing, endpointsReason string
 	// endpointsGone: some of them do not exist (no Job is made then).
 	endpointsGone bool
+	// agentEndpoints are the specs of the ModelEndpoints agents call, by name:
+	// their keys go into the runner containers of those agents' pods.
+	agentEndpoints map[string]*v1alpha1.ModelEndpointSpec
 	// failure ends the run: a reason and a message.
 	failureReason, failureMessage string
 

@@ -100,6 +100,10 @@ type modelRun struct {
 	// from as well as from its own (then only a cap).
 	shared *ratelimit.Limiter
 	usage  usageMeter
+	// proxies are an agent model's agent endpoints.
+	proxies *agentProxies
+	// forwarded: the calls of an agent endpoint, made for an agent (no cache).
+	forwarded bool
 }
 
 // concurrency is the number of samples the model may have in flight.
@@ -129,8 +133,8 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 	for name, l := range plan.Endpoints {
 		shared[name] = ratelimit.New(l, opts.Slack, opts.Clock)
 	}
-	for _, m := range plan.Models {
-		e.models[m.Name] = &modelRun{
+	newRun := func(m *Model) *modelRun {
+		return &modelRun{
 			Model:   m,
 			window:  ratelimit.NewWindow(max(1, m.Concurrency), opts.ThrottleCooldown, opts.Clock),
 			gate:    ratelimit.NewGate(opts.Clock),
@@ -138,6 +142,27 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 			est:     newEstimator(m.MaxTokens),
 			shared:  shared[m.Endpoint],
 			usage:   usageMeter{clock: opts.Clock},
+		}
+	}
+	for _, m := range plan.Models {
+		run := newRun(m)
+		e.models[m.Name] = run
+		if len(m.AgentEndpoints) == 0 {
+			continue
+		}
+		run.proxies = &agentProxies{sessions: map[string]*agentSession{}}
+		for _, a := range m.AgentEndpoints {
+			if e.models[a.Caller] != nil || a.Caller == "" || a.BaseURL == nil {
+				return nil, fmt.Errorf("model %s: agent endpoint %s: no base URL, or a caller name %q already taken", m.Name, a.Endpoint, a.Caller)
+			}
+			// The calls of all the model's agents, paced as one caller.
+			conc := agentCallWindow * max(1, m.Concurrency)
+			c := &Model{Name: a.Caller, Provider: newForwarder(a, conc), Concurrency: conc, Limits: a.Limits,
+				Endpoint: a.Endpoint, Timeout: m.Timeout}
+			cr := newRun(c)
+			cr.forwarded = true
+			e.models[a.Caller] = cr
+			run.proxies.proxies = append(run.proxies.proxies, &agentProxy{ep: a, run: cr})
 		}
 	}
 	for _, s := range plan.Scorers {
@@ -270,6 +295,13 @@ func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *
 	defer stopWaits()
 	defer context.AfterFunc(e.stopCtx, stopWaits)()
 	ctx = context.WithValue(ctx, waitsKey{}, waits)
+	if m.proxies != nil {
+		stop, err := e.startProxies(m)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	jobs := make(chan job)
 	var workers sync.WaitGroup
 	for range m.concurrency() {
@@ -425,7 +457,31 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		rec.InputTokens, rec.OutputTokens = answered.InputTokens, answered.OutputTokens
 		output, toolCalls = answered.Output, answered.ToolCalls
 	} else {
+		var sess *agentSession
+		if m.proxies != nil {
+			sess = m.proxies.open()
+			req.Env = sess.env
+		}
 		res := e.call(ctx, m, req)
+		if sess != nil {
+			sess.close()
+			calls, in, out, lost := sess.result()
+			if lost != nil && res.err != nil && !res.cached {
+				// The agent failed while its endpoint could not be called
+				// (the run stopping, a quota that did not recover): not
+				// the agent's doing, so no record; the model ends with the
+				// quota as its calls would.
+				if endsModel(lost) {
+					return nil, lost
+				}
+				return nil, nil
+			}
+			if res.err == nil && !res.cached {
+				res.resp.Usage.InputTokens += in
+				res.resp.Usage.OutputTokens += out
+			}
+			rec.AgentCalls = calls
+		}
 		if ctx.Err() != nil || errors.Is(res.err, errStopping) {
 			return nil, nil
 		}
@@ -543,6 +599,8 @@ type callResult struct {
 	err      error
 	// key is the request's cache key, when the cache is on.
 	key string
+	// cached: the answer came from the cache.
+	cached bool
 }
 
 // errStopping ends a call that was only waiting when the engine stopped.
@@ -557,10 +615,10 @@ var errStopping = errors.New("the run is stopping")
 // retry.maxThrottleWait, when a *ThrottledOutError gives up on the model.
 func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) callResult {
 	var key string
-	if c := e.plan.Cache; c != nil {
+	if c := e.plan.Cache; c != nil && !m.forwarded {
 		key = e.cacheKey(m, req)
 		if entry, ok := c.Get(key); ok {
-			return callResult{resp: &entry.Response, latency: time.Duration(entry.LatencyMillis) * time.Millisecond, key: key}
+			return callResult{resp: &entry.Response, latency: time.Duration(entry.LatencyMillis) * time.Millisecond, key: key, cached: true}
 		}
 	}
 	if out := m.throttle.exhausted(); out != nil {
@@ -571,7 +629,10 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 		timeout = m.Timeout
 	}
 	policy := e.plan.Retry
-	rawIn := estimateInput(req)
+	rawIn, proxied := proxiedInput(ctx)
+	if !proxied {
+		rawIn = estimateInput(req)
+	}
 	var attempts, failures, throttles int
 	for {
 		attempts++

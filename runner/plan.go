@@ -63,6 +63,9 @@ type Model struct {
 	// limits (Plan.Endpoints) bound the model together with the others
 	// calling through it.
 	Endpoint string
+	// AgentEndpoints are the ModelEndpoints an agent model's agent calls
+	// through the engine's proxies.
+	AgentEndpoints []*AgentEndpoint
 	// Timeout overrides Plan.Timeout for this model's attempts.
 	Timeout time.Duration
 	// MaxTokens caps answers; it seeds the output-token estimate.

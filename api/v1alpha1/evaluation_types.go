@@ -419,6 +419,22 @@ type Agent struct {
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))`,message="agent.timeout must be longer than 0s and at most 24h"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
+	// endpoints are ModelEndpoints the agent calls by itself. For each, Proctor
+	// serves a proxy on the pod's loopback (or, locally, the machine's) and
+	// gives the agent its address in baseURLEnv and, in apiKeyEnv, a
+	// placeholder key of the sample's own: the endpoint's key never enters the
+	// agent's environment. Calls through the proxy are paced by the endpoint's
+	// limits together with every other Evaluation calling through it, retried
+	// on 429 and 5xx, and counted in the sample's record (agentCalls, and
+	// their tokens in inputTokens and outputTokens). At most 8, each endpoint
+	// once.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule=`self.all(e, self.exists_one(f, f.endpointRef.name == e.endpointRef.name))`,message="agent.endpoints may name each ModelEndpoint once"
+	// +kubebuilder:validation:XValidation:rule=`self.all(e, self.exists_one(f, f.baseURLEnv == e.baseURLEnv || f.apiKeyEnv == e.apiKeyEnv || f.baseURLEnv == e.apiKeyEnv || f.apiKeyEnv == e.baseURLEnv))`,message="agent.endpoints must give each endpoint variables of its own: two entries name the same baseURLEnv or apiKeyEnv"
+	// +listType=atomic
+	Endpoints []AgentEndpoint `json:"endpoints,omitempty"`
+
 	// resources of the agent's container (cluster mode), where the agent runs
 	// beside the runner container (whose resources are spec.runner.resources).
 	// What it leaves unset is taken from the operator's defaults (its Helm
@@ -426,6 +442,36 @@ type Agent struct {
 	// gets the limit as its request, as Kubernetes does.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// AgentEndpoint is a ModelEndpoint an agent calls, and the variables through
+// which the agent learns where and with what key.
+// +kubebuilder:validation:XValidation:rule=`self.baseURLEnv != self.apiKeyEnv`,message="baseURLEnv and apiKeyEnv must be two variables"
+type AgentEndpoint struct {
+	// endpointRef names the ModelEndpoint, in the Evaluation's namespace; its
+	// weight is the agent's share of the endpoint against the other models
+	// calling through it.
+	// +required
+	EndpointRef EndpointReference `json:"endpointRef"`
+
+	// baseURLEnv is the variable the agent reads the API's base URL from, such
+	// as OPENAI_BASE_URL or ANTHROPIC_BASE_URL. It is set to the proxy's
+	// address, with the path of the endpoint's baseURL (http://127.0.0.1:PORT/v1
+	// for an OpenAI-compatible endpoint at https://api.openai.com/v1).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	BaseURLEnv string `json:"baseURLEnv"`
+
+	// apiKeyEnv is the variable the agent reads its key from, such as
+	// OPENAI_API_KEY or ANTHROPIC_API_KEY. It is set to a placeholder that
+	// only the proxy accepts, and only while the sample runs.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	APIKeyEnv string `json:"apiKeyEnv"`
 }
 
 // Prompt turns a sample into a message.

@@ -159,3 +159,10 @@ func Labels(eval, run, component string) map[string]string {
 func APIKeyEnv(model string) string {
 	return "PROCTOR_API_KEY_" + strings.ToUpper(strings.ReplaceAll(model, "-", "_"))
 }
+
+// EndpointKeyEnv is the variable a runner pod holds the key of a ModelEndpoint
+// its agents call in (agent.endpoints), for its proxy: in the runner's
+// container, never in the agent's.
+func EndpointKeyEnv(endpoint string) string {
+	return "PROCTOR_ENDPOINT_KEY_" + strings.ToUpper(strings.ReplaceAll(endpoint, "-", "_"))
+}

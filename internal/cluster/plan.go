@@ -53,9 +53,9 @@ func SpecHash(spec *v1alpha1.EvaluationSpec) string {
 	for i := range s.Models {
 		s.Models[i].RateLimit = nil
 		s.Models[i].Concurrency = nil
-		if r := s.Models[i].EndpointRef; r != nil {
-			r.Weight = nil // a share's weight applies at once
-		}
+	}
+	for _, c := range s.EndpointCallers() {
+		c.Ref.Weight = nil // a share's weight applies at once
 	}
 	for i := range s.Datasets {
 		// Inline samples as JSON values, so their keys' order (which an API

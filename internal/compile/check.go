@@ -3,6 +3,7 @@ package compile
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 
@@ -23,6 +24,18 @@ func Check(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (map[string]in
 	// since nothing is called.
 	env.LookupEnv = func(string) (string, bool) { return "unused-by-check", true }
 	env.Cache = noCache{}
+	// So are the endpoints agents call, which the controller does not read
+	// (it checks that they are there): any will do, since nothing is called.
+	endpoints := maps.Clone(env.ModelEndpoints)
+	for _, c := range ev.Spec.EndpointCallers() {
+		if c.Agent != nil && endpoints[c.Ref.Name] == nil {
+			if endpoints == nil {
+				endpoints = map[string]*v1alpha1.ModelEndpointSpec{}
+			}
+			endpoints[c.Ref.Name] = &v1alpha1.ModelEndpointSpec{Provider: v1alpha1.EndpointProvider(v1alpha1.ProviderOpenAI), BaseURL: "http://proctor-check.invalid"}
+		}
+	}
+	env.ModelEndpoints = endpoints
 	plan, err := Build(ctx, ev, env)
 	if err != nil {
 		return nil, err

@@ -70,6 +70,10 @@ type Env struct {
 	// together. Nil in runner pods, which take each model's share from the
 	// endpoint's budget instead.
 	Endpoints map[string]ratelimit.Limits
+	// ModelEndpoints are the ModelEndpoints agents call (agent.endpoints), by
+	// name, as read. In runner pods their keys are in EndpointKeyEnv's
+	// variables, set from their Secrets.
+	ModelEndpoints map[string]*v1alpha1.ModelEndpointSpec
 	// AgentExecutor, when set (with Cluster), is the Unix socket of the
 	// executor that runs agents in their own container (`proctor agent-exec`).
 	// The agent's key and agent.env valueFrom entries are then in that
@@ -114,11 +118,17 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 			return nil, err
 		}
 		m.JudgeOnly = judges[m.Name]
-		if l, ok := env.Endpoints[m.Endpoint]; ok && m.Endpoint != "" {
-			if plan.Endpoints == nil {
-				plan.Endpoints = map[string]ratelimit.Limits{}
+		endpoints := []string{m.Endpoint}
+		for _, a := range m.AgentEndpoints {
+			endpoints = append(endpoints, a.Endpoint)
+		}
+		for _, name := range endpoints {
+			if l, ok := env.Endpoints[name]; ok && name != "" {
+				if plan.Endpoints == nil {
+					plan.Endpoints = map[string]ratelimit.Limits{}
+				}
+				plan.Endpoints[name] = l
 			}
-			plan.Endpoints[m.Endpoint] = l
 		}
 		plan.Models = append(plan.Models, m)
 		plan.Secrets = append(plan.Secrets, secrets...)
@@ -258,6 +268,14 @@ func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.
 		for _, e := range a.Env {
 			fp.Agent.Env = append(fp.Agent.Env, e.Name+"="+e.Value)
 		}
+		var keys []string
+		if out.AgentEndpoints, keys, err = agentEndpoints(m, path, env); err != nil {
+			return nil, nil, err
+		}
+		secrets = append(secrets, keys...)
+		for _, ae := range out.AgentEndpoints {
+			fp.Agent.Endpoints = append(fp.Agent.Endpoints, strings.Join([]string{ae.Endpoint, ae.BaseURL.String(), ae.BaseURLEnv, ae.APIKeyEnv}, " "))
+		}
 		p, err := agent.New(cfg)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s.agent.%w", path, err)
@@ -274,6 +292,73 @@ func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.
 	}
 	out.Fingerprint = hashJSON(fp)
 	return out, secrets, nil
+}
+
+// agentEndpoints are the proxies of m's agent.endpoints, and their keys.
+func agentEndpoints(m *v1alpha1.Model, path string, env Env) ([]*runner.AgentEndpoint, []string, error) {
+	var out []*runner.AgentEndpoint
+	var keys []string
+	for j := range m.Agent.Endpoints {
+		a := &m.Agent.Endpoints[j]
+		name := a.EndpointRef.Name
+		p := fmt.Sprintf("%s.agent.endpoints[%d].endpointRef", path, j)
+		spec := env.ModelEndpoints[name]
+		if spec == nil {
+			// The loader (locally) or the runner pod reads them first.
+			return nil, nil, fmt.Errorf("%s: ModelEndpoint %q was not resolved", p, name)
+		}
+		// What a model calling through the endpoint would be given.
+		via := v1alpha1.Model{Name: m.Name, Model: "-"}
+		via.UseEndpoint(spec)
+		var key string
+		var err error
+		if env.Cluster {
+			key, err = endpointKey(&via, p, name, env)
+		} else {
+			key, err = apiKey(&via, "ModelEndpoint "+name+": spec", env)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := provider.CheckHeaders(via.Headers); err != nil {
+			return nil, nil, fmt.Errorf("ModelEndpoint %s: spec.headers: %w", name, err)
+		}
+		base, err := provider.BaseURL("ModelEndpoint "+name+": spec.baseURL", via.BaseURL)
+		if err != nil {
+			return nil, nil, err
+		}
+		if key != "" {
+			keys = append(keys, key)
+		}
+		out = append(out, &runner.AgentEndpoint{
+			Endpoint: name, Caller: v1alpha1.AgentCallerName(m.Name, name),
+			Anthropic: via.Provider == v1alpha1.ProviderAnthropic,
+			BaseURL:   base, APIKey: key, Headers: via.Headers,
+			BaseURLEnv: a.BaseURLEnv, APIKeyEnv: a.APIKeyEnv,
+		})
+	}
+	return out, keys, nil
+}
+
+// endpointKey reads, in a runner pod, the key of a ModelEndpoint an agent
+// calls: the controller put it in EndpointKeyEnv's variable from the
+// endpoint's Secret.
+func endpointKey(via *v1alpha1.Model, path, name string, env Env) (string, error) {
+	if !via.NeedsAPIKey() {
+		return "", nil
+	}
+	if via.APIKey == nil || via.APIKey.SecretKeyRef == nil {
+		return "", fmt.Errorf("%s: ModelEndpoint %s needs an API key, which a cluster takes from a Secret (its spec.apiKey.secretKeyRef)", path, name)
+	}
+	key, ok := env.LookupEnv(cluster.EndpointKeyEnv(name))
+	key = strings.TrimSpace(key)
+	if !ok || key == "" {
+		return "", fmt.Errorf("%s: the key of ModelEndpoint %s (Secret %s) is empty or missing", path, name, via.APIKey.SecretKeyRef.Name)
+	}
+	if err := checkKey(key); err != nil {
+		return "", fmt.Errorf("%s: the key of ModelEndpoint %s (Secret %s) %w", path, name, via.APIKey.SecretKeyRef.Name, err)
+	}
+	return key, nil
 }
 
 // apiKey reads a model's key from the environment. A model that declares apiKey
@@ -466,6 +551,9 @@ type agentFingerprint struct {
 	Files   map[string]string `json:"files,omitempty"`
 	// Env holds declared values only; passed-through ones are named, not valued.
 	Env []string `json:"env,omitempty"`
+	// Endpoints are the ModelEndpoints the agent calls (name, provider,
+	// baseURL) and the variables it learns them from.
+	Endpoints []string `json:"endpoints,omitempty"`
 }
 
 func hashJSON(v any) string {

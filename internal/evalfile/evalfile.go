@@ -240,33 +240,42 @@ func decodeQuota(js []byte) (*v1alpha1.ModelQuota, []string) {
 	return &q, nil
 }
 
-// resolve gives each model with endpointRef what its ModelEndpoint says.
+// resolve gives each model with endpointRef what its ModelEndpoint says, and
+// checks that the endpoints agents call are there.
 func (f *File) resolve() field.ErrorList {
 	var errs field.ErrorList
 	ev := f.Evaluation
-	for i := range ev.Spec.Models {
-		m := &ev.Spec.Models[i]
-		if m.EndpointRef == nil {
-			continue
-		}
-		rp := field.NewPath("spec", "models").Index(i).Child("endpointRef")
-		if ns := m.EndpointRef.Namespace; ns != "" && ns != ev.Namespace {
+	for _, c := range ev.Spec.EndpointCallers() {
+		rp := field.NewPath(c.Path)
+		if ns := c.Ref.Namespace; ns != "" && ns != ev.Namespace {
 			errs = append(errs, field.Invalid(rp.Child("namespace"), ns,
 				fmt.Sprintf("a ModelEndpoint of another namespace; an Evaluation may only use its own namespace's (%q)", ev.Namespace)))
 			continue
 		}
-		ep := f.Endpoints[m.EndpointRef.Name]
+		ep := f.Endpoints[c.Ref.Name]
 		if ep == nil {
-			errs = append(errs, field.NotFound(rp.Child("name"), m.EndpointRef.Name))
+			errs = append(errs, field.NotFound(rp.Child("name"), c.Ref.Name))
 			continue
 		}
 		if q := ep.Spec.QuotaRef; q != nil && f.Quotas[q.Name] == nil {
 			errs = append(errs, field.NotFound(field.NewPath("ModelEndpoint "+ep.Name, "spec", "quotaRef", "name"), q.Name))
 			continue
 		}
-		m.UseEndpoint(&ep.Spec)
+		if c.Agent == nil {
+			c.Model.UseEndpoint(&ep.Spec)
+		}
 	}
 	return errs
+}
+
+// ModelEndpoints are the specs of the file's ModelEndpoints, by name (for
+// the agents' proxies: compile.Env.ModelEndpoints).
+func (f *File) ModelEndpoints() map[string]*v1alpha1.ModelEndpointSpec {
+	out := map[string]*v1alpha1.ModelEndpointSpec{}
+	for name, ep := range f.Endpoints {
+		out[name] = &ep.Spec
+	}
+	return out
 }
 
 // EndpointLimits are the limits of the endpoints the Evaluation's models call

@@ -148,6 +148,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		KeepWorkspaces: o.KeepWorkspaces,
 		Concurrency:    o.Concurrency,
 		Endpoints:      file.EndpointLimits(),
+		ModelEndpoints: file.ModelEndpoints(),
 	})
 	var interrupted *InterruptedError
 	switch {

@@ -20,13 +20,14 @@ import (
 // of its Jobs starts.
 func Plan(ctx context.Context, c client.Client, o Options) error {
 	o.defaults()
-	ev, err := currentEvaluation(ctx, c, o)
+	ev, endpoints, err := currentEvaluation(ctx, c, o)
 	if err != nil {
 		return err
 	}
 	totals, countErr := compile.Check(ctx, ev, compile.Env{
-		DataDir: filepath.Join(o.WorkDir, "data"),
-		Cluster: true,
+		DataDir:        filepath.Join(o.WorkDir, "data"),
+		Cluster:        true,
+		ModelEndpoints: endpoints,
 		ResolveSource: func(ds *v1alpha1.Dataset) (string, error) {
 			return resolveSource(ctx, c, o, ev, ds)
 		},

@@ -77,7 +77,7 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	o.defaults()
 	log := o.Log.WithValues("evaluation", o.Evaluation, "run", o.Run, "model", o.Model, "shard", o.Index)
 
-	ev, err := currentEvaluation(ctx, c, o)
+	ev, endpoints, err := currentEvaluation(ctx, c, o)
 	if err != nil {
 		return err
 	}
@@ -103,13 +103,14 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		models = append(models, j)
 	}
 	env := compile.Env{
-		LookupEnv:     o.LookupEnv,
-		DataDir:       filepath.Join(o.WorkDir, "data"),
-		WorkspaceRoot: o.WorkDir,
-		Cluster:       true,
-		Datasets:      []string{sh.Dataset},
-		Models:        models,
-		AgentExecutor: o.AgentSocket,
+		LookupEnv:      o.LookupEnv,
+		DataDir:        filepath.Join(o.WorkDir, "data"),
+		WorkspaceRoot:  o.WorkDir,
+		Cluster:        true,
+		Datasets:       []string{sh.Dataset},
+		Models:         models,
+		AgentExecutor:  o.AgentSocket,
+		ModelEndpoints: endpoints,
 		ResolveSource: func(ds *v1alpha1.Dataset) (string, error) {
 			return resolveSource(ctx, c, o, ev, ds)
 		},
@@ -145,11 +146,12 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 			limited[m] = true
 		}
 	}
-	// Models calling through a ModelEndpoint take their shares from its budget.
+	// Models calling through a ModelEndpoint, and agents calling one through
+	// their proxies, take their shares from its budget.
 	viaEndpoint := map[string]string{}
-	for _, m := range ev.Spec.Models {
-		if m.EndpointRef != nil && slices.Contains(models, m.Name) {
-			viaEndpoint[m.Name] = m.EndpointRef.Name
+	for _, caller := range ev.Spec.EndpointCallers() {
+		if slices.Contains(models, caller.Model.Name) {
+			viaEndpoint[caller.Name] = caller.Ref.Name
 		}
 	}
 	b := &budgetFollower{c: c, o: o, ev: ev, run: o.Run, shard: sh, eng: eng, store: store, limited: limited, viaEndpoint: viaEndpoint, models: models, log: log}
@@ -202,60 +204,66 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 }
 
 // resolveEndpoints gives the models with endpointRef what their
-// ModelEndpoints say. The controller starts no Job while one is missing; a pod
-// that starts while one is gone (deleted mid-run, its pod replaced) waits for
-// it instead of failing, as the calls of the pods already running do.
-func resolveEndpoints(ctx context.Context, c client.Client, o Options, ev *v1alpha1.Evaluation) error {
-	for i := range ev.Spec.Models {
-		m := &ev.Spec.Models[i]
-		if m.EndpointRef == nil {
-			continue
+// ModelEndpoints say, and returns the specs of every endpoint the Evaluation
+// refers to (the agents' proxies need theirs). The controller starts no Job
+// while one is missing; a pod that starts while one is gone (deleted mid-run,
+// its pod replaced) waits for it instead of failing, as the calls of the pods
+// already running do.
+func resolveEndpoints(ctx context.Context, c client.Client, o Options, ev *v1alpha1.Evaluation) (map[string]*v1alpha1.ModelEndpointSpec, error) {
+	specs := map[string]*v1alpha1.ModelEndpointSpec{}
+	for _, caller := range ev.Spec.EndpointCallers() {
+		name := caller.Ref.Name
+		if ns := caller.Ref.Namespace; ns != "" && ns != ev.Namespace {
+			return nil, &InvalidError{fmt.Errorf("%s.namespace: %q is not the Evaluation's namespace", caller.Path, ns)}
 		}
-		if ns := m.EndpointRef.Namespace; ns != "" && ns != ev.Namespace {
-			return &InvalidError{fmt.Errorf("spec.models[%d].endpointRef.namespace: %q is not the Evaluation's namespace", i, ns)}
+		if specs[name] == nil {
+			var ep v1alpha1.ModelEndpoint
+			for logged := false; ; logged = true {
+				err := c.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: name}, &ep)
+				if err == nil {
+					break
+				}
+				if !apierrors.IsNotFound(err) {
+					return nil, fmt.Errorf("reading ModelEndpoint %s (%s): %w", name, caller.Path, err)
+				}
+				if !logged {
+					o.Log.Info("Waiting for a ModelEndpoint that is gone", "endpoint", name, "caller", caller.Name)
+				}
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-o.Clock.After(o.BudgetEvery):
+				}
+			}
+			specs[name] = &ep.Spec
 		}
-		var ep v1alpha1.ModelEndpoint
-		for logged := false; ; logged = true {
-			err := c.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: m.EndpointRef.Name}, &ep)
-			if err == nil {
-				break
-			}
-			if !apierrors.IsNotFound(err) {
-				return fmt.Errorf("reading ModelEndpoint %s (spec.models[%d].endpointRef): %w", m.EndpointRef.Name, i, err)
-			}
-			if !logged {
-				o.Log.Info("Waiting for a ModelEndpoint that is gone", "endpoint", m.EndpointRef.Name, "model", m.Name)
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-o.Clock.After(o.BudgetEvery):
-			}
+		if caller.Agent == nil {
+			caller.Model.UseEndpoint(specs[name])
 		}
-		m.UseEndpoint(&ep.Spec)
 	}
-	return nil
+	return specs, nil
 }
 
 // currentEvaluation reads the Evaluation, defaulted as the controller sees it
 // and its models given what their ModelEndpoints say, or returns
 // cluster.ErrObsolete if it is gone or its run is no longer o.Run.
-func currentEvaluation(ctx context.Context, c client.Client, o Options) (*v1alpha1.Evaluation, error) {
+func currentEvaluation(ctx context.Context, c client.Client, o Options) (*v1alpha1.Evaluation, map[string]*v1alpha1.ModelEndpointSpec, error) {
 	ev := &v1alpha1.Evaluation{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Evaluation}, ev); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, cluster.ErrObsolete
+			return nil, nil, cluster.ErrObsolete
 		}
-		return nil, fmt.Errorf("reading the evaluation: %w", err)
+		return nil, nil, fmt.Errorf("reading the evaluation: %w", err)
 	}
 	v1alpha1.SetDefaults(&ev.Spec)
 	if !cluster.IsRun(ev, o.Run) {
-		return nil, cluster.ErrObsolete
+		return nil, nil, cluster.ErrObsolete
 	}
-	if err := resolveEndpoints(ctx, c, o, ev); err != nil {
-		return nil, err
+	endpoints, err := resolveEndpoints(ctx, c, o, ev)
+	if err != nil {
+		return nil, nil, err
 	}
-	return ev, nil
+	return ev, endpoints, nil
 }
 
 func (o *Options) defaults() {

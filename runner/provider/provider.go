@@ -68,6 +68,10 @@ type Request struct {
 	Prompt   string
 	SampleID string
 	Sample   map[string]any
+	// Env is more of an agent's environment for this sample (name=value, a
+	// later one of a name winning): where its endpoints' proxies are and the
+	// sample's placeholder key.
+	Env []string
 }
 
 // Usage is the token accounting reported by the server.

@@ -40,6 +40,10 @@ type Record struct {
 	// JudgeInputTokens and JudgeOutputTokens are what judging this sample cost.
 	JudgeInputTokens  int64 `json:"judgeInputTokens,omitempty"`
 	JudgeOutputTokens int64 `json:"judgeOutputTokens,omitempty"`
+	// AgentCalls counts the model calls an agent made through its endpoints'
+	// proxies (agent.endpoints) for this sample; their tokens are in
+	// InputTokens and OutputTokens.
+	AgentCalls int64 `json:"agentCalls,omitempty"`
 	// OutputTruncated says Output is not the whole answer: a cluster stores at
 	// most 256 KiB of one, and none once the run's records reach their storage
 	// budget (docs/cluster.md). OutputBytes is then the whole answer's size.

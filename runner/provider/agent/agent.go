@@ -180,6 +180,7 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 	if err != nil {
 		return nil, err
 	}
+	r.env = req.Env
 	return p.launch.launch(ctx, ws, req.SampleID, r)
 }
 

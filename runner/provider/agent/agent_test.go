@@ -829,3 +829,22 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSampleEnvironment: a sample's own variables (its endpoints' proxies
+// and placeholder key) come after the configured ones and win over them,
+// locally and through an executor.
+func TestSampleEnvironment(t *testing.T) {
+	cfg := Config{Command: []string{"sh", "-c", `echo "$OPENAI_BASE_URL $OPENAI_API_KEY $FOO"`}, WorkspaceRoot: t.TempDir()}
+	local := cfg
+	local.Env = []string{"PATH=" + os.Getenv("PATH"), "FOO=bar", "OPENAI_API_KEY=configured"}
+	socket, _, stop := startExecutor(t, map[string]string{"PATH": os.Getenv("PATH")})
+	defer stop()
+	remote := remoteProvider(t, cfg, socket, EnvVar{Name: "PATH", FromExecutor: true}, EnvVar{Name: "FOO", Value: "bar"},
+		EnvVar{Name: "OPENAI_API_KEY", Value: "configured"})
+	for name, p := range map[string]*Provider{"local": newProvider(t, local), "remote": remote} {
+		req := &provider.Request{SampleID: "s1", Env: []string{"OPENAI_BASE_URL=http://127.0.0.1:9/v1", "OPENAI_API_KEY=proctor-agent-x"}}
+		if got := mustComplete(t, p, req); got != "http://127.0.0.1:9/v1 proctor-agent-x bar" {
+			t.Errorf("%s: the agent saw %q", name, got)
+		}
+	}
+}

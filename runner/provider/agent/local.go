@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/proctor-dev/proctor/runner/provider"
@@ -51,7 +52,12 @@ func (l *local) workspace(context.Context) (string, error) {
 }
 
 func (l *local) launch(ctx context.Context, ws, id string, r *rendered) (*provider.Response, error) {
-	return l.proc.inWorkspace(ctx, ws, id, r, l.env, l.maxOutput, l.keep)
+	env := l.env
+	if len(r.env) > 0 {
+		// os/exec keeps the last value of a name: the sample's win.
+		env = append(slices.Clip(env), r.env...)
+	}
+	return l.proc.inWorkspace(ctx, ws, id, r, env, l.maxOutput, l.keep)
 }
 
 // processes starts agent processes and reaps what they leave behind: the part

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -186,6 +187,14 @@ func (r *remote) launch(ctx context.Context, ws, id string, rd *rendered) (*prov
 	req := runRequest{
 		Workspace: ws, SampleID: id, Argv: argv, Stdin: []byte(rd.stdin), Files: files,
 		Env: r.cfg.Env, MaxOutput: r.maxOutput,
+	}
+	if len(rd.env) > 0 {
+		// The executor resolves in order, and the last value of a name wins.
+		req.Env = slices.Clip(req.Env)
+		for _, kv := range rd.env {
+			name, value, _ := strings.Cut(kv, "=")
+			req.Env = append(req.Env, EnvVar{Name: name, Value: value})
+		}
 	}
 	if d, ok := ctx.Deadline(); ok {
 		req.TimeoutMillis = max(1, time.Until(d).Milliseconds())

@@ -65,6 +65,8 @@ type rendered struct {
 	argv  []string
 	stdin string
 	files []renderedFile
+	// env is the sample's own environment (Request.Env), after the agent's.
+	env []string
 }
 
 type renderedFile struct {
