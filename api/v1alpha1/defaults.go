@@ -26,6 +26,8 @@ const (
 	DefaultAnthropicMaxToken = 1024
 	DefaultStallTimeout      = 5 * time.Minute
 	DefaultEndpointWeight    = 1
+	// MaxAgentEndpoints bounds agent.endpoints.
+	MaxAgentEndpoints = 8
 
 	DefaultOpenAIBaseURL    = "https://api.openai.com/v1"
 	DefaultAnthropicBaseURL = "https://api.anthropic.com"

@@ -243,7 +243,13 @@ func validateEndpointRef(m *Model, mp *field.Path) field.ErrorList {
 	if m.Model == "" {
 		errs = append(errs, field.Required(mp.Child("model"), "the provider's model identifier"))
 	}
-	ref := m.EndpointRef
+	return append(errs, validateEndpointReference(m.EndpointRef, rp)...)
+}
+
+// validateEndpointReference checks a reference to a ModelEndpoint: a model's
+// or an agent's.
+func validateEndpointReference(ref *EndpointReference, rp *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	if ref.Name == "" {
 		errs = append(errs, field.Required(rp.Child("name"), "the ModelEndpoint's name"))
 	} else {
@@ -254,7 +260,37 @@ func validateEndpointRef(m *Model, mp *field.Path) field.ErrorList {
 	if len(ref.Namespace) > 63 {
 		errs = append(errs, field.TooLong(rp.Child("namespace"), ref.Namespace, 63))
 	}
-	errs = append(errs, validateBound(ref.Weight, 1, MaxEndpointWeight, rp.Child("weight"))...)
+	return append(errs, validateBound(ref.Weight, 1, MaxEndpointWeight, rp.Child("weight"))...)
+}
+
+// validateAgentEndpoints checks agent.endpoints: each endpoint once, each
+// with two variables of its own.
+func validateAgentEndpoints(eps []AgentEndpoint, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(eps) > MaxAgentEndpoints {
+		errs = append(errs, field.TooMany(p, len(eps), MaxAgentEndpoints))
+	}
+	names, vars := sets.New[string](), sets.New[string]()
+	for i := range eps {
+		e := &eps[i]
+		ep := p.Index(i)
+		errs = append(errs, validateEndpointReference(&e.EndpointRef, ep.Child("endpointRef"))...)
+		if names.Has(e.EndpointRef.Name) {
+			errs = append(errs, field.Duplicate(ep.Child("endpointRef", "name"), e.EndpointRef.Name))
+		}
+		names.Insert(e.EndpointRef.Name)
+		for _, v := range []struct{ name, value string }{{"baseURLEnv", e.BaseURLEnv}, {"apiKeyEnv", e.APIKeyEnv}} {
+			switch {
+			case v.value == "":
+				errs = append(errs, field.Required(ep.Child(v.name), "the variable the agent reads it from"))
+			case !envNameRE.MatchString(v.value):
+				errs = append(errs, field.Invalid(ep.Child(v.name), v.value, "must be an environment variable name"))
+			case vars.Has(v.value):
+				errs = append(errs, field.Duplicate(ep.Child(v.name), v.value))
+			}
+			vars.Insert(v.value)
+		}
+	}
 	return errs
 }
 
@@ -372,7 +408,7 @@ func validateAgent(a *Agent, p *field.Path) field.ErrorList {
 		}
 	}
 	errs = append(errs, validateDuration(a.Timeout, true, p.Child("timeout"))...)
-	return errs
+	return append(errs, validateAgentEndpoints(a.Endpoints, p.Child("endpoints"))...)
 }
 
 func validateScoring(spec *EvaluationSpec, p *field.Path) field.ErrorList {
