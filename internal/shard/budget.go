@@ -171,7 +171,15 @@ func (b *budgetFollower) poll(ctx context.Context) bool {
 	for _, ep := range sortedValues(b.viaEndpoint) {
 		b.pollEndpoint(ctx, ep)
 	}
-	for _, m := range b.models {
+	// The models, and the callers of endpoints that are not models (agents'
+	// calls through their proxies).
+	names := slices.Clone(b.models)
+	for _, c := range slices.Sorted(maps.Keys(b.viaEndpoint)) {
+		if !slices.Contains(names, c) {
+			names = append(names, c)
+		}
+	}
+	for _, m := range names {
 		if !b.limited[m] && b.viaEndpoint[m] == "" {
 			continue
 		}

@@ -10,6 +10,7 @@ package testutil
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -178,6 +179,24 @@ func (w *EvaluationWrapper) EndpointModel(name, endpoint string, weight int32) *
 		ref.Weight = &weight
 	}
 	return w.Model(v1alpha1.Model{Name: name, EndpointRef: ref, Model: "fake-model"})
+}
+
+// AgentModel adds an agent model running command (image: a placeholder the
+// integration kubelet does not pull) whose agent calls through the given
+// ModelEndpoints, learning each's address and key from OPENAI_BASE_URL and
+// OPENAI_API_KEY (the first) or NAME_BASE_URL and NAME_API_KEY.
+func (w *EvaluationWrapper) AgentModel(name string, command []string, endpoints ...string) *EvaluationWrapper {
+	a := &v1alpha1.Agent{Image: "agent:test", Command: command}
+	for i, ep := range endpoints {
+		prefix := "OPENAI"
+		if i > 0 {
+			prefix = strings.ToUpper(strings.ReplaceAll(ep, "-", "_"))
+		}
+		a.Endpoints = append(a.Endpoints, v1alpha1.AgentEndpoint{
+			EndpointRef: v1alpha1.EndpointReference{Name: ep}, BaseURLEnv: prefix + "_BASE_URL", APIKeyEnv: prefix + "_API_KEY",
+		})
+	}
+	return w.Model(v1alpha1.Model{Name: name, Provider: v1alpha1.ProviderAgent, Agent: a})
 }
 
 // EndpointWrapper builds ModelEndpoints for tests.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -387,5 +389,78 @@ func TestQuotaSharedAcrossNamespaces(t *testing.T) {
 	st := srv.Stats()
 	if bound := int(limit*window/time.Minute) + 4*2; st.MaxRequestsInWindow > bound {
 		t.Errorf("the server saw %d requests within %v, want at most %d: the namespaces did not share the quota", st.MaxRequestsInWindow, window, bound)
+	}
+}
+
+// buildFakeAgent builds test/fakeagent: an agent that makes its own model
+// calls through the endpoint in its environment.
+func buildFakeAgent(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "fakeagent")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/proctor-dev/proctor/test/fakeagent").CombinedOutput(); err != nil {
+		t.Fatalf("building the fake agent: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestAgentCallsThroughASharedEndpoint: an agent making three model calls per
+// sample through its endpoint's proxy, and another Evaluation's model calling
+// through the same endpoint, share its limit: the grants never sum above it,
+// both get a share while both run, every agent call reaches the server with
+// the endpoint's key (from its Secret, in no Job and never in the agent's
+// environment) and is counted in its sample's record.
+func TestAgentCallsThroughASharedEndpoint(t *testing.T) {
+	ns := newNamespace(t)
+	const key = "sk-team-agent-0f9e8d7c"
+	const window = 3 * time.Second
+	srv, url := fakeLLM(t, fakellm.Config{APIKey: key, Latency: 10 * time.Millisecond, Window: window})
+	agent := buildFakeAgent(t)
+	startManager(t, ns)
+	startKubelet(t, ns)
+	const limit = 1200
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "team"}, StringData: map[string]string{"key": key}})
+	create(t, testutil.MakeEndpoint("team", ns, url).RequestsPerMinute(limit).APIKeySecret("team", "key").Obj())
+	w := watchEndpoint(t, ns, "team", 2)
+	create(t, testutil.MakeEvaluation("agents", ns).InlineDataset("d", 40).
+		AgentModel("bot", []string{agent, "-calls", "3", "-model", "fake-agent", "{{ .Prompt }}"}, "team").
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(20).Parallelism(2).Concurrency(2).Obj())
+	create(t, testutil.MakeEvaluation("plain", ns).InlineDataset("d", 120).EndpointModel("m", "team", 1).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(40).Parallelism(2).Concurrency(4).Obj())
+	for _, name := range []string{"agents", "plain"} {
+		waitPhase(t, ns, name, v1alpha1.PhaseSucceeded, 120*time.Second)
+	}
+	w.end()
+	var calls int64
+	for _, rec := range readResults(t, ns, "agents") {
+		if rec.Error != "" || rec.AgentCalls != 3 || rec.InputTokens == 0 {
+			t.Errorf("sample %s: error %q, agentCalls %d, inputTokens %d; want no error, 3 calls and their tokens", rec.ID, rec.Error, rec.AgentCalls, rec.InputTokens)
+		}
+		calls += rec.AgentCalls
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.maxUse > limit {
+		t.Errorf("the endpoint's grants allowed %d rpm in sum, over its limit %d", w.maxUse, limit)
+	}
+	if w.settled["agents"] == 0 || w.settled["plain"] == 0 || w.settled["agents"]+w.settled["plain"] > limit {
+		t.Errorf("while both ran, the settled shares were %v, want both within %d", w.settled, limit)
+	}
+	st := srv.Stats()
+	if calls != 120 || st.Succeeded != 240 || st.Rejected != 0 {
+		t.Errorf("records count %d agent calls; server stats %+v: want 120 agent calls, 240 answered and none refused for a bad key", calls, st)
+	}
+	if bound := int(limit*window/time.Minute) + 2*2*4 + 2*4; st.MaxRequestsInWindow > bound {
+		t.Errorf("the server saw %d requests within %v, want at most %d", st.MaxRequestsInWindow, window, bound)
+	}
+	var jobs batchv1.JobList
+	if err := k8sClient.List(context.Background(), &jobs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(jobs.Items)
+	if strings.Contains(string(b), key) {
+		t.Error("the API key appears in a Job")
+	}
+	if !strings.Contains(string(b), cluster.EndpointKeyEnv("team")) {
+		t.Errorf("no Job gives its runner %s", cluster.EndpointKeyEnv("team"))
 	}
 }
