@@ -213,3 +213,70 @@ func BenchmarkFirstPacedCall(b *testing.B) {
 		b.Errorf("goal: median < 2s; got %v", p50)
 	}
 }
+
+// BenchmarkAgentSharedEndpoint: an agent Evaluation whose agent makes three
+// model calls per sample through its proxy, and another Evaluation, share one
+// endpoint limited to the server's 600 rpm, with equal weights. Goals, as for
+// models: at most 0.1% of requests answered 429; while both run, the achieved
+// rpm >= 0.9 of the limit and each one's part within ±10% of half; and every
+// agent call the server answered is counted in the agents' records.
+func BenchmarkAgentSharedEndpoint(b *testing.B) {
+	const rpm = 600
+	ns := newNamespace(b)
+	srv, arr, url := countingServer(b, fakellm.Config{Latency: 200 * time.Millisecond, RequestsPerMinute: rpm})
+	agent := buildFakeAgent(b)
+	production(b, ns)
+	create(b, testutil.MakeEndpoint("shared", ns, url).RequestsPerMinute(rpm).Obj())
+	agents := testutil.MakeEvaluation("agents", ns).InlineDataset("d", 200).
+		AgentModel("bot", []string{agent, "-calls", "3", "-model", "fake-agents", "{{ .Prompt }}"}, "shared").
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(67).Parallelism(3).Concurrency(4).Retry(100, "100ms", "2s").Obj()
+	create(b, agents)
+	create(b, endpointEvaluation("plain", ns, "shared", 1, 600, 3))
+	for _, name := range []string{"agents", "plain"} {
+		waitPhase(b, ns, name, v1alpha1.PhaseSucceeded, 10*time.Minute)
+	}
+	from, to := arr.of("fake-agents")[0], arr.of("fake-plain")[0]
+	if to.After(from) {
+		from = to
+	}
+	to = arr.of("fake-agents")[len(arr.of("fake-agents"))-1]
+	if last := arr.of("fake-plain")[len(arr.of("fake-plain"))-1]; last.Before(to) {
+		to = last
+	}
+	counts := map[string]int{}
+	total := 0
+	for _, m := range []string{"fake-agents", "fake-plain"} {
+		for _, t := range arr.of(m) {
+			if !t.Before(from) && !t.After(to) {
+				counts[m]++
+				total++
+			}
+		}
+	}
+	span := to.Sub(from)
+	achieved := float64(total) / span.Minutes() / rpm
+	st := srv.Stats()
+	refused := float64(st.RateLimited) / float64(st.Requests)
+	var recorded int64
+	for _, rec := range readResults(b, ns, "agents") {
+		recorded += rec.AgentCalls
+	}
+	b.ReportMetric(achieved, "rpm/limit")
+	b.ReportMetric(refused*100, "%429")
+	b.Logf("%d requests, %d answered 429 (%.3f%%); both ran for %v: %.0f rpm, %.3f of the limit %d; agents' records count %d calls, the server answered %d",
+		st.Requests, st.RateLimited, refused*100, span.Round(time.Second), float64(total)/span.Minutes(), achieved, rpm, recorded, len(arr.of("fake-agents")))
+	if refused > 0.001 || achieved < 0.9 {
+		b.Errorf("goal: at most 0.1%% 429s and achieved >= 0.9 of the limit; got %.3f%% and %.3f", refused*100, achieved)
+	}
+	if recorded != 600 || len(arr.of("fake-agents")) < 600 {
+		b.Errorf("goal: every agent call counted; the records count %d, want 600 (the server got %d)", recorded, len(arr.of("fake-agents")))
+	}
+	for _, m := range []string{"fake-agents", "fake-plain"} {
+		got := float64(counts[m]) / float64(total) / 0.5
+		b.ReportMetric(got, m+"-share/weight")
+		b.Logf("%s: %.3f of its weight's part", m, got)
+		if got < 0.9 || got > 1.1 {
+			b.Errorf("goal: %s's part within ±10%% of its weight's; got %.3f", m, got)
+		}
+	}
+}

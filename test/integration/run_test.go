@@ -130,7 +130,7 @@ func checkFetchedResults(t *testing.T, ns, name string, want int) {
 }
 
 // readResults reads the records of NAME-results (embedded, or from the chunks it lists).
-func readResults(t *testing.T, ns, name string) []results.Record {
+func readResults(t testing.TB, ns, name string) []results.Record {
 	t.Helper()
 	var cm corev1.ConfigMap
 	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: cluster.ResultsName(name)}, &cm); err != nil {

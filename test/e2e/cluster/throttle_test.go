@@ -3,6 +3,7 @@
 package cluster_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -150,6 +151,108 @@ spec:
 		}
 		recs, _ := fetchRecords(t, ns, name)
 		exactlyOnce(t, recs, n)
+	}
+}
+
+// endpointAgentScript is an agent that asks its model three times through its
+// endpoint's proxy, as a coding agent's loop does (busybox wget), and answers
+// with the last answer. It says LEAK if its environment holds the real key.
+const endpointAgentScript = `case "$(env)" in *%s*) echo LEAK; exit 1;; esac
+for i in 1 2 3; do
+  out=$(wget -q -O - --header "Authorization: Bearer $OPENAI_API_KEY" --header "Content-Type: application/json" \
+    --post-data "{\"model\":\"fake-agent\",\"messages\":[{\"role\":\"system\",\"content\":\"Answer with a number only.\"},{\"role\":\"user\",\"content\":\"$1\"}]}" \
+    "$OPENAI_BASE_URL/chat/completions") || exit 1
+done
+echo "$out" | sed -n 's/.*"content":"\([^"]*\)".*/\1/p'`
+
+// TestAgentCallsThroughASharedEndpoint: an agent Evaluation whose agent
+// makes three model calls per sample through its proxy, and another
+// Evaluation calling through the same ModelEndpoint, share its limit: the
+// server, which wants the endpoint's key and enforces the limit over a strict
+// sliding minute, refuses nothing and gets every call; each agent call is
+// counted in its sample's record, and the agent never sees the key.
+func TestAgentCallsThroughASharedEndpoint(t *testing.T) {
+	const rpm, agents, plain = 120, 20, 60 // 120 requests: a minute of the limit
+	ns := namespace(t, "e2e-agent-endpoint")
+	fakeServers(t, ns, "limited", []string{fmt.Sprintf("-rpm=%d", rpm), "-api-key=" + canary})
+	script, _ := json.Marshal(fmt.Sprintf(endpointAgentScript, canary))
+	applyYAML(t, ns, fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: ModelEndpoint
+metadata: {name: team-key}
+spec:
+  provider: openai
+  baseURL: http://limited.%[1]s.svc:8081/v1
+  apiKey: {secretKeyRef: {name: openai, key: api-key}}
+  limits: {requestsPerMinute: %[2]d}
+---
+apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: agents}
+spec:
+  datasets:
+  - name: add
+    source:
+      inline:
+%[3]s  models:
+  - name: bot
+    provider: agent
+    agent:
+      image: busybox:1.35.0
+      command: [sh, -c, %[4]s, agent, "{{ .Prompt }}"]
+      endpoints:
+      - {endpointRef: {name: team-key}, baseURLEnv: OPENAI_BASE_URL, apiKeyEnv: OPENAI_API_KEY}
+      timeout: 3m
+  scoring: [{type: exact_match, normalize: [trim]}]
+  concurrency: 4
+  shardSize: 10
+  parallelism: 2
+---
+apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: plain}
+spec:
+  datasets:
+  - name: add
+    source:
+      inline:
+%[5]s  models:
+  - name: gpt
+    endpointRef: {name: team-key}
+    model: fake-model
+  prompt: {system: "Answer with a number only."}
+  scoring: [{type: exact_match, normalize: [trim]}]
+  concurrency: 8
+  shardSize: 30
+  parallelism: 2
+`, ns, rpm, additions(agents), script, additions(plain)))
+	start := time.Now()
+	eventually(t, 5*time.Minute, 2*time.Second, "both Evaluations to finish", func() error {
+		for _, name := range []string{"agents", "plain"} {
+			if p := getEvaluation(t, ns, name).Status.Phase; p != "Succeeded" && p != "Failed" {
+				return fmt.Errorf("%s is %q", name, p)
+			}
+		}
+		return nil
+	})
+	record("An agent (3 calls per sample) and an Evaluation through one 120 RPM ModelEndpoint", time.Since(start))
+	t.Logf("kubectl get modelendpoints:\n%s", mustKubectl(t, "get", "modelendpoints", "-n", ns))
+	s := stats(t, ns, "limited", 8081)
+	t.Logf("server: %v requests, %v answered 429", s["requests"], s["rateLimited"])
+	if s["rateLimited"] != 0 || s["requests"] != 3*agents+plain {
+		t.Errorf("server stats %v: want %d requests and no 429 (the agent's calls shared the endpoint's limit)", s, 3*agents+plain)
+	}
+	for _, name := range []string{"agents", "plain"} {
+		ev := getEvaluation(t, ns, name)
+		if ev.Status.Phase != "Succeeded" || ev.Status.Score != "1.0000" {
+			t.Errorf("%s: phase %s, score %q, message %q; want Succeeded with every sample right", name, ev.Status.Phase, ev.Status.Score, ev.Status.Message)
+		}
+	}
+	recs, _ := fetchRecords(t, ns, "agents")
+	exactlyOnce(t, recs, agents)
+	for _, r := range recs {
+		if r.AgentCalls != 3 || r.InputTokens == 0 {
+			t.Errorf("sample %s: %d agent calls, %d input tokens; want 3 and their tokens (output %q, error %q)", r.ID, r.AgentCalls, r.InputTokens, r.Output, r.Error)
+		}
 	}
 }
 

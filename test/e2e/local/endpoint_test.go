@@ -63,3 +63,64 @@ spec:
 		}
 	}
 }
+
+// TestAgentCallsShareTheEndpointLocally: an agent making three calls per
+// sample through its endpoint's proxy, and a model calling through the same
+// endpoint, stay together within its limit (the server's): no 429, every call
+// made once, each agent call counted in its sample's record.
+func TestAgentCallsShareTheEndpointLocally(t *testing.T) {
+	t.Parallel()
+	const n, rpm = 12, 600
+	srv := newFake(t, fakellm.Config{RequestsPerMinute: rpm, LimitMode: fakellm.LimitBucket, Burst: 3, APIKey: "sk-team-key-123456"})
+	w := newWorkspace(t)
+	w.env["TEAM_KEY"] = "sk-team-key-123456"
+	w.write("qs.jsonl", arithmeticJSONL("q", n))
+	w.write("evaluation.yaml", fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: ModelEndpoint
+metadata:
+  name: team-key
+spec:
+  provider: openai
+  baseURL: %s
+  apiKey: {env: TEAM_KEY}
+  limits: {requestsPerMinute: %d}
+---
+`, srv.OpenAIURL(), rpm)+evaluation("agents", fmt.Sprintf(`  concurrency: 4
+  datasets:
+  - name: qs
+    source: {file: qs.jsonl}
+  models:
+  - name: bot
+    provider: agent
+    agent:
+      command: [%q, -calls, "3", "{{ .Prompt }}"]
+      endpoints:
+      - {endpointRef: {name: team-key}, baseURLEnv: OPENAI_BASE_URL, apiKeyEnv: OPENAI_API_KEY}
+  - name: plain
+    endpointRef: {name: team-key}
+    model: fake-model
+  scoring:
+  - type: exact_match
+`, fakeAgentBin)))
+	res := w.run()
+	if res.Code != 0 {
+		t.Fatalf("want exit 0\n%s", res)
+	}
+	st := srv.Stats()
+	if st.RateLimited != 0 || st.Requests != 4*n {
+		t.Errorf("server stats %+v: want %d requests and no 429", st, 4*n)
+	}
+	recs, _ := readRecords(t, w.out)
+	if len(recs) != 2*n {
+		t.Fatalf("%d records, want %d", len(recs), 2*n)
+	}
+	for _, r := range recs {
+		want := int64(0)
+		if r.Model == "bot" {
+			want = 3
+		}
+		if r.Error != "" || r.AgentCalls != want || r.InputTokens == 0 {
+			t.Errorf("%s/%s: error %q, agentCalls %d, inputTokens %d; want no error, %d calls and tokens", r.Model, r.ID, r.Error, r.AgentCalls, r.InputTokens, want)
+		}
+	}
+}

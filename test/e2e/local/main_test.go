@@ -27,6 +27,9 @@ import (
 // proctorBin is the binary under test, built once by TestMain.
 var proctorBin string
 
+// fakeAgentBin is test/fakeagent: an agent making its own model calls.
+var fakeAgentBin string
+
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }
@@ -43,6 +46,13 @@ func testMain(m *testing.M) int {
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: building proctor:", err)
+		return 1
+	}
+	fakeAgentBin = filepath.Join(dir, "fakeagent")
+	build = exec.Command("go", "build", "-o", fakeAgentBin, "github.com/proctor-dev/proctor/test/fakeagent")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: building the fake agent:", err)
 		return 1
 	}
 	return m.Run()
@@ -286,6 +296,7 @@ type record struct {
 	ToolCalls     json.RawMessage    `json:"toolCalls"`
 	JudgeIn       int64              `json:"judgeInputTokens"`
 	JudgeOut      int64              `json:"judgeOutputTokens"`
+	AgentCalls    int64              `json:"agentCalls"`
 }
 
 // readRecords reads DIR/results.jsonl; raw holds each line's keys, in order.
