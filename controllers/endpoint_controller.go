@@ -259,7 +259,8 @@ func (r *ModelEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		status.Limits = nil
 		if !p.held && !p.limits.IsZero() {
 			status.Limits = &v1alpha1.EndpointLimits{RequestsPerMinute: p.limits.RequestsPerMinute,
-				InputTokensPerMinute: p.limits.InputTokensPerMinute, OutputTokensPerMinute: p.limits.OutputTokensPerMinute}
+				InputTokensPerMinute: p.limits.InputTokensPerMinute, OutputTokensPerMinute: p.limits.OutputTokensPerMinute,
+				MaxInFlight: p.limits.MaxInFlight}
 		}
 	}
 	status.Evaluations, status.Shards = p.evaluations, p.shards

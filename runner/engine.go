@@ -99,7 +99,10 @@ type modelRun struct {
 	// the endpoint's limiter, which every model calling through it reserves
 	// from as well as from its own (then only a cap).
 	shared *ratelimit.Limiter
-	usage  usageMeter
+	// inFlight bounds the model's calls in flight (its maxInFlight share);
+	// sharedInFlight, locally, its endpoint's together with its other callers.
+	inFlight, sharedInFlight *ratelimit.InFlight
+	usage                    usageMeter
 	// proxies are an agent model's agent endpoints.
 	proxies *agentProxies
 	// forwarded: the calls of an agent endpoint, made for an agent (no cache).
@@ -130,18 +133,24 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 		redactor: provider.NewRedactor(plan.Secrets...)}
 	e.stopCtx, e.stopCancel = context.WithCancel(context.Background())
 	shared := map[string]*ratelimit.Limiter{}
+	sharedInFlight := map[string]*ratelimit.InFlight{}
 	for name, l := range plan.Endpoints {
 		shared[name] = ratelimit.New(l, opts.Slack, opts.Clock)
+		if l.MaxInFlight > 0 {
+			sharedInFlight[name] = ratelimit.NewInFlight(l.MaxInFlight)
+		}
 	}
 	newRun := func(m *Model) *modelRun {
 		return &modelRun{
-			Model:   m,
-			window:  ratelimit.NewWindow(max(1, m.Concurrency), opts.ThrottleCooldown, opts.Clock),
-			gate:    ratelimit.NewGate(opts.Clock),
-			limiter: ratelimit.New(m.Limits, opts.Slack, opts.Clock),
-			est:     newEstimator(m.MaxTokens),
-			shared:  shared[m.Endpoint],
-			usage:   usageMeter{clock: opts.Clock},
+			Model:          m,
+			window:         ratelimit.NewWindow(max(1, m.Concurrency), opts.ThrottleCooldown, opts.Clock),
+			gate:           ratelimit.NewGate(opts.Clock),
+			limiter:        ratelimit.New(m.Limits, opts.Slack, opts.Clock),
+			inFlight:       ratelimit.NewInFlight(m.Limits.MaxInFlight),
+			est:            newEstimator(m.MaxTokens),
+			shared:         shared[m.Endpoint],
+			sharedInFlight: sharedInFlight[m.Endpoint],
+			usage:          usageMeter{clock: opts.Clock},
 		}
 	}
 	for _, m := range plan.Models {
@@ -224,7 +233,17 @@ func (e *Engine) SetLimits(model string, l ratelimit.Limits) error {
 		return fmt.Errorf("no model %q", model)
 	}
 	m.limiter.SetLimits(l)
+	m.inFlight.SetMax(l.MaxInFlight)
 	return nil
+}
+
+// InFlight is the number of a model's calls in flight (and about to be sent).
+func (e *Engine) InFlight(model string) int64 {
+	m := e.models[model]
+	if m == nil {
+		return 0
+	}
+	return m.inFlight.InUse()
 }
 
 // Pause holds every call to a model (a cluster shard waiting for its share of
@@ -767,11 +786,16 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 	if err := res.wait(wctx); err != nil {
 		return nil, 0, nil, waitErr(ctx, err)
 	}
-	// A 429 may have closed the gate while we waited for the limiter.
-	if err := m.gate.Wait(wctx); err != nil {
+	// The places in flight are taken last, so that waiting for the limiter
+	// holds none; and given back while the gate is closed (a 429 may have
+	// closed it meanwhile, or the shard paused), so that a held model holds
+	// no place.
+	release, err := m.takeInFlight(wctx)
+	if err != nil {
 		res.cancel()
 		return nil, 0, nil, waitErr(ctx, err)
 	}
+	defer release()
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := e.clock.Now()
@@ -788,6 +812,37 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 	}
 	m.usage.add(used)
 	return resp, latency, res, err
+}
+
+// takeInFlight takes the model's places in flight (its own and, locally, its
+// endpoint's) once its gate is open, and returns how to give them back.
+func (m *modelRun) takeInFlight(ctx context.Context) (release func(), err error) {
+	var taken []*ratelimit.InFlight
+	release = func() {
+		for _, f := range taken {
+			f.Release()
+		}
+		taken = taken[:0]
+	}
+	for {
+		for _, f := range []*ratelimit.InFlight{m.inFlight, m.sharedInFlight} {
+			if f == nil {
+				continue
+			}
+			if err := f.Acquire(ctx); err != nil {
+				release()
+				return nil, err
+			}
+			taken = append(taken, f)
+		}
+		if m.gate.Open() {
+			return release, nil
+		}
+		release()
+		if err := m.gate.Wait(ctx); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // reservation is a call's place in its model's limiter and, for a model

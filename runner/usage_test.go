@@ -79,3 +79,36 @@ func TestUsageCountsTheLastMinute(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedEndpointBoundsCallsInFlight: two models calling through one
+// endpoint with maxInFlight 2 never have more than 2 calls in flight
+// together, whatever their concurrency; a model's own share (SetLimits)
+// bounds it alone.
+func TestSharedEndpointBoundsCallsInFlight(t *testing.T) {
+	p := &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
+		time.Sleep(5 * time.Millisecond)
+		return echo(ctx, req, n)
+	}}
+	lim := ratelimit.Limits{MaxInFlight: 2}
+	plan := testPlan(t).Model("a", p, 8).Endpoint("key", lim).Model("b", p, 8).Endpoint("key", lim).Dataset("d", 30).Obj()
+	run(t, plan, newMemSink(), Options{})
+	if got := p.peak.Load(); got != 2 {
+		t.Errorf("peak calls in flight %d, want 2 (the endpoint's maxInFlight)", got)
+	}
+
+	own := &fakeProvider{fn: p.fn}
+	plan = testPlan(t).Model("c", own, 8).Dataset("d", 30).Obj()
+	e, err := New(plan, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetLimits("c", ratelimit.Limits{MaxInFlight: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Run(context.Background(), plan.Tasks(), newMemSink()); err != nil {
+		t.Fatal(err)
+	}
+	if got := own.peak.Load(); got != 3 {
+		t.Errorf("peak calls in flight %d, want 3 (the model's share)", got)
+	}
+}

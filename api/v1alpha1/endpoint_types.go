@@ -72,6 +72,15 @@ type EndpointLimits struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	OutputTokensPerMinute int64 `json:"outputTokensPerMinute,omitempty"`
+
+	// maxInFlight caps the requests in flight at once through the endpoint,
+	// across every Evaluation calling through it (a provider's concurrency
+	// limit, or what a self-hosted server can batch). It is divided like the
+	// per-minute limits: a runner pod whose share is 0 waits for one. 0 or
+	// unset: no limit.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxInFlight int64 `json:"maxInFlight,omitempty"`
 }
 
 // EndpointReference names a ModelEndpoint in the Evaluation's namespace.
@@ -165,6 +174,7 @@ type EndpointUsage struct {
 // +kubebuilder:resource:shortName=me;mep,categories=proctor
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
 // +kubebuilder:printcolumn:name="RPM",type=integer,JSONPath=`.status.limits.requestsPerMinute`,description="requests per minute in force"
+// +kubebuilder:printcolumn:name="In-Flight",type=integer,JSONPath=`.status.limits.maxInFlight`,description="requests in flight at once, at most",priority=1
 // +kubebuilder:printcolumn:name="Quota",type=string,JSONPath=`.spec.quotaRef.name`
 // +kubebuilder:printcolumn:name="Evaluations",type=integer,JSONPath=`.status.evaluations`
 // +kubebuilder:printcolumn:name="Shards",type=integer,JSONPath=`.status.shards`
@@ -206,7 +216,7 @@ type QuotaReference struct {
 
 // ModelQuotaSpec is a provider account's limits, divided among the
 // ModelEndpoints (of any allowed namespace) that name the quota.
-// +kubebuilder:validation:XValidation:rule=`(has(self.limits.requestsPerMinute) && self.limits.requestsPerMinute > 0) || (has(self.limits.inputTokensPerMinute) && self.limits.inputTokensPerMinute > 0) || (has(self.limits.outputTokensPerMinute) && self.limits.outputTokensPerMinute > 0)`,message="a ModelQuota needs at least one limit above 0"
+// +kubebuilder:validation:XValidation:rule=`(has(self.limits.requestsPerMinute) && self.limits.requestsPerMinute > 0) || (has(self.limits.inputTokensPerMinute) && self.limits.inputTokensPerMinute > 0) || (has(self.limits.outputTokensPerMinute) && self.limits.outputTokensPerMinute > 0) || (has(self.limits.maxInFlight) && self.limits.maxInFlight > 0)`,message="a ModelQuota needs at least one limit above 0"
 type ModelQuotaSpec struct {
 	// limits of the provider account, shared by every ModelEndpoint naming the
 	// quota: each endpoint in use gets a part in proportion to its namespace's

@@ -316,7 +316,7 @@ func ValidateEndpoint(ep *ModelEndpoint) field.ErrorList {
 	}
 	errs = append(errs, validateEndpointFields(ep.Spec.BaseURL, ep.Spec.APIKey, p)...)
 	if l := ep.Spec.Limits; l != nil {
-		errs = append(errs, validateRates(p.Child("limits"), l.RequestsPerMinute, l.InputTokensPerMinute, l.OutputTokensPerMinute)...)
+		errs = append(errs, validateEndpointLimits(p.Child("limits"), l)...)
 	}
 	return errs
 }
@@ -346,9 +346,18 @@ func ValidateQuota(q *ModelQuota) field.ErrorList {
 	}
 	lp := field.NewPath("spec", "limits")
 	l := q.Spec.Limits
-	errs = append(errs, validateRates(lp, l.RequestsPerMinute, l.InputTokensPerMinute, l.OutputTokensPerMinute)...)
-	if l.RequestsPerMinute <= 0 && l.InputTokensPerMinute <= 0 && l.OutputTokensPerMinute <= 0 {
+	errs = append(errs, validateEndpointLimits(lp, &l)...)
+	if l.RequestsPerMinute <= 0 && l.InputTokensPerMinute <= 0 && l.OutputTokensPerMinute <= 0 && l.MaxInFlight <= 0 {
 		errs = append(errs, field.Required(lp, "a ModelQuota needs at least one limit above 0"))
+	}
+	return errs
+}
+
+// validateEndpointLimits checks a ModelEndpoint's or a ModelQuota's limits.
+func validateEndpointLimits(p *field.Path, l *EndpointLimits) field.ErrorList {
+	errs := validateRates(p, l.RequestsPerMinute, l.InputTokensPerMinute, l.OutputTokensPerMinute)
+	if l.MaxInFlight < 0 {
+		errs = append(errs, field.Invalid(p.Child("maxInFlight"), l.MaxInFlight, "must be 0 (unlimited) or more"))
 	}
 	return errs
 }

@@ -166,7 +166,7 @@ func divideModel(old *ModelBudget, lim ratelimit.Limits, users []User, acked map
 	for i, k := range keys {
 		weights[i] = byKey[k].Weight
 	}
-	fair := make(map[string][3]int64, len(keys))
+	fair := make(map[string]dimVec, len(keys))
 	for d := range limit {
 		caps := make([]int64, len(keys))
 		for i, k := range keys {
@@ -184,12 +184,12 @@ func divideModel(old *ModelBudget, lim ratelimit.Limits, users []User, acked map
 // divideFair moves the grants of old towards the fair shares of keys (sorted,
 // unique): it lowers at once what is above, and raises the rest from what is
 // left, counting lowered grants at their old value until acknowledged.
-func divideFair(old *ModelBudget, lim ratelimit.Limits, keys []string, fair map[string][3]int64, acked map[string]int64, version int64) (*ModelBudget, bool) {
+func divideFair(old *ModelBudget, lim ratelimit.Limits, keys []string, fair map[string]dimVec, acked map[string]int64, version int64) (*ModelBudget, bool) {
 	changed := old.Limits != lim || len(old.Grants) != len(keys)
 
 	// What each running shard may be using now; shards no longer running use nothing.
 	grants := map[string]Grant{}
-	effective := map[string][3]int64{}
+	effective := map[string]dimVec{}
 	for _, k := range keys {
 		g, ok := old.Grants[k]
 		if !ok {
@@ -226,7 +226,7 @@ func divideFair(old *ModelBudget, lim ratelimit.Limits, keys []string, fair map[
 
 	// Raise the rest from what is left, counting lowered grants at their old value
 	// until acknowledged.
-	var used [3]int64
+	var used dimVec
 	for _, k := range keys {
 		e := effectiveOf(grants[k], acked[k])
 		for d := range used {
@@ -275,7 +275,7 @@ func divideFair(old *ModelBudget, lim ratelimit.Limits, keys []string, fair map[
 
 // effectiveOf bounds what a shard holding g may be using, given the newest budget
 // version it acknowledged.
-func effectiveOf(g Grant, acked int64) [3]int64 {
+func effectiveOf(g Grant, acked int64) dimVec {
 	share := dims(g.Share)
 	if acked >= g.Since {
 		return share
@@ -287,12 +287,16 @@ func effectiveOf(g Grant, acked int64) [3]int64 {
 	return share
 }
 
-func dims(l ratelimit.Limits) [3]int64 {
-	return [3]int64{l.RequestsPerMinute, l.InputTokensPerMinute, l.OutputTokensPerMinute}
+// dimVec is a budget's dimensions, each divided on its own: requests, input
+// and output tokens per minute, and calls in flight.
+type dimVec = [4]int64
+
+func dims(l ratelimit.Limits) dimVec {
+	return dimVec{l.RequestsPerMinute, l.InputTokensPerMinute, l.OutputTokensPerMinute, l.MaxInFlight}
 }
 
-func undims(v [3]int64) ratelimit.Limits {
-	return ratelimit.Limits{RequestsPerMinute: v[0], InputTokensPerMinute: v[1], OutputTokensPerMinute: v[2]}
+func undims(v dimVec) ratelimit.Limits {
+	return ratelimit.Limits{RequestsPerMinute: v[0], InputTokensPerMinute: v[1], OutputTokensPerMinute: v[2], MaxInFlight: v[3]}
 }
 
 // LimitsOf is a model's rate limit as the engine's limiter and the budget count
@@ -306,7 +310,8 @@ func LimitsOf(r *v1alpha1.RateLimit) ratelimit.Limits {
 
 // EndpointLimitsOf is a ModelEndpoint's limits as the limiter counts them.
 func EndpointLimitsOf(l v1alpha1.EndpointLimits) ratelimit.Limits {
-	return ratelimit.Limits{RequestsPerMinute: l.RequestsPerMinute, InputTokensPerMinute: l.InputTokensPerMinute, OutputTokensPerMinute: l.OutputTokensPerMinute}
+	return ratelimit.Limits{RequestsPerMinute: l.RequestsPerMinute, InputTokensPerMinute: l.InputTokensPerMinute,
+		OutputTokensPerMinute: l.OutputTokensPerMinute, MaxInFlight: l.MaxInFlight}
 }
 
 // ModelLimits are the limits of the rate-limited models of spec, the models whose

@@ -19,13 +19,13 @@ type runnerSim struct {
 }
 
 // using is the share the runner applies: that of the newest budget it read.
-func (r *runnerSim) using(model, key string) [3]int64 {
+func (r *runnerSim) using(model, key string) dimVec {
 	if r.read == nil {
-		return [3]int64{}
+		return dimVec{}
 	}
 	share, limited, paused := r.read.Lookup(model, key)
 	if !limited || paused {
-		return [3]int64{}
+		return dimVec{}
 	}
 	return dims(share)
 }
@@ -80,7 +80,7 @@ func TestDivideNeverOverCommits(t *testing.T) {
 			}
 			budget, _ = Divide(budget, map[string]ratelimit.Limits{model: lim}, map[string][]string{model: users}, acked)
 
-			var sum [3]int64
+			var sum dimVec
 			for k, r := range runners {
 				u := r.using(model, k)
 				for d := range sum {
@@ -89,7 +89,7 @@ func TestDivideNeverOverCommits(t *testing.T) {
 			}
 			// The document's own account of use is what the controller counted.
 			if mb := budget.Models[model]; mb != nil && !docAwaitingAck(mb) {
-				var docUse [3]int64
+				var docUse dimVec
 				for _, g := range mb.Grants {
 					u := dims(g.Use())
 					for d := range docUse {
@@ -105,7 +105,7 @@ func TestDivideNeverOverCommits(t *testing.T) {
 			// After a user lowers the limit, runners still on the old one may be over
 			// the new limit until they read: they must still be within the highest
 			// limit in force recently, and never above what the controller counted.
-			counted := [3]int64{}
+			counted := dimVec{}
 			for k := range runners {
 				if mb := budget.Models[model]; mb != nil {
 					e := effectiveOf(mb.Grants[k], acked[k])

@@ -112,7 +112,7 @@ func divideGroups(prev *Budget, endpoint string, lim ratelimit.Limits, groups []
 		}
 		keys, fair := groupShares(lim, groups)
 		if held {
-			fair = map[string][3]int64{}
+			fair = map[string]dimVec{}
 		}
 		mb, c := divideFair(old, lim, keys, fair, acked, next.Version)
 		next.Models[endpoint] = mb
@@ -165,7 +165,7 @@ func ptrEqual[T comparable](a, b *T) bool {
 // groupShares is each key's fair share in each dimension: the groups' parts by
 // weight within caps, each divided equally among the group's keys. Keys are
 // returned sorted; a key in two groups counts once, in the first.
-func groupShares(lim ratelimit.Limits, groups []Group) ([]string, map[string][3]int64) {
+func groupShares(lim ratelimit.Limits, groups []Group) ([]string, map[string]dimVec) {
 	groups = slices.Clone(groups)
 	slices.SortStableFunc(groups, func(a, b Group) int { return strings.Compare(a.Name, b.Name) })
 	seen := map[string]bool{}
@@ -187,7 +187,7 @@ func groupShares(lim ratelimit.Limits, groups []Group) ([]string, map[string][3]
 	for i, g := range live {
 		weights[i] = g.Weight
 	}
-	fair := map[string][3]int64{}
+	fair := map[string]dimVec{}
 	limit := dims(lim)
 	for d := range limit {
 		caps := make([]int64, len(live))

@@ -20,7 +20,8 @@ type endpointRunner struct {
 	uid  string
 }
 
-func (r *endpointRunner) using(endpoint, key string) int64 {
+// using is what the runner may use in dimension d.
+func (r *endpointRunner) using(endpoint, key string, d int) int64 {
 	if r.read == nil || r.read.Version == 0 {
 		return 0 // gone, or not divided yet
 	}
@@ -28,7 +29,7 @@ func (r *endpointRunner) using(endpoint, key string) int64 {
 	if !limited || paused {
 		return 0
 	}
-	return share.RequestsPerMinute
+	return dims(share)[d]
 }
 
 // TestDivideEndpointNeverOverCommits walks Evaluations joining and leaving an
@@ -38,10 +39,30 @@ func (r *endpointRunner) using(endpoint, key string) int64 {
 // the endpoint deleted and made again: what runners use never sums above the
 // limit, and once everyone has caught up each model has its weighted share.
 func TestDivideEndpointNeverOverCommits(t *testing.T) {
+	// Requests per minute, and calls in flight (small numbers, fewer than
+	// the shards at times).
+	for _, d := range []int{0, 3} {
+		t.Run(fmt.Sprintf("dimension %d", d), func(t *testing.T) { divideEndpointNeverOverCommits(t, d) })
+	}
+}
+
+func divideEndpointNeverOverCommits(t *testing.T, d int) {
 	const ep = "team-key"
+	// newLimit is a limit in dimension d; scale of its caps.
+	newLimit := func(rng *rand.Rand) int64 { return 50 + rng.Int64N(2000) }
+	scale := int64(500)
+	if d == 3 {
+		newLimit = func(rng *rand.Rand) int64 { return 1 + rng.Int64N(12) }
+		scale = 6
+	}
+	limitOf := func(v int64) ratelimit.Limits {
+		var x dimVec
+		x[d] = v
+		return undims(x)
+	}
 	for seed := range uint64(300) {
 		rng := rand.New(rand.NewPCG(seed, 23))
-		lim := ratelimit.Limits{RequestsPerMinute: 50 + rng.Int64N(2000)}
+		lim := limitOf(newLimit(rng))
 		budget, uid, gen := &Budget{}, "uid-0", 0
 		type group struct {
 			weight, cap int64
@@ -57,7 +78,7 @@ func TestDivideEndpointNeverOverCommits(t *testing.T) {
 				for k := range g.shards {
 					keys = append(keys, k)
 				}
-				out = append(out, Group{Name: name, Weight: g.weight, Cap: ratelimit.Limits{RequestsPerMinute: g.cap}, Keys: keys})
+				out = append(out, Group{Name: name, Weight: g.weight, Cap: limitOf(g.cap), Keys: keys})
 			}
 			return out
 		}
@@ -68,7 +89,7 @@ func TestDivideEndpointNeverOverCommits(t *testing.T) {
 				nextEval++
 				g := &group{weight: 1 + rng.Int64N(4), shards: map[string]*endpointRunner{}}
 				if rng.IntN(3) == 0 {
-					g.cap = 1 + rng.Int64N(500)
+					g.cap = 1 + rng.Int64N(scale)
 				}
 				groups[name] = g
 			case 1: // an Evaluation finishes: its shards stop
@@ -99,7 +120,7 @@ func TestDivideEndpointNeverOverCommits(t *testing.T) {
 				}
 			case 4: // the user edits the limit or a weight
 				if rng.IntN(2) == 0 {
-					lim.RequestsPerMinute = 1 + rng.Int64N(2000)
+					lim = limitOf(newLimit(rng))
 				} else {
 					for _, g := range groups {
 						g.weight = 1 + rng.Int64N(4)
@@ -144,19 +165,19 @@ func TestDivideEndpointNeverOverCommits(t *testing.T) {
 				for k, r := range g.shards {
 					if r.read != nil && r.uid != uid {
 						old = true
-						onOld += r.using(ep, k)
+						onOld += r.using(ep, k, d)
 						continue
 					}
-					sum += r.using(ep, k)
+					sum += r.using(ep, k, d)
 				}
 			}
 			if old && sum > 0 {
 				t.Fatalf("seed %d step %d: the new budget grants %d rpm while shards may still spend the old one's", seed, step, sum)
 			}
-			if sum > lim.RequestsPerMinute && !recentlyLowered(budget, ep) {
-				t.Fatalf("seed %d step %d: runners use %d rpm, over the limit %d", seed, step, sum, lim.RequestsPerMinute)
+			if sum > dims(lim)[d] && !recentlyLowered(budget, ep) {
+				t.Fatalf("seed %d step %d: runners use %d, over the limit %d", seed, step, sum, dims(lim)[d])
 			}
-			if sum > highestLimit(budget, ep, lim) {
+			if sum > highestLimit(budget, ep, lim, d) {
 				t.Fatalf("seed %d step %d: runners use %d rpm, over any limit in force", seed, step, sum)
 			}
 		}
@@ -178,12 +199,12 @@ func TestDivideEndpointNeverOverCommits(t *testing.T) {
 				weights, caps = append(weights, g.weight), append(caps, g.cap)
 			}
 		}
-		want := WaterFill(lim.RequestsPerMinute, weights, caps)
+		want := WaterFill(dims(lim)[d], weights, caps)
 		for i, name := range names {
 			var got int64
 			for k := range groups[name].shards {
 				share, _, _ := budget.Lookup(ep, k)
-				got += share.RequestsPerMinute
+				got += dims(share)[d]
 			}
 			if got != want[i] {
 				for k, g := range budget.Models[ep].Grants {
@@ -206,16 +227,16 @@ func recentlyLowered(b *Budget, ep string) bool {
 
 // highestLimit bounds what runners may use: the limit now, or, while lowered
 // grants await acknowledgement, what the document still counts for them.
-func highestLimit(b *Budget, ep string, lim ratelimit.Limits) int64 {
+func highestLimit(b *Budget, ep string, lim ratelimit.Limits, d int) int64 {
 	mb := b.Models[ep]
 	if mb == nil {
-		return lim.RequestsPerMinute
+		return dims(lim)[d]
 	}
 	var counted int64
 	for _, g := range mb.Grants {
-		counted += g.Use().RequestsPerMinute
+		counted += dims(g.Use())[d]
 	}
-	return max(lim.RequestsPerMinute, counted)
+	return max(dims(lim)[d], counted)
 }
 
 func TestGroupShares(t *testing.T) {
@@ -226,7 +247,7 @@ func TestGroupShares(t *testing.T) {
 		{Weight: 1, Cap: ratelimit.Limits{RequestsPerMinute: 50}, Keys: []string{"c/0"}},
 		{Weight: 5}, // no shard running: no part
 	})
-	want := map[string][3]int64{
+	want := map[string]dimVec{
 		// 600 rpm: c is capped at 50; a gets 2/3 of 550 (367, the remainder's unit), b 183.
 		"a/0": {0 + 184, 0, 23}, "a/1": {0 + 183, 0, 22},
 		"b/0": {46, 0, 6}, "b/1": {46, 0, 6}, "b/2": {46, 0, 6}, "b/3": {45, 0, 5},

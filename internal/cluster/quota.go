@@ -61,7 +61,7 @@ func DivideQuota(prev *Budget, quota string, lim ratelimit.Limits, users []Quota
 			active = append(active, u)
 		}
 	}
-	fair := map[string][3]int64{}
+	fair := map[string]dimVec{}
 	limit := dims(lim)
 	weights := make([]int64, len(active))
 	for i, u := range active {
@@ -97,7 +97,7 @@ func DivideQuota(prev *Budget, quota string, lim ratelimit.Limits, users []Quota
 // dimension in which the endpoint has nothing yet.
 func QuotaLimits(quota, part, own ratelimit.Limits) (lim ratelimit.Limits, held bool) {
 	q, p, o := dims(quota), dims(part), dims(own)
-	var out [3]int64
+	var out dimVec
 	for d := range out {
 		switch {
 		case q[d] > 0 && p[d] <= 0:
@@ -121,7 +121,7 @@ func (b *Budget) Fits(endpoint string) bool {
 	if mb == nil {
 		return true
 	}
-	var use [3]int64
+	var use dimVec
 	for _, g := range mb.Grants {
 		u := dims(g.Use())
 		for d := range use {

@@ -109,7 +109,7 @@ func TestQuotaNeverOverCommits(t *testing.T) {
 			var sum int64
 			for _, e := range eps {
 				for k, r := range e.shards {
-					sum += r.using(e.name, k)
+					sum += r.using(e.name, k, 0)
 				}
 			}
 			if sum > lim.RequestsPerMinute {

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
@@ -290,20 +291,16 @@ func (f *File) EndpointLimits() map[string]ratelimit.Limits {
 		}
 		var l ratelimit.Limits
 		if ep.Spec.Limits != nil {
-			l = limitsOf(*ep.Spec.Limits)
+			l = cluster.EndpointLimitsOf(*ep.Spec.Limits)
 		}
 		if ref := ep.Spec.QuotaRef; ref != nil && f.Quotas[ref.Name] != nil {
-			l = l.Lesser(limitsOf(f.Quotas[ref.Name].Spec.Limits))
+			l = l.Lesser(cluster.EndpointLimitsOf(f.Quotas[ref.Name].Spec.Limits))
 		}
 		if !l.IsZero() {
 			out[name] = l
 		}
 	}
 	return out
-}
-
-func limitsOf(l v1alpha1.EndpointLimits) ratelimit.Limits {
-	return ratelimit.Limits{RequestsPerMinute: l.RequestsPerMinute, InputTokensPerMinute: l.InputTokensPerMinute, OutputTokensPerMinute: l.OutputTokensPerMinute}
 }
 
 // validateName checks metadata.name as the API server would: proctor run makes

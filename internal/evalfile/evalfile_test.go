@@ -340,6 +340,11 @@ func TestDecodeRejects(t *testing.T) {
 			want: []string{`document 2: spec.limits.requestsPerMinute: Invalid value: -1: must be 0 (unlimited) or more`},
 		},
 		{
+			name: "negative maxInFlight",
+			raw:  baseManifest + "---\n" + strings.Replace(endpointDoc, "requestsPerMinute: 600", "maxInFlight: -2", 1),
+			want: []string{`document 2: spec.limits.maxInFlight: Invalid value: -2: must be 0 (unlimited) or more`},
+		},
+		{
 			name: "unknown field of a ModelEndpoint",
 			raw:  baseManifest + "---\n" + strings.Replace(endpointDoc, "provider: openai", "provider: openai\n  rpm: 5", 1),
 			want: []string{`document 2: unknown field "spec.rpm"`},

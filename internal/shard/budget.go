@@ -45,10 +45,10 @@ type budgetFollower struct {
 	// own and endpoint are each model's share of its Evaluation's budget and of
 	// its endpoint's, as last read.
 	own, endpoint map[string]share
-	// endpointRead is when each endpoint's budget was last read; acks what of
-	// it was applied.
+	// endpointRead is when each endpoint's budget was last read; read what
+	// was read of it, acks what of it is in force.
 	endpointRead map[string]time.Time
-	acks         map[string]cluster.EndpointAck
+	read, acks   map[string]cluster.EndpointAck
 	// granted are the models that have had a share: until each has, the
 	// budgets are read every FirstGrantEvery instead of every BudgetEvery.
 	granted map[string]bool
@@ -155,7 +155,7 @@ func throttled(eng *runner.Engine, models []string) map[string]cluster.Throttle 
 func (b *budgetFollower) poll(ctx context.Context) bool {
 	if b.own == nil {
 		b.own, b.endpoint = map[string]share{}, map[string]share{}
-		b.endpointRead, b.acks = map[string]time.Time{}, map[string]cluster.EndpointAck{}
+		b.endpointRead, b.acks, b.read = map[string]time.Time{}, map[string]cluster.EndpointAck{}, map[string]cluster.EndpointAck{}
 		b.granted = map[string]bool{}
 		// Nothing is sent before a budget says how much.
 		for m := range b.limited {
@@ -190,6 +190,7 @@ func (b *budgetFollower) poll(ctx context.Context) bool {
 		}
 		_ = b.eng.Pause(m, sh.paused)
 	}
+	b.acknowledge()
 	versions := fmt.Sprint(b.store.Progress().Budget, b.acks)
 	changed := versions != b.versions
 	b.versions = versions
@@ -240,6 +241,7 @@ func (b *budgetFollower) pollEndpoint(ctx context.Context, ep string) {
 			b.log.Info("Stopped calling models of a ModelEndpoint that is gone, until it is back", "endpoint", ep)
 		}
 		delete(b.acks, ep)
+		delete(b.read, ep)
 		b.endpointRead[ep] = now
 		set(func(string) share { return share{paused: true} })
 		return
@@ -256,7 +258,37 @@ func (b *budgetFollower) pollEndpoint(ctx context.Context, ep string) {
 	set(func(m string) share {
 		return shareIn(budget, ep, cluster.EndpointUserKey(b.ev.Name, b.run, b.shard, m))
 	})
-	b.acks[ep] = cluster.EndpointAck{UID: uid, Version: budget.Version}
+	b.read[ep] = cluster.EndpointAck{UID: uid, Version: budget.Version}
+}
+
+// acknowledge acknowledges each endpoint's budget as read once it is in
+// force: at once for the per-minute limits (the limiter counts what was sent
+// before at the limit then), and for a lowered share of calls in flight (to
+// none, while paused) once the calls over it have ended.
+func (b *budgetFollower) acknowledge() {
+	for ep, ack := range b.read {
+		settled := true
+		for m, e := range b.viaEndpoint {
+			if e != ep {
+				continue
+			}
+			if !inForce(b.endpoint[m], b.eng.InFlight(m)) {
+				settled = false
+			}
+		}
+		if settled {
+			b.acks[ep] = ack
+		}
+	}
+}
+
+// inForce reports whether a share applied with n calls in flight holds: none
+// in flight while paused, at most its maxInFlight otherwise.
+func inForce(sh share, n int64) bool {
+	if sh.paused {
+		return n == 0
+	}
+	return sh.limits.MaxInFlight == 0 || n <= sh.limits.MaxInFlight
 }
 
 // shareIn is the share of key under entry name of a budget: paused while the

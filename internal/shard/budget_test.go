@@ -59,3 +59,25 @@ func TestCombine(t *testing.T) {
 		})
 	}
 }
+
+func TestInForce(t *testing.T) {
+	inFlight := func(n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: 60, MaxInFlight: n} }
+	for _, tc := range []struct {
+		name string
+		sh   share
+		n    int64
+		want bool
+	}{
+		{"within its calls in flight", share{limits: inFlight(3)}, 3, true},
+		{"over them: not yet", share{limits: inFlight(3)}, 4, false},
+		{"no bound in flight", share{limits: ratelimit.Limits{RequestsPerMinute: 60}}, 40, true},
+		{"paused with calls in flight: not yet", share{paused: true}, 1, false},
+		{"paused with none", share{paused: true}, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := inForce(tc.sh, tc.n); got != tc.want {
+				t.Errorf("inForce(%+v, %d) = %v, want %v", tc.sh, tc.n, got, tc.want)
+			}
+		})
+	}
+}

@@ -222,6 +222,15 @@ func (w *EndpointWrapper) RequestsPerMinute(n int64) *EndpointWrapper {
 	return w
 }
 
+// MaxInFlight sets the endpoint's bound on calls in flight.
+func (w *EndpointWrapper) MaxInFlight(n int64) *EndpointWrapper {
+	if w.ep.Spec.Limits == nil {
+		w.ep.Spec.Limits = &v1alpha1.EndpointLimits{}
+	}
+	w.ep.Spec.Limits.MaxInFlight = n
+	return w
+}
+
 // APIKeySecret takes the endpoint's key from a Secret.
 func (w *EndpointWrapper) APIKeySecret(secret, key string) *EndpointWrapper {
 	w.ep.Spec.APIKey = &v1alpha1.APIKey{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}

@@ -144,6 +144,13 @@ func (g *Gate) CloseUntil(t time.Time) {
 	}
 }
 
+// Open reports whether the gate is open now.
+func (g *Gate) Open() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.held && !g.clock.Now().Before(g.until)
+}
+
 // Wait returns once the gate is open.
 func (g *Gate) Wait(ctx context.Context) error {
 	for {

@@ -39,11 +39,13 @@ const (
 	DefaultSlack = 500 * time.Millisecond
 )
 
-// Limits are per-minute budgets; 0 means unlimited.
+// Limits are per-minute budgets, and a bound on the calls in flight at once
+// (which the Limiter leaves to InFlight); 0 means unlimited.
 type Limits struct {
 	RequestsPerMinute     int64 `json:"requestsPerMinute,omitempty"`
 	InputTokensPerMinute  int64 `json:"inputTokensPerMinute,omitempty"`
 	OutputTokensPerMinute int64 `json:"outputTokensPerMinute,omitempty"`
+	MaxInFlight           int64 `json:"maxInFlight,omitempty"`
 }
 
 // IsZero reports whether no budget is limited.
@@ -65,6 +67,7 @@ func (l Limits) Lesser(o Limits) Limits {
 		RequestsPerMinute:     pick(l.RequestsPerMinute, o.RequestsPerMinute),
 		InputTokensPerMinute:  pick(l.InputTokensPerMinute, o.InputTokensPerMinute),
 		OutputTokensPerMinute: pick(l.OutputTokensPerMinute, o.OutputTokensPerMinute),
+		MaxInFlight:           pick(l.MaxInFlight, o.MaxInFlight),
 	}
 }
 
@@ -240,7 +243,7 @@ func (d *dim) rescale(f float64) {
 func (l *Limiter) Limits() Limits {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return Limits{l.dims[0].limit, l.dims[1].limit, l.dims[2].limit}
+	return Limits{RequestsPerMinute: l.dims[0].limit, InputTokensPerMinute: l.dims[1].limit, OutputTokensPerMinute: l.dims[2].limit}
 }
 
 // Reservation is a place in line for one call.

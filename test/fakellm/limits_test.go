@@ -123,7 +123,7 @@ func TestInputTokenLimit(t *testing.T) {
 	}
 	st := s.Stats()
 	want := fakellm.Stats{Requests: 4, Succeeded: 2, RateLimited: 2, InputTokens: 26, OutputTokens: 2,
-		MaxRequestsInWindow: 4, MaxInputTokensInWindow: 20 + 20 + 6 + 31}
+		MaxRequestsInWindow: 4, MaxInputTokensInWindow: 20 + 20 + 6 + 31, MaxInFlight: 1}
 	if st != want {
 		t.Errorf("stats %+v, want %+v", st, want)
 	}
@@ -164,7 +164,7 @@ func TestMaxInWindowAndReset(t *testing.T) {
 		post(t, url+openAIPath, textOf(10))
 	}
 	want := fakellm.Stats{Requests: 5, Succeeded: 2, RateLimited: 3, InputTokens: 20, OutputTokens: 2,
-		MaxRequestsInWindow: 5, MaxInputTokensInWindow: 50}
+		MaxRequestsInWindow: 5, MaxInputTokensInWindow: 50, MaxInFlight: 1}
 	if st := s.Stats(); st != want {
 		t.Errorf("stats %+v, want %+v", st, want)
 	}

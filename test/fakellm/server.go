@@ -132,6 +132,9 @@ type Stats struct {
 	// requests, counted when their body has been parsed (requests dropped,
 	// unauthorized or malformed before that carry none).
 	MaxInputTokensInWindow int64 `json:"maxInputTokensInWindow"`
+	// MaxInFlight is the most model requests the server was handling at once
+	// (from arrival to the end of the answer).
+	MaxInFlight int64 `json:"maxInFlight"`
 }
 
 // Server is the fake model server; it is an http.Handler. Create it with New.
@@ -151,6 +154,21 @@ type Server struct {
 
 	requests, succeeded, rateLimited, failed, dropped, rejected atomic.Int64
 	inputTokens, outputTokens                                   atomic.Int64
+	// inFlight counts the model requests being handled; maxInFlight is its peak.
+	inFlight, maxInFlight atomic.Int64
+}
+
+// serveCounted handles a model request, counting it in flight meanwhile.
+func (s *Server) serveCounted(w http.ResponseWriter, r *http.Request, d dialect) {
+	n := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	for {
+		m := s.maxInFlight.Load()
+		if n <= m || s.maxInFlight.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	s.serveModel(w, r, d)
 }
 
 // New returns a Server for cfg. It panics if cfg is invalid (see Config.Validate).
@@ -170,10 +188,10 @@ func New(cfg Config) *Server {
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
-		s.serveModel(w, r, openAI{})
+		s.serveCounted(w, r, openAI{})
 	})
 	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) {
-		s.serveModel(w, r, anthropic{})
+		s.serveCounted(w, r, anthropic{})
 	})
 	mux.HandleFunc("GET /v1/models", serveModels)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -212,6 +230,7 @@ func (s *Server) Stats() Stats {
 		OutputTokens:           s.outputTokens.Load(),
 		MaxRequestsInWindow:    maxReqs,
 		MaxInputTokensInWindow: maxToks,
+		MaxInFlight:            s.maxInFlight.Load(),
 	}
 }
 
@@ -220,7 +239,7 @@ func (s *Server) Stats() Stats {
 // too, the server then behaves as if new.
 func (s *Server) Reset() {
 	for _, c := range []*atomic.Int64{&s.requests, &s.succeeded, &s.rateLimited, &s.failed,
-		&s.dropped, &s.rejected, &s.inputTokens, &s.outputTokens} {
+		&s.dropped, &s.rejected, &s.inputTokens, &s.outputTokens, &s.maxInFlight} {
 		c.Store(0)
 	}
 	s.track.reset()

@@ -464,3 +464,73 @@ func TestAgentCallsThroughASharedEndpoint(t *testing.T) {
 		t.Errorf("no Job gives its runner %s", cluster.EndpointKeyEnv("team"))
 	}
 }
+
+// TestEndpointMaxInFlight: two Evaluations whose shards could have 16 calls in
+// flight together call through an endpoint allowing 3: the server never has
+// more than 3 at once, the grants never sum above 3, and both finish.
+func TestEndpointMaxInFlight(t *testing.T) {
+	ns := newNamespace(t)
+	srv, url := fakeLLM(t, fakellm.Config{Latency: 100 * time.Millisecond})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	create(t, testutil.MakeEndpoint("gpu", ns, url).MaxInFlight(3).Obj())
+	var mu sync.Mutex
+	var maxGranted int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			var cm corev1.ConfigMap
+			if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: cluster.EndpointBudgetName("gpu")}, &cm); err != nil {
+				continue
+			}
+			b, err := cluster.ParseBudget(cm.Annotations)
+			if err != nil || b.Models["gpu"] == nil {
+				continue
+			}
+			var use int64
+			for _, g := range b.Models["gpu"].Grants {
+				use += g.Use().MaxInFlight
+			}
+			mu.Lock()
+			maxGranted = max(maxGranted, use)
+			mu.Unlock()
+		}
+	}()
+	for _, name := range []string{"first", "second"} {
+		create(t, testutil.MakeEvaluation(name, ns).InlineDataset("d", 40).EndpointModel("m", "gpu", 0).
+			Scorer(v1alpha1.ScorerExactMatch).ShardSize(20).Parallelism(2).Concurrency(4).Obj())
+	}
+	for _, name := range []string{"first", "second"} {
+		waitPhase(t, ns, name, v1alpha1.PhaseSucceeded, 120*time.Second)
+		checkRecords(t, ns, name, []string{"m"}, sampleIDs("d", 40))
+	}
+	close(stop)
+	<-done
+	if st := srv.Stats(); st.MaxInFlight > 3 || st.Succeeded != 80 {
+		t.Errorf("server stats %+v: want at most 3 requests in flight at once and 80 answered", st)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if maxGranted > 3 || maxGranted == 0 {
+		t.Errorf("the grants allowed %d calls in flight in sum, want at most 3 (and some)", maxGranted)
+	}
+	if ep := getEndpoint(t, ns, "gpu"); ep.Status.Limits == nil || ep.Status.Limits.MaxInFlight != 3 {
+		t.Errorf("status.limits %+v, want maxInFlight 3 in force", ep.Status.Limits)
+	}
+}
+
+func getEndpoint(t *testing.T, ns, name string) *v1alpha1.ModelEndpoint {
+	t.Helper()
+	var ep v1alpha1.ModelEndpoint
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &ep); err != nil {
+		t.Fatal(err)
+	}
+	return &ep
+}
