@@ -48,6 +48,8 @@ type AgentEndpoint struct {
 	// endpoint's budget, set while they run; none in a local run, where the
 	// endpoint's limiter (Plan.Endpoints) paces them with its other callers.
 	Limits ratelimit.Limits
+	// Weight weighs the calls' part of the endpoint's limits in a local run.
+	Weight int64
 	// HTTPClient calls the endpoint; nil means one made for it.
 	HTTPClient *http.Client
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,7 +168,7 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 			// The calls of all the model's agents, paced as one caller.
 			conc := agentCallWindow * max(1, m.Concurrency)
 			c := &Model{Name: a.Caller, Provider: newForwarder(a, conc), Concurrency: conc, Limits: a.Limits,
-				Endpoint: a.Endpoint, Timeout: m.Timeout}
+				Endpoint: a.Endpoint, EndpointWeight: a.Weight, Timeout: m.Timeout}
 			cr := newRun(c)
 			cr.forwarded = true
 			e.models[a.Caller] = cr
@@ -282,13 +283,25 @@ func (e *Engine) Run(ctx context.Context, tasks []Task, sink Sink) error {
 		mu   sync.Mutex
 		errs []error
 	)
+	// Locally, the callers of a shared endpoint divide its limits by weight
+	// while they run (the endpoint's own limiter keeps their sum exact).
+	active := map[string]bool{}
+	for _, name := range order {
+		active[name] = true
+		e.forCallers(name, func(c string) { active[c] = true })
+	}
+	e.divideEndpoints(active)
 	for _, name := range order {
 		wg.Go(func() {
-			if err := e.runModel(ctx, cancel, e.models[name], byModel[name], sink); err != nil {
-				mu.Lock()
+			err := e.runModel(ctx, cancel, e.models[name], byModel[name], sink)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
 				errs = append(errs, err)
-				mu.Unlock()
 			}
+			delete(active, name)
+			e.forCallers(name, func(c string) { delete(active, c) })
+			e.divideEndpoints(active)
 		})
 	}
 	wg.Wait()
@@ -296,6 +309,51 @@ func (e *Engine) Run(ctx context.Context, tasks []Task, sink Sink) error {
 		errs = append(errs, cause)
 	}
 	return errors.Join(errs...)
+}
+
+// forCallers calls fn with the callers of a model's agent endpoints.
+func (e *Engine) forCallers(model string, fn func(caller string)) {
+	if m := e.models[model]; m != nil && m.proxies != nil {
+		for _, p := range m.proxies.proxies {
+			fn(p.run.Name)
+		}
+	}
+}
+
+// divideEndpoints gives each active caller of a shared endpoint (a local
+// run's Plan.Endpoints) its part of the endpoint's limits, by weight and
+// within its own limits (WaterFill); what a caller that is done leaves goes
+// to the others. A caller whose part is nothing in some limited dimension
+// (more callers than calls in flight allowed, say) waits until it has one.
+// Judges take no part: their calls are made inside their subjects' samples,
+// which would wait for them; the endpoint's own limiter paces them with the
+// rest.
+func (e *Engine) divideEndpoints(active map[string]bool) {
+	for ep, lim := range e.plan.Endpoints {
+		var names []string
+		for name, m := range e.models {
+			if m.Endpoint == ep && active[name] && !m.JudgeOnly {
+				names = append(names, name)
+			}
+		}
+		slices.Sort(names)
+		weights := make([]int64, len(names))
+		caps := make([]ratelimit.Limits, len(names))
+		for i, name := range names {
+			weights[i], caps[i] = e.models[name].EndpointWeight, e.models[name].Limits
+		}
+		for i, part := range ratelimit.Divide(lim, weights, caps) {
+			m := e.models[names[i]]
+			nothing := (lim.RequestsPerMinute > 0 && part.RequestsPerMinute == 0) || (lim.InputTokensPerMinute > 0 && part.InputTokensPerMinute == 0) ||
+				(lim.OutputTokensPerMinute > 0 && part.OutputTokensPerMinute == 0) || (lim.MaxInFlight > 0 && part.MaxInFlight == 0)
+			m.gate.Hold(nothing)
+			if !nothing {
+				own := part.Lesser(m.Limits)
+				m.limiter.SetLimits(own)
+				m.inFlight.SetMax(own.MaxInFlight)
+			}
+		}
+	}
 }
 
 // runModel works through a model's tasks in order. Its concurrency is a pool of

@@ -63,6 +63,9 @@ type Model struct {
 	// limits (Plan.Endpoints) bound the model together with the others
 	// calling through it.
 	Endpoint string
+	// EndpointWeight weighs the model's part of its endpoint's limits against
+	// the others calling through it, in a local run (0 counts as 1).
+	EndpointWeight int64
 	// AgentEndpoints are the ModelEndpoints an agent model's agent calls
 	// through the engine's proxies.
 	AgentEndpoints []*AgentEndpoint

@@ -112,3 +112,40 @@ func TestSharedEndpointBoundsCallsInFlight(t *testing.T) {
 		t.Errorf("peak calls in flight %d, want 3 (the model's share)", got)
 	}
 }
+
+// TestSharedEndpointDividesByWeight: in a local run, two models calling
+// through one endpoint share its limit by their weights (3:1) while both run;
+// once the heavier is done, the other gets the whole.
+func TestSharedEndpointDividesByWeight(t *testing.T) {
+	var mu sync.Mutex
+	at := map[string][]time.Time{}
+	counting := func(name string) *fakeProvider {
+		return &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
+			mu.Lock()
+			at[name] = append(at[name], time.Now())
+			mu.Unlock()
+			return echo(ctx, req, n)
+		}}
+	}
+	lim := ratelimit.Limits{RequestsPerMinute: 1200}
+	plan := testPlan(t).Model("heavy", counting("heavy"), 8).Endpoint("key", lim).
+		Model("light", counting("light"), 8).Endpoint("key", lim).Dataset("d", 30).Obj()
+	plan.Models[0].EndpointWeight = 3
+	start := time.Now()
+	run(t, plan, newMemSink(), Options{})
+	heavyDone := at["heavy"][len(at["heavy"])-1]
+	light := 0
+	for _, t := range at["light"] {
+		if !t.After(heavyDone) {
+			light++
+		}
+	}
+	// While both ran, heavy's 30 calls beside about 10 of light's (3:1).
+	if light < 7 || light > 14 {
+		t.Errorf("light made %d calls while heavy made its 30, want about 10 (weights 3:1)", light)
+	}
+	// 60 calls at 1200/min take 3s; at its 300/min part alone light would take 5.5s.
+	if d := at["light"][len(at["light"])-1].Sub(start); d > 3700*time.Millisecond {
+		t.Errorf("both took %v, want about 3s at 1200/min: light did not get the whole once heavy was done", d)
+	}
+}

@@ -194,9 +194,9 @@ func groupShares(lim ratelimit.Limits, groups []Group) ([]string, map[string]dim
 		for i, g := range live {
 			caps[i] = dims(g.Cap)[d]
 		}
-		parts := WaterFill(limit[d], weights, caps)
+		parts := ratelimit.WaterFill(limit[d], weights, caps)
 		for i, g := range live {
-			each := WaterFill(parts[i], make([]int64, len(g.Keys)), make([]int64, len(g.Keys)))
+			each := ratelimit.WaterFill(parts[i], make([]int64, len(g.Keys)), make([]int64, len(g.Keys)))
 			for j, k := range g.Keys {
 				f := fair[k]
 				f[d] = each[j]

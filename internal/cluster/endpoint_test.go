@@ -199,7 +199,7 @@ func divideEndpointNeverOverCommits(t *testing.T, d int) {
 				weights, caps = append(weights, g.weight), append(caps, g.cap)
 			}
 		}
-		want := WaterFill(dims(lim)[d], weights, caps)
+		want := ratelimit.WaterFill(dims(lim)[d], weights, caps)
 		for i, name := range names {
 			var got int64
 			for k := range groups[name].shards {

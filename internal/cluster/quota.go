@@ -72,7 +72,7 @@ func DivideQuota(prev *Budget, quota string, lim ratelimit.Limits, users []Quota
 		for i, u := range active {
 			caps[i] = dims(u.Cap)[d]
 		}
-		for i, part := range WaterFill(limit[d], weights, caps) {
+		for i, part := range ratelimit.WaterFill(limit[d], weights, caps) {
 			f := fair[active[i].Key]
 			f[d] = part
 			fair[active[i].Key] = f

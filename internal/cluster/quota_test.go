@@ -138,7 +138,7 @@ func TestQuotaNeverOverCommits(t *testing.T) {
 				weights, caps = append(weights, e.weight), append(caps, e.cap.RequestsPerMinute)
 			}
 		}
-		want := WaterFill(lim.RequestsPerMinute, weights, caps)
+		want := ratelimit.WaterFill(lim.RequestsPerMinute, weights, caps)
 		for i, e := range active {
 			var got int64
 			for k := range e.shards {

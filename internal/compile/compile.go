@@ -207,7 +207,7 @@ func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.
 			// The loader (locally) or the runner pod resolves endpoints first.
 			return nil, nil, fmt.Errorf("%s.endpointRef: ModelEndpoint %q was not resolved", path, r.Name)
 		}
-		out.Endpoint = r.Name
+		out.Endpoint, out.EndpointWeight = r.Name, r.EndpointWeight()
 	}
 	remoteAgent := m.Provider == v1alpha1.ProviderAgent && env.Cluster && env.AgentExecutor != ""
 	var key string
@@ -334,7 +334,7 @@ func agentEndpoints(m *v1alpha1.Model, path string, env Env) ([]*runner.AgentEnd
 			Endpoint: name, Caller: v1alpha1.AgentCallerName(m.Name, name),
 			Anthropic: via.Provider == v1alpha1.ProviderAnthropic,
 			BaseURL:   base, APIKey: key, Headers: via.Headers,
-			BaseURLEnv: a.BaseURLEnv, APIKeyEnv: a.APIKeyEnv,
+			BaseURLEnv: a.BaseURLEnv, APIKeyEnv: a.APIKeyEnv, Weight: a.EndpointRef.EndpointWeight(),
 		})
 	}
 	return out, keys, nil
