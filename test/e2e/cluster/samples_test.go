@@ -40,6 +40,8 @@ var sampleOutcome = map[string]struct {
 	// Two Evaluations sharing one ModelEndpoint: arithmetic, all right.
 	"nightly-suite": {"6/6", "1.0000", 6},
 	"experiment":    {"4/4", "1.0000", 4},
+	// Its agent asks twice through the same endpoint; the fake server computes.
+	"coding-agent": {"3/3", "1.0000", 3},
 }
 
 // TestSamples applies every file in config/samples, as the README tells users,
