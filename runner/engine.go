@@ -238,6 +238,18 @@ func (e *Engine) SetLimits(model string, l ratelimit.Limits) error {
 	return nil
 }
 
+// ShareInFlight makes models share one bound on calls in flight (a runner
+// pod's callers of one endpoint, whose places are pooled), set by SetLimits of
+// any of them. Call it before Run.
+func (e *Engine) ShareInFlight(models ...string) {
+	f := ratelimit.NewInFlight(0)
+	for _, name := range models {
+		if m := e.models[name]; m != nil {
+			m.inFlight = f
+		}
+	}
+}
+
 // InFlight is the number of a model's calls in flight (and about to be sent).
 func (e *Engine) InFlight(model string) int64 {
 	m := e.models[model]

@@ -60,6 +60,9 @@ type budgetFollower struct {
 type share struct {
 	limits ratelimit.Limits // zero in a dimension: no limit there
 	paused bool
+	// placesOnly: paused only for want of places in flight (its grant has
+	// some in every other limited dimension); the pod's pool may lend some.
+	placesOnly bool
 }
 
 // loop flushes every FlushEvery (or when the store asks), and reads the
@@ -179,18 +182,19 @@ func (b *budgetFollower) poll(ctx context.Context) bool {
 			names = append(names, c)
 		}
 	}
+	endpoint := b.pooledEndpointShares()
 	for _, m := range names {
 		if !b.limited[m] && b.viaEndpoint[m] == "" {
 			continue
 		}
-		sh := combine(b.own[m], b.endpoint[m])
+		sh := combine(b.own[m], endpoint[m])
 		if !sh.paused {
 			_ = b.eng.SetLimits(m, sh.limits)
 			b.granted[m] = true
 		}
 		_ = b.eng.Pause(m, sh.paused)
 	}
-	b.acknowledge()
+	b.acknowledge(endpoint)
 	versions := fmt.Sprint(b.store.Progress().Budget, b.acks)
 	changed := versions != b.versions
 	b.versions = versions
@@ -265,14 +269,14 @@ func (b *budgetFollower) pollEndpoint(ctx context.Context, ep string) {
 // force: at once for the per-minute limits (the limiter counts what was sent
 // before at the limit then), and for a lowered share of calls in flight (to
 // none, while paused) once the calls over it have ended.
-func (b *budgetFollower) acknowledge() {
+func (b *budgetFollower) acknowledge(endpoint map[string]share) {
 	for ep, ack := range b.read {
 		settled := true
 		for m, e := range b.viaEndpoint {
 			if e != ep {
 				continue
 			}
-			if !inForce(b.endpoint[m], b.eng.InFlight(m)) {
+			if !inForce(endpoint[m], b.eng.InFlight(m)) {
 				settled = false
 			}
 		}
@@ -280,6 +284,49 @@ func (b *budgetFollower) acknowledge() {
 			b.acks[ep] = ack
 		}
 	}
+}
+
+// pooledEndpointShares are the callers' shares of their endpoints with the
+// places in flight of each endpoint's callers in this pod pooled: the
+// engine gives them one bound (Engine.ShareInFlight), so that a model whose
+// own grant has no place may use its judge's, and the other way round (a
+// sample waits for its judge: apart, one holding the places and the other
+// none would wait for each other forever).
+func (b *budgetFollower) pooledEndpointShares() map[string]share {
+	out := maps.Clone(b.endpoint)
+	for _, ep := range sortedValues(b.viaEndpoint) {
+		var callers []string
+		for c, e := range b.viaEndpoint {
+			if e == ep {
+				callers = append(callers, c)
+			}
+		}
+		for c, sh := range poolPlaces(b.endpoint, callers) {
+			out[c] = sh
+		}
+	}
+	return out
+}
+
+// poolPlaces pools the places in flight of callers' shares: each that is not
+// held for another reason gets the sum of their places, if any.
+func poolPlaces(shares map[string]share, callers []string) map[string]share {
+	var pool int64
+	for _, c := range callers {
+		if sh := shares[c]; !sh.paused || sh.placesOnly {
+			pool += sh.limits.MaxInFlight
+		}
+	}
+	out := map[string]share{}
+	for _, c := range callers {
+		sh := shares[c]
+		if pool > 0 && (!sh.paused || sh.placesOnly) {
+			sh.paused, sh.placesOnly = false, false
+			sh.limits.MaxInFlight = pool
+		}
+		out[c] = sh
+	}
+	return out
 }
 
 // inForce reports whether a share applied with n calls in flight holds: none
@@ -303,7 +350,18 @@ func shareIn(b *cluster.Budget, name, key string) share {
 	if !limited {
 		return share{}
 	}
-	return share{limits: lim, paused: paused}
+	sh := share{limits: lim, paused: paused}
+	if mb := b.Models[name]; paused && !b.Held && mb != nil {
+		if _, granted := mb.Grants[key]; granted {
+			// Paused for want of places alone?
+			l := mb.Limits
+			sh.placesOnly = l.MaxInFlight > 0 && lim.MaxInFlight == 0 &&
+				(l.RequestsPerMinute == 0 || lim.RequestsPerMinute > 0) &&
+				(l.InputTokensPerMinute == 0 || lim.InputTokensPerMinute > 0) &&
+				(l.OutputTokensPerMinute == 0 || lim.OutputTokensPerMinute > 0)
+		}
+	}
+	return sh
 }
 
 // combine is the lesser of two shares in each dimension (zero: no limit), and

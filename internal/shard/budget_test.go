@@ -81,3 +81,48 @@ func TestInForce(t *testing.T) {
 		})
 	}
 }
+
+// TestPoolPlaces: a pod's callers of one endpoint pool their places in
+// flight, so that a model whose grant has none may use its judge's; a caller
+// held for another reason (no grant, no requests) stays held.
+func TestPoolPlaces(t *testing.T) {
+	places := func(rpm, n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: rpm, MaxInFlight: n} }
+	shares := map[string]share{
+		"model":   {limits: places(60, 0), paused: true, placesOnly: true},
+		"judge":   {limits: places(30, 1)},
+		"new":     {paused: true}, // no grant yet
+		"unlimit": {limits: ratelimit.Limits{RequestsPerMinute: 10}},
+	}
+	got := poolPlaces(shares, []string{"model", "judge", "new"})
+	want := map[string]share{
+		"model": {limits: places(60, 1)},
+		"judge": {limits: places(30, 1)},
+		"new":   {paused: true},
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(share{})); diff != "" {
+		t.Errorf("poolPlaces (-want +got):\n%s", diff)
+	}
+	// Without places in flight nothing changes.
+	if got := poolPlaces(shares, []string{"unlimit"}); got["unlimit"] != shares["unlimit"] {
+		t.Errorf("poolPlaces changed a share without places: %+v", got["unlimit"])
+	}
+}
+
+func TestShareInPlacesOnly(t *testing.T) {
+	lim := ratelimit.Limits{RequestsPerMinute: 100, MaxInFlight: 1}
+	b := &cluster.Budget{Version: 2, Models: map[string]*cluster.ModelBudget{"ep": {Limits: lim, Grants: map[string]cluster.Grant{
+		"a": {Share: ratelimit.Limits{RequestsPerMinute: 50, MaxInFlight: 1}},
+		"b": {Share: ratelimit.Limits{RequestsPerMinute: 50}},
+		"c": {Share: ratelimit.Limits{}},
+	}}}}
+	for key, want := range map[string]share{
+		"a": {limits: ratelimit.Limits{RequestsPerMinute: 50, MaxInFlight: 1}},
+		"b": {limits: ratelimit.Limits{RequestsPerMinute: 50}, paused: true, placesOnly: true},
+		"c": {paused: true},
+		"d": {paused: true}, // no grant
+	} {
+		if diff := cmp.Diff(want, shareIn(b, "ep", key), cmp.AllowUnexported(share{})); diff != "" {
+			t.Errorf("shareIn(%s) (-want +got):\n%s", key, diff)
+		}
+	}
+}

@@ -154,6 +154,14 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 			viaEndpoint[caller.Name] = caller.Ref.Name
 		}
 	}
+	// The callers of one endpoint in this pod pool their places in flight.
+	byEndpoint := map[string][]string{}
+	for caller, ep := range viaEndpoint {
+		byEndpoint[ep] = append(byEndpoint[ep], caller)
+	}
+	for _, callers := range byEndpoint {
+		eng.ShareInFlight(callers...)
+	}
 	b := &budgetFollower{c: c, o: o, ev: ev, run: o.Run, shard: sh, eng: eng, store: store, limited: limited, viaEndpoint: viaEndpoint, models: models, log: log}
 	if len(limited)+len(viaEndpoint) > 0 {
 		// Until the controllers grant a share, limited models send nothing.

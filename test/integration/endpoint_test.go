@@ -534,3 +534,49 @@ func getEndpoint(t *testing.T, ns, name string) *v1alpha1.ModelEndpoint {
 	}
 	return &ep
 }
+
+// TestAgentEndpointMissing: an agent calling through a ModelEndpoint that does
+// not exist keeps its Evaluation Pending, naming the field, until it is made.
+func TestAgentEndpointMissing(t *testing.T) {
+	ns := newNamespace(t)
+	_, url := fakeLLM(t, fakellm.Config{})
+	agent := buildFakeAgent(t)
+	startManager(t, ns)
+	startKubelet(t, ns)
+	create(t, testutil.MakeEvaluation("waits", ns).InlineDataset("d", 4).
+		AgentModel("bot", []string{agent, "-calls", "1", "{{ .Prompt }}"}, "later").Scorer(v1alpha1.ScorerExactMatch).Obj())
+	eventually(t, 20*time.Second, "Pending because of the agent's ModelEndpoint", func() (bool, string) {
+		ev := getEvaluation(t, ns, "waits")
+		c := findCondition(ev, v1alpha1.ConditionProgressing)
+		ok := ev.Status.Phase == v1alpha1.PhasePending && c != nil && c.Reason == v1alpha1.ReasonEndpointNotFound &&
+			strings.Contains(c.Message, "ModelEndpoint later (spec.models[0].agent.endpoints[0].endpointRef, model bot) not found")
+		return ok, fmt.Sprintf("phase %s condition %+v", ev.Status.Phase, c)
+	})
+	create(t, testutil.MakeEndpoint("later", ns, url).Obj())
+	waitPhase(t, ns, "waits", v1alpha1.PhaseSucceeded, 60*time.Second)
+	for _, rec := range readResults(t, ns, "waits") {
+		if rec.AgentCalls != 1 {
+			t.Errorf("sample %s: %d agent calls, want 1", rec.ID, rec.AgentCalls)
+		}
+	}
+}
+
+// TestEndpointOnePlaceForModelAndJudge: a model and its judge call through
+// one endpoint allowing a single call in flight. Their grants cannot both
+// hold the place, and a sample waits for its judge: the runner pod pools its
+// callers' places, so that the run finishes, never with two calls in flight.
+func TestEndpointOnePlaceForModelAndJudge(t *testing.T) {
+	ns := newNamespace(t)
+	srv, url := fakeLLM(t, fakellm.Config{Latency: 20 * time.Millisecond})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	create(t, testutil.MakeEndpoint("gpu", ns, url).MaxInFlight(1).Obj())
+	ev := testutil.MakeEvaluation("judged", ns).InlineDataset("d", 10).EndpointModel("m", "gpu", 0).EndpointModel("j", "gpu", 5).
+		Concurrency(4).Obj()
+	ev.Spec.Scoring = []v1alpha1.Scorer{{Type: v1alpha1.ScorerJudge, Judge: &v1alpha1.Judge{Model: "j"}}}
+	create(t, ev)
+	waitPhase(t, ns, "judged", v1alpha1.PhaseSucceeded, 60*time.Second)
+	if st := srv.Stats(); st.MaxInFlight != 1 || st.Succeeded != 20 {
+		t.Errorf("server stats %+v: want 20 answered (10 answers, 10 verdicts), one at a time", st)
+	}
+}
