@@ -380,8 +380,8 @@ func (r *ModelEndpointReconciler) observeEvaluation(ctx context.Context, p *endp
 	// The models calling through this endpoint, and who calls them: a model
 	// its own shards, a judge every shard.
 	judges := ev.Spec.JudgeModels()
-	var callers []v1alpha1.EndpointCaller
-	for _, c := range ev.Spec.EndpointCallers() {
+	var callers []cluster.EndpointCaller
+	for _, c := range cluster.EndpointCallers(&ev.Spec) {
 		if c.Ref.Name == p.ep.Name && (c.Ref.Namespace == "" || c.Ref.Namespace == ev.Namespace) {
 			callers = append(callers, c)
 		}

@@ -29,7 +29,7 @@ import (
 // the same way; its runner pods wait for it.
 func (r *EvaluationReconciler) resolveEndpoints(ctx context.Context, p *pass) (bool, error) {
 	var missing, notReady []string
-	for _, c := range p.ev.Spec.EndpointCallers() {
+	for _, c := range cluster.EndpointCallers(&p.ev.Spec) {
 		ref := c.Ref
 		if ref.Namespace != "" && ref.Namespace != p.ev.Namespace {
 			p.fail(v1alpha1.ReasonInvalidSpec, "%s.namespace: ModelEndpoint %s/%s is in another namespace; an Evaluation may call only through "+

@@ -315,6 +315,7 @@ func (f *forwarder) Complete(ctx context.Context, _ *provider.Request) (*provide
 	if !ok {
 		return nil, errors.New("an agent endpoint's call without its request")
 	}
+	fc.failed = nil // an earlier attempt's answer is not this one's
 	u := *f.ep.BaseURL
 	u.Path, u.RawPath = fc.r.URL.Path, fc.r.URL.RawPath
 	u.RawQuery = fc.r.URL.RawQuery
@@ -360,9 +361,7 @@ func (f *forwarder) Complete(ctx context.Context, _ *provider.Request) (*provide
 		if n > 0 {
 			scan.write(buf[:n])
 			if _, werr := fc.w.Write(buf[:n]); werr != nil {
-				// Not wrapped (%v), here and below: an answer begun is never
-				// retried, which would pay for the call twice.
-				return nil, fmt.Errorf("relaying the answer to the agent: %v", werr)
+				return nil, &brokenAnswer{what: "relaying the answer to the agent", err: werr}
 			}
 			if flusher != nil {
 				flusher.Flush()
@@ -372,11 +371,21 @@ func (f *forwarder) Complete(ctx context.Context, _ *provider.Request) (*provide
 			break
 		}
 		if rerr != nil {
-			return nil, fmt.Errorf("reading the endpoint's answer: %v", rerr)
+			return nil, &brokenAnswer{what: "reading the endpoint's answer", err: rerr}
 		}
 	}
 	return &provider.Response{Usage: scan.usage()}, nil
 }
+
+// brokenAnswer is a 2xx answer that broke off once begun. It does not unwrap
+// to the network error beneath, so that the engine never retries it: the
+// agent has part of the answer, and the call was paid for.
+type brokenAnswer struct {
+	what string
+	err  error
+}
+
+func (e *brokenAnswer) Error() string { return e.what + ": " + e.err.Error() }
 
 // usageScanner reads the token usage of an answer as it passes: the "usage"
 // of a JSON answer, or the largest of each count in a stream's events

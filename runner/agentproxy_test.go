@@ -341,3 +341,27 @@ func TestAgentProxyPacedByTheEndpoint(t *testing.T) {
 		t.Errorf("18 calls at a shared 1200/min took %v, want about 0.85s", d)
 	}
 }
+
+// TestAgentProxyNeverRetriesAnAnswerBegun: an answer that breaks off after it
+// began reaching the agent is not sent again (the call was paid for, and the
+// agent has part of it): the endpoint is called once.
+func TestAgentProxyNeverRetriesAnAnswerBegun(t *testing.T) {
+	var n atomic.Int64
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[]}\n\n")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the connection drops mid-stream
+	}))
+	defer upstream.Close()
+	plan := agentPlan(t, callingAgent(t, agentCall{path: "/chat/completions", body: "{}"}), upstream.URL+"/v1", false, 1)
+	sink := newMemSink()
+	run(t, plan, sink, Options{})
+	if got := n.Load(); got != 1 {
+		t.Errorf("the endpoint was called %d times, want once", got)
+	}
+	if rec := sink.get("bot", "d", 0); rec.AgentCalls != 1 {
+		t.Errorf("agentCalls %d, want 1", rec.AgentCalls)
+	}
+}

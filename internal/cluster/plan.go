@@ -54,7 +54,7 @@ func SpecHash(spec *v1alpha1.EvaluationSpec) string {
 		s.Models[i].RateLimit = nil
 		s.Models[i].Concurrency = nil
 	}
-	for _, c := range s.EndpointCallers() {
+	for _, c := range EndpointCallers(s) {
 		c.Ref.Weight = nil // a share's weight applies at once
 	}
 	for i := range s.Datasets {

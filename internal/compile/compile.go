@@ -331,7 +331,7 @@ func agentEndpoints(m *v1alpha1.Model, path string, env Env) ([]*runner.AgentEnd
 			keys = append(keys, key)
 		}
 		out = append(out, &runner.AgentEndpoint{
-			Endpoint: name, Caller: v1alpha1.AgentCallerName(m.Name, name),
+			Endpoint: name, Caller: cluster.AgentCallerName(m.Name, name),
 			Anthropic: via.Provider == v1alpha1.ProviderAnthropic,
 			BaseURL:   base, APIKey: key, Headers: via.Headers,
 			BaseURLEnv: a.BaseURLEnv, APIKeyEnv: a.APIKeyEnv, Weight: a.EndpointRef.EndpointWeight(),

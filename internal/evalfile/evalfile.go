@@ -246,7 +246,7 @@ func decodeQuota(js []byte) (*v1alpha1.ModelQuota, []string) {
 func (f *File) resolve() field.ErrorList {
 	var errs field.ErrorList
 	ev := f.Evaluation
-	for _, c := range ev.Spec.EndpointCallers() {
+	for _, c := range cluster.EndpointCallers(&ev.Spec) {
 		rp := field.NewPath(c.Path)
 		if ns := c.Ref.Namespace; ns != "" && ns != ev.Namespace {
 			errs = append(errs, field.Invalid(rp.Child("namespace"), ns,

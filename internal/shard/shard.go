@@ -149,7 +149,7 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	// Models calling through a ModelEndpoint, and agents calling one through
 	// their proxies, take their shares from its budget.
 	viaEndpoint := map[string]string{}
-	for _, caller := range ev.Spec.EndpointCallers() {
+	for _, caller := range cluster.EndpointCallers(&ev.Spec) {
 		if slices.Contains(models, caller.Model.Name) {
 			viaEndpoint[caller.Name] = caller.Ref.Name
 		}
@@ -219,7 +219,7 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 // already running do.
 func resolveEndpoints(ctx context.Context, c client.Client, o Options, ev *v1alpha1.Evaluation) (map[string]*v1alpha1.ModelEndpointSpec, error) {
 	specs := map[string]*v1alpha1.ModelEndpointSpec{}
-	for _, caller := range ev.Spec.EndpointCallers() {
+	for _, caller := range cluster.EndpointCallers(&ev.Spec) {
 		name := caller.Ref.Name
 		if ns := caller.Ref.Namespace; ns != "" && ns != ev.Namespace {
 			return nil, &InvalidError{fmt.Errorf("%s.namespace: %q is not the Evaluation's namespace", caller.Path, ns)}

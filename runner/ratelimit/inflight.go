@@ -16,14 +16,14 @@ type InFlight struct {
 	waiters []chan struct{}
 }
 
-// NewInFlight returns a bound of max calls in flight (0: none).
-func NewInFlight(max int64) *InFlight { return &InFlight{max: max} }
+// NewInFlight returns a bound of n calls in flight (0: none).
+func NewInFlight(n int64) *InFlight { return &InFlight{max: n} }
 
-// SetMax changes the bound.
-func (f *InFlight) SetMax(max int64) {
+// SetMax changes the bound to n (0: none).
+func (f *InFlight) SetMax(n int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.max = max
+	f.max = n
 	f.wake()
 }
 
