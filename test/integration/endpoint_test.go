@@ -34,7 +34,9 @@ type endpointWatch struct {
 	// maxEvaluations is the most Evaluations the status ever counted.
 	maxEvaluations int32
 	maxAchieved    int64
-	stop, done     chan struct{}
+	// maxPlaces is the most places in flight the grants ever allowed in sum.
+	maxPlaces  int64
+	stop, done chan struct{}
 }
 
 func watchEndpoint(t *testing.T, ns, name string, evaluations int) *endpointWatch {
@@ -64,16 +66,17 @@ func watchEndpoint(t *testing.T, ns, name string, evaluations int) *endpointWatc
 			if err != nil || b.Models[name] == nil {
 				continue
 			}
-			var use int64
+			var use, places int64
 			byEval := map[string]int64{}
 			settled := true
 			for k, g := range b.Models[name].Grants {
 				use += g.Use().RequestsPerMinute
+				places += g.Use().MaxInFlight
 				byEval[strings.SplitN(k, "/", 2)[0]] += g.Share.RequestsPerMinute
 				settled = settled && g.Acked >= g.Since
 			}
 			w.mu.Lock()
-			w.maxUse = max(w.maxUse, use)
+			w.maxUse, w.maxPlaces = max(w.maxUse, use), max(w.maxPlaces, places)
 			if settled && len(byEval) == evaluations {
 				for ev, s := range byEval {
 					w.settled[ev] = max(w.settled[ev], s)
@@ -103,13 +106,8 @@ func (w *endpointWatch) end() {
 func TestEndpointSharedByTwoEvaluations(t *testing.T) {
 	ns := newNamespace(t)
 	const key = "sk-team-abcdef123456"
-	const window = 3 * time.Second
-	srv, url := fakeLLM(t, fakellm.Config{APIKey: key, Latency: 10 * time.Millisecond, Window: window})
-	startManager(t, ns)
-	startKubelet(t, ns)
-	const limit = 1200
-	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "team"}, StringData: map[string]string{"key": key}})
-	create(t, testutil.MakeEndpoint("team", ns, url).RequestsPerMinute(limit).APIKeySecret("team", "key").Obj())
+	const window, limit = 3 * time.Second, 1200
+	srv := teamEndpoint(t, ns, key, limit, window)
 	w := watchEndpoint(t, ns, "team", 2)
 	for _, e := range []struct {
 		name   string
@@ -392,6 +390,18 @@ func TestQuotaSharedAcrossNamespaces(t *testing.T) {
 	}
 }
 
+// teamEndpoint starts the manager and the kubelet for ns, a fake server
+// (counting over window) that wants key, and ModelEndpoint team limited to
+// limit rpm, its key in Secret team.
+func teamEndpoint(t *testing.T, ns, key string, limit int64, window time.Duration) *fakellm.Server {
+	srv, url := fakeLLM(t, fakellm.Config{APIKey: key, Latency: 10 * time.Millisecond, Window: window})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "team"}, StringData: map[string]string{"key": key}})
+	create(t, testutil.MakeEndpoint("team", ns, url).RequestsPerMinute(limit).APIKeySecret("team", "key").Obj())
+	return srv
+}
+
 // buildFakeAgent builds test/fakeagent: an agent that makes its own model
 // calls through the endpoint in its environment.
 func buildFakeAgent(t testing.TB) string {
@@ -412,14 +422,9 @@ func buildFakeAgent(t testing.TB) string {
 func TestAgentCallsThroughASharedEndpoint(t *testing.T) {
 	ns := newNamespace(t)
 	const key = "sk-team-agent-0f9e8d7c"
-	const window = 3 * time.Second
-	srv, url := fakeLLM(t, fakellm.Config{APIKey: key, Latency: 10 * time.Millisecond, Window: window})
+	const window, limit = 3 * time.Second, 1200
 	agent := buildFakeAgent(t)
-	startManager(t, ns)
-	startKubelet(t, ns)
-	const limit = 1200
-	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "team"}, StringData: map[string]string{"key": key}})
-	create(t, testutil.MakeEndpoint("team", ns, url).RequestsPerMinute(limit).APIKeySecret("team", "key").Obj())
+	srv := teamEndpoint(t, ns, key, limit, window)
 	w := watchEndpoint(t, ns, "team", 2)
 	create(t, testutil.MakeEvaluation("agents", ns).InlineDataset("d", 40).
 		AgentModel("bot", []string{agent, "-calls", "3", "-model", "fake-agent", "{{ .Prompt }}"}, "team").
@@ -474,35 +479,7 @@ func TestEndpointMaxInFlight(t *testing.T) {
 	startManager(t, ns)
 	startKubelet(t, ns)
 	create(t, testutil.MakeEndpoint("gpu", ns, url).MaxInFlight(3).Obj())
-	var mu sync.Mutex
-	var maxGranted int64
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			var cm corev1.ConfigMap
-			if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: cluster.EndpointBudgetName("gpu")}, &cm); err != nil {
-				continue
-			}
-			b, err := cluster.ParseBudget(cm.Annotations)
-			if err != nil || b.Models["gpu"] == nil {
-				continue
-			}
-			var use int64
-			for _, g := range b.Models["gpu"].Grants {
-				use += g.Use().MaxInFlight
-			}
-			mu.Lock()
-			maxGranted = max(maxGranted, use)
-			mu.Unlock()
-		}
-	}()
+	w := watchEndpoint(t, ns, "gpu", 2)
 	for _, name := range []string{"first", "second"} {
 		create(t, testutil.MakeEvaluation(name, ns).InlineDataset("d", 40).EndpointModel("m", "gpu", 0).
 			Scorer(v1alpha1.ScorerExactMatch).ShardSize(20).Parallelism(2).Concurrency(4).Obj())
@@ -511,15 +488,14 @@ func TestEndpointMaxInFlight(t *testing.T) {
 		waitPhase(t, ns, name, v1alpha1.PhaseSucceeded, 120*time.Second)
 		checkRecords(t, ns, name, []string{"m"}, sampleIDs("d", 40))
 	}
-	close(stop)
-	<-done
+	w.end()
 	if st := srv.Stats(); st.MaxInFlight > 3 || st.Succeeded != 80 {
 		t.Errorf("server stats %+v: want at most 3 requests in flight at once and 80 answered", st)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if maxGranted > 3 || maxGranted == 0 {
-		t.Errorf("the grants allowed %d calls in flight in sum, want at most 3 (and some)", maxGranted)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.maxPlaces > 3 || w.maxPlaces == 0 {
+		t.Errorf("the grants allowed %d calls in flight in sum, want at most 3 (and some)", w.maxPlaces)
 	}
 	if ep := getEndpoint(t, ns, "gpu"); ep.Status.Limits == nil || ep.Status.Limits.MaxInFlight != 3 {
 		t.Errorf("status.limits %+v, want maxInFlight 3 in force", ep.Status.Limits)

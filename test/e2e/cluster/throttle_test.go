@@ -127,12 +127,7 @@ spec:
 		if out, err := kubectl("get", "modelendpoint", "team-key", "-n", ns, "-o", "jsonpath={.status.evaluations}"); err == nil && strings.TrimSpace(out) == "2" {
 			sawBoth = true
 		}
-		for _, name := range []string{"nightly", "experiment"} {
-			if p := getEvaluation(t, ns, name).Status.Phase; p != "Succeeded" && p != "Failed" {
-				return fmt.Errorf("%s is %q", name, p)
-			}
-		}
-		return nil
+		return ended(t, ns, "nightly", "experiment")
 	})
 	record("2 Evaluations x 60 samples through one 120 RPM ModelEndpoint", time.Since(start))
 	t.Logf("kubectl get modelendpoints:\n%s", mustKubectl(t, "get", "modelendpoints", "-n", ns))
@@ -227,12 +222,7 @@ spec:
 `, ns, rpm, additions(agents), script, additions(plain)))
 	start := time.Now()
 	eventually(t, 5*time.Minute, 2*time.Second, "both Evaluations to finish", func() error {
-		for _, name := range []string{"agents", "plain"} {
-			if p := getEvaluation(t, ns, name).Status.Phase; p != "Succeeded" && p != "Failed" {
-				return fmt.Errorf("%s is %q", name, p)
-			}
-		}
-		return nil
+		return ended(t, ns, "agents", "plain")
 	})
 	record("An agent (3 calls per sample) and an Evaluation through one 120 RPM ModelEndpoint", time.Since(start))
 	t.Logf("kubectl get modelendpoints:\n%s", mustKubectl(t, "get", "modelendpoints", "-n", ns))
@@ -254,6 +244,16 @@ spec:
 			t.Errorf("sample %s: %d agent calls, %d input tokens; want 3 and their tokens (output %q, error %q)", r.ID, r.AgentCalls, r.InputTokens, r.Output, r.Error)
 		}
 	}
+}
+
+// ended returns an error naming the first of the Evaluations still running.
+func ended(t *testing.T, ns string, names ...string) error {
+	for _, name := range names {
+		if p := getEvaluation(t, ns, name).Status.Phase; p != "Succeeded" && p != "Failed" {
+			return fmt.Errorf("%s is %q", name, p)
+		}
+	}
+	return nil
 }
 
 // additions are n inline samples "What is i+i?", indented as a dataset's

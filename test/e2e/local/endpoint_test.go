@@ -14,21 +14,8 @@ import (
 func TestModelsSharingAnEndpointStayWithinItsLimit(t *testing.T) {
 	t.Parallel()
 	const n, rpm = 20, 600
-	srv := newFake(t, fakellm.Config{RequestsPerMinute: rpm, LimitMode: fakellm.LimitBucket, Burst: 3, APIKey: "sk-team-key-123456"})
-	w := newWorkspace(t)
-	w.env["TEAM_KEY"] = "sk-team-key-123456"
-	w.write("qs.jsonl", arithmeticJSONL("q", n))
-	w.write("evaluation.yaml", fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
-kind: ModelEndpoint
-metadata:
-  name: team-key
-spec:
-  provider: openai
-  baseURL: %s
-  apiKey: {env: TEAM_KEY}
-  limits: {requestsPerMinute: %d}
----
-`, srv.OpenAIURL(), rpm)+evaluation("shared", `  concurrency: 10
+	srv, w, endpoint := teamKey(t, n, rpm)
+	w.write("evaluation.yaml", endpoint+evaluation("shared", `  concurrency: 10
   datasets:
   - name: qs
     source: {file: qs.jsonl}
@@ -71,21 +58,8 @@ spec:
 func TestAgentCallsShareTheEndpointLocally(t *testing.T) {
 	t.Parallel()
 	const n, rpm = 12, 600
-	srv := newFake(t, fakellm.Config{RequestsPerMinute: rpm, LimitMode: fakellm.LimitBucket, Burst: 3, APIKey: "sk-team-key-123456"})
-	w := newWorkspace(t)
-	w.env["TEAM_KEY"] = "sk-team-key-123456"
-	w.write("qs.jsonl", arithmeticJSONL("q", n))
-	w.write("evaluation.yaml", fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
-kind: ModelEndpoint
-metadata:
-  name: team-key
-spec:
-  provider: openai
-  baseURL: %s
-  apiKey: {env: TEAM_KEY}
-  limits: {requestsPerMinute: %d}
----
-`, srv.OpenAIURL(), rpm)+evaluation("agents", fmt.Sprintf(`  concurrency: 4
+	srv, w, endpoint := teamKey(t, n, rpm)
+	w.write("evaluation.yaml", endpoint+evaluation("agents", fmt.Sprintf(`  concurrency: 4
   datasets:
   - name: qs
     source: {file: qs.jsonl}
@@ -123,4 +97,25 @@ spec:
 			t.Errorf("%s/%s: error %q, agentCalls %d, inputTokens %d; want no error, %d calls and tokens", r.Model, r.ID, r.Error, r.AgentCalls, r.InputTokens, want)
 		}
 	}
+}
+
+// teamKey is a fake server limited to rpm that wants the key TEAM_KEY holds, a
+// workspace with n questions in qs.jsonl, and the document of ModelEndpoint
+// team-key declaring that server, key and limit.
+func teamKey(t *testing.T, n, rpm int) (*fake, *workspace, string) {
+	srv := newFake(t, fakellm.Config{RequestsPerMinute: rpm, LimitMode: fakellm.LimitBucket, Burst: 3, APIKey: "sk-team-key-123456"})
+	w := newWorkspace(t)
+	w.env["TEAM_KEY"] = "sk-team-key-123456"
+	w.write("qs.jsonl", arithmeticJSONL("q", n))
+	return srv, w, fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: ModelEndpoint
+metadata:
+  name: team-key
+spec:
+  provider: openai
+  baseURL: %s
+  apiKey: {env: TEAM_KEY}
+  limits: {requestsPerMinute: %d}
+---
+`, srv.OpenAIURL(), rpm)
 }
