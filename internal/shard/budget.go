@@ -49,6 +49,8 @@ type budgetFollower struct {
 	// was read of it, acks what of it is in force.
 	endpointRead map[string]time.Time
 	read, acks   map[string]cluster.EndpointAck
+	// places says which endpoints' budgets limit the calls in flight.
+	places map[string]bool
 	// granted are the models that have had a share: until each has, the
 	// budgets are read every FirstGrantEvery instead of every BudgetEvery.
 	granted map[string]bool
@@ -159,6 +161,7 @@ func (b *budgetFollower) poll(ctx context.Context) bool {
 	if b.own == nil {
 		b.own, b.endpoint = map[string]share{}, map[string]share{}
 		b.endpointRead, b.acks, b.read = map[string]time.Time{}, map[string]cluster.EndpointAck{}, map[string]cluster.EndpointAck{}
+		b.places = map[string]bool{}
 		b.granted = map[string]bool{}
 		// Nothing is sent before a budget says how much.
 		for m := range b.limited {
@@ -263,26 +266,30 @@ func (b *budgetFollower) pollEndpoint(ctx context.Context, ep string) {
 		return shareIn(budget, ep, cluster.EndpointUserKey(b.ev.Name, b.run, b.shard, m))
 	})
 	b.read[ep] = cluster.EndpointAck{UID: uid, Version: budget.Version}
+	mb := budget.Models[ep]
+	b.places[ep] = mb != nil && mb.Limits.MaxInFlight > 0
 }
 
 // acknowledge acknowledges each endpoint's budget as read once it is in
 // force: at once for the per-minute limits (the limiter counts what was sent
-// before at the limit then), and for a lowered share of calls in flight (to
-// none, while paused) once the calls over it have ended.
+// before at the limit then), and for places in flight once the calls over the
+// pod's pool (its callers' places together; none while all are held) have
+// ended.
 func (b *budgetFollower) acknowledge(endpoint map[string]share) {
 	for ep, ack := range b.read {
-		settled := true
-		for m, e := range b.viaEndpoint {
-			if e != ep {
+		if b.places[ep] {
+			var callers []string
+			for c, e := range b.viaEndpoint {
+				if e == ep {
+					callers = append(callers, c)
+				}
+			}
+			// The callers share one bound (Engine.ShareInFlight): the pool.
+			if !inForce(endpoint, callers, b.eng.InFlight(callers[0])) {
 				continue
 			}
-			if !inForce(endpoint[m], b.eng.InFlight(m)) {
-				settled = false
-			}
 		}
-		if settled {
-			b.acks[ep] = ack
-		}
+		b.acks[ep] = ack
 	}
 }
 
@@ -329,13 +336,17 @@ func poolPlaces(shares map[string]share, callers []string) map[string]share {
 	return out
 }
 
-// inForce reports whether a share applied with n calls in flight holds: none
-// in flight while paused, at most its maxInFlight otherwise.
-func inForce(sh share, n int64) bool {
-	if sh.paused {
-		return n == 0
+// inForce reports whether the pooled shares of callers hold with n calls
+// in flight: at most the pool (what any caller not held has), none while all
+// are held.
+func inForce(shares map[string]share, callers []string, n int64) bool {
+	var pool int64
+	for _, c := range callers {
+		if sh := shares[c]; !sh.paused {
+			pool = max(pool, sh.limits.MaxInFlight)
+		}
 	}
-	return sh.limits.MaxInFlight == 0 || n <= sh.limits.MaxInFlight
+	return n <= pool
 }
 
 // shareIn is the share of key under entry name of a budget: paused while the

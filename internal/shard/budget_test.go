@@ -61,22 +61,23 @@ func TestCombine(t *testing.T) {
 }
 
 func TestInForce(t *testing.T) {
-	inFlight := func(n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: 60, MaxInFlight: n} }
+	places := func(n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: 60, MaxInFlight: n} }
+	pooled := map[string]share{"model": {limits: places(3)}, "judge": {limits: places(3)}, "held": {paused: true}}
 	for _, tc := range []struct {
-		name string
-		sh   share
-		n    int64
-		want bool
+		name    string
+		callers []string
+		n       int64
+		want    bool
 	}{
-		{"within its calls in flight", share{limits: inFlight(3)}, 3, true},
-		{"over them: not yet", share{limits: inFlight(3)}, 4, false},
-		{"no bound in flight", share{limits: ratelimit.Limits{RequestsPerMinute: 60}}, 40, true},
-		{"paused with calls in flight: not yet", share{paused: true}, 1, false},
-		{"paused with none", share{paused: true}, 0, true},
+		{"within the pool", []string{"model", "judge"}, 3, true},
+		{"over it: not yet", []string{"model", "judge"}, 4, false},
+		{"a held caller beside others: the pool", []string{"model", "held"}, 2, true},
+		{"all held with calls in flight: not yet", []string{"held"}, 1, false},
+		{"all held with none", []string{"held"}, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := inForce(tc.sh, tc.n); got != tc.want {
-				t.Errorf("inForce(%+v, %d) = %v, want %v", tc.sh, tc.n, got, tc.want)
+			if got := inForce(pooled, tc.callers, tc.n); got != tc.want {
+				t.Errorf("inForce(%v, %d) = %v, want %v", tc.callers, tc.n, got, tc.want)
 			}
 		})
 	}
