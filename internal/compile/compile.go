@@ -551,8 +551,8 @@ type agentFingerprint struct {
 	Files   map[string]string `json:"files,omitempty"`
 	// Env holds declared values only; passed-through ones are named, not valued.
 	Env []string `json:"env,omitempty"`
-	// Endpoints are the ModelEndpoints the agent calls (name, provider,
-	// baseURL) and the variables it learns them from.
+	// Endpoints are the ModelEndpoints the agent calls (name and baseURL)
+	// and the variables it learns them from.
 	Endpoints []string `json:"endpoints,omitempty"`
 }
 
