@@ -95,7 +95,16 @@ type agentSession struct {
 	in, out  int64
 	lost     error // why a call could not be made that was not the agent's doing
 	finished bool
+	// active counts the calls being served; drained is closed when the last
+	// ends after close began waiting.
+	active  int
+	drained chan struct{}
 }
+
+// sessionDrain bounds how long a finished sample waits for its calls still
+// being served to end (their agent is gone, so they end as soon as the
+// proxy notices).
+const sessionDrain = 5 * time.Second
 
 // open starts a sample's session: its placeholder key and the agent's
 // variables.
@@ -112,14 +121,49 @@ func (a *agentProxies) open() *agentSession {
 	return s
 }
 
-// close ends the session: its key is refused from now on.
+// close ends the session: its key is refused from now on. It waits (a
+// little) for the calls still being served, so that the sample's outcome
+// counts them, and knows whether one was cut short waiting.
 func (s *agentSession) close() {
 	s.owner.mu.Lock()
 	delete(s.owner.sessions, s.key)
 	s.owner.mu.Unlock()
 	s.mu.Lock()
 	s.finished = true
+	var wait chan struct{}
+	if s.active > 0 {
+		s.drained = make(chan struct{})
+		wait = s.drained
+	}
 	s.mu.Unlock()
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-time.After(sessionDrain):
+		}
+	}
+}
+
+// enter starts serving a call of the session, unless it is finished.
+func (s *agentSession) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.finished {
+		return false
+	}
+	s.active++
+	return true
+}
+
+// exit ends serving a call.
+func (s *agentSession) exit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.active--
+	if s.active == 0 && s.drained != nil {
+		close(s.drained)
+		s.drained = nil
+	}
 }
 
 func (a *agentProxies) session(key string) *agentSession {
@@ -187,6 +231,8 @@ type forwardCall struct {
 	r    *http.Request
 	body []byte
 	w    http.ResponseWriter
+	// sent says the request went to the endpoint at least once.
+	sent bool
 	// wrote says the answer has begun (a 2xx, streamed as it comes).
 	wrote bool
 	// failed is the last error answer, relayed when the call gives up.
@@ -206,11 +252,12 @@ func (e *Engine) proxyHandler(a *agentProxies, p *agentProxy) http.Handler {
 	prefix := strings.TrimSuffix(p.ep.BaseURL.Path, "/")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s := a.session(placeholderKey(r.Header))
-		if s == nil {
+		if s == nil || !s.enter() {
 			proxyError(w, http.StatusUnauthorized, "authentication_error",
 				"this is Proctor's proxy for a ModelEndpoint: use the key Proctor gave the agent, while its sample runs")
 			return
 		}
+		defer s.exit()
 		if prefix != "" && r.URL.Path != prefix && !strings.HasPrefix(r.URL.Path, prefix+"/") {
 			proxyError(w, http.StatusNotFound, "not_found_error", fmt.Sprintf("the proxy serves only paths under %s", prefix))
 			return
@@ -236,6 +283,11 @@ func (e *Engine) proxyHandler(a *agentProxies, p *agentProxy) http.Handler {
 			s.counted(provider.Usage{})
 			return
 		case r.Context().Err() != nil:
+			if !fc.sent {
+				// It gave up while its call waited for the endpoint's
+				// pace or share: not the agent's doing.
+				s.lose(errGaveUpWaiting)
+			}
 			return // the agent went away
 		case errors.Is(res.err, errStopping) || isThrottledOut(res.err) || provider.IsUnavailable(res.err):
 			s.lose(res.err)
@@ -250,6 +302,10 @@ func (e *Engine) proxyHandler(a *agentProxies, p *agentProxy) http.Handler {
 		proxyError(w, http.StatusBadGateway, "api_error", e.redact(res.err.Error()))
 	})
 }
+
+// errGaveUpWaiting is an agent that went away while its call still waited to
+// be sent (for the endpoint's pace, its share, or the endpoint to be back).
+var errGaveUpWaiting = errors.New("the agent gave up while its call waited for the endpoint")
 
 // placeholderKey is the key an agent sent, as OpenAI's and Anthropic's
 // clients send theirs.
@@ -316,6 +372,7 @@ func (f *forwarder) Complete(ctx context.Context, _ *provider.Request) (*provide
 		return nil, errors.New("an agent endpoint's call without its request")
 	}
 	fc.failed = nil // an earlier attempt's answer is not this one's
+	fc.sent = true
 	u := *f.ep.BaseURL
 	u.Path, u.RawPath = fc.r.URL.Path, fc.r.URL.RawPath
 	u.RawQuery = fc.r.URL.RawQuery

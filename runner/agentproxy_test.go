@@ -365,3 +365,31 @@ func TestAgentProxyNeverRetriesAnAnswerBegun(t *testing.T) {
 		t.Errorf("agentCalls %d, want 1", rec.AgentCalls)
 	}
 }
+
+// TestAgentGivingUpWhileHeldLeavesNoRecord: an agent that gives up (its
+// timeout) while its call waits for the endpoint (held: no share, or the
+// endpoint gone) failed through no fault of its own: no record, so the
+// sample runs again; nothing reached the endpoint.
+func TestAgentGivingUpWhileHeldLeavesNoRecord(t *testing.T) {
+	var n atomic.Int64
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { n.Add(1) }))
+	defer upstream.Close()
+	agent := callingAgent(t, agentCall{path: "/chat/completions", body: "{}"})
+	plan := agentPlan(t, agent, upstream.URL+"/v1", false, 2)
+	plan.Models[0].Timeout = 200 * time.Millisecond
+	plan.Retry.MaxAttempts = 1
+	e, err := New(plan, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Pause("bot/shared", true); err != nil {
+		t.Fatal(err)
+	}
+	sink := newMemSink()
+	if err := e.Run(context.Background(), plan.Tasks(), sink); err != nil {
+		t.Fatal(err)
+	}
+	if sink.count() != 0 || n.Load() != 0 {
+		t.Errorf("%d records and %d calls to the endpoint, want none", sink.count(), n.Load())
+	}
+}

@@ -34,8 +34,11 @@ type budgetFollower struct {
 	eng     *runner.Engine
 	store   *cluster.Store
 	limited map[string]bool
-	// viaEndpoint maps the models calling through a ModelEndpoint to its name.
+	// viaEndpoint maps the models calling through a ModelEndpoint to its name
+	// (and the callers that are agents' calls, MODEL/ENDPOINT).
 	viaEndpoint map[string]string
+	// agentOf maps the callers that are agents' calls to the agent model.
+	agentOf map[string]string
 	// models are the models the shard calls (its own and the judges).
 	models []string
 	log    logr.Logger
@@ -186,6 +189,7 @@ func (b *budgetFollower) poll(ctx context.Context) bool {
 		}
 	}
 	endpoint := b.pooledEndpointShares()
+	paused := map[string]bool{}
 	for _, m := range names {
 		if !b.limited[m] && b.viaEndpoint[m] == "" {
 			continue
@@ -195,7 +199,19 @@ func (b *budgetFollower) poll(ctx context.Context) bool {
 			_ = b.eng.SetLimits(m, sh.limits)
 			b.granted[m] = true
 		}
-		_ = b.eng.Pause(m, sh.paused)
+		paused[m] = sh.paused
+	}
+	// An agent whose calls are held starts no sample: it would wait for its
+	// endpoint within its own timeout.
+	for caller, model := range b.agentOf {
+		if paused[caller] {
+			paused[model] = true
+		} else if _, ok := paused[model]; !ok {
+			paused[model] = false
+		}
+	}
+	for m, p := range paused {
+		_ = b.eng.Pause(m, p)
 	}
 	b.acknowledge(endpoint)
 	versions := fmt.Sprint(b.store.Progress().Budget, b.acks)

@@ -148,10 +148,13 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	}
 	// Models calling through a ModelEndpoint, and agents calling one through
 	// their proxies, take their shares from its budget.
-	viaEndpoint := map[string]string{}
+	viaEndpoint, agentOf := map[string]string{}, map[string]string{}
 	for _, caller := range cluster.EndpointCallers(&ev.Spec) {
 		if slices.Contains(models, caller.Model.Name) {
 			viaEndpoint[caller.Name] = caller.Ref.Name
+			if caller.Agent != nil {
+				agentOf[caller.Name] = caller.Model.Name
+			}
 		}
 	}
 	// The callers of one endpoint in this pod pool their places in flight.
@@ -162,7 +165,8 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	for _, callers := range byEndpoint {
 		eng.ShareInFlight(callers...)
 	}
-	b := &budgetFollower{c: c, o: o, ev: ev, run: o.Run, shard: sh, eng: eng, store: store, limited: limited, viaEndpoint: viaEndpoint, models: models, log: log}
+	b := &budgetFollower{c: c, o: o, ev: ev, run: o.Run, shard: sh, eng: eng, store: store, limited: limited, viaEndpoint: viaEndpoint,
+		agentOf: agentOf, models: models, log: log}
 	if len(limited)+len(viaEndpoint) > 0 {
 		// Until the controllers grant a share, limited models send nothing.
 		for m := range limited {
@@ -170,6 +174,9 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		}
 		for m := range viaEndpoint {
 			_ = eng.Pause(m, true)
+		}
+		for _, m := range agentOf {
+			_ = eng.Pause(m, true) // its agent would wait for its calls' share
 		}
 		b.poll(ctx)
 		// Say at once that the shard runs, with what it read: the controllers

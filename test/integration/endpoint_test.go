@@ -512,15 +512,19 @@ func getEndpoint(t *testing.T, ns, name string) *v1alpha1.ModelEndpoint {
 }
 
 // TestAgentEndpointMissing: an agent calling through a ModelEndpoint that does
-// not exist keeps its Evaluation Pending, naming the field, until it is made.
+// not exist keeps its Evaluation Pending, naming the field, until it is made;
+// deleted mid-run, it holds the agents (no sample fails for waiting on it)
+// until it is back.
 func TestAgentEndpointMissing(t *testing.T) {
 	ns := newNamespace(t)
-	_, url := fakeLLM(t, fakellm.Config{})
+	srv, url := fakeLLM(t, fakellm.Config{Latency: 50 * time.Millisecond})
 	agent := buildFakeAgent(t)
 	startManager(t, ns)
-	startKubelet(t, ns)
-	create(t, testutil.MakeEvaluation("waits", ns).InlineDataset("d", 4).
-		AgentModel("bot", []string{agent, "-calls", "1", "{{ .Prompt }}"}, "later").Scorer(v1alpha1.ScorerExactMatch).Obj())
+	k := startKubelet(t, ns)
+	ev := testutil.MakeEvaluation("waits", ns).InlineDataset("d", 40).
+		AgentModel("bot", []string{agent, "-calls", "1", "{{ .Prompt }}"}, "later").Scorer(v1alpha1.ScorerExactMatch).Concurrency(2).Obj()
+	ev.Spec.Models[0].Agent.Timeout = &metav1.Duration{Duration: 2 * time.Second}
+	create(t, ev)
 	eventually(t, 20*time.Second, "Pending because of the agent's ModelEndpoint", func() (bool, string) {
 		ev := getEvaluation(t, ns, "waits")
 		c := findCondition(ev, v1alpha1.ConditionProgressing)
@@ -529,10 +533,33 @@ func TestAgentEndpointMissing(t *testing.T) {
 		return ok, fmt.Sprintf("phase %s condition %+v", ev.Status.Phase, c)
 	})
 	create(t, testutil.MakeEndpoint("later", ns, url).Obj())
+	eventually(t, 30*time.Second, "some samples done", func() (bool, string) {
+		ev := getEvaluation(t, ns, "waits")
+		return ev.Status.Progress != nil && ev.Status.Progress.Completed >= 5, fmt.Sprintf("progress %+v", ev.Status.Progress)
+	})
+	if err := k8sClient.Delete(context.Background(), testutil.MakeEndpoint("later", ns, url).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	// Longer than the agent's timeout: the agents under way when the pod
+	// noticed leave no record, the others do not start.
+	time.Sleep(6 * time.Second)
+	before := srv.Stats().Requests
+	time.Sleep(2 * time.Second)
+	if after := srv.Stats().Requests; after != before {
+		t.Errorf("the server got %d calls while the ModelEndpoint was gone", after-before)
+	}
+	if ev := getEvaluation(t, ns, "waits"); ev.Status.Phase != v1alpha1.PhaseRunning || ev.Status.Progress.Errored != 0 {
+		t.Fatalf("while the endpoint was gone: phase %s progress %+v, want Running with nothing errored", ev.Status.Phase, ev.Status.Progress)
+	}
+	create(t, testutil.MakeEndpoint("later", ns, url).Obj())
 	waitPhase(t, ns, "waits", v1alpha1.PhaseSucceeded, 60*time.Second)
+	if n := k.attempts("bot", 0); n != 1 {
+		t.Errorf("the agents' pod started %d times, want once: held, it starts no agent that would only wait", n)
+	}
+	checkRecords(t, ns, "waits", []string{"bot"}, sampleIDs("d", 40))
 	for _, rec := range readResults(t, ns, "waits") {
-		if rec.AgentCalls != 1 {
-			t.Errorf("sample %s: %d agent calls, want 1", rec.ID, rec.AgentCalls)
+		if rec.AgentCalls != 1 || rec.Error != "" {
+			t.Errorf("sample %s: %d agent calls, error %q; want 1 and none", rec.ID, rec.AgentCalls, rec.Error)
 		}
 	}
 }
