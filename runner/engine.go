@@ -850,11 +850,18 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 	}
 	cost := m.est.cost(rawIn)
 	res := reservation{m.limiter.Reserve(cost)}
-	if m.shared != nil {
-		res = append(res, m.shared.Reserve(cost))
-	}
 	if err := res.wait(wctx); err != nil {
 		return nil, 0, nil, waitErr(ctx, err)
+	}
+	if m.shared != nil {
+		// The endpoint's place is taken once the model's own has come, so
+		// that the call goes at the endpoint's time: reserved together, a
+		// later own time would leave the endpoint's unused and bunch this
+		// call with the next caller's.
+		res = append(res, m.shared.Reserve(cost))
+		if err := res.wait(wctx); err != nil {
+			return nil, 0, nil, waitErr(ctx, err)
+		}
 	}
 	// The places in flight are taken last, so that waiting for the limiter
 	// holds none; and given back while the gate is closed (a 429 may have
