@@ -186,15 +186,7 @@ func TestEndpointMissingThenDeletedMidRun(t *testing.T) {
 		return ok, fmt.Sprintf("phase %s condition %+v", ev.Status.Phase, c)
 	})
 	// The runner pods hold the calls: the server hears nothing more.
-	time.Sleep(3 * time.Second) // the calls under way when the pods noticed finish
-	before := srv.Stats().Requests
-	time.Sleep(3 * time.Second)
-	if after := srv.Stats().Requests; after != before {
-		t.Errorf("the server got %d calls while the ModelEndpoint was gone", after-before)
-	}
-	if ev := getEvaluation(t, ns, "waits"); ev.Status.Phase != v1alpha1.PhaseRunning || ev.Status.Progress.Errored != 0 {
-		t.Fatalf("while the endpoint was gone: phase %s progress %+v, want Running with nothing errored", ev.Status.Phase, ev.Status.Progress)
-	}
+	heldWhileGone(t, srv, ns, "waits", 3*time.Second) // the calls under way when the pods noticed finish
 	// A pod replaced meanwhile (evicted, its node lost) waits for the endpoint
 	// too, instead of failing until its shard is given up on.
 	if !k.kill("m", 0) {
@@ -210,6 +202,22 @@ func TestEndpointMissingThenDeletedMidRun(t *testing.T) {
 	checkRecords(t, ns, "waits", []string{"m"}, sampleIDs("d", 60))
 	if c := findCondition(ev, v1alpha1.ConditionEndpointUnavailable); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonEndpointFound {
 		t.Errorf("EndpointUnavailable at the end: %+v, want False (%s)", c, v1alpha1.ReasonEndpointFound)
+	}
+}
+
+// heldWhileGone checks, once settle has passed, that Evaluation name of ns
+// calls the server no more while its ModelEndpoint is gone, and stays
+// Running with nothing errored.
+func heldWhileGone(t *testing.T, srv *fakellm.Server, ns, name string, settle time.Duration) {
+	t.Helper()
+	time.Sleep(settle)
+	before := srv.Stats().Requests
+	time.Sleep(3 * time.Second)
+	if after := srv.Stats().Requests; after != before {
+		t.Errorf("the server got %d calls while the ModelEndpoint was gone", after-before)
+	}
+	if ev := getEvaluation(t, ns, name); ev.Status.Phase != v1alpha1.PhaseRunning || ev.Status.Progress.Errored != 0 {
+		t.Fatalf("while the endpoint was gone: phase %s progress %+v, want Running with nothing errored", ev.Status.Phase, ev.Status.Progress)
 	}
 }
 
@@ -542,15 +550,7 @@ func TestAgentEndpointMissing(t *testing.T) {
 	}
 	// Longer than the agent's timeout: the agents under way when the pod
 	// noticed leave no record, the others do not start.
-	time.Sleep(6 * time.Second)
-	before := srv.Stats().Requests
-	time.Sleep(2 * time.Second)
-	if after := srv.Stats().Requests; after != before {
-		t.Errorf("the server got %d calls while the ModelEndpoint was gone", after-before)
-	}
-	if ev := getEvaluation(t, ns, "waits"); ev.Status.Phase != v1alpha1.PhaseRunning || ev.Status.Progress.Errored != 0 {
-		t.Fatalf("while the endpoint was gone: phase %s progress %+v, want Running with nothing errored", ev.Status.Phase, ev.Status.Progress)
-	}
+	heldWhileGone(t, srv, ns, "waits", 6*time.Second)
 	create(t, testutil.MakeEndpoint("later", ns, url).Obj())
 	waitPhase(t, ns, "waits", v1alpha1.PhaseSucceeded, 60*time.Second)
 	if n := k.attempts("bot", 0); n != 1 {

@@ -3,6 +3,8 @@
 package cluster_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -151,8 +153,12 @@ spec:
 
 // endpointAgentScript is an agent that asks its model three times through its
 // endpoint's proxy, as a coding agent's loop does (busybox wget), and answers
-// with the last answer. It says LEAK if its environment holds the real key.
-const endpointAgentScript = `case "$(env)" in *%s*) echo LEAK; exit 1;; esac
+// with the last answer. It says LEAK if a variable of its environment holds
+// the real key, which it knows only by its SHA-256 (the key itself must appear
+// nowhere but in its Secret: TestSecretsNeverLeak).
+const endpointAgentScript = `if ! env | while IFS='=' read -r name value; do
+  [ "$(printf '%%s' "$value" | sha256sum | cut -c1-64)" = %s ] && exit 1; true
+done; then echo LEAK; exit 1; fi
 for i in 1 2 3; do
   out=$(wget -q -O - --header "Authorization: Bearer $OPENAI_API_KEY" --header "Content-Type: application/json" \
     --post-data "{\"model\":\"fake-agent\",\"messages\":[{\"role\":\"system\",\"content\":\"Answer with a number only.\"},{\"role\":\"user\",\"content\":\"$1\"}]}" \
@@ -170,7 +176,8 @@ func TestAgentCallsThroughASharedEndpoint(t *testing.T) {
 	const rpm, agents, plain = 120, 20, 60 // 120 requests: a minute of the limit
 	ns := namespace(t, "e2e-agent-endpoint")
 	fakeServers(t, ns, "limited", []string{fmt.Sprintf("-rpm=%d", rpm), "-api-key=" + canary})
-	script, _ := json.Marshal(fmt.Sprintf(endpointAgentScript, canary))
+	sum := sha256.Sum256([]byte(canary))
+	script, _ := json.Marshal(fmt.Sprintf(endpointAgentScript, hex.EncodeToString(sum[:])))
 	applyYAML(t, ns, fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
 kind: ModelEndpoint
 metadata: {name: team-key}
