@@ -402,9 +402,10 @@ type Agent struct {
 	// +kubebuilder:validation:XValidation:rule=`self.all(k, k != '' && !k.startsWith('/') && !k.startsWith('\\') && !k.matches('(^|/)[.][.](/|$)') && k.matches('(^|/)([^/.]|[.][^/])'))`,message="agent.files keys must be relative paths inside the workspace, without '..'"
 	Files map[string]string `json:"files,omitempty"`
 
-	// env is the agent's environment, besides PATH, HOME and the model's API key
-	// variable. In a local run an entry without a value is taken from proctor's
-	// own environment.
+	// env is the agent's environment, besides PATH, HOME, the model's API key
+	// variable and the variables of agent.endpoints (which win over entries of
+	// the same name). In a local run an entry without a value is taken from
+	// proctor's own environment.
 	// +optional
 	// +listType=atomic
 	Env []corev1.EnvVar `json:"env,omitempty"`
