@@ -13,7 +13,8 @@ import (
 )
 
 // fakeServers deploys one pod of fake model servers, one container per port,
-// each with args, behind a Service named name.
+// each with args (which may name $(API_KEY), the key of Secret openai),
+// behind a Service named name.
 func fakeServers(t *testing.T, ns, name string, args ...[]string) {
 	t.Helper()
 	var containers, ports strings.Builder
@@ -26,6 +27,7 @@ func fakeServers(t *testing.T, ns, name string, args ...[]string) {
         imagePullPolicy: IfNotPresent
         command: [/fakellm]
         args: %s
+        env: [{name: API_KEY, valueFrom: {secretKeyRef: {name: openai, key: api-key}}}]
         readinessProbe: {tcpSocket: {port: %d}, periodSeconds: 1}
         securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, runAsNonRoot: true, capabilities: {drop: [ALL]}}`, i, quoted, port)
 		fmt.Fprintf(&ports, "\n  - {name: llm%d, port: %d, targetPort: %d}", i, port, port)
