@@ -88,7 +88,6 @@ func TestTwoEvaluationsShareOneEndpoint(t *testing.T) {
 	const rpm, n = 120, 60 // 120 requests: a minute of the limit
 	ns := namespace(t, "e2e-endpoint")
 	fakeServers(t, ns, "limited", []string{fmt.Sprintf("-rpm=%d", rpm)})
-	items := additions(n)
 	manifest := fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
 kind: ModelEndpoint
 metadata: {name: team-key}
@@ -102,25 +101,7 @@ spec:
 		name   string
 		weight int
 	}{{"nightly", 2}, {"experiment", 1}} {
-		manifest += fmt.Sprintf(`---
-apiVersion: proctor.dev/v1alpha1
-kind: Evaluation
-metadata: {name: %s}
-spec:
-  datasets:
-  - name: add
-    source:
-      inline:
-%s  models:
-  - name: gpt
-    endpointRef: {name: team-key, weight: %d}
-    model: fake-model
-  prompt: {system: "Answer with a number only."}
-  scoring: [{type: exact_match, normalize: [trim]}]
-  concurrency: 8
-  shardSize: 30
-  parallelism: 2
-`, e.name, items, e.weight)
+		manifest += "---\n" + teamKeyEvaluation(e.name, e.weight, n)
 	}
 	applyYAML(t, ns, manifest)
 	start := time.Now()
@@ -210,25 +191,7 @@ spec:
   concurrency: 4
   shardSize: 10
   parallelism: 2
----
-apiVersion: proctor.dev/v1alpha1
-kind: Evaluation
-metadata: {name: plain}
-spec:
-  datasets:
-  - name: add
-    source:
-      inline:
-%[5]s  models:
-  - name: gpt
-    endpointRef: {name: team-key}
-    model: fake-model
-  prompt: {system: "Answer with a number only."}
-  scoring: [{type: exact_match, normalize: [trim]}]
-  concurrency: 8
-  shardSize: 30
-  parallelism: 2
-`, ns, rpm, additions(agents), script, additions(plain)))
+`, ns, rpm, additions(agents), script)+"---\n"+teamKeyEvaluation("plain", 0, plain))
 	start := time.Now()
 	eventually(t, 5*time.Minute, 2*time.Second, "both Evaluations to finish", func() error {
 		return ended(t, ns, "agents", "plain")
@@ -263,6 +226,33 @@ func ended(t *testing.T, ns string, names ...string) error {
 		}
 	}
 	return nil
+}
+
+// teamKeyEvaluation is an Evaluation document asking model gpt, through
+// ModelEndpoint team-key with weight (0: the default), n additions.
+func teamKeyEvaluation(name string, weight, n int) string {
+	ref := "{name: team-key}"
+	if weight > 0 {
+		ref = fmt.Sprintf("{name: team-key, weight: %d}", weight)
+	}
+	return fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: %s}
+spec:
+  datasets:
+  - name: add
+    source:
+      inline:
+%s  models:
+  - name: gpt
+    endpointRef: %s
+    model: fake-model
+  prompt: {system: "Answer with a number only."}
+  scoring: [{type: exact_match, normalize: [trim]}]
+  concurrency: 8
+  shardSize: 30
+  parallelism: 2
+`, name, additions(n), ref)
 }
 
 // additions are n inline samples "What is i+i?", indented as a dataset's
@@ -302,25 +292,7 @@ spec:
   baseURL: http://account.%s.svc:8081/v1
   apiKey: {secretKeyRef: {name: openai, key: api-key}}
   quotaRef: {name: %s}
----
-apiVersion: proctor.dev/v1alpha1
-kind: Evaluation
-metadata: {name: suite}
-spec:
-  datasets:
-  - name: add
-    source:
-      inline:
-%s  models:
-  - name: gpt
-    endpointRef: {name: team-key}
-    model: fake-model
-  prompt: {system: "Answer with a number only."}
-  scoring: [{type: exact_match, normalize: [trim]}]
-  concurrency: 8
-  shardSize: 30
-  parallelism: 2
-`, teams[0], quota, additions(n)))
+`, teams[0], quota)+"---\n"+teamKeyEvaluation("suite", 0, n))
 	}
 	start := time.Now()
 	sawBoth := false
