@@ -39,6 +39,13 @@ type Options struct {
 	// ThrottleLogEvery is the least time between two "still throttled" log
 	// lines of one model; default 30s.
 	ThrottleLogEvery time.Duration
+	// Services, when the run has any, says whether they are up: no sample
+	// starts while one is down, and a sample that fails while one was down
+	// is its error.
+	Services Services
+	// RepairBackoff is the first wait before a broken slot's hook is tried
+	// again (doubling up to 30s); default 1s.
+	RepairBackoff time.Duration
 }
 
 // Observer hears of finished samples. It must be safe for concurrent use and quick.
@@ -129,6 +136,9 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 	}
 	if opts.ThrottleLogEvery == 0 {
 		opts.ThrottleLogEvery = 30 * time.Second
+	}
+	if opts.RepairBackoff == 0 {
+		opts.RepairBackoff = time.Second
 	}
 	e := &Engine{plan: plan, opts: opts, clock: opts.Clock, log: opts.Log, models: map[string]*modelRun{}, stop: make(chan struct{}),
 		redactor: provider.NewRedactor(plan.Secrets...)}
@@ -303,9 +313,13 @@ func (e *Engine) Run(ctx context.Context, tasks []Task, sink Sink) error {
 		e.forCallers(name, func(c string) { active[c] = true })
 	}
 	e.divideEndpoints(active)
+	// Each model's workers have slots of their own, numbered across models.
+	slots, base := e.plan.SlotCount(tasks), 0
 	for _, name := range order {
+		first := base
+		base += e.models[name].concurrency()
 		wg.Go(func() {
-			err := e.runModel(ctx, cancel, e.models[name], byModel[name], sink)
+			err := e.runModel(ctx, cancel, e.models[name], byModel[name], sink, slotRange{first: first, total: slots})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -375,7 +389,10 @@ func (e *Engine) divideEndpoints(active map[string]bool) {
 // A model whose quota does not recover (ThrottledOutError) stops alone: its
 // samples in flight leave no record, the other models go on, and the error is
 // returned.
-func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *modelRun, tasks []Task, sink Sink) error {
+// slotRange is a model's slots: first to first+concurrency-1, of total.
+type slotRange struct{ first, total int }
+
+func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *modelRun, tasks []Task, sink Sink, slots slotRange) error {
 	ctx, throttledOut := context.WithCancelCause(ctx)
 	defer throttledOut(nil)
 	// The waits before a request is sent end with Stop too: one context for the
@@ -393,10 +410,21 @@ func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *
 	}
 	jobs := make(chan job)
 	var workers sync.WaitGroup
-	for range m.concurrency() {
+	for w := range m.concurrency() {
+		s := &slot{n: slots.first + w, of: slots.total}
 		workers.Go(func() {
-			for j := range jobs {
-				e.finish(ctx, fail, throttledOut, m, j, sink)
+			for {
+				// A broken slot, or a service that is down, takes no sample.
+				if err := e.ready(ctx, s); err != nil {
+					e.log.Error(err, "Stopped a model whose slot could not be repaired", "model", m.Name)
+					throttledOut(err)
+					return
+				}
+				j, ok := <-jobs
+				if !ok {
+					return
+				}
+				e.finish(ctx, fail, throttledOut, m, j, sink, s)
 			}
 		})
 	}
@@ -417,7 +445,9 @@ func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *
 // endsModel reports whether err ends a model's part of the run, leaving its
 // unfinished samples without a record: its quota did not recover, or its
 // provider is unavailable (the pod's agent executor is gone).
-func endsModel(err error) bool { return isThrottledOut(err) || provider.IsUnavailable(err) }
+func endsModel(err error) bool {
+	return isThrottledOut(err) || provider.IsUnavailable(err) || isSlotRepairError(err)
+}
 
 // job is one sample of one dataset.
 type job struct {
@@ -469,8 +499,8 @@ func (e *Engine) dispatch(ctx context.Context, m *modelRun, t Task, sink Sink, j
 }
 
 // finish evaluates a sample and stores its record.
-func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCauseFunc, m *modelRun, j job, sink Sink) {
-	rec, err := e.evaluate(ctx, m, j.ds, &j.s, j.answered)
+func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCauseFunc, m *modelRun, j job, sink Sink, s *slot) {
+	rec, err := e.evaluate(ctx, m, j.ds, &j.s, j.answered, s)
 	if err != nil {
 		// The model (or its judge) is throttled out, or its provider is
 		// unavailable: stop the model's work.
@@ -525,7 +555,7 @@ func skip(r dataset.Reader, n int) error {
 //
 // answered, when set, is an earlier record of this sample whose call succeeded
 // and whose scoring failed: its answer is scored again without a call.
-func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *dataset.Sample, answered *results.Record) (*results.Record, error) {
+func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *dataset.Sample, answered *results.Record, sl *slot) (*results.Record, error) {
 	rec := &results.Record{ID: s.ID, Model: m.Name, Dataset: ds.Name, Scores: map[string]float64{}}
 	if s.Err != nil {
 		rec.Error, rec.ErrorKind = e.redact(s.Err.Error()), results.ErrorKindData
@@ -546,12 +576,33 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		rec.InputTokens, rec.OutputTokens = answered.InputTokens, answered.OutputTokens
 		output, toolCalls = answered.Output, answered.ToolCalls
 	} else {
+		hc := HookContext{Slot: sl.n, Slots: sl.of, Model: m.Name, Dataset: ds.Name, Sample: s}
+		var mark uint64
+		if e.opts.Services != nil {
+			mark = e.opts.Services.Mark()
+		}
+		if err := e.runHook(ctx, e.plan.beforeSample(), hc, sl); err != nil {
+			if !isHookError(err) {
+				return nil, nil // the run is stopping
+			}
+			rec.Error, rec.ErrorKind = e.redact(err.Error()), results.ErrorKindHook
+			if down := e.servicesDown(mark); down != nil {
+				rec.Error, rec.ErrorKind = e.redact(fmt.Sprintf("%v: %v", down, err)), results.ErrorKindService
+			}
+			return rec, nil
+		}
+		req.Slot, req.Slots, req.Model, req.Dataset = hc.Slot, hc.Slots, hc.Model, hc.Dataset
+		req.Env = SlotEnv(hc.Slot, hc.Slots)
 		var sess *agentSession
 		if m.proxies != nil {
 			sess = m.proxies.open()
-			req.Env = sess.env
+			req.Env = append(req.Env, sess.env...)
 		}
 		res := e.call(ctx, m, req)
+		if ctx.Err() == nil {
+			// Whatever the outcome; a failure only takes the slot out of use.
+			_ = e.runHook(ctx, e.plan.afterSample(), hc, sl)
+		}
 		if sess != nil {
 			sess.close()
 			calls, in, out, lost := sess.result()
@@ -582,6 +633,9 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		rec.CacheKey = res.key
 		if res.err != nil {
 			rec.Error, rec.ErrorKind = e.redact(res.err.Error()), results.ErrorKindCall
+			if down := e.servicesDown(mark); down != nil {
+				rec.Error, rec.ErrorKind = e.redact(fmt.Sprintf("%v while the sample ran: %v", down, res.err)), results.ErrorKindService
+			}
 			return rec, nil
 		}
 		rec.Output = e.redact(res.resp.Text)

@@ -37,6 +37,11 @@ type Plan struct {
 	// by name, each shared by its models (a local run: in a cluster the
 	// endpoint's budget gives each model its share instead).
 	Endpoints map[string]ratelimit.Limits
+	// Hooks run around each sample in its slot; nil when there are none.
+	Hooks *Hooks
+	// RepairTimeout bounds how long a slot may stay broken (a hook failing
+	// in it) or wait for a service that went down; 0 means 5m.
+	RepairTimeout time.Duration
 }
 
 // Cache stores responses by request key: a directory locally (cache.Cache), the

@@ -28,6 +28,11 @@ const (
 	DefaultEndpointWeight    = 1
 	// MaxAgentEndpoints bounds agent.endpoints.
 	MaxAgentEndpoints = 8
+	// MaxServices bounds spec.services.
+	MaxServices              = 8
+	DefaultSetupTimeout      = 10 * time.Minute
+	DefaultSampleHookTimeout = time.Minute
+	DefaultRepairTimeout     = 5 * time.Minute
 
 	DefaultOpenAIBaseURL    = "https://api.openai.com/v1"
 	DefaultAnthropicBaseURL = "https://api.anthropic.com"
@@ -74,6 +79,19 @@ func SetDefaults(spec *EvaluationSpec) {
 	}
 	for i := range spec.Models {
 		spec.Models[i].setDefaults()
+	}
+	if h := spec.Hooks; h != nil {
+		for _, hk := range []struct {
+			hook *Hook
+			def  time.Duration
+		}{{h.Setup, DefaultSetupTimeout}, {h.BeforeSample, DefaultSampleHookTimeout}, {h.AfterSample, DefaultSampleHookTimeout}} {
+			if hk.hook != nil && hk.hook.Timeout == nil {
+				hk.hook.Timeout = &metav1.Duration{Duration: hk.def}
+			}
+		}
+		if h.RepairTimeout == nil {
+			h.RepairTimeout = &metav1.Duration{Duration: DefaultRepairTimeout}
+		}
 	}
 	for i := range spec.Scoring {
 		s := &spec.Scoring[i]

@@ -24,6 +24,10 @@ func TestDefaultsDocumented(t *testing.T) {
 		{[]string{"retry", "maxBackoff"}, v1alpha1.DefaultMaxBackoff},
 		{[]string{"retry", "maxThrottleWait"}, v1alpha1.DefaultMaxThrottleWait},
 		{[]string{"runner", "stallTimeout"}, v1alpha1.DefaultStallTimeout},
+		{[]string{"hooks", "setup"}, v1alpha1.DefaultSetupTimeout},
+		{[]string{"hooks", "beforeSample"}, v1alpha1.DefaultSampleHookTimeout},
+		{[]string{"hooks", "afterSample"}, v1alpha1.DefaultSampleHookTimeout},
+		{[]string{"hooks", "repairTimeout"}, v1alpha1.DefaultRepairTimeout},
 	}
 	defaultIs := regexp.MustCompile(`(?i)\bdefault:? ([0-9]+[a-z]+)\b`)
 	for _, d := range durations {

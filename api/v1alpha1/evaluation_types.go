@@ -89,6 +89,19 @@ type EvaluationSpec struct {
 	// runner configures the runner pods (cluster mode).
 	// +optional
 	Runner *Runner `json:"runner,omitempty"`
+
+	// services run beside the samples: containers of every runner pod (native
+	// sidecars), or processes of a local run. Names must be unique. At most 8.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=name
+	Services []Service `json:"services,omitempty"`
+
+	// hooks prepare the state each sample runs against: once when the
+	// services are ready, and before and after each sample in its slot.
+	// +optional
+	Hooks *Hooks `json:"hooks,omitempty"`
 }
 
 // Dataset is a named set of samples.
@@ -382,7 +395,7 @@ type Agent struct {
 	Image string `json:"image,omitempty"`
 
 	// command is the argv; each element is a Go template over .Prompt, .System,
-	// .Sample, .ID and .Workspace. No shell is involved. The first element, the
+	// .Sample, .ID, .Workspace and .Slot (the sample's slot, see hooks). No shell is involved. The first element, the
 	// program, must not be empty.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:items:MaxLength=131072

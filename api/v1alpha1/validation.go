@@ -74,6 +74,8 @@ func ValidateSpec(spec *EvaluationSpec) field.ErrorList {
 		}
 	}
 	errs = append(errs, validateDuration(spec.TimeoutPerSample, true, p.Child("timeoutPerSample"))...)
+	errs = append(errs, validateServices(spec.Services, p.Child("services"))...)
+	errs = append(errs, validateHooks(spec.Hooks, p.Child("hooks"))...)
 	return errs
 }
 
@@ -411,11 +413,7 @@ func validateAgent(a *Agent, p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("files").Key(name), name, "must be a relative path inside the workspace"))
 		}
 	}
-	for i, e := range a.Env {
-		if !envNameRE.MatchString(e.Name) {
-			errs = append(errs, field.Invalid(p.Child("env").Index(i).Child("name"), e.Name, "must be an environment variable name"))
-		}
-	}
+	errs = append(errs, validateEnvNames(a.Env, p.Child("env"))...)
 	errs = append(errs, validateDuration(a.Timeout, true, p.Child("timeout"))...)
 	return append(errs, validateAgentEndpoints(a.Endpoints, p.Child("endpoints"))...)
 }

@@ -72,6 +72,11 @@ type Request struct {
 	// later one of a name winning): where its endpoints' proxies are and the
 	// sample's placeholder key.
 	Env []string
+	// Slot is the sample's slot, 0 to Slots-1: no two samples in flight
+	// share one (agent and hook templates: .Slot, .Slots).
+	Slot, Slots int
+	// Model and Dataset name what the sample belongs to (hook templates).
+	Model, Dataset string
 }
 
 // Usage is the token accounting reported by the server.

@@ -24,9 +24,10 @@ type Record struct {
 	// Error says why the sample failed; "" when it did not.
 	Error string `json:"error"`
 	// ErrorKind says which step failed: "data" (the sample could not be read),
-	// "prompt" (rendering), "call" (the model) or "scoring" (a scorer or the
-	// judge, after a successful call whose output, tokens and latency the record
-	// keeps). --retry-errors re-scores a "scoring" failure without calling the
+	// "prompt" (rendering), "hook" (hooks.beforeSample), "call" (the model),
+	// "service" (a service went down while the sample ran) or "scoring" (a
+	// scorer or the judge, after a successful call whose output, tokens and
+	// latency the record keeps). --retry-errors re-scores a "scoring" failure without calling the
 	// model again.
 	ErrorKind string `json:"errorKind,omitempty"`
 	// Attempts counts the calls made; 0 when the answer came from the cache.
@@ -61,6 +62,10 @@ const (
 	ErrorKindPrompt  = "prompt"
 	ErrorKindCall    = "call"
 	ErrorKindScoring = "scoring"
+	// ErrorKindHook: a hook of the sample's (hooks.beforeSample) failed.
+	ErrorKindHook = "hook"
+	// ErrorKindService: a service went down while the sample ran.
+	ErrorKindService = "service"
 )
 
 // Summary is the outcome of one model on one dataset: one entry of summary.json's

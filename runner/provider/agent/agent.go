@@ -176,6 +176,10 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 		Sample:    req.Sample,
 		ID:        req.SampleID,
 		Workspace: ws,
+		Slot:      req.Slot,
+		Slots:     req.Slots,
+		Model:     req.Model,
+		Dataset:   req.Dataset,
 	})
 	if err != nil {
 		return nil, err

@@ -25,6 +25,11 @@ type TemplateData struct {
 	ID string
 	// Workspace is the absolute path of the sample's workspace directory.
 	Workspace string
+	// Slot is the sample's slot, 0 to Slots-1 (Request.Slot): no two samples
+	// in flight share one, so a sample may use "its" database or directory.
+	Slot, Slots int
+	// Model and Dataset name the model and dataset of the sample (hooks).
+	Model, Dataset string
 }
 
 // CheckTemplates validates cfg as New does and renders every template against
