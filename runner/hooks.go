@@ -14,10 +14,10 @@ import (
 )
 
 // Hooks are the commands an engine runs around each sample, in the sample's
-// slot (spec.hooks). The setup hook runs before the engine does, by whoever
-// starts it (it needs the services, which the engine does not start).
+// slot (spec.hooks). Setup is not the engine's: whoever starts the services
+// runs it, once they are ready, before the engine runs.
 type Hooks struct {
-	BeforeSample, AfterSample *Hook
+	Setup, BeforeSample, AfterSample *Hook
 }
 
 // Hook is one hook, ready to run. Provider runs its command: an agent

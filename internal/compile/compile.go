@@ -80,6 +80,9 @@ type Env struct {
 	// container's environment, not in LookupEnv's: Build asks the executor
 	// whether they are set, and never learns their values.
 	AgentExecutor string
+	// HookExecutor, when set (with Cluster), is the Unix socket of the
+	// executor of the hooks' container, which has hooks.env.
+	HookExecutor string
 }
 
 // agentBaseEnv is what an agent inherits from proctor's environment besides what
@@ -158,6 +161,9 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 			return nil, fmt.Errorf("spec.scoring[%d]: %w", i, err)
 		}
 		plan.Scorers = append(plan.Scorers, sc)
+	}
+	if err := buildHooks(ctx, spec, plan, env); err != nil {
+		return nil, err
 	}
 	plan.Prompt.EmptyIsError = needsPrompt(spec, plan)
 	// Datasets last: they may be large downloads, and every cheaper mistake
@@ -451,38 +457,12 @@ func parameters(m *v1alpha1.Model) (provider.Params, error) {
 // agentEnvironment is the exact environment of an agent process, and the values in
 // it that must never be written out.
 func agentEnvironment(m *v1alpha1.Model, path, key string, env Env) ([]string, []string, error) {
-	var out, secrets []string
-	for _, name := range agentBaseEnv {
-		if v, ok := env.LookupEnv(name); ok {
-			out = append(out, name+"="+v)
-		}
+	if key == "" {
+		return localEnvironment(m.Agent.Env, path+".agent.env", env)
 	}
-	if key != "" {
-		// The agent reads its key under the name the model declares.
-		out = append(out, m.APIKey.Env+"="+key)
-		secrets = append(secrets, key)
-	}
-	for i, e := range m.Agent.Env {
-		p := fmt.Sprintf("%s.agent.env[%d]", path, i)
-		switch {
-		case e.ValueFrom != nil && !env.Cluster:
-			return nil, nil, fmt.Errorf("%s.valueFrom: only works in a cluster; in a local run give a value, "+
-				"or no value to pass on proctor's own %s", p, e.Name)
-		case e.Value != "":
-			out = append(out, e.Name+"="+e.Value)
-		default:
-			v, ok := env.LookupEnv(e.Name)
-			if !ok {
-				return nil, nil, fmt.Errorf("%s: %s has no value and is not set in proctor's environment", p, e.Name)
-			}
-			out = append(out, e.Name+"="+v)
-			// Passed-through variables are usually credentials: keep them out of records.
-			if len(v) >= 8 {
-				secrets = append(secrets, v)
-			}
-		}
-	}
-	return out, secrets, nil
+	// The agent reads its key under the name the model declares.
+	out, secrets, err := localEnvironment(m.Agent.Env, path+".agent.env", env, m.APIKey.Env+"="+key)
+	return out, append(secrets, key), err
 }
 
 // remoteAgentEnvironment is the environment of an agent run by an executor in
@@ -700,6 +680,9 @@ func preflight(spec *v1alpha1.EvaluationSpec, plan *runner.Plan, env Env) error 
 			if err := built.CheckTemplates(data); err != nil {
 				return fmt.Errorf("spec.models[%d].agent: %s: %w", j, where, err)
 			}
+		}
+		if err := checkHookTemplates(plan, s, d.Name, where); err != nil {
+			return err
 		}
 		// Judge rubrics: score the sample with a judge that always agrees, which
 		// renders the rubric without calling anything.

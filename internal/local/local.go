@@ -24,7 +24,9 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/internal/evalfile"
+	"github.com/proctor-dev/proctor/internal/services"
 	"github.com/proctor-dev/proctor/runner"
+	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/provider/agent"
 	"github.com/proctor-dev/proctor/runner/results"
 )
@@ -141,7 +143,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	reportLeftovers(warnings, agent.KillLeftovers())
 	defer os.RemoveAll(dataDir)
 
-	plan, err := prepare(ctx, o.Interrupts, ev, compile.Env{
+	env := compile.Env{
 		BaseDir:        filepath.Dir(o.File),
 		DataDir:        dataDir,
 		CacheDir:       cacheDir,
@@ -149,6 +151,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		Concurrency:    o.Concurrency,
 		Endpoints:      file.EndpointLimits(),
 		ModelEndpoints: file.ModelEndpoints(),
+	}
+	svcs, svcSecrets, err := compile.Services(&ev.Spec, env)
+	if err != nil {
+		return nil, &InvalidError{fmt.Errorf("%s: %w", o.File, err)}
+	}
+	var plan *runner.Plan
+	err = interruptible(ctx, o.Interrupts, func(ctx context.Context) (err error) {
+		plan, err = compile.Build(ctx, ev, env)
+		return err
 	})
 	var interrupted *InterruptedError
 	switch {
@@ -157,6 +168,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	case err != nil:
 		return nil, &InvalidError{fmt.Errorf("%s: %w", o.File, err)}
 	}
+	plan.Secrets = append(plan.Secrets, svcSecrets...)
 	// The engine's own checks, before anything is written (the real engine
 	// needs the display, which needs the checkpoint).
 	if _, err := runner.New(plan, runner.Options{Log: logr.Discard()}); err != nil {
@@ -197,7 +209,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			log.Info("Using a model as judge only", "model", m.Name)
 		}
 	}
-	eng, err := runner.New(plan, runner.Options{Log: log, Observer: display})
+	engOpts := runner.Options{Log: log, Observer: display}
+	if len(svcs) > 0 || plan.Hooks != nil && plan.Hooks.Setup != nil {
+		sup, err := startServices(ctx, o.Interrupts, svcs, plan, tasks, log, filepath.Join(outDir, "services"))
+		if err != nil {
+			return nil, err
+		}
+		defer sup.Stop()
+		if len(svcs) > 0 {
+			engOpts.Services = sup
+		}
+	}
+	eng, err := runner.New(plan, engOpts)
 	if err != nil {
 		return nil, &InvalidError{err}
 	}
@@ -235,8 +258,9 @@ func runName(ev *v1alpha1.Evaluation, file string) string {
 	return name
 }
 
-// prepare compiles the Evaluation; the first interrupt stops it.
-func prepare(ctx context.Context, interrupts <-chan os.Signal, ev *v1alpha1.Evaluation, env compile.Env) (*runner.Plan, error) {
+// interruptible runs fn, a step before the run starts; the first interrupt
+// stops it (an *InterruptedError).
+func interruptible(ctx context.Context, interrupts <-chan os.Signal, fn func(context.Context) error) error {
 	var sig os.Signal
 	prepCtx, prepDone := context.WithCancel(ctx)
 	watched := make(chan struct{})
@@ -248,13 +272,39 @@ func prepare(ctx context.Context, interrupts <-chan os.Signal, ev *v1alpha1.Eval
 		case <-prepCtx.Done():
 		}
 	}()
-	plan, err := compile.Build(prepCtx, ev, env)
+	err := fn(prepCtx)
 	prepDone()
 	<-watched
 	if sig != nil {
-		return nil, &InterruptedError{Signal: sig}
+		return &InterruptedError{Signal: sig}
 	}
-	return plan, err
+	return err
+}
+
+// startServices starts the services and waits until they are ready, then
+// runs the setup hook; the first interrupt stops both. On failure nothing
+// is left running.
+func startServices(ctx context.Context, interrupts <-chan os.Signal, cfgs []services.Config, plan *runner.Plan, tasks []runner.Task,
+	log logr.Logger, logDir string) (*services.Supervisor, error) {
+	var sup *services.Supervisor
+	err := interruptible(ctx, interrupts, func(ctx context.Context) (err error) {
+		if sup, err = services.Start(ctx, cfgs, services.Options{Log: log, LogDir: logDir}); err != nil {
+			return err
+		}
+		if plan.Hooks == nil || plan.Hooks.Setup == nil {
+			return nil
+		}
+		log.Info("Running the setup hook", "slots", plan.SlotCount(tasks))
+		if err := plan.Hooks.Setup.Run(ctx, runner.HookContext{Slots: plan.SlotCount(tasks)}); err != nil {
+			// Its output may hold what hooks.env passed on.
+			return fmt.Errorf("spec.hooks.setup: %s", provider.NewRedactor(plan.Secrets...).Redact(err.Error()))
+		}
+		return nil
+	})
+	if err != nil && sup != nil {
+		sup.Stop()
+	}
+	return sup, err
 }
 
 // watchInterrupts turns the user's interrupts into a drain: the first begins
