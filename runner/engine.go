@@ -413,15 +413,16 @@ func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *
 	for w := range m.concurrency() {
 		s := &slot{n: slots.first + w, of: slots.total}
 		workers.Go(func() {
-			for {
-				// A broken slot, or a service that is down, takes no sample.
-				if err := e.ready(ctx, s); err != nil {
+			for j := range jobs {
+				// A broken slot, or a service that is down, starts no sample
+				// (this one waits for it; the other slots go on).
+				err := e.ready(ctx, s)
+				if errors.Is(err, errStopping) {
+					continue // the run is stopping: the sample runs next time
+				}
+				if err != nil {
 					e.log.Error(err, "Stopped a model whose slot could not be repaired", "model", m.Name)
 					throttledOut(err)
-					return
-				}
-				j, ok := <-jobs
-				if !ok {
 					return
 				}
 				e.finish(ctx, fail, throttledOut, m, j, sink, s)

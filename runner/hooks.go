@@ -177,8 +177,9 @@ const repairMaxDelay = 30 * time.Second
 
 // ready readies a worker's slot for its next sample: it waits for the
 // services, then repeats a failed hook until it succeeds. It returns nil when
-// the slot is ready or the run is stopping, and a *SlotRepairError when the
-// slot stays broken (or a service down) past the repair timeout.
+// the slot is ready, errStopping when the run is stopping first, and a
+// *SlotRepairError when the slot stays broken (or a service down) past the
+// repair timeout.
 func (e *Engine) ready(ctx context.Context, s *slot) error {
 	timeout := e.plan.RepairTimeout
 	if timeout <= 0 {
@@ -188,6 +189,9 @@ func (e *Engine) ready(ctx context.Context, s *slot) error {
 		if err := e.waitServices(ctx, timeout); err != nil {
 			return &SlotRepairError{Slot: s.n, Timeout: timeout, Err: err}
 		}
+		if e.stopping(ctx) {
+			return errStopping
+		}
 	}
 	b := s.broken
 	if b == nil {
@@ -196,7 +200,7 @@ func (e *Engine) ready(ctx context.Context, s *slot) error {
 	delay := e.opts.RepairBackoff
 	for {
 		if e.sleep(ctx, delay) != nil {
-			return nil
+			return errStopping
 		}
 		err := b.hook.Run(ctx, b.hc)
 		if err == nil {
@@ -205,7 +209,7 @@ func (e *Engine) ready(ctx context.Context, s *slot) error {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return nil
+			return errStopping
 		}
 		b.err = err
 		if e.clock.Since(b.since) >= timeout {

@@ -6,6 +6,7 @@ package local_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +42,11 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	// Tests may run proctor as another user (unprivileged).
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	proctorBin = filepath.Join(dir, "proctor")
 	build := exec.Command("go", "build", "-o", proctorBin, "github.com/proctor-dev/proctor")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
@@ -74,6 +80,10 @@ type workspace struct {
 	home     string
 	tmp      string
 	env      map[string]string
+	// cred, when set, runs proctor as another user (see unprivileged).
+	cred *syscall.Credential
+	// timeout bounds each proctor process; 0 means runTimeout.
+	timeout time.Duration
 }
 
 func newWorkspace(t *testing.T) *workspace {
@@ -170,17 +180,22 @@ type process struct {
 	stderr *syncBuffer
 	start  time.Time
 	done   chan struct{}
-	err    error
-	cancel context.CancelFunc
+	err     error
+	cancel  context.CancelFunc
+	timeout time.Duration
 }
 
 func (w *workspace) start(args ...string) *process {
 	w.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	timeout := cmp.Or(w.timeout, runTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	cmd := exec.CommandContext(ctx, proctorBin, args...)
 	cmd.Dir = w.dir
 	cmd.Env = w.environ()
-	p := &process{t: w.t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}), cancel: cancel}
+	if w.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: w.cred}
+	}
+	p := &process{t: w.t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}), cancel: cancel, timeout: timeout}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	cmd.WaitDelay = 5 * time.Second
 	p.start = time.Now()
@@ -238,8 +253,8 @@ func (p *process) wait() result {
 	default:
 		p.t.Fatalf("waiting for proctor: %v\n%s", p.err, r)
 	}
-	if r.Elapsed >= runTimeout {
-		p.t.Fatalf("proctor did not finish within %v\n%s", runTimeout, r)
+	if r.Elapsed >= p.timeout {
+		p.t.Fatalf("proctor did not finish within %v\n%s", p.timeout, r)
 	}
 	return r
 }
