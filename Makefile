@@ -91,7 +91,7 @@ test-integration: kube-assets $(HELM) ## Integration tests: the real manager aga
 test-e2e: test-e2e-local e2e ## End-to-end tests: the proctor binary locally, then a real local cluster (root).
 
 .PHONY: test-e2e-local
-test-e2e-local: ## End-to-end tests of the proctor binary, locally (no cluster).
+test-e2e-local: host-deps-images ## End-to-end tests of the proctor binary, locally (no cluster; PostgreSQL for the CRM example).
 	go test -race -timeout $(TEST_TIMEOUT) ./test/e2e/local/
 
 .PHONY: test-go
@@ -131,7 +131,7 @@ host-deps: ## Install the Debian packages the local cluster and the images need 
 	hack/install-host-deps.sh cluster
 
 .PHONY: host-deps-images
-host-deps-images: ## Install the Debian packages the images need (the static busybox), if missing.
+host-deps-images: ## Install the Debian packages the images and the local e2e tests need (static busybox, PostgreSQL), if missing.
 	hack/install-host-deps.sh images
 
 .PHONY: demo

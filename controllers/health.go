@@ -51,6 +51,9 @@ type problem struct {
 	// (a missing Secret key, an image that cannot be pulled, no node that fits,
 	// pods refused at admission). It ends the run after spec.runner.stallTimeout.
 	stall bool
+	// fatal: no wait can help (a service that did not become ready within
+	// its probe's budget): it ends the run at once.
+	fatal bool
 }
 
 // podView is what the controller knows of a shard's pods: its newest one.
@@ -132,6 +135,9 @@ func viewPod(pod *corev1.Pod, shard string, attempts int32) podView {
 
 // pendingProblem says why a pending pod cannot start, if it cannot.
 func pendingProblem(pod *corev1.Pod, shard string) *problem {
+	if p := serviceProblem(pod, shard); p != nil {
+		return p
+	}
 	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
 		for _, cs := range statuses {
 			w := cs.State.Waiting
@@ -215,6 +221,9 @@ func failedProblem(pod *corev1.Pod, shard string, attempts int32) *problem {
 		case t.ExitCode == cluster.ExitInvalid && cs == runnerName:
 			p.reason = "ConfigurationError"
 			p.message = fmt.Sprintf("pod %s (shard %s) stopped on a configuration error (exit code %d), which no retry can fix", pod.Name, shard, t.ExitCode)
+		case t.ExitCode == cluster.ExitHookFailed && cs == runnerName:
+			p.reason = v1alpha1.ReasonHookFailed
+			p.message = fmt.Sprintf("pod %s (shard %s) stopped on a hook that failed (exit code %d)", pod.Name, shard, t.ExitCode)
 		default:
 			p.reason = conditionReason(t.Reason, "RunnerFailed")
 			if t.Reason == "Error" || t.Reason == "" {
@@ -454,7 +463,14 @@ func (r *EvaluationReconciler) judgeHealth(p *pass) {
 	}
 	first := p.problems[0]
 	for _, pr := range p.problems {
-		if pr.stall {
+		if pr.fatal {
+			p.stalled = &pr
+			first = pr
+			break
+		}
+	}
+	for _, pr := range p.problems {
+		if pr.stall && !first.fatal {
 			first = pr
 			break
 		}

@@ -212,15 +212,28 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 		agent := m != nil && m.Agent != nil
 		c.Env = append(c.Env, r.keyEnv(spec, model, !agent)...)
 		c.Env = append(c.Env, agentEndpointKeyEnv(m, p.agentEndpoints)...)
-		if agent {
-			c.Args = append(c.Args, "--"+cluster.FlagAgentSocket, socketPath)
+		// Services first: the agent and the hooks start once they are up.
+		services, serviceVolumes := r.serviceContainers(spec)
+		initContainers = append(initContainers, services...)
+		volumes = append(volumes, serviceVolumes...)
+		if agent || spec.Hooks != nil {
+			// The executors' binary and sockets.
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "proctor-socket", MountPath: socketDir})
-			initContainers = r.agentContainers(m, runnerImage)
+			initContainers = append(initContainers, r.installContainer(runnerImage))
 			volumes = append(volumes,
 				corev1.Volume{Name: "proctor-bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				corev1.Volume{Name: "proctor-socket", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				corev1.Volume{Name: "agent", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			)
+		}
+		if agent {
+			c.Args = append(c.Args, "--"+cluster.FlagAgentSocket, socketPath)
+			initContainers = append(initContainers, r.agentContainer(m))
+			volumes = append(volumes, corev1.Volume{Name: "agent", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		}
+		if spec.Hooks != nil {
+			c.Args = append(c.Args, "--"+cluster.FlagHookSocket, hookSocket)
+			initContainers = append(initContainers, r.hooksContainer(spec.Hooks, m))
+			volumes = append(volumes, corev1.Volume{Name: hooksName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 		}
 	}
 
@@ -261,13 +274,10 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 	}
 }
 
-// agentContainers are an agent pod's init containers: one that copies the
-// proctor binary into a volume, then the agent's own container, a native
-// sidecar (restartPolicy Always) that runs from before the runner starts to
-// after it ends, when the kubelet stops it. Its PID 1 is the executor, which
-// reaps the orphans of the agents it runs.
-func (r *EvaluationReconciler) agentContainers(m *v1alpha1.Model, runnerImage string) []corev1.Container {
-	install := corev1.Container{
+// installContainer copies the proctor binary into a volume, for the
+// executors of the agent's and the hooks' containers.
+func (r *EvaluationReconciler) installContainer(runnerImage string) corev1.Container {
+	return corev1.Container{
 		Name:                     installName,
 		Image:                    runnerImage,
 		Command:                  []string{runnerBinary, "install", proctorBinDir + runnerBinary},
@@ -277,6 +287,13 @@ func (r *EvaluationReconciler) agentContainers(m *v1alpha1.Model, runnerImage st
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
+}
+
+// agentContainer is the agent's own container, a native sidecar
+// (restartPolicy Always) that runs from before the runner starts to after it
+// ends, when the kubelet stops it. Its PID 1 is the executor, which reaps the
+// orphans of the agents it runs.
+func (r *EvaluationReconciler) agentContainer(m *v1alpha1.Model) corev1.Container {
 	env := []corev1.EnvVar{
 		// The image's HOME is rarely writable by the pod's user.
 		{Name: "HOME", Value: agentDir + "/home"},
@@ -295,7 +312,7 @@ func (r *EvaluationReconciler) agentContainers(m *v1alpha1.Model, runnerImage st
 	if m.Agent.Resources != nil {
 		resources = *m.Agent.Resources
 	}
-	agent := corev1.Container{
+	return corev1.Container{
 		Name:    agentName,
 		Image:   m.Agent.Image,
 		Command: []string{proctorBinDir + runnerBinary, "agent-exec", "--socket", socketPath, "--workspace-root", agentDir + "/workspaces"},
@@ -314,7 +331,6 @@ func (r *EvaluationReconciler) agentContainers(m *v1alpha1.Model, runnerImage st
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
-	return []corev1.Container{install, agent}
 }
 
 // restrictedContainer is the security context of every container of runner

@@ -24,12 +24,14 @@ check() {
 		*hack/install-host-deps.sh\ images*) [ "$have" = cluster ] || have=images ;;
 		*hack/build-images.sh*)
 			[ -n "$have" ] || { echo "check-entrypoints: make $target builds images (step $n) before installing their host packages" >&2; fail=1; return; } ;;
+		*./test/e2e/local/*)
+			[ -n "$have" ] || { echo "check-entrypoints: make $target runs the local e2e tests (step $n) before installing PostgreSQL" >&2; fail=1; return; } ;;
 		*hack/cluster-up.sh* | *hack/demo.sh* | *hack/e2e.sh*)
 			[ "$have" = cluster ] || { echo "check-entrypoints: make $target starts the cluster (step $n) before installing its host packages" >&2; fail=1; return; } ;;
 		esac
 	done <<<"$plan"
 }
-for target in images cluster-up demo e2e test; do
+for target in images cluster-up demo e2e test test-e2e-local; do
 	check "$target"
 done
 # The scripts users may call directly install what they need themselves.

@@ -4,7 +4,9 @@
 # (hack/install-kube.sh), never installed here.
 #
 #   hack/install-host-deps.sh images    # the static busybox that stands in for the
-#                                       # busybox image of the agent sample, CA certificates
+#                                       # busybox image of the agent sample, CA certificates,
+#                                       # and PostgreSQL (the CRM example's service, locally
+#                                       # and in the proctor-postgres image)
 #   hack/install-host-deps.sh [cluster] # all of images, plus containerd, runc, the CNI
 #                                       # plugins, iptables, conntrack, openssl, curl,
 #                                       # iproute2 and procps
@@ -24,6 +26,8 @@ need=()
 file=$(command -v busybox || true)
 { [ -n "$file" ] && ! ldd "$file" >/dev/null 2>&1; } || need+=(busybox-static)
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
+# Debian's PostgreSQL server, whichever major version the release ships.
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql)
 if [ "$group" = cluster ]; then
 	command -v containerd >/dev/null || need+=(containerd)
 	command -v runc >/dev/null || need+=(runc)
@@ -47,5 +51,10 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "Installing ${need[*]} (Debian packages)" >&2
 export DEBIAN_FRONTEND=noninteractive
+if [[ " ${need[*]} " == *" postgresql "* ]]; then
+	# Only the programs: no cluster created and started by the package.
+	mkdir -p /etc/postgresql-common/createcluster.d
+	echo 'create_main_cluster = false' >/etc/postgresql-common/createcluster.d/proctor.conf
+fi
 apt-get install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1 ||
 	{ apt-get update >/dev/null && apt-get install -y --no-install-recommends "${need[@]}" >/dev/null; }

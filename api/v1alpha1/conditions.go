@@ -65,6 +65,12 @@ const (
 	ReasonFailedCreate       = "FailedCreate"
 	ReasonConfigurationError = "ConfigurationError"
 	ReasonRunnerFailed       = "RunnerFailed"
+	// ReasonServiceNotReady: a service (spec.services) of a runner pod did
+	// not become ready within its readinessProbe's budget; the run fails.
+	ReasonServiceNotReady = "ServiceNotReady"
+	// ReasonHookFailed: hooks.setup failed, or a slot stayed broken past
+	// hooks.repairTimeout.
+	ReasonHookFailed = "HookFailed"
 	// ReasonNameConflict: a name the run needs is taken (NameConflict is True).
 	ReasonNameConflict = "NameConflict"
 	// ReasonNamesFreed: no name the run needs is taken any more.

@@ -94,7 +94,7 @@ type ServicePort struct {
 // template over .Slot (the sample's slot, 0 to .Slots-1: no two samples in
 // flight share one), .Slots, .ID, .Sample (the dataset record, so that
 // seeding can follow the sample), .Model and .Dataset; setup sees .Slots and
-// .Model only. The variables PROCTOR_SLOT, PROCTOR_SLOTS and
+// .Model (a runner pod's model; empty in a local run) only. The variables PROCTOR_SLOT, PROCTOR_SLOTS and
 // PROCTOR_SAMPLE_ID say the same. The agent sees its slot too ({{ .Slot }}
 // in its templates, PROCTOR_SLOT in its environment).
 type Hooks struct {

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -99,11 +100,22 @@ func validateProbe(pr *corev1.Probe, ports sets.Set[string], p *field.Path) fiel
 	return nil
 }
 
-func validateHooks(h *Hooks, p *field.Path) field.ErrorList {
+func validateHooks(spec *EvaluationSpec, p *field.Path) field.ErrorList {
+	h := spec.Hooks
 	if h == nil {
 		return nil
 	}
 	errs := validateEnvNames(h.Env, p.Child("env"))
+	if h.Image == "" {
+		judges := spec.JudgeModels()
+		for i := range spec.Models {
+			if m := &spec.Models[i]; m.Provider != ProviderAgent && !judges[m.Name] {
+				errs = append(errs, field.Required(p.Child("image"), fmt.Sprintf("the image the hooks run in (with their tools): "+
+					"spec.models[%d] (%s) is not an agent, whose image they would use", i, m.Name)))
+				break
+			}
+		}
+	}
 	for _, hk := range []struct {
 		hook *Hook
 		name string

@@ -75,7 +75,7 @@ func ValidateSpec(spec *EvaluationSpec) field.ErrorList {
 	}
 	errs = append(errs, validateDuration(spec.TimeoutPerSample, true, p.Child("timeoutPerSample"))...)
 	errs = append(errs, validateServices(spec.Services, p.Child("services"))...)
-	errs = append(errs, validateHooks(spec.Hooks, p.Child("hooks"))...)
+	errs = append(errs, validateHooks(spec, p.Child("hooks"))...)
 	return errs
 }
 

@@ -44,6 +44,7 @@ func newShardCommand(s streams) *cobra.Command {
 	cmd.Flags().StringVar(&o.Model, cluster.FlagModel, "", "the model whose shard this is")
 	cmd.Flags().StringVar(&index, "index", index, "the shard's index (default $JOB_COMPLETION_INDEX)")
 	cmd.Flags().StringVar(&o.AgentSocket, cluster.FlagAgentSocket, "", "the Unix socket of the pod's agent executor (proctor agent-exec), which runs an agent model's processes in the agent's container")
+	cmd.Flags().StringVar(&o.HookSocket, cluster.FlagHookSocket, "", "the Unix socket of the executor of the pod's hooks container, which runs spec.hooks")
 	return cmd
 }
 
@@ -77,7 +78,8 @@ func podFlags(cmd *cobra.Command, o *shard.Options) {
 
 // runInPod connects to the cluster and runs fn until done or SIGTERM. Exit codes
 // tell the Job what to do: 0 done (or the run is obsolete), 2 invalid input (the
-// pod failure policy fails the shard at once), 1 anything else (retried).
+// pod failure policy fails the shard at once), 3 a hook that failed for good, 1
+// anything else (both retried).
 func runInPod(s streams, o shard.Options, fn func(context.Context, client.Client, shard.Options) error) (err error) {
 	defer func() {
 		if err != nil {
@@ -122,6 +124,8 @@ func podExit(s streams, err error) error {
 		return &exitError{code: exitFailed, err: err}
 	case errors.As(err, &invalidErr):
 		return invalid(err)
+	case shard.IsHookFailure(err):
+		return &exitError{code: cluster.ExitHookFailed, err: err}
 	}
 	return &exitError{code: exitFailed, err: err}
 }

@@ -17,6 +17,10 @@ const (
 	// missing API key) and no retry can fix it; the Job's pod failure policy
 	// fails the shard at once.
 	ExitInvalid = 2
+	// ExitHookFailed: a hook failed for good (hooks.setup, or a slot that
+	// hooks.repairTimeout did not see repaired); the Job retries the shard,
+	// and the controller names the hook.
+	ExitHookFailed = 3
 )
 
 // DatasetRoot is where a runner pod's PVC datasets are mounted, one directory a
@@ -36,6 +40,7 @@ const (
 	FlagRun           = "run"
 	FlagModel         = "model"
 	FlagAgentSocket   = "agent-socket"
+	FlagHookSocket    = "hook-socket"
 	FlagStorageBudget = "storage-budget"
 )
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/services"
@@ -181,4 +182,39 @@ func Services(spec *v1alpha1.EvaluationSpec, env Env) ([]services.Config, []stri
 		out = append(out, c)
 	}
 	return out, secrets, nil
+}
+
+// WatchedServices are the spec's services as a runner pod's runner watches
+// them (services.Watch): the kubelet runs them and their probes, and the
+// runner, beside them on the pod's network, runs what it can of each
+// readinessProbe itself: httpGet and tcpSocket as they are; for exec and
+// grpc, a connection to the service's first port. A service without either
+// is taken to be up.
+func WatchedServices(spec *v1alpha1.EvaluationSpec) []services.Config {
+	var out []services.Config
+	for i := range spec.Services {
+		s := &spec.Services[i]
+		c := services.Config{Name: s.Name, Ports: map[string]int32{}}
+		for _, p := range s.Ports {
+			if p.Name != "" {
+				c.Ports[p.Name] = p.ContainerPort
+			}
+		}
+		if p := s.ReadinessProbe; p != nil {
+			probe := p.DeepCopy()
+			if probe.HTTPGet == nil && probe.TCPSocket == nil {
+				probe.Exec, probe.GRPC = nil, nil
+				if len(s.Ports) > 0 {
+					probe.TCPSocket = &corev1.TCPSocketAction{Port: intstr.FromInt32(s.Ports[0].ContainerPort)}
+				}
+			}
+			if probe.HTTPGet != nil || probe.TCPSocket != nil {
+				c.Probe = probe
+			}
+		} else if len(s.Ports) > 0 {
+			c.Probe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(s.Ports[0].ContainerPort)}}, PeriodSeconds: 1}
+		}
+		out = append(out, c)
+	}
+	return out
 }

@@ -4,6 +4,10 @@
 // (its readinessProbe) within its probe's budget; one that exits is started
 // again, with a backoff, and the engine hears that it was down; all are
 // stopped when the run ends (SIGTERM to the process group, then SIGKILL).
+//
+// In a runner pod the kubelet runs the services (native sidecars); Watch
+// only probes them from the runner's container, which shares their network,
+// so that the engine hears of one that went down.
 package services
 
 import (
@@ -80,6 +84,7 @@ type Supervisor struct {
 	readyCh chan struct{}
 
 	stopping chan struct{}
+	stopOnce sync.Once
 	wg       sync.WaitGroup
 }
 
@@ -288,12 +293,19 @@ func (s *Supervisor) watch(svc *service, exited <-chan struct{}) {
 		tick = t.C
 	}
 	failures := 0
+	first := make(chan time.Time, 1)
+	first <- time.Time{} // a watched service is probed at once
+	if exited != nil {
+		first = nil // a started one was just found ready
+	}
 	for {
 		select {
 		case <-exited:
 			return
 		case <-s.stopping:
 			return
+		case <-first:
+			first = nil
 		case <-tick:
 		}
 		if err := s.probe(context.Background(), svc); err != nil {
@@ -373,16 +385,42 @@ func (s *Supervisor) WaitReady(ctx context.Context) error {
 	}
 }
 
+// Watch probes services that others run (a runner pod's sidecars) until
+// Stop: each is ready after a probe succeeds, and down after failureThreshold
+// failures in a row. A probe must be one this process can run from beside
+// the services: httpGet or tcpSocket; nil counts a service as always ready.
+func Watch(cfgs []Config, opts Options) *Supervisor {
+	s := &Supervisor{opts: opts, readyCh: make(chan struct{}), stopping: make(chan struct{})}
+	for _, c := range cfgs {
+		svc := &service{cfg: c, ready: c.Probe == nil, what: "was not ready yet"}
+		s.svcs = append(s.svcs, svc)
+		if c.Probe != nil {
+			s.wg.Go(func() { s.watch(svc, nil) })
+		}
+	}
+	s.mu.Lock()
+	s.updateReadyLocked()
+	s.mu.Unlock()
+	return s
+}
+
 // Stop stops every service: SIGTERM to its process group, SIGKILL after
-// the grace period. It removes their directories. It may be called once.
+// the grace period. It removes their directories. Watched services are only
+// no longer probed.
 func (s *Supervisor) Stop() {
+	s.stopOnce.Do(s.stop)
+}
+
+func (s *Supervisor) stop() {
 	close(s.stopping)
 	s.wg.Wait()
 	var wg sync.WaitGroup
 	for _, svc := range s.svcs {
 		wg.Go(func() {
 			s.terminate(svc)
-			_ = os.RemoveAll(svc.dir)
+			if svc.dir != "" {
+				_ = os.RemoveAll(svc.dir)
+			}
 		})
 	}
 	wg.Wait()
@@ -444,7 +482,7 @@ func (s *Supervisor) probe(ctx context.Context, svc *service) error {
 			if len(msg) > 200 {
 				msg = msg[len(msg)-200:]
 			}
-			return fmt.Errorf("exec probe %v: %v %s", argv, err, msg)
+			return fmt.Errorf("exec probe %v: %w %s", argv, err, msg)
 		}
 		return nil
 	case p.TCPSocket != nil:

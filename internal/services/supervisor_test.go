@@ -80,9 +80,9 @@ func helper(t *testing.T, mode string, delay time.Duration, port int32) Config {
 		t.Fatal(err)
 	}
 	return Config{
-		Name: "db",
-		Argv: []string{self},
-		Env:  []string{"SERVICE_MODE=" + mode, "SERVICE_DELAY=" + delay.String(), "SERVICE_PORT=" + strconv.Itoa(int(port))},
+		Name:  "db",
+		Argv:  []string{self},
+		Env:   []string{"SERVICE_MODE=" + mode, "SERVICE_DELAY=" + delay.String(), "SERVICE_PORT=" + strconv.Itoa(int(port))},
 		Ports: map[string]int32{"pg": port},
 		Probe: &corev1.Probe{
 			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("pg")}},

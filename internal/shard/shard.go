@@ -21,6 +21,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/compile"
+	"github.com/proctor-dev/proctor/internal/services"
 	"github.com/proctor-dev/proctor/internal/source"
 	"github.com/proctor-dev/proctor/runner"
 )
@@ -42,6 +43,9 @@ type Options struct {
 	// AgentSocket is the Unix socket of the pod's agent executor, which runs an
 	// agent model's processes in their own container; "" runs them here.
 	AgentSocket string
+	// HookSocket is the Unix socket of the executor of the pod's hooks
+	// container, which runs spec.hooks.
+	HookSocket string
 	// FlushEvery is how often progress and records are written (default 3s).
 	FlushEvery time.Duration
 	// BudgetEvery is how often the budgets are read (default 2s).
@@ -110,6 +114,7 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		Datasets:       []string{sh.Dataset},
 		Models:         models,
 		AgentExecutor:  o.AgentSocket,
+		HookExecutor:   o.HookSocket,
 		ModelEndpoints: endpoints,
 		ResolveSource: func(ds *v1alpha1.Dataset) (string, error) {
 			return resolveSource(ctx, c, o, ev, ds)
@@ -131,7 +136,17 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		return err
 	}
 	store.SetStorageBudget(plan.StorageShare(&ev.Spec, sh))
-	eng, err := runner.New(p, runner.Options{Log: log})
+	tasks := []runner.Task{{Model: sh.Model, Dataset: sh.Dataset, Start: sh.Start, End: sh.End}}
+	engOpts := runner.Options{Log: log}
+	if len(ev.Spec.Services) > 0 {
+		svc := services.Watch(compile.WatchedServices(&ev.Spec), services.Options{Log: log})
+		defer svc.Stop()
+		engOpts.Services = svc
+	}
+	if err := setup(ctx, p, tasks, engOpts.Services, log); err != nil {
+		return err
+	}
+	eng, err := runner.New(p, engOpts)
 	if err != nil {
 		return &InvalidError{err}
 	}
@@ -194,7 +209,6 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		defer close(loopsDone)
 		b.loop(loopCtx)
 	}()
-	tasks := []runner.Task{{Model: sh.Model, Dataset: sh.Dataset, Start: sh.Start, End: sh.End}}
 	runErr := eng.RunDraining(runCtx, tasks, store, runner.Drain{Begin: ctx.Done(), Grace: o.GracePeriod})
 	stopLoops()
 	<-loopsDone

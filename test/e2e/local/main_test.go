@@ -174,12 +174,12 @@ func (w *workspace) proctor(args ...string) result {
 
 // process is a proctor process started in the background.
 type process struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	stdout *syncBuffer
-	stderr *syncBuffer
-	start  time.Time
-	done   chan struct{}
+	t       *testing.T
+	cmd     *exec.Cmd
+	stdout  *syncBuffer
+	stderr  *syncBuffer
+	start   time.Time
+	done    chan struct{}
 	err     error
 	cancel  context.CancelFunc
 	timeout time.Duration
