@@ -6,12 +6,15 @@
 #   fakellm.tar  ghcr.io/proctor-dev/proctor-fakellm:$IMAGE_TAG  /fakellm, the fake model API
 #   pause.tar    localhost/pause:3.10                            /pause, the pod sandbox
 #   busybox.tar  docker.io/library/busybox:1.35.0                the host's static busybox
+#   postgres.tar ghcr.io/proctor-dev/proctor-postgres:$IMAGE_TAG the host's PostgreSQL (Debian's
+#                                                                 packages) with the libraries it
+#                                                                 loads, and the static busybox
 #
 # Load one into containerd with: ctr -n k8s.io images import bin/images/proctor.tar
 #
 # Usage: hack/build-images.sh [out-dir]   (default bin/images)
 # Environment: IMAGE_TAG (v0.1.0), VERSION (git describe, as in the Makefile),
-# PROCTOR_IMAGE, FAKELLM_IMAGE, PAUSE_IMAGE, BUSYBOX_IMAGE (the references),
+# PROCTOR_IMAGE, FAKELLM_IMAGE, PAUSE_IMAGE, BUSYBOX_IMAGE, POSTGRES_IMAGE (the references),
 # GOARCH (the Go toolchain's), BUSYBOX (/usr/bin/busybox), CA_BUNDLE
 # (/etc/ssl/certs/ca-certificates.crt), SOURCE_DATE_EPOCH (every timestamp; 0).
 #
@@ -36,6 +39,7 @@ PROCTOR_IMAGE=${PROCTOR_IMAGE:-ghcr.io/proctor-dev/proctor:$IMAGE_TAG}
 FAKELLM_IMAGE=${FAKELLM_IMAGE:-ghcr.io/proctor-dev/proctor-fakellm:$IMAGE_TAG}
 PAUSE_IMAGE=${PAUSE_IMAGE:-localhost/pause:3.10}
 BUSYBOX_IMAGE=${BUSYBOX_IMAGE:-docker.io/library/busybox:1.35.0}
+POSTGRES_IMAGE=${POSTGRES_IMAGE:-ghcr.io/proctor-dev/proctor-postgres:$IMAGE_TAG}
 BUSYBOX=${BUSYBOX:-/usr/bin/busybox}
 CA_BUNDLE=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 ARCH=${GOARCH:-$(go env GOARCH)}
@@ -45,7 +49,8 @@ LDFLAGS="-s -w -X github.com/proctor-dev/proctor/internal/version.Version=$VERSI
 
 # The host packages the images need (the static busybox, CA certificates), unless
 # the caller names its own files.
-if [[ $BUSYBOX == /usr/bin/busybox && ! -x $BUSYBOX ]] || [[ ! -f $CA_BUNDLE && $CA_BUNDLE == /etc/ssl/certs/ca-certificates.crt ]]; then
+if [[ $BUSYBOX == /usr/bin/busybox && ! -x $BUSYBOX ]] || [[ ! -f $CA_BUNDLE && $CA_BUNDLE == /etc/ssl/certs/ca-certificates.crt ]] ||
+  ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
   "$ROOT/hack/install-host-deps.sh" images || die "the host packages the images need could not be installed"
 fi
 [[ -f $CA_BUNDLE ]] || die "no CA bundle at $CA_BUNDLE: install the Debian package ca-certificates, or set CA_BUNDLE"
@@ -134,7 +139,40 @@ image busybox "$BUSYBOX" "$CA_BUNDLE" -- \
   -tag "$BUSYBOX_IMAGE" -file "/bin/busybox=$BUSYBOX:0755" -cmd sh -ca-bundle "$CA_BUNDLE" \
   "${busybox_links[@]}"
 
+# proctor-postgres: the services and hooks of the CRM example (docs/examples/crm)
+# in a cluster. Debian's PostgreSQL, newest major version installed, with the
+# libraries its programs load (their ldd closure, the loader included), and the
+# static busybox for the scripts of services, hooks and agents. Not JIT
+# (llvmjit and its bitcode stay out: PostgreSQL runs without them).
+pg_bin=$(compgen -G '/usr/lib/postgresql/*/bin' | sort -V | tail -n1)
+[[ -x $pg_bin/postgres ]] || die "no PostgreSQL server: apt-get install postgresql (hack/install-host-deps.sh images)"
+pg_version=$(basename "$(dirname "$pg_bin")")
+stage=$BUILD/postgres-root
+rm -rf "$stage"
+mkdir -p "$stage/usr/lib/postgresql/$pg_version" "$stage/usr/share/postgresql" "$stage/usr/share/zoneinfo"
+cp -a "$pg_bin" "$stage/usr/lib/postgresql/$pg_version/"
+cp -a "/usr/lib/postgresql/$pg_version/lib" "$stage/usr/lib/postgresql/$pg_version/"
+rm -rf "$stage/usr/lib/postgresql/$pg_version/lib/bitcode" "$stage/usr/lib/postgresql/$pg_version/lib/llvmjit"*
+cp -a "/usr/share/postgresql/$pg_version" "$stage/usr/share/postgresql/"
+for tz in UTC GMT Etc/UTC; do
+  mkdir -p "$stage/usr/share/zoneinfo/$(dirname "$tz")"
+  cp -L "/usr/share/zoneinfo/$tz" "$stage/usr/share/zoneinfo/$tz"
+done
+while read -r lib; do
+  mkdir -p "$stage$(dirname "$lib")"
+  cp -L "$lib" "$stage$lib"
+done < <(find "$stage/usr/lib/postgresql/$pg_version" -type f \( -perm -u+x -o -name '*.so' \) -exec ldd {} \; 2>/dev/null |
+  awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}' | sort -u)
+[[ -n $(compgen -G "$stage/lib*/ld-linux*") || -n $(compgen -G "$stage/usr/lib*/ld-linux*") ]] ||
+  die "no dynamic loader among PostgreSQL's libraries (ldd printed none)"
+(cd "$stage" && find . -type f -print0 | sort -z | xargs -0 sha256sum) >"$BUILD/postgres-root.sums"
+mapfile -d '' postgres_labels < <(labels proctor-postgres)
+image postgres "$BUSYBOX" "$CA_BUNDLE" "$BUILD/postgres-root.sums" -- \
+  -tag "$POSTGRES_IMAGE" -tree "/=$stage" -file "/bin/busybox=$BUSYBOX:0755" "${busybox_links[@]}" -allow-dynamic \
+  -env "PATH=/usr/lib/postgresql/$pg_version/bin:/usr/local/bin:/usr/bin:/bin" -env TZ=UTC -cmd sh \
+  -user 65532:65532 -workdir /home/nonroot -ca-bundle "$CA_BUNDLE" "${postgres_labels[@]}"
+
 echo "build-images: built: ${built[*]:-nothing}; up to date: ${skipped[*]:-none}"
-for name in proctor fakellm pause busybox; do
+for name in proctor fakellm pause busybox postgres; do
   ls -l "$OUT/$name.tar"
 done

@@ -358,8 +358,8 @@ func checkBinary(file, arch string) error {
 	f, err := elf.Open(file)
 	if err != nil {
 		var fe *elf.FormatError
-		if errors.As(err, &fe) {
-			return nil // not ELF
+		if errors.As(err, &fe) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil // not ELF (or shorter than an ELF header)
 		}
 		return err
 	}

@@ -19,7 +19,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -86,7 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, string, error) {
 	fs := flag.NewFlagSet("image", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		tags, files, dirs, links, entrypoint, cmd, env, labels listFlag
+		tags, files, dirs, links, trees, entrypoint, cmd, env, labels listFlag
 	)
 	opts := &options{labels: map[string]string{}}
 	fs.StringVar(&opts.out, "o", "", "`path` of the docker-archive tarball to write (required)")
@@ -94,6 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, string, error) {
 	fs.Var(&files, "file", "add a file: `DEST=SRC[:MODE]`, MODE octal, default the source's permissions; owner 0:0 (repeatable)")
 	fs.Var(&dirs, "dir", "add an empty directory: `DEST[:MODE[:UID:GID]]`, default 0755 0:0 (repeatable)")
 	fs.Var(&links, "symlink", "add a symbolic link: `DEST=TARGET` (repeatable)")
+	fs.Var(&trees, "tree", "add a directory's whole tree at DEST: `DEST=SRCDIR`, with its files' modes and its symbolic links as they are; owner 0:0 (repeatable)")
 	fs.Var(&entrypoint, "entrypoint", "one `arg` of the entrypoint (repeatable, in order)")
 	fs.Var(&cmd, "cmd", "one `arg` of the default command (repeatable, in order)")
 	fs.StringVar(&opts.user, "user", "", "`uid[:gid]` the container runs as (default root)")
@@ -156,6 +160,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, string, error) {
 			return nil, "", err
 		}
 		opts.entries = append(opts.entries, e)
+	}
+	for _, t := range trees {
+		es, err := parseTree(t)
+		if err != nil {
+			return nil, "", err
+		}
+		opts.entries = append(opts.entries, es...)
 	}
 	opts.entrypoint, opts.cmd = entrypoint, cmd
 	for _, e := range env {
@@ -223,6 +234,54 @@ func parseDir(v string) (entry, error) {
 		return entry{}, fmt.Errorf("-dir %q: want DEST[:MODE[:UID:GID]]", v)
 	}
 	return e, nil
+}
+
+// parseTree parses -tree DEST=SRCDIR and reads the tree's entries: its
+// directories, regular files and symbolic links (not followed).
+func parseTree(v string) ([]entry, error) {
+	dest, src, ok := strings.Cut(v, "=")
+	if !ok || src == "" {
+		return nil, fmt.Errorf("-tree %q: want DEST=SRCDIR", v)
+	}
+	if dest != "/" {
+		if _, err := cleanPath(dest); err != nil {
+			return nil, fmt.Errorf("-tree %q: %w", v, err)
+		}
+	}
+	var out []entry
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		e := entry{path: path.Join(dest, filepath.ToSlash(rel))}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			e.kind, e.mode = kindDir, int64(info.Mode().Perm())
+		case d.Type()&fs.ModeSymlink != 0:
+			if e.target, err = os.Readlink(p); err != nil {
+				return err
+			}
+			e.kind, e.mode = kindSymlink, 0o777
+		case d.Type().IsRegular():
+			e.kind, e.src, e.mode = kindFile, p, int64(info.Mode().Perm())
+		default:
+			return fmt.Errorf("%s is neither a directory, a regular file nor a symbolic link", p)
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("-tree %q: %w", v, err)
+	}
+	return out, nil
 }
 
 // parseSymlink parses -symlink DEST=TARGET.

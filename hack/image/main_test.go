@@ -347,3 +347,45 @@ func TestCheckBinary(t *testing.T) {
 		t.Errorf("-file /ls=/bin/ls: %v, want dynamically linked", err)
 	}
 }
+
+func TestTree(t *testing.T) {
+	dir, _, ca := fixture(t)
+	root := filepath.Join(dir, "root")
+	for _, d := range []string{"usr/lib/pg/bin", "usr/share/pg"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "usr/lib/pg/bin/postgres"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "usr/share/pg/postgres.bki"), []byte("bki"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../lib/pg/bin/postgres", filepath.Join(root, "usr/share/postmaster")); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "tree.tar")
+	buildImage(t, "-o", out, "-tag", "localhost/pg:1", "-ca-bundle", ca, "-tree", "/="+root)
+	img, err := tarball.ImageFromPath(out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdrs, files := layerFiles(t, img)
+	got := map[string]*tar.Header{}
+	for _, h := range hdrs {
+		got[h.Name] = h
+	}
+	if h := got["usr/lib/pg/bin/postgres"]; h == nil || h.Mode != 0o755 || string(files["usr/lib/pg/bin/postgres"]) != "#!/bin/sh\n" {
+		t.Errorf("usr/lib/pg/bin/postgres = %+v, want the file, 0755", h)
+	}
+	if h := got["usr/share/pg/postgres.bki"]; h == nil || h.Mode != 0o600 {
+		t.Errorf("usr/share/pg/postgres.bki = %+v, want its mode kept", h)
+	}
+	if h := got["usr/share/postmaster"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "../lib/pg/bin/postgres" {
+		t.Errorf("usr/share/postmaster = %+v, want the link as it is", h)
+	}
+	if h := got["etc/passwd"]; h == nil {
+		t.Error("the skeleton is gone")
+	}
+}
