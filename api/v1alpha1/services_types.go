@@ -60,9 +60,12 @@ type Service struct {
 	// readinessProbe says when the service can take work. The runner starts
 	// no hook and no sample before every service is ready; one that is not
 	// ready within initialDelaySeconds + periodSeconds × failureThreshold
-	// fails the run, naming it. Without a probe a service is ready once
-	// started. exec, httpGet and tcpSocket work in both modes; grpc in a
-	// cluster only.
+	// fails the run, naming it (ServiceNotReady). While samples run, one
+	// failed probe counts the service down: a sample that fails then is the
+	// service's error (kind service), and no sample starts until it is back.
+	// Without a probe a service is ready once started. exec, httpGet and
+	// tcpSocket work in both modes; grpc in a cluster only. In a cluster the
+	// runner probes exec and grpc services by connecting to their first port.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule=`(has(self.exec) ? 1 : 0) + (has(self.httpGet) ? 1 : 0) + (has(self.tcpSocket) ? 1 : 0) + (has(self.grpc) ? 1 : 0) == 1`,message="readinessProbe needs exactly one of exec, httpGet, tcpSocket or grpc"
 	ReadinessProbe *corev1.Probe `json:"readinessProbe,omitempty"`

@@ -282,8 +282,7 @@ func (s *Supervisor) supervise(svc *service) {
 }
 
 // watch probes a running svc every period, until its process exits or the
-// supervisor stops. failureThreshold failures in a row make it not ready,
-// one success ready again.
+// supervisor stops. A failure makes it not ready, a success ready again.
 func (s *Supervisor) watch(svc *service, exited <-chan struct{}) {
 	p := svc.cfg.Probe
 	var tick <-chan time.Time
@@ -292,7 +291,6 @@ func (s *Supervisor) watch(svc *service, exited <-chan struct{}) {
 		defer t.Stop()
 		tick = t.C
 	}
-	failures := 0
 	first := make(chan time.Time, 1)
 	first <- time.Time{} // a watched service is probed at once
 	if exited != nil {
@@ -308,14 +306,12 @@ func (s *Supervisor) watch(svc *service, exited <-chan struct{}) {
 			first = nil
 		case <-tick:
 		}
+		// One failed probe counts: a sample that failed while it did is
+		// the service's (failureThreshold is the budget to start, spent).
 		if err := s.probe(context.Background(), svc); err != nil {
-			failures++
-			if failures >= probeThreshold(p) {
-				s.setReady(svc, false, "was not ready ("+err.Error()+")")
-			}
+			s.setReady(svc, false, "was not ready ("+err.Error()+")")
 			continue
 		}
-		failures = 0
 		s.setReady(svc, true, "")
 	}
 }
@@ -386,8 +382,7 @@ func (s *Supervisor) WaitReady(ctx context.Context) error {
 }
 
 // Watch probes services that others run (a runner pod's sidecars) until
-// Stop: each is ready after a probe succeeds, and down after failureThreshold
-// failures in a row. A probe must be one this process can run from beside
+// Stop: each is ready after a probe succeeds, and down after one fails. A probe must be one this process can run from beside
 // the services: httpGet or tcpSocket; nil counts a service as always ready.
 func Watch(cfgs []Config, opts Options) *Supervisor {
 	s := &Supervisor{opts: opts, readyCh: make(chan struct{}), stopping: make(chan struct{})}
@@ -555,7 +550,7 @@ func exitStatus(svc *service) string {
 		return "unknown status"
 	}
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "killed by " + ws.Signal().String()
+		return fmt.Sprintf("signal %d: %s", int(ws.Signal()), ws.Signal())
 	}
 	return "status " + strconv.Itoa(cmd.ProcessState.ExitCode())
 }
