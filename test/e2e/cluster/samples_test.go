@@ -42,6 +42,9 @@ var sampleOutcome = map[string]struct {
 	"experiment":    {"4/4", "1.0000", 4},
 	// Its agent asks twice through the same endpoint; the fake server computes.
 	"coding-agent": {"3/3", "1.0000", 3},
+	// 3 agents x 12 conversations, each in its slot's database: every one
+	// sees exactly its own contacts.
+	"crm-agents": {"36/36", "1.0000", 36},
 }
 
 // TestSamples applies every file in config/samples, as the README tells users,
