@@ -616,8 +616,9 @@ func (r *EvaluationReconciler) evaluationOfJob(ctx context.Context, ns, name str
 }
 
 // TrimPod keeps of a runner pod what the controller reads (its identity,
-// labels, annotations and owner, its containers' names, resources and restart
-// policies (which tell a sidecar), and its status), for the manager's cache: a pod's spec (environment, volumes, the
+// labels, annotations and owner, its containers' names, resources, restart
+// policies (which tell a sidecar) and startup probes (a service's budget), and
+// its status), for the manager's cache: a pod's spec (environment, volumes, the
 // agent's init container's command) is most of its size, and a cluster may hold
 // thousands of runner pods. It is a cache transform: obj is changed in place.
 func TrimPod(obj any) (any, error) {
@@ -629,7 +630,7 @@ func TrimPod(obj any) (any, error) {
 	trim := func(cs []corev1.Container) []corev1.Container {
 		out := make([]corev1.Container, len(cs))
 		for i, c := range cs {
-			out[i] = corev1.Container{Name: c.Name, Resources: c.Resources, RestartPolicy: c.RestartPolicy}
+			out[i] = corev1.Container{Name: c.Name, Resources: c.Resources, RestartPolicy: c.RestartPolicy, StartupProbe: c.StartupProbe}
 		}
 		return out
 	}

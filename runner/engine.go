@@ -382,6 +382,9 @@ func (e *Engine) divideEndpoints(active map[string]bool) {
 	}
 }
 
+// slotRange is a model's slots: first to first+concurrency-1, of total.
+type slotRange struct{ first, total int }
+
 // runModel works through a model's tasks in order. Its concurrency is a pool of
 // that many workers fed one sample at a time: as soon as one finishes the next
 // starts (a sliding window), and workers keep their grown stacks between samples.
@@ -389,9 +392,6 @@ func (e *Engine) divideEndpoints(active map[string]bool) {
 // A model whose quota does not recover (ThrottledOutError) stops alone: its
 // samples in flight leave no record, the other models go on, and the error is
 // returned.
-// slotRange is a model's slots: first to first+concurrency-1, of total.
-type slotRange struct{ first, total int }
-
 func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *modelRun, tasks []Task, sink Sink, slots slotRange) error {
 	ctx, throttledOut := context.WithCancelCause(ctx)
 	defer throttledOut(nil)

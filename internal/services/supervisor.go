@@ -356,8 +356,11 @@ func (s *Supervisor) Mark() uint64 {
 	return s.gen
 }
 
-// Since implements runner.Services.
+// Since implements runner.Services. It probes the services that are up
+// first: a sample fails at the moment its service does, before the next
+// periodic probe would tell.
 func (s *Supervisor) Since(mark uint64) error {
+	s.probeNow()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, svc := range s.svcs {
@@ -366,6 +369,26 @@ func (s *Supervisor) Since(mark uint64) error {
 		}
 	}
 	return nil
+}
+
+// probeNow probes at once every service that is up and has a probe, and
+// records those that fail as down.
+func (s *Supervisor) probeNow() {
+	var wg sync.WaitGroup
+	for _, svc := range s.svcs {
+		s.mu.Lock()
+		up := svc.ready && svc.cfg.Probe != nil
+		s.mu.Unlock()
+		if !up {
+			continue
+		}
+		wg.Go(func() {
+			if err := s.probe(context.Background(), svc); err != nil {
+				s.setReady(svc, false, "was not ready ("+err.Error()+")")
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // WaitReady implements runner.Services.

@@ -178,3 +178,42 @@ func TestCrashedServiceIsRestarted(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestSinceProbesAtOnce: a sample that fails the moment its service goes
+// down hears of it, though the next periodic probe is a while away.
+func TestSinceProbesAtOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := int32(ln.Addr().(*net.TCPAddr).Port)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	s := Watch([]Config{{Name: "db", Probe: &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(port)}},
+		PeriodSeconds: 3600,
+	}}}, opts(t))
+	defer s.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatalf("WaitReady: %v", err)
+	}
+	mark := s.Mark()
+	if err := s.Since(mark); err != nil {
+		t.Fatalf("Since while up: %v", err)
+	}
+	ln.Close()
+	err = s.Since(mark)
+	var se *runner.ServiceError
+	if !errors.As(err, &se) || !strings.HasPrefix(err.Error(), "service db was not ready (tcpSocket probe: ") {
+		t.Errorf("Since after the service closed: %v", err)
+	}
+}

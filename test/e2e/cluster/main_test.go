@@ -82,15 +82,26 @@ func envOr(k, def string) string {
 // setUp installs the chart and the fake model server, as the README tells users.
 func setUp() error {
 	start := time.Now()
-	if _, err := run(3*time.Minute, helmBin, "upgrade", "--install", release, filepath.Join(repo, "charts", "proctor"),
-		"--namespace", releaseNamespace, "--create-namespace", "--wait", "--timeout", "2m"); err != nil {
+	out, err := run(3*time.Minute, helmBin, "upgrade", "--install", release, filepath.Join(repo, "charts", "proctor"),
+		"--namespace", releaseNamespace, "--create-namespace", "--wait", "--timeout", "2m")
+	if err != nil {
 		return err
 	}
 	record("helm install --wait", time.Since(start))
+	if !strings.Contains(out, "REVISION: 1\n") {
+		// A cluster kept from an earlier run (KEEP_CLUSTER=1): its images were
+		// imported again under the same tags, which no upgrade rolls out.
+		if _, err := kubectl("-n", releaseNamespace, "rollout", "restart", "deployment", "-l", "app.kubernetes.io/name=proctor"); err != nil {
+			return err
+		}
+		if _, err := kubectl("-n", releaseNamespace, "rollout", "status", "deployment", "-l", "app.kubernetes.io/name=proctor", "--timeout=2m"); err != nil {
+			return err
+		}
+	}
 	if _, err := kubectl("apply", "-k", filepath.Join(repo, "config", "fakellm")); err != nil {
 		return err
 	}
-	_, err := kubectl("-n", releaseNamespace, "rollout", "status", "deployment/fakellm", "--timeout=2m")
+	_, err = kubectl("-n", releaseNamespace, "rollout", "status", "deployment/fakellm", "--timeout=2m")
 	return err
 }
 

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/testutil"
 )
 
 // crmEvaluation is docs/examples/crm/evaluation.yaml for a cluster: named
@@ -150,6 +151,7 @@ func TestStatefulAgentsInTheirOwnDatabases(t *testing.T) {
 // timeout.
 func TestServiceFaults(t *testing.T) {
 	ns := crmNamespace(t, "e2e-service-faults")
+	// Alone first, so that its budget is not lost among the others' pods.
 	applyYAML(t, ns, `apiVersion: proctor.dev/v1alpha1
 kind: Evaluation
 metadata: {name: never-ready}
@@ -160,7 +162,7 @@ spec:
   services:
   - name: mock-api
     image: busybox:1.35.0
-    command: [sh, -c, "echo starting; exec sleep 3600"]
+    command: [sh, -c, "echo starting; trap 'exit 0' TERM; sleep 3600 & wait"]
     ports: [{name: http, containerPort: 8081}]
     readinessProbe: {tcpSocket: {port: http}, periodSeconds: 1, failureThreshold: 3}
   hooks:
@@ -169,8 +171,9 @@ spec:
   - name: echo
     provider: agent
     agent: {image: busybox:1.35.0, command: [echo, x]}
----
-apiVersion: proctor.dev/v1alpha1
+`)
+	watchColumns(t, ns, 3*time.Minute, "never-ready")
+	applyYAML(t, ns, `apiVersion: proctor.dev/v1alpha1
 kind: Evaluation
 metadata: {name: hook-hangs}
 spec:
@@ -188,20 +191,20 @@ spec:
     agent: {image: busybox:1.35.0, command: [echo, x]}
   scoring: [{type: exact_match}]
 `)
-	applyYAML(t, ns, crmEvaluation(t, "crm-crash", 16, func(s string) string {
-		// PostgreSQL kills itself 20s after its first start; its data, in
-		// the service's emptyDir, outlives the container.
-		return strings.Replace(s, `      exec postgres -D`, `      [ -f "$data/../crashed" ] || { sleep 20; touch "$data/../crashed"; kill -9 $$; } &
-      exec postgres -D`, 1)
+	applyYAML(t, ns, crmEvaluation(t, "crm-crash", 40, func(s string) string {
+		// 6s after PostgreSQL's start the conversations are under way (the
+		// runner starts once it is ready); the service's emptyDir outlives
+		// the container the kubelet restarts.
+		return testutil.PostgresCrashOnce(s, 6)
 	}))
-	final := watchColumns(t, ns, 8*time.Minute, "never-ready", "hook-hangs", "crm-crash")
+	final := watchColumns(t, ns, 8*time.Minute, "hook-hangs", "crm-crash")
 
 	ev := getEvaluation(t, ns, "never-ready")
 	if ev.Status.Phase != v1alpha1.PhaseFailed || ev.Status.Reason != v1alpha1.ReasonServiceNotReady ||
-		!strings.Contains(ev.Status.Message, "service mock-api did not become ready within its readinessProbe's budget (3s") {
+		!strings.Contains(ev.Status.Message, "service mock-api did not become ready within its readinessProbe's budget (3s: initialDelaySeconds 0 + periodSeconds 1 × failureThreshold 3)") {
 		t.Errorf("never-ready: phase %s reason %s message %q; want Failed, ServiceNotReady naming mock-api", ev.Status.Phase, ev.Status.Reason, ev.Status.Message)
 	}
-	if d := ev.Status.CompletionTime.Sub(ev.Status.StartTime.Time); d > 2*time.Minute {
+	if d := ev.Status.CompletionTime.Sub(ev.Status.StartTime.Time); d > time.Minute {
 		t.Errorf("never-ready took %s to fail on a 3s budget", d)
 	}
 
@@ -219,12 +222,12 @@ spec:
 		}
 	}
 
-	if got := final["crm-crash"]; got[0] != "Succeeded" || got[1] != "16/16" {
+	if got := final["crm-crash"]; got[0] != "Succeeded" || got[1] != "40/40" {
 		ev := getEvaluation(t, ns, "crm-crash")
-		t.Errorf("crm-crash: %v, want Succeeded 16/16; message %q", got, ev.Status.Message)
+		t.Errorf("crm-crash: %v, want Succeeded 40/40; message %q", got, ev.Status.Message)
 	}
 	recs, _ = fetchRecords(t, ns, "crm-crash")
-	exactlyOnce(t, recs, 16)
+	exactlyOnce(t, recs, 40)
 	failed, example := 0, ""
 	for _, r := range recs {
 		switch {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proctor-dev/proctor/internal/testutil"
 )
 
 // TestServiceThatNeverBecomesReady fails the run within its probe's budget,
@@ -86,8 +88,7 @@ func TestServiceCrashMidRun(t *testing.T) {
 	w := crmWorkspace(t, n, func(s string) string {
 		// One agent model; PostgreSQL kills itself 8s after its first start.
 		s = s[:strings.Index(s, "  - name: gpt-4-1\n")] + s[strings.Index(s, "  scoring:"):]
-		return strings.Replace(s, `      exec postgres -D`, `      [ -f "$data/../crashed" ] || { sleep 8; touch "$data/../crashed"; kill -9 $$; } &
-      exec postgres -D`, 1)
+		return testutil.PostgresCrashOnce(s, 8)
 	})
 	r := w.run()
 	if r.Code != 0 {
