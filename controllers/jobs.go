@@ -122,10 +122,13 @@ func (r *EvaluationReconciler) shardJob(p *pass, model string, shards int) *batc
 					OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
 				},
 				{
-					// Invalid input: retrying cannot help.
+					// Invalid input, or a hook that failed for good (setup, or
+					// a slot that stayed broken past hooks.repairTimeout):
+					// retrying cannot help.
 					Action: batchv1.PodFailurePolicyActionFailIndex,
 					OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
-						ContainerName: ptr.To(runnerName), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{cluster.ExitInvalid},
+						ContainerName: ptr.To(runnerName), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn,
+						Values: []int32{cluster.ExitInvalid, cluster.ExitHookFailed},
 					},
 				},
 			}},

@@ -161,7 +161,7 @@ func TestShardJobGolden(t *testing.T) {
 				{
 					Action: batchv1.PodFailurePolicyActionFailIndex,
 					OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
-						ContainerName: ptr.To("runner"), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{2},
+						ContainerName: ptr.To("runner"), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{2, 3},
 					},
 				},
 			}},

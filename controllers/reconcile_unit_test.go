@@ -800,7 +800,7 @@ func TestReconcileShardFailed(t *testing.T) {
 	h.mustReconcile(ev)
 
 	st := h.eval("arith").Status
-	wantMsg := "1 shard(s) failed (each is retried up to 3 times, a configuration error not at all): big/1 (d samples 5-9); see the logs of their pods"
+	wantMsg := "1 shard(s) failed (each is retried up to 3 times, a configuration error or a failed hook not at all): big/1 (d samples 5-9); see the logs of their pods"
 	if st.Phase != v1alpha1.PhaseFailed || st.Message != wantMsg {
 		t.Errorf("phase %q message %q, want Failed %q", st.Phase, st.Message, wantMsg)
 	}

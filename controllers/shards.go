@@ -269,7 +269,7 @@ func failedShards(shards []shardState, retries int32) (reason, message string) {
 	if reason != v1alpha1.ReasonShardsFailed {
 		sep = "; " // the causes have commas of their own
 	}
-	message = fmt.Sprintf("%d shard(s) failed (each is retried up to %d times, a configuration error not at all): %s",
+	message = fmt.Sprintf("%d shard(s) failed (each is retried up to %d times, a configuration error or a failed hook not at all): %s",
 		len(names), retries, strings.Join(names, sep))
 	if unexplained {
 		message += "; see the logs of their pods"

@@ -98,7 +98,7 @@ func TestObserveShards(t *testing.T) {
 	if p.result.RequeueAfter != 30*time.Second {
 		t.Errorf("RequeueAfter = %v, want StaleAfter", p.result.RequeueAfter)
 	}
-	wantEvent := []event{{corev1.EventTypeWarning, v1alpha1.ReasonShardFailed, "1 shard(s) failed (each is retried up to 3 times, a configuration error not at all): big/1 (d samples 5-9): pod arith-big-1-x (shard big/1) failed (attempt 1)"}}
+	wantEvent := []event{{corev1.EventTypeWarning, v1alpha1.ReasonShardFailed, "1 shard(s) failed (each is retried up to 3 times, a configuration error or a failed hook not at all): big/1 (d samples 5-9): pod arith-big-1-x (shard big/1) failed (attempt 1)"}}
 	if diff := cmp.Diff(wantEvent, p.events, cmp.AllowUnexported(event{})); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
@@ -303,20 +303,20 @@ func TestFailedShards(t *testing.T) {
 		st("small", "d", 1, 100, 200, true),
 		st("big", "e", 2, 0, 7, true),
 	}
-	want := "2 shard(s) failed (each is retried up to 3 times, a configuration error not at all): small/1 (d samples 100-199), big/2 (e samples 0-6); see the logs of their pods"
+	want := "2 shard(s) failed (each is retried up to 3 times, a configuration error or a failed hook not at all): small/1 (d samples 100-199), big/2 (e samples 0-6); see the logs of their pods"
 	if reason, got := failedShards(shards, 3); got != want || reason != v1alpha1.ReasonShardsFailed {
 		t.Errorf("failedShards = %q, %q\nwant            %q, %q", reason, got, v1alpha1.ReasonShardsFailed, want)
 	}
 	// With the pods' causes: the first names the reason, and no log is needed.
 	shards[1].cause = &problem{reason: "OOMKilled", message: "pod p1 (shard small/1) container runner was OOMKilled (exit code 137, memory limit 8Mi)"}
 	shards[2].cause = &problem{reason: v1alpha1.ReasonConfigurationError, message: "pod p2 (shard big/2) stopped on a configuration error (exit code 2), which no retry can fix: bad template"}
-	want = "2 shard(s) failed (each is retried up to 3 times, a configuration error not at all): " +
+	want = "2 shard(s) failed (each is retried up to 3 times, a configuration error or a failed hook not at all): " +
 		"small/1 (d samples 100-199): pod p1 (shard small/1) container runner was OOMKilled (exit code 137, memory limit 8Mi); " +
 		"big/2 (e samples 0-6): pod p2 (shard big/2) stopped on a configuration error (exit code 2), which no retry can fix: bad template"
 	if reason, got := failedShards(shards, 3); got != want || reason != "OOMKilled" {
 		t.Errorf("failedShards with causes = %q, %q\nwant %q, %q", reason, got, "OOMKilled", want)
 	}
-	if _, got := failedShards(nil, 0); got != "0 shard(s) failed (each is retried up to 0 times, a configuration error not at all): " {
+	if _, got := failedShards(nil, 0); got != "0 shard(s) failed (each is retried up to 0 times, a configuration error or a failed hook not at all): " {
 		t.Errorf("failedShards(nil) = %q", got)
 	}
 }

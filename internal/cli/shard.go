@@ -78,8 +78,8 @@ func podFlags(cmd *cobra.Command, o *shard.Options) {
 
 // runInPod connects to the cluster and runs fn until done or SIGTERM. Exit codes
 // tell the Job what to do: 0 done (or the run is obsolete), 2 invalid input (the
-// pod failure policy fails the shard at once), 3 a hook that failed for good, 1
-// anything else (both retried).
+// pod failure policy fails the shard at once), 3 a hook that failed for good
+// (so does it), 1 anything else (retried).
 func runInPod(s streams, o shard.Options, fn func(context.Context, client.Client, shard.Options) error) (err error) {
 	defer func() {
 		if err != nil {

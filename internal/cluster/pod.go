@@ -18,8 +18,8 @@ const (
 	// fails the shard at once.
 	ExitInvalid = 2
 	// ExitHookFailed: a hook failed for good (hooks.setup, or a slot that
-	// hooks.repairTimeout did not see repaired); the Job retries the shard,
-	// and the controller names the hook.
+	// hooks.repairTimeout did not see repaired); the Job's pod failure policy
+	// fails the shard at once, and the controller names the hook.
 	ExitHookFailed = 3
 )
 

@@ -145,7 +145,8 @@ func TestStatefulAgentsInTheirOwnDatabases(t *testing.T) {
 }
 
 // TestServiceFaults: a service that never becomes ready fails the run
-// (ServiceNotReady) within its probe's budget; PostgreSQL killed mid-run
+// (ServiceNotReady) within its probe's budget; a failing setup hook fails it
+// too (HookFailed), without retries; PostgreSQL killed mid-run
 // fails the conversations in flight, naming it, and the shard goes on once
 // the kubelet restarted it; a beforeSample that hangs is killed at its
 // timeout.
@@ -175,6 +176,20 @@ spec:
 	watchColumns(t, ns, 3*time.Minute, "never-ready")
 	applyYAML(t, ns, `apiVersion: proctor.dev/v1alpha1
 kind: Evaluation
+metadata: {name: setup-fails}
+spec:
+  datasets:
+  - name: d
+    source: {inline: [{id: a, input: x, expected: x}]}
+  hooks:
+    setup: {command: [sh, -c, 'echo "ERROR:  relation \"contacts\" already exists" >&2; exit 3']}
+  models:
+  - name: echo
+    provider: agent
+    agent: {image: busybox:1.35.0, command: [echo, x]}
+---
+apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
 metadata: {name: hook-hangs}
 spec:
   concurrency: 1
@@ -197,7 +212,14 @@ spec:
 		// the container the kubelet restarts.
 		return testutil.PostgresCrashOnce(s, 6)
 	}))
-	final := watchColumns(t, ns, 8*time.Minute, "hook-hangs", "crm-crash")
+	final := watchColumns(t, ns, 8*time.Minute, "setup-fails", "hook-hangs", "crm-crash")
+
+	// A failed setup fails its shard at once, naming the hook and what it said.
+	if ev := getEvaluation(t, ns, "setup-fails"); ev.Status.Phase != v1alpha1.PhaseFailed || ev.Status.Reason != v1alpha1.ReasonHookFailed ||
+		!strings.Contains(ev.Status.Message, `spec.hooks.setup: hook setup exited with status 3: ERROR: relation "contacts" already exists`) ||
+		!strings.Contains(ev.Status.Message, "(attempt 1)") {
+		t.Errorf("setup-fails: phase %s reason %s message %q; want Failed, HookFailed naming the hook, on the first attempt", ev.Status.Phase, ev.Status.Reason, ev.Status.Message)
+	}
 
 	ev := getEvaluation(t, ns, "never-ready")
 	if ev.Status.Phase != v1alpha1.PhaseFailed || ev.Status.Reason != v1alpha1.ReasonServiceNotReady ||
