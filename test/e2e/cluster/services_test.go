@@ -30,7 +30,7 @@ func crmEvaluation(t *testing.T, name string, n int, edit func(string) string) s
 	s = strings.Replace(s, "name: crm-agents", "name: "+name, 1)
 	s = strings.Replace(s, "source: {file: conversations.jsonl}",
 		"source: {configMap: {name: crm-conversations, key: conversations.jsonl}}\n    limit: "+itoa(n), 1)
-	s = s[:strings.Index(s, "  - name: gpt-4-1\n")] + s[strings.Index(s, "  scoring:"):]
+	s = testutil.CRMFirstAgentOnly(t, s)
 	return edit(s)
 }
 

@@ -87,7 +87,7 @@ func TestServiceCrashMidRun(t *testing.T) {
 	const n = 24
 	w := crmWorkspace(t, n, func(s string) string {
 		// One agent model; PostgreSQL kills itself 8s after its first start.
-		s = s[:strings.Index(s, "  - name: gpt-4-1\n")] + s[strings.Index(s, "  scoring:"):]
+		s = testutil.CRMFirstAgentOnly(t, s)
 		return testutil.PostgresCrashOnce(s, 8)
 	})
 	r := w.run()
