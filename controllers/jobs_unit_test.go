@@ -269,6 +269,22 @@ func TestPlannerJobGolden(t *testing.T) {
 	}
 }
 
+// wantInstallContainer is the init container that copies proctor into the
+// volume of the agent's and the hooks' executors.
+func wantInstallContainer() corev1.Container {
+	return corev1.Container{
+		Name:            "install-proctor",
+		Image:           testImage,
+		Command:         []string{"/proctor", "install", "/proctor-bin/proctor"},
+		Resources:       defaultInitResources,
+		VolumeMounts:    []corev1.VolumeMount{{Name: "proctor-bin", MountPath: "/proctor-bin"}},
+		SecurityContext: restricted(true),
+		// Why a pod failed reaches the Evaluation's status.
+		TerminationMessagePath:   "/dev/termination-log",
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}
+
 func TestAgentPodTemplate(t *testing.T) {
 	ev := testutil.MakeEvaluation("agents", testNS).
 		InlineDataset("d", 4).
@@ -300,17 +316,7 @@ func TestAgentPodTemplate(t *testing.T) {
 		AutomountServiceAccountToken:  ptr.To(false),
 		RestartPolicy:                 corev1.RestartPolicyNever,
 		TerminationGracePeriodSeconds: ptr.To[int64](30),
-		InitContainers: []corev1.Container{{
-			Name:            "install-proctor",
-			Image:           testImage,
-			Command:         []string{"/proctor", "install", "/proctor-bin/proctor"},
-			Resources:       defaultInitResources,
-			VolumeMounts:    []corev1.VolumeMount{{Name: "proctor-bin", MountPath: "/proctor-bin"}},
-			SecurityContext: restricted(true),
-			// Why a pod failed reaches the Evaluation's status.
-			TerminationMessagePath:   "/dev/termination-log",
-			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		}, {
+		InitContainers: []corev1.Container{wantInstallContainer(), {
 			// The agent's own container: a native sidecar whose PID 1 is the
 			// executor, with the agent's key and agent.env valueFrom entries.
 			Name:          "agent",

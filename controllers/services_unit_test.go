@@ -57,16 +57,7 @@ func TestServicesAndHooksPodTemplate(t *testing.T) {
 		SecurityContext:          restricted(false),
 		TerminationMessagePath:   "/dev/termination-log",
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-	}, {
-		Name:                     "install-proctor",
-		Image:                    testImage,
-		Command:                  []string{"/proctor", "install", "/proctor-bin/proctor"},
-		Resources:                defaultInitResources,
-		VolumeMounts:             []corev1.VolumeMount{{Name: "proctor-bin", MountPath: "/proctor-bin"}},
-		SecurityContext:          restricted(true),
-		TerminationMessagePath:   "/dev/termination-log",
-		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-	}, {
+	}, wantInstallContainer(), {
 		// The hooks' executor in hooks.image, with hooks.env's Secret; the
 		// plain values travel with each hook.
 		Name:          "hooks",

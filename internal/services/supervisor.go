@@ -199,9 +199,7 @@ func (s *Supervisor) start(svc *service) error {
 // probe's budget.
 func (s *Supervisor) awaitReady(ctx context.Context, svc *service) error {
 	p := svc.cfg.Probe
-	s.mu.Lock()
-	exited := svc.exited
-	s.mu.Unlock()
+	_, exited := s.process(svc)
 	if p == nil {
 		s.setReady(svc, true, "")
 		return nil
@@ -242,9 +240,7 @@ func (s *Supervisor) startupError(svc *service, reason string) error {
 func (s *Supervisor) supervise(svc *service) {
 	backoff := s.opts.RestartBackoff
 	for {
-		s.mu.Lock()
-		exited := svc.exited
-		s.mu.Unlock()
+		_, exited := s.process(svc)
 		started := time.Now()
 		s.watch(svc, exited)
 		select {
@@ -445,9 +441,7 @@ func (s *Supervisor) stop() {
 }
 
 func (s *Supervisor) terminate(svc *service) {
-	s.mu.Lock()
-	cmd, exited := svc.proc, svc.exited
-	s.mu.Unlock()
+	cmd, exited := s.process(svc)
 	if cmd == nil {
 		return
 	}
@@ -462,14 +456,20 @@ func (s *Supervisor) terminate(svc *service) {
 
 // kill kills svc's whole process group (what it forked too) and waits.
 func (s *Supervisor) kill(svc *service) {
-	s.mu.Lock()
-	cmd, exited := svc.proc, svc.exited
-	s.mu.Unlock()
+	cmd, exited := s.process(svc)
 	if cmd == nil {
 		return
 	}
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	<-exited
+}
+
+// process is svc's current process, and the channel closed once it has
+// been waited for; nil for a watched service.
+func (s *Supervisor) process(svc *service) (*exec.Cmd, chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return svc.proc, svc.exited
 }
 
 // probe runs svc's readiness probe once.

@@ -45,15 +45,7 @@ func helperService(mode string) {
 		fmt.Println(err)
 		os.Exit(1)
 	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	go acceptAndClose(ln)
 	mark := filepath.Join(os.Getenv("PROCTOR_SERVICE_DIR"), "crashed")
 	if _, err := os.Stat(mark); mode == "crash-once" && err != nil {
 		time.Sleep(1500 * time.Millisecond)
@@ -61,6 +53,17 @@ func helperService(mode string) {
 		os.Exit(2)
 	}
 	select {}
+}
+
+// acceptAndClose takes every connection to ln and closes it, until ln closes.
+func acceptAndClose(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
 }
 
 func freePort(t *testing.T) int32 {
@@ -187,15 +190,7 @@ func TestSinceProbesAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := int32(ln.Addr().(*net.TCPAddr).Port)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	go acceptAndClose(ln)
 	s := Watch([]Config{{Name: "db", Probe: &corev1.Probe{
 		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(port)}},
 		PeriodSeconds: 3600,

@@ -1,24 +1,28 @@
 package testutil
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 )
 
 // PostgresCrashOnce edits the CRM example (docs/examples/crm/evaluation.yaml)
-// so that its PostgreSQL dies by SIGKILL secs seconds after its first start
-// (its data, in PROCTOR_SERVICE_DIR, outlives it), for the tests of a service
-// that crashes mid-run. PostgreSQL then runs as a child of the shell: in a
-// container a process cannot kill its PID 1.
-func PostgresCrashOnce(evaluation string, secs int) string {
+// so that its PostgreSQL dies by SIGKILL once, while conversations are in
+// flight: a second after the fourth slot's database exists (the hooks create
+// them just before their samples run). Its data, in PROCTOR_SERVICE_DIR,
+// outlives it. PostgreSQL then runs as a child of the shell: in a container a
+// process cannot kill its PID 1.
+func PostgresCrashOnce(evaluation string) string {
 	s := strings.Replace(evaluation, `      exec postgres -D "$data"`, `      postgres -D "$data"`, 1)
-	return strings.Replace(s, "        -c fsync=off -c max_connections=200\n", fmt.Sprintf(`        -c fsync=off -c max_connections=200 &
+	return strings.Replace(s, "        -c fsync=off -c max_connections=200\n", `        -c fsync=off -c max_connections=200 &
       pg=$!
       trap 'kill -INT $pg' TERM
-      [ -f "$data/../crashed" ] || { sleep %d; touch "$data/../crashed"; kill -9 $pg; } &
+      slots="SELECT count(*) FROM pg_database WHERE datname ~ '^crm_[0-9]+$'"
+      [ -f "$data/../crashed" ] || {
+        until [ "$(psql -h 127.0.0.1 -p 55432 -U crm -d postgres -Atc "$slots" 2>/dev/null || echo 0)" -ge 4 ]; do sleep 0.2; done
+        sleep 1; touch "$data/../crashed"; kill -9 $pg
+      } &
       wait $pg
-`, secs), 1)
+`, 1)
 }
 
 // CutSpan removes from s the text from the first from up to the first to

@@ -207,10 +207,9 @@ spec:
   scoring: [{type: exact_match}]
 `)
 	applyYAML(t, ns, crmEvaluation(t, "crm-crash", 40, func(s string) string {
-		// 6s after PostgreSQL's start the conversations are under way (the
-		// runner starts once it is ready); the service's emptyDir outlives
-		// the container the kubelet restarts.
-		return testutil.PostgresCrashOnce(s, 6)
+		// Killed once 4 slots' conversations are under way; the service's
+		// emptyDir outlives the container the kubelet restarts.
+		return testutil.PostgresCrashOnce(s)
 	}))
 	final := watchColumns(t, ns, 8*time.Minute, "setup-fails", "hook-hangs", "crm-crash")
 

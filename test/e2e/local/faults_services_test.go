@@ -86,9 +86,9 @@ func TestHookThatHangsIsKilled(t *testing.T) {
 func TestServiceCrashMidRun(t *testing.T) {
 	const n = 24
 	w := crmWorkspace(t, n, func(s string) string {
-		// One agent model; PostgreSQL kills itself 8s after its first start.
+		// One agent model; PostgreSQL killed once 4 slots' conversations are under way.
 		s = testutil.CRMFirstAgentOnly(t, s)
-		return testutil.PostgresCrashOnce(s, 8)
+		return testutil.PostgresCrashOnce(s)
 	})
 	r := w.run()
 	if r.Code != 0 {
