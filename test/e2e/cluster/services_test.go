@@ -206,11 +206,9 @@ spec:
     agent: {image: busybox:1.35.0, command: [echo, x]}
   scoring: [{type: exact_match}]
 `)
-	applyYAML(t, ns, crmEvaluation(t, "crm-crash", 40, func(s string) string {
-		// Killed once 4 slots' conversations are under way; the service's
-		// emptyDir outlives the container the kubelet restarts.
-		return testutil.PostgresCrashOnce(s)
-	}))
+	// PostgreSQL killed once 4 slots' conversations are under way; the
+	// service's emptyDir outlives the container the kubelet restarts.
+	applyYAML(t, ns, crmEvaluation(t, "crm-crash", 40, testutil.PostgresCrashOnce))
 	final := watchColumns(t, ns, 8*time.Minute, "setup-fails", "hook-hangs", "crm-crash")
 
 	// A failed setup fails its shard at once, naming the hook and what it said.
