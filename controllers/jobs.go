@@ -297,43 +297,55 @@ func (r *EvaluationReconciler) installContainer(runnerImage string) corev1.Conta
 // ends, when the kubelet stops it. Its PID 1 is the executor, which reaps the
 // orphans of the agents it runs.
 func (r *EvaluationReconciler) agentContainer(m *v1alpha1.Model) corev1.Container {
-	env := []corev1.EnvVar{
-		// The image's HOME is rarely writable by the pod's user.
-		{Name: "HOME", Value: agentDir + "/home"},
-		{Name: "TMPDIR", Value: agentDir + "/tmp"},
-	}
+	var env []corev1.EnvVar
 	if k := m.APIKey; k != nil && k.SecretKeyRef != nil {
 		// The agent reads its key under the name the model declares.
 		env = append(env, corev1.EnvVar{Name: k.Env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: k.SecretKeyRef.DeepCopy()}})
-	}
-	for _, e := range m.Agent.Env {
-		if e.ValueFrom != nil {
-			env = append(env, *e.DeepCopy())
-		}
 	}
 	var resources corev1.ResourceRequirements
 	if m.Agent.Resources != nil {
 		resources = *m.Agent.Resources
 	}
+	return executorContainer(agentName, m.Agent.Image, socketPath, agentDir, append(env, fromPod(m.Agent.Env)...),
+		withDefaults(resources, r.Options.Resources.Agent))
+}
+
+// executorContainer is a native sidecar (started before the runner, stopped
+// after it) whose PID 1 is `proctor agent-exec` on socket, in image: the
+// agent's container, or the hooks'. dir is its scratch volume, mounted under
+// the container's name: HOME, TMPDIR (the image's are rarely writable by the
+// pod's user) and the workspaces. env follows HOME and TMPDIR.
+func executorContainer(name, image, socket, dir string, env []corev1.EnvVar, resources corev1.ResourceRequirements) corev1.Container {
 	return corev1.Container{
-		Name:    agentName,
-		Image:   m.Agent.Image,
-		Command: []string{proctorBinDir + runnerBinary, "agent-exec", "--socket", socketPath, "--workspace-root", agentDir + "/workspaces"},
-		// A native sidecar: started before the runner, stopped after it.
+		Name:          name,
+		Image:         image,
+		Command:       []string{proctorBinDir + runnerBinary, "agent-exec", "--socket", socket, "--workspace-root", dir + "/workspaces"},
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-		Env:           env,
-		Resources:     withDefaults(resources, r.Options.Resources.Agent),
+		Env:           append([]corev1.EnvVar{{Name: "HOME", Value: dir + "/home"}, {Name: "TMPDIR", Value: dir + "/tmp"}}, env...),
+		Resources:     resources,
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "proctor-bin", MountPath: proctorBinDir, ReadOnly: true},
 			{Name: "proctor-socket", MountPath: socketDir},
-			{Name: "agent", MountPath: agentDir},
+			{Name: name, MountPath: dir},
 		},
-		// An agent image may write anywhere in its own filesystem, which no
-		// other container sees: its root stays writable.
+		// Its image may write anywhere in its own filesystem, which no other
+		// container sees: its root stays writable.
 		SecurityContext:          restrictedContainer(false),
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
+}
+
+// fromPod are the entries of env whose values the pod sets (valueFrom): the
+// others travel with each request through the executor.
+func fromPod(env []corev1.EnvVar) []corev1.EnvVar {
+	var out []corev1.EnvVar
+	for _, e := range env {
+		if e.ValueFrom != nil {
+			out = append(out, *e.DeepCopy())
+		}
+	}
+	return out
 }
 
 // restrictedContainer is the security context of every container of runner

@@ -77,31 +77,8 @@ func (r *EvaluationReconciler) hooksContainer(h *v1alpha1.Hooks, m *v1alpha1.Mod
 	if image == "" && m != nil && m.Agent != nil {
 		image = m.Agent.Image
 	}
-	env := []corev1.EnvVar{
-		{Name: "HOME", Value: hooksDir + "/home"},
-		{Name: "TMPDIR", Value: hooksDir + "/tmp"},
-	}
-	for _, e := range h.Env {
-		if e.ValueFrom != nil {
-			env = append(env, *e.DeepCopy())
-		}
-	}
-	return corev1.Container{
-		Name:          hooksName,
-		Image:         image,
-		Command:       []string{proctorBinDir + runnerBinary, "agent-exec", "--socket", hookSocket, "--workspace-root", hooksDir + "/workspaces"},
-		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-		Env:           env,
-		Resources:     withDefaults(corev1.ResourceRequirements{}, r.Options.Resources.Init),
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: "proctor-bin", MountPath: proctorBinDir, ReadOnly: true},
-			{Name: "proctor-socket", MountPath: socketDir},
-			{Name: hooksName, MountPath: hooksDir},
-		},
-		SecurityContext:          restrictedContainer(false),
-		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
-		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-	}
+	return executorContainer(hooksName, image, hookSocket, hooksDir, fromPod(h.Env),
+		withDefaults(corev1.ResourceRequirements{}, r.Options.Resources.Init))
 }
 
 func deepCopyEnv(env []corev1.EnvVar) []corev1.EnvVar {
