@@ -14,6 +14,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -498,6 +499,22 @@ func (r *EvaluationReconciler) judgeHealth(p *pass) {
 	p.degraded = &d
 }
 
+// livePlanError reads the plan ConfigMap from the API server and returns the
+// error the planner wrote into it, if any.
+func (r *EvaluationReconciler) livePlanError(ctx context.Context, p *pass) (string, error) {
+	cm := &metav1.PartialObjectMetadata{}
+	cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: p.ev.Namespace, Name: cluster.PlanName(p.ev.Name, p.run)}, cm)
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the plan ConfigMap: %w", err)
+	}
+	_, failed, _ := cluster.ParsePlan(cm.Annotations)
+	return failed, nil
+}
+
 // observePlanner looks at the planner Job's pod: a failed Job fails the run,
 // naming why its pod failed; a pod that cannot start makes the run Degraded,
 // and fails it after spec.runner.stallTimeout. It reports whether the run ended.
@@ -519,9 +536,17 @@ func (r *EvaluationReconciler) observePlanner(ctx context.Context, p *pass, job 
 		p.anyRunning = view.running
 	}
 	if jobFinished(job, batchv1.JobFailed) {
-		if view.problem != nil {
+		// The planner says why it failed in the plan ConfigMap, which the cache
+		// may not hold yet when it holds the Job's end: read it live.
+		failed, err := r.livePlanError(ctx, p)
+		switch {
+		case err != nil:
+			return false, err
+		case failed != "":
+			p.fail(v1alpha1.ReasonPlanningFailed, "planning failed: %s", failed)
+		case view.problem != nil:
 			p.fail(v1alpha1.ReasonPlanningFailed, "the planner Job %s failed: %s", job.Name, view.problem.message)
-		} else {
+		default:
 			p.fail(v1alpha1.ReasonPlanningFailed, "the planner Job %s failed; see its pod's log", job.Name)
 		}
 		return true, nil

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"math/rand/v2"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
@@ -321,6 +323,31 @@ func TestReconcileReferencesAndPlanning(t *testing.T) {
 			wantFailed:  true,
 			wantMessage: "the planner Job e-",
 			wantPlanner: true, // and the empty plan ConfigMap it fills in
+		},
+		{
+			// The cache holds the Job's end before the planner's update of the
+			// plan ConfigMap: the error is read from the API server.
+			name: "the planner Job failed, its error not yet in the cache",
+			ev:   testutil.MakeEvaluation("e", testNS).Dataset(urlDataset).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj(),
+			before: func(h *harness, ev *v1alpha1.Evaluation) {
+				h.setJobStatus(cluster.PlannerJobName(ev.Name, cluster.RunID(ev)), batchv1.JobStatus{Conditions: []batchv1.JobCondition{jobCondition(batchv1.JobFailed)}})
+				h.r.APIReader = interceptor.NewClient(h.c, interceptor.Funcs{
+					Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+						if err := c.Get(ctx, key, obj, opts...); err != nil {
+							return err
+						}
+						if key.Name == cluster.PlanName(ev.Name, cluster.RunID(ev)) {
+							obj.SetAnnotations(map[string]string{cluster.AnnotationPlanError: "spec.models[0]: template: bad"})
+						}
+						return nil
+					},
+				})
+			},
+			wantPhase:   v1alpha1.PhaseFailed,
+			wantReason:  v1alpha1.ReasonPlanningFailed,
+			wantFailed:  true,
+			wantMessage: "planning failed: spec.models[0]: template: bad",
+			wantPlanner: true,
 		},
 	}
 	for _, tc := range cases {
