@@ -764,7 +764,12 @@ func TestReconcileSucceeded(t *testing.T) {
 		Metrics:       map[string]float64{"exact_match": 0.5},
 		LatencyMillis: results.Latency{P50: 140, P95: 190},
 		Tokens:        results.Tokens{Input: 100, Output: 18, JudgeInput: 63, JudgeOutput: 9},
+		// Neither model has pricing: both costs are unknown (null), not 0.
+		Cost: results.Cost{Judged: true},
 	}}
+	if !strings.Contains(summary, `"model": null,`) || !strings.Contains(summary, `"judge": null`) {
+		t.Errorf("summary.json does not show unknown costs as null: %s", summary)
+	}
 	if diff := cmp.Diff(wantSummary, gotSummary.Results); diff != "" {
 		t.Errorf("summary.json (-want +got):\n%s", diff)
 	}

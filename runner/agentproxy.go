@@ -18,6 +18,7 @@ import (
 
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // AgentEndpoint is a ModelEndpoint that an agent model's agent calls by
@@ -93,6 +94,7 @@ type agentSession struct {
 	mu       sync.Mutex
 	calls    int64
 	in, out  int64
+	charge   spend.Totals
 	lost     error // why a call could not be made that was not the agent's doing
 	finished bool
 	// active counts the calls being served; drained is closed when the last
@@ -172,13 +174,14 @@ func (a *agentProxies) session(key string) *agentSession {
 	return a.sessions[key]
 }
 
-// counted adds a call and what it used.
-func (s *agentSession) counted(u provider.Usage) {
+// counted adds a call, what it used and what it cost.
+func (s *agentSession) counted(u provider.Usage, charge spend.Totals) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
 	s.in += u.InputTokens
 	s.out += u.OutputTokens
+	s.charge = s.charge.Add(charge)
 }
 
 // lose records that a call failed for a reason that is not the agent's (its
@@ -192,10 +195,10 @@ func (s *agentSession) lose(err error) {
 	}
 }
 
-func (s *agentSession) result() (calls, in, out int64, lost error) {
+func (s *agentSession) result() (calls, in, out int64, charge spend.Totals, lost error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.calls, s.in, s.out, s.lost
+	return s.calls, s.in, s.out, s.charge, s.lost
 }
 
 // startProxies listens for m's agent endpoints on the loopback and serves
@@ -276,11 +279,11 @@ func (e *Engine) proxyHandler(a *agentProxies, p *agentProxy) http.Handler {
 		res := e.call(ctx, p.run, &provider.Request{})
 		switch {
 		case res.err == nil:
-			s.counted(res.resp.Usage)
+			s.counted(res.resp.Usage, res.charge)
 			return
 		case fc.wrote:
 			// The answer broke off mid-stream: the agent sees it end.
-			s.counted(provider.Usage{})
+			s.counted(provider.Usage{}, res.charge)
 			return
 		case r.Context().Err() != nil:
 			if !fc.sent {
@@ -289,12 +292,12 @@ func (e *Engine) proxyHandler(a *agentProxies, p *agentProxy) http.Handler {
 				s.lose(errGaveUpWaiting)
 			}
 			return // the agent went away
-		case errors.Is(res.err, errStopping) || isThrottledOut(res.err) || provider.IsUnavailable(res.err):
+		case errors.Is(res.err, errStopping) || isThrottledOut(res.err) || provider.IsUnavailable(res.err) || IsBudgetExceeded(res.err):
 			s.lose(res.err)
 			proxyError(w, http.StatusServiceUnavailable, "api_error", e.redact(res.err.Error()))
 			return
 		}
-		s.counted(provider.Usage{})
+		s.counted(provider.Usage{}, res.charge)
 		if f := fc.failed; f != nil {
 			relay(w, f.status, f.header, f.body)
 			return

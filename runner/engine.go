@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -22,6 +23,7 @@ import (
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/retry"
 	"github.com/proctor-dev/proctor/runner/score"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // Options tune an Engine. Zero values take the defaults.
@@ -46,6 +48,9 @@ type Options struct {
 	// RepairBackoff is the first wait before a broken slot's hook is tried
 	// again (doubling up to 30s); default 1s.
 	RepairBackoff time.Duration
+	// Ledger, when the run has a budget, is what every call reserves its
+	// worst case from before it is sent.
+	Ledger *spend.Ledger
 }
 
 // Observer hears of finished samples. It must be safe for concurrent use and quick.
@@ -178,7 +183,7 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 			// The calls of all the model's agents, paced as one caller.
 			conc := agentCallWindow * max(1, m.Concurrency)
 			c := &Model{Name: a.Caller, Provider: newForwarder(a, conc), Concurrency: conc, Limits: a.Limits,
-				Endpoint: a.Endpoint, EndpointWeight: a.Weight, Timeout: m.Timeout}
+				Endpoint: a.Endpoint, EndpointWeight: a.Weight, Timeout: m.Timeout, Price: m.Price}
 			cr := newRun(c)
 			cr.forwarded = true
 			e.models[a.Caller] = cr
@@ -447,7 +452,13 @@ func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *
 // unfinished samples without a record: its quota did not recover, or its
 // provider is unavailable (the pod's agent executor is gone).
 func endsModel(err error) bool {
-	return isThrottledOut(err) || provider.IsUnavailable(err) || isSlotRepairError(err)
+	return isThrottledOut(err) || provider.IsUnavailable(err) || isSlotRepairError(err) || IsBudgetExceeded(err)
+}
+
+// IsBudgetExceeded reports whether err is, or wraps, a refusal of the budget.
+func IsBudgetExceeded(err error) bool {
+	var x *spend.ExceededError
+	return errors.As(err, &x)
 }
 
 // job is one sample of one dataset.
@@ -505,9 +516,12 @@ func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCa
 	if err != nil {
 		// The model (or its judge) is throttled out, or its provider is
 		// unavailable: stop the model's work.
-		if provider.IsUnavailable(err) {
+		switch {
+		case provider.IsUnavailable(err):
 			e.log.Error(err, "Stopped a model whose provider is unavailable", "model", m.Name)
-		} else {
+		case IsBudgetExceeded(err):
+			e.log.Info("Stopped a model: the budget is exhausted", "model", m.Name, "reason", err.Error())
+		default:
 			e.log.Error(err, "Gave up on a rate-limited model", "model", m.Name)
 		}
 		throttledOut(err)
@@ -557,7 +571,7 @@ func skip(r dataset.Reader, n int) error {
 // answered, when set, is an earlier record of this sample whose call succeeded
 // and whose scoring failed: its answer is scored again without a call.
 func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *dataset.Sample, answered *results.Record, sl *slot) (*results.Record, error) {
-	rec := &results.Record{ID: s.ID, Model: m.Name, Dataset: ds.Name, Scores: map[string]float64{}}
+	rec := &results.Record{ID: s.ID, Model: m.Name, Dataset: ds.Name, Scores: map[string]float64{}, Cost: m.cost(0)}
 	if s.Err != nil {
 		rec.Error, rec.ErrorKind = e.redact(s.Err.Error()), results.ErrorKindData
 		return rec, nil
@@ -575,6 +589,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		rec.Output, rec.ToolCalls = answered.Output, answered.ToolCalls
 		rec.OutputTruncated, rec.OutputBytes = answered.OutputTruncated, answered.OutputBytes
 		rec.InputTokens, rec.OutputTokens = answered.InputTokens, answered.OutputTokens
+		rec.Cost = answered.Cost
 		output, toolCalls = answered.Output, answered.ToolCalls
 	} else {
 		hc := HookContext{Slot: sl.n, Slots: sl.of, Model: m.Name, Dataset: ds.Name, Sample: s}
@@ -606,7 +621,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		}
 		if sess != nil {
 			sess.close()
-			calls, in, out, lost := sess.result()
+			calls, in, out, charge, lost := sess.result()
 			if lost != nil && res.err != nil && !res.cached {
 				// The agent failed while its endpoint could not be called
 				// (the run stopping, a quota that did not recover): not
@@ -621,6 +636,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 				res.resp.Usage.InputTokens += in
 				res.resp.Usage.OutputTokens += out
 			}
+			res.charge = res.charge.Add(charge)
 			rec.AgentCalls = calls
 		}
 		if ctx.Err() != nil || errors.Is(res.err, errStopping) {
@@ -632,6 +648,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		rec.Attempts = res.attempts
 		rec.LatencyMillis = res.latency.Milliseconds()
 		rec.CacheKey = res.key
+		rec.Cost = m.cost(res.charge.Cost)
 		if res.err != nil {
 			rec.Error, rec.ErrorKind = e.redact(res.err.Error()), results.ErrorKindCall
 			if down := e.servicesDown(mark); down != nil {
@@ -657,6 +674,9 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		judged := new(judgeUsage)
 		defer func() {
 			rec.JudgeInputTokens, rec.JudgeOutputTokens = judged.in.Load(), judged.out.Load()
+			if judged.calls.Load() > 0 && !judged.unpriced.Load() {
+				rec.JudgeCost = ptrDollars(spend.Amount(judged.cost.Load()))
+			}
 		}()
 		ctx = context.WithValue(ctx, judgeUsageKey{}, judged)
 	}
@@ -667,7 +687,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 			if ctx.Err() != nil || errors.Is(err, errStopping) {
 				return nil, nil
 			}
-			if isThrottledOut(err) {
+			if isThrottledOut(err) || IsBudgetExceeded(err) {
 				return nil, err
 			}
 			rec.Scores = map[string]float64{}
@@ -715,7 +735,26 @@ func (e *Engine) redactToolCalls(calls []provider.ToolCall) []provider.ToolCall 
 
 // judgeUsage adds up the tokens a sample's judging cost; evaluate hands it to
 // the judge calls through their context, as score.JudgeFunc returns text only.
-type judgeUsage struct{ in, out atomic.Int64 }
+type judgeUsage struct {
+	in, out, cost, calls atomic.Int64
+	// unpriced: a judge call's model has no pricing.
+	unpriced atomic.Bool
+}
+
+// cost is a record's cost of amount at the model's pricing: nil (unknown)
+// when the model has none, or is an agent whose calls Proctor does not see
+// (no agent endpoints).
+func (m *modelRun) cost(amount spend.Amount) *float64 {
+	if m.Price == nil || (m.Agent && m.proxies == nil) {
+		return nil
+	}
+	return ptrDollars(amount)
+}
+
+func ptrDollars(a spend.Amount) *float64 {
+	d := a.Dollars()
+	return &d
+}
 
 type judgeUsageKey struct{}
 
@@ -725,10 +764,18 @@ func (e *Engine) judgeFunc(m *modelRun) score.JudgeFunc {
 	return func(ctx context.Context, prompt string) (string, error) {
 		req := &provider.Request{Prompt: prompt, Messages: []provider.Message{{Role: provider.RoleUser, Content: prompt}}}
 		res := e.call(ctx, m, req)
+		u, _ := ctx.Value(judgeUsageKey{}).(*judgeUsage)
+		if u != nil && (res.err == nil || res.charge != (spend.Totals{})) {
+			u.cost.Add(int64(res.charge.Cost))
+			u.calls.Add(1)
+			if m.Price == nil {
+				u.unpriced.Store(true)
+			}
+		}
 		if res.err != nil {
 			return "", res.err
 		}
-		if u, ok := ctx.Value(judgeUsageKey{}).(*judgeUsage); ok {
+		if u != nil {
 			u.in.Add(res.resp.Usage.InputTokens)
 			u.out.Add(res.resp.Usage.OutputTokens)
 		}
@@ -745,6 +792,8 @@ type callResult struct {
 	key string
 	// cached: the answer came from the cache.
 	cached bool
+	// charge is what the call's attempts cost (settled with the budget).
+	charge spend.Totals
 }
 
 // errStopping ends a call that was only waiting when the engine stopped.
@@ -778,9 +827,11 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 		rawIn = estimateInput(req)
 	}
 	var attempts, failures, throttles int
+	var charge spend.Totals
 	for {
 		attempts++
-		resp, latency, res, err := e.attempt(ctx, m, req, rawIn, timeout)
+		resp, latency, res, cost, err := e.attempt(ctx, m, req, rawIn, timeout)
+		charge = charge.Add(cost)
 		if err == nil {
 			m.window.Succeeded()
 			if ended := m.throttle.succeeded(); ended.Throttled() {
@@ -801,16 +852,16 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 					e.log.Error(err, "Failed to write a cache entry", "model", m.Name)
 				}
 			}
-			return callResult{resp: resp, attempts: attempts, latency: latency, key: key}
+			return callResult{charge: charge, resp: resp, attempts: attempts, latency: latency, key: key}
 		}
 		if ctx.Err() != nil {
-			return callResult{attempts: attempts, err: ctx.Err()}
+			return callResult{charge: charge, attempts: attempts, err: ctx.Err()}
 		}
 		if errors.Is(err, errStopping) {
-			return callResult{attempts: attempts, err: err}
+			return callResult{charge: charge, attempts: attempts, err: err}
 		}
 		if provider.IsUnavailable(err) {
-			return callResult{attempts: attempts, latency: latency, err: err}
+			return callResult{charge: charge, attempts: attempts, latency: latency, err: err}
 		}
 		class, retryAfter := retry.Classify(err)
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -819,7 +870,7 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 		var k int // the backoff exponent
 		switch class {
 		case retry.Final:
-			return callResult{attempts: attempts, latency: latency, err: err}
+			return callResult{charge: charge, attempts: attempts, latency: latency, err: err}
 		case retry.Throttled:
 			if res != nil {
 				// A refused request used no tokens.
@@ -829,7 +880,7 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 			now := e.clock.Now()
 			st, first, out := m.throttle.refused(m.Name, now, retryAfter, policy.MaxThrottleWait, errors.New(e.redact(err.Error())))
 			if out != nil {
-				return callResult{attempts: attempts, latency: latency, err: out}
+				return callResult{charge: charge, attempts: attempts, latency: latency, err: out}
 			}
 			if retryAfter > 0 {
 				m.gate.CloseUntil(now.Add(retryAfter))
@@ -853,7 +904,7 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 			failures++
 			k = failures
 			if failures >= policy.MaxAttempts {
-				return callResult{attempts: attempts, latency: latency, err: fmt.Errorf("%w (gave up after %d attempts)", err, attempts)}
+				return callResult{charge: charge, attempts: attempts, latency: latency, err: fmt.Errorf("%w (gave up after %d attempts)", err, attempts)}
 			}
 		}
 		e.log.V(1).Info("Retrying a failed call", "model", m.Name, "sample", req.SampleID, "attempt", attempts, "class", class.String(), "error", e.redact(err.Error()))
@@ -864,7 +915,7 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 			d = min(d, max(m.throttle.remaining(e.clock.Now(), policy.MaxThrottleWait), 0))
 		}
 		if err := e.sleep(ctx, d); err != nil {
-			return callResult{attempts: attempts, err: err}
+			return callResult{charge: charge, attempts: attempts, err: err}
 		}
 	}
 }
@@ -894,19 +945,23 @@ func waitErr(ctx context.Context, err error) error {
 
 // attempt makes one call within the model's window, gate and limits. Only the
 // waits before the request is sent end with Stop; a request sent runs to its end.
-func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request, rawIn int64, timeout time.Duration) (*provider.Response, time.Duration, reservation, error) {
+//
+// With a budget, the call's worst case is reserved from the ledger last of
+// all, just before it is sent, and settled at what it cost (its charge).
+func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request, rawIn int64, timeout time.Duration) (*provider.Response, time.Duration, reservation, spend.Totals, error) {
+	var none spend.Totals
 	wctx := waitCtx(ctx)
 	if err := m.window.Acquire(wctx); err != nil {
-		return nil, 0, nil, waitErr(ctx, err)
+		return nil, 0, nil, none, waitErr(ctx, err)
 	}
 	defer m.window.Release()
 	if err := m.gate.Wait(wctx); err != nil {
-		return nil, 0, nil, waitErr(ctx, err)
+		return nil, 0, nil, none, waitErr(ctx, err)
 	}
 	cost := m.est.cost(rawIn)
 	res := reservation{m.limiter.Reserve(cost)}
 	if err := res.wait(wctx); err != nil {
-		return nil, 0, nil, waitErr(ctx, err)
+		return nil, 0, nil, none, waitErr(ctx, err)
 	}
 	if m.shared != nil {
 		// The endpoint's place is taken once the model's own has come, so
@@ -915,7 +970,7 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 		// call with the next caller's.
 		res = append(res, m.shared.Reserve(cost))
 		if err := res.wait(wctx); err != nil {
-			return nil, 0, nil, waitErr(ctx, err)
+			return nil, 0, nil, none, waitErr(ctx, err)
 		}
 	}
 	// The places in flight are taken last, so that waiting for the limiter
@@ -925,9 +980,22 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 	release, err := m.takeInFlight(wctx)
 	if err != nil {
 		res.cancel()
-		return nil, 0, nil, waitErr(ctx, err)
+		return nil, 0, nil, none, waitErr(ctx, err)
 	}
 	defer release()
+	var hold *spend.Hold
+	worst := e.worst(m, cost.InputTokens)
+	if l := e.opts.Ledger; l != nil && !m.Agent {
+		// An agent's own run is not a call: its calls through its
+		// endpoints are, and reserve for themselves.
+		if hold, err = l.Reserve(wctx, worst); err != nil {
+			res.cancel()
+			if IsBudgetExceeded(err) {
+				return nil, 0, nil, none, err
+			}
+			return nil, 0, nil, none, waitErr(ctx, err)
+		}
+	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := e.clock.Now()
@@ -936,6 +1004,8 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 	if err == nil && resp == nil {
 		err = errors.New("provider returned no response")
 	}
+	charge := m.charge(resp, err, worst)
+	hold.Settle(charge)
 	used := Usage{Requests: 1}
 	if err == nil {
 		used.InputTokens, used.OutputTokens = resp.Usage.InputTokens, resp.Usage.OutputTokens
@@ -943,7 +1013,53 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 		used.Throttled = 1
 	}
 	m.usage.add(used)
-	return resp, latency, res, err
+	return resp, latency, res, charge, err
+}
+
+// worst is the most a call of a model with about inputTokens of input can
+// cost: its input, and parameters.maxTokens (else the plan's assumed answer
+// length) of output.
+func (e *Engine) worst(m *modelRun, inputTokens int64) spend.Totals {
+	out := int64(m.MaxTokens)
+	if out <= 0 {
+		out = int64(e.plan.AssumedOutputTokens)
+	}
+	if out <= 0 {
+		out = DefaultAssumedOutputTokens
+	}
+	t := spend.Totals{Tokens: inputTokens + out}
+	if m.Price != nil {
+		t.Cost = m.Price.Worst(inputTokens, out, false)
+	}
+	return t
+}
+
+// DefaultAssumedOutputTokens is Plan.AssumedOutputTokens's default.
+const DefaultAssumedOutputTokens = 4096
+
+// charge is what an attempt cost: its reported usage at the model's price.
+// An answer without usage, and a request sent that got no answer (a timeout,
+// a connection lost), may have been charged in full: they count at their
+// worst case. An error answer (4xx, 5xx, 429) and an agent's own run (its
+// calls through its endpoints are charged as they are made) cost nothing.
+func (m *modelRun) charge(resp *provider.Response, err error, worst spend.Totals) spend.Totals {
+	if m.Agent {
+		return spend.Totals{}
+	}
+	switch _, refused := provider.AsHTTPError(err); {
+	case err == nil && resp.Usage.InputTokens == 0 && resp.Usage.OutputTokens == 0:
+		return worst
+	case err == nil:
+		t := spend.Totals{Tokens: resp.Usage.InputTokens + resp.Usage.OutputTokens}
+		if m.Price != nil {
+			t.Cost = m.Price.Of(resp.Usage, false)
+		}
+		return t
+	case refused, errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, errStopping):
+		return spend.Totals{}
+	default:
+		return worst
+	}
 }
 
 // takeInFlight takes the model's places in flight (its own and, locally, its

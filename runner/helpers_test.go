@@ -17,6 +17,7 @@ import (
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/retry"
 	"github.com/proctor-dev/proctor/runner/score"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // fakeProvider answers with fn and records what it saw.
@@ -191,4 +192,20 @@ func ids(s *memSink, model, dataset string, n int) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Price gives the last model prices in dollars per million tokens.
+func (b *planBuilder) Price(t testing.TB, input, output string) *planBuilder {
+	t.Helper()
+	p, err := spend.NewPrice(spend.PerMillion{Input: input, Output: output})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.p.Models[len(b.p.Models)-1].Price = p
+	return b
+}
+
+func (b *planBuilder) MaxTokens(n int) *planBuilder {
+	b.p.Models[len(b.p.Models)-1].MaxTokens = n
+	return b
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 	"github.com/proctor-dev/proctor/runner/retry"
 	"github.com/proctor-dev/proctor/runner/score"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // Plan is a compiled Evaluation: every reference resolved, every template parsed.
@@ -42,6 +43,9 @@ type Plan struct {
 	// RepairTimeout bounds how long a slot may stay broken (a hook failing
 	// in it) or wait for a service that went down; 0 means 5m.
 	RepairTimeout time.Duration
+	// AssumedOutputTokens is the answer length a call reserves from the
+	// budget when its model sets no MaxTokens; 0 means 4096.
+	AssumedOutputTokens int
 }
 
 // Cache stores responses by request key: a directory locally (cache.Cache), the
@@ -80,6 +84,9 @@ type Model struct {
 	MaxTokens int
 	// JudgeOnly models are used by judge scorers and not evaluated themselves.
 	JudgeOnly bool
+	// Price is what the model's tokens cost; nil when unknown. An agent
+	// model's prices its agent's calls through its agent endpoints.
+	Price *spend.Price
 }
 
 // Dataset is one dataset, ready to stream.

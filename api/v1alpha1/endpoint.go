@@ -7,14 +7,28 @@ import (
 
 // UseEndpoint gives a model with endpointRef what it takes from its
 // ModelEndpoint: provider, baseURL, headers and apiKey, defaulted as a model
-// that says them itself. The model keeps endpointRef (its budget is the
-// endpoint's) and its own rateLimit (a cap on its share).
+// that says them itself, and the endpoint's pricing of its model unless it
+// has its own. The model keeps endpointRef (its budget is the endpoint's) and
+// its own rateLimit (a cap on its share).
 func (m *Model) UseEndpoint(ep *ModelEndpointSpec) {
 	m.Provider = Provider(ep.Provider)
 	m.BaseURL = ep.BaseURL
 	m.Headers = maps.Clone(ep.Headers)
 	m.APIKey = ep.APIKey.DeepCopy()
+	if m.Pricing == nil {
+		m.Pricing = ep.PriceOf(m.Model)
+	}
 	m.setDefaults()
+}
+
+// PriceOf is the endpoint's pricing of a model identifier, or nil.
+func (ep *ModelEndpointSpec) PriceOf(model string) *Pricing {
+	for i := range ep.Pricing {
+		if ep.Pricing[i].Model == model {
+			return ep.Pricing[i].Pricing.DeepCopy()
+		}
+	}
+	return nil
 }
 
 // EndpointNames are the ModelEndpoints spec's models and agents refer to,

@@ -50,6 +50,14 @@ type ModelEndpointSpec struct {
 	// Evaluations calling through it wait.
 	// +optional
 	QuotaRef *QuotaReference `json:"quotaRef,omitempty"`
+
+	// pricing prices the model identifiers called through the endpoint; a
+	// model's own pricing overrides it. At most 64, each model once.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=model
+	Pricing []ModelPrice `json:"pricing,omitempty"`
 }
 
 // EndpointLimits are per-minute budgets and a bound on calls in flight; 0 or

@@ -12,6 +12,8 @@ import (
 // +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || !has(self.models) || self.scoring.all(s, s.type != 'judge' || !has(s.judge) || !self.models.exists(m, m.name == s.judge.model && has(m.provider) && m.provider == 'agent'))`,message="a judge scorer's judge.model must name an openai or anthropic model, not an agent",fieldPath=".scoring"
 // +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || !has(self.models) || self.models.exists(m, !self.scoring.exists(s, s.type == 'judge' && has(s.judge) && s.judge.model == m.name))`,message="every model is a judge: at least one entry of spec.models must not be a judge scorer's judge.model, or there is nothing to evaluate",fieldPath=".models"
 // +kubebuilder:validation:XValidation:rule=`!has(self.hooks) || (has(self.hooks.image) && size(self.hooks.image) > 0) || !has(self.models) || self.models.all(m, (has(m.provider) && m.provider == 'agent') || (has(self.scoring) && self.scoring.exists(s, has(s.judge) && s.judge.model == m.name)))`,message="hooks need hooks.image, the image they run in (with their tools), unless every model under evaluation is an agent, whose image they then use",fieldPath=".hooks"
+// +kubebuilder:validation:XValidation:rule=`!has(self.budget) || self.models.all(m, !has(m.provider) || m.provider != 'agent' || (has(m.agent) && has(m.agent.endpoints) && size(m.agent.endpoints) > 0))`,message="spec.budget cannot bound an agent that calls its API itself: give every agent model agent.endpoints, so that its calls go through Proctor and are counted",fieldPath=".budget"
+// +kubebuilder:validation:XValidation:rule=`!has(self.budget) || !has(self.budget.maxCost) || self.models.all(m, has(m.pricing) || has(m.endpointRef))`,message="spec.budget.maxCost needs every model's pricing (a model with endpointRef may take it from its ModelEndpoint)",fieldPath=".budget"
 type EvaluationSpec struct {
 	// datasets to evaluate every model on. Names must be unique.
 	// +kubebuilder:validation:MinItems=1
@@ -103,6 +105,11 @@ type EvaluationSpec struct {
 	// services are ready, and before and after each sample in its slot.
 	// +optional
 	Hooks *Hooks `json:"hooks,omitempty"`
+
+	// budget bounds what the run may spend, in money and in tokens. Editing
+	// it does not start a new run: raising it resumes a run it stopped.
+	// +optional
+	Budget *Budget `json:"budget,omitempty"`
 }
 
 // Dataset is a named set of samples.
@@ -316,6 +323,12 @@ type Model struct {
 	// refused otherwise.
 	// +optional
 	Agent *Agent `json:"agent,omitempty"`
+
+	// pricing is what the model's tokens cost; with endpointRef it overrides
+	// the ModelEndpoint's pricing of this model. An agent model's pricing
+	// prices the calls its agent makes through agent.endpoints.
+	// +optional
+	Pricing *Pricing `json:"pricing,omitempty"`
 }
 
 // APIKey locates an API key. The key itself never appears in the spec.
@@ -805,6 +818,9 @@ type ModelResult struct {
 	// tokens totals the tokens the samples used.
 	// +optional
 	Tokens *TokenUsage `json:"tokens,omitempty"`
+	// cost is what the samples cost, in US dollars.
+	// +optional
+	Cost *CostSummary `json:"cost,omitempty"`
 }
 
 // LatencySummary summarizes per-sample latencies in milliseconds.

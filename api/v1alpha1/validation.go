@@ -76,6 +76,7 @@ func ValidateSpec(spec *EvaluationSpec) field.ErrorList {
 	errs = append(errs, validateDuration(spec.TimeoutPerSample, true, p.Child("timeoutPerSample"))...)
 	errs = append(errs, validateServices(spec.Services, p.Child("services"))...)
 	errs = append(errs, validateHooks(spec, p.Child("hooks"))...)
+	errs = append(errs, validateBudget(spec, p.Child("budget"))...)
 	return errs
 }
 
@@ -216,6 +217,7 @@ func validateModels(spec *EvaluationSpec, p *field.Path) field.ErrorList {
 		if m.Agent != nil {
 			errs = append(errs, validateAgent(m.Agent, mp.Child("agent"))...)
 		}
+		errs = append(errs, validatePricing(m.Pricing, mp.Child("pricing"))...)
 	}
 	if subjects == 0 {
 		errs = append(errs, field.Invalid(p, len(spec.Models), "every model is a judge: at least one model must be evaluated"))
@@ -319,6 +321,18 @@ func ValidateEndpoint(ep *ModelEndpoint) field.ErrorList {
 	errs = append(errs, validateEndpointFields(ep.Spec.BaseURL, ep.Spec.APIKey, p)...)
 	if l := ep.Spec.Limits; l != nil {
 		errs = append(errs, validateEndpointLimits(p.Child("limits"), l)...)
+	}
+	seen := sets.New[string]()
+	for i := range ep.Spec.Pricing {
+		pp := p.Child("pricing").Index(i)
+		mp := &ep.Spec.Pricing[i]
+		if mp.Model == "" {
+			errs = append(errs, field.Required(pp.Child("model"), "the model identifier it prices"))
+		} else if seen.Has(mp.Model) {
+			errs = append(errs, field.Duplicate(pp.Child("model"), mp.Model))
+		}
+		seen.Insert(mp.Model)
+		errs = append(errs, validatePricing(&mp.Pricing, pp.Child("pricing"))...)
 	}
 	return errs
 }

@@ -36,8 +36,9 @@ func IsRun(ev *v1alpha1.Evaluation, run string) bool {
 // SpecHash is a hash of the spec fields that decide a run's results or its
 // Jobs. Editing one starts a new run. The others change the run in place:
 // suspend, parallelism, rate limits and endpoint weights at once; concurrency, retry and
-// timeoutPerSample for the runner pods that start from then on (a local run's
-// checkpoint leaves them out too); runner.stallTimeout at once.
+// timeoutPerSample, and models' pricing, for the runner pods that start from
+// then on (a local run's checkpoint leaves them out too); runner.stallTimeout
+// and budget at once.
 func SpecHash(spec *v1alpha1.EvaluationSpec) string {
 	s := spec.DeepCopy()
 	s.Suspend, s.Parallelism = nil, nil
@@ -50,9 +51,13 @@ func SpecHash(spec *v1alpha1.EvaluationSpec) string {
 			s.Runner = nil
 		}
 	}
+	// A budget and prices decide what the run may spend and what its
+	// records say it cost, not its answers: raising a budget resumes a run.
+	s.Budget = nil
 	for i := range s.Models {
 		s.Models[i].RateLimit = nil
 		s.Models[i].Concurrency = nil
+		s.Models[i].Pricing = nil
 	}
 	for _, c := range EndpointCallers(s) {
 		c.Ref.Weight = nil // a share's weight applies at once

@@ -57,6 +57,12 @@ func TestRunID(t *testing.T) {
 		{"rate limit added", func(s *v1alpha1.EvaluationSpec) {
 			s.Models[1].RateLimit = &v1alpha1.RateLimit{InputTokensPerMinute: 1000}
 		}},
+		{"budget added", func(s *v1alpha1.EvaluationSpec) {
+			s.Budget = &v1alpha1.Budget{MaxCost: ptr.To(v1alpha1.Number("12.50"))}
+		}},
+		{"pricing added", func(s *v1alpha1.EvaluationSpec) {
+			s.Models[0].Pricing = &v1alpha1.Pricing{InputPerMillion: "2", OutputPerMillion: "8"}
+		}},
 	}
 	for _, tc := range same {
 		spec := baseSpec()

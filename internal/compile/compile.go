@@ -165,6 +165,9 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 	if err := buildHooks(ctx, spec, plan, env); err != nil {
 		return nil, err
 	}
+	if err := checkBudget(spec, plan); err != nil {
+		return nil, err
+	}
 	plan.Prompt.EmptyIsError = needsPrompt(spec, plan)
 	// Datasets last: they may be large downloads, and every cheaper mistake
 	// (a missing key, a bad rubric) should be reported before one starts.
@@ -240,6 +243,9 @@ func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.
 		params.MaxTokens = v1alpha1.DefaultAnthropicMaxToken
 	}
 	out.MaxTokens = params.MaxTokens
+	if out.Price, err = Price(m.Pricing); err != nil {
+		return nil, nil, fmt.Errorf("%s.pricing.%w", path, err)
+	}
 	fp := fingerprint{Provider: string(m.Provider), BaseURL: m.BaseURL, Model: m.Model, Params: params, Headers: m.Headers}
 	switch m.Provider {
 	case v1alpha1.ProviderOpenAI:

@@ -81,8 +81,14 @@ type Request struct {
 
 // Usage is the token accounting reported by the server.
 type Usage struct {
+	// InputTokens counts every input token, cached ones included.
 	InputTokens  int64 `json:"inputTokens"`
 	OutputTokens int64 `json:"outputTokens"`
+	// CachedInputTokens are the input tokens read from the provider's prompt
+	// cache, and CacheWriteInputTokens those written to it (Anthropic); both
+	// are part of InputTokens and are priced apart.
+	CachedInputTokens     int64 `json:"cachedInputTokens,omitempty"`
+	CacheWriteInputTokens int64 `json:"cacheWriteInputTokens,omitempty"`
 }
 
 // Response is a successful call's answer.

@@ -5,10 +5,12 @@
 package results
 
 import (
+	"encoding/json"
 	"math"
 	"slices"
 
 	"github.com/proctor-dev/proctor/runner/provider"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // Record is the outcome of one sample on one model. Its JSON form is one line of
@@ -50,6 +52,13 @@ type Record struct {
 	// budget (docs/cluster.md). OutputBytes is then the whole answer's size.
 	OutputTruncated bool `json:"outputTruncated,omitempty"`
 	OutputBytes     int  `json:"outputBytes,omitempty"`
+	// Cost is what the sample's calls cost, in US dollars, at the model's
+	// pricing (an agent's: its calls through agent.endpoints); the judge's
+	// are in JudgeCost. Absent when unknown: the model has no pricing.
+	Cost *float64 `json:"cost,omitempty"`
+	// JudgeCost is what judging the sample cost, in US dollars; absent when
+	// no judge was called, or when the judge model has no pricing.
+	JudgeCost *float64 `json:"judgeCost,omitempty"`
 	// CacheKey is the answering request's cache key, when the cache is on. It is
 	// not part of results.jsonl; a cluster keeps it beside the record, so a later
 	// run can reuse the answer.
@@ -82,6 +91,52 @@ type Summary struct {
 	Metrics       map[string]float64 `json:"metrics"`
 	LatencyMillis Latency            `json:"latencyMillis"`
 	Tokens        Tokens             `json:"tokens"`
+	Cost          Cost               `json:"cost"`
+}
+
+// Cost is what a model's samples cost, in US dollars. An unknown cost (a
+// model without pricing) is null, never 0.
+type Cost struct {
+	// Model is what the model's calls cost (an agent's, through its
+	// endpoints); nil when unknown.
+	Model *float64
+	// Judge is what judging the answers cost, when Judged; nil when unknown.
+	Judge *float64
+	// Judged says a judge model was called for these samples.
+	Judged bool
+}
+
+// costJSON is Cost's JSON form: "judge" is there only when a judge was
+// called, and null when its cost is unknown.
+type costJSON struct {
+	Model *float64        `json:"model"`
+	Judge json.RawMessage `json:"judge,omitempty"`
+}
+
+// MarshalJSON writes {"model": 1.23, "judge": 0.45}, with null for unknown.
+func (c Cost) MarshalJSON() ([]byte, error) {
+	j := costJSON{Model: c.Model}
+	if c.Judged {
+		b, err := json.Marshal(c.Judge)
+		if err != nil {
+			return nil, err
+		}
+		j.Judge = b
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (c *Cost) UnmarshalJSON(b []byte) error {
+	var j costJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*c = Cost{Model: j.Model, Judged: len(j.Judge) > 0}
+	if c.Judged {
+		return json.Unmarshal(j.Judge, &c.Judge)
+	}
+	return nil
 }
 
 // Latency summarizes the latencies of successful samples.
@@ -106,6 +161,10 @@ type Aggregate struct {
 	metrics   []string
 	sums      []float64
 	latencies []int64
+	// cost and judgeCost add up exactly, in picodollars; a record of
+	// unknown cost makes the total unknown.
+	cost, judgeCost           spend.Amount
+	costUnknown, judgeUnknown bool
 }
 
 // NewAggregate starts a summary for a model on a dataset of total samples, scored
@@ -125,6 +184,19 @@ func (a *Aggregate) Add(r *Record) {
 	a.s.Tokens.Output += r.OutputTokens
 	a.s.Tokens.JudgeInput += r.JudgeInputTokens
 	a.s.Tokens.JudgeOutput += r.JudgeOutputTokens
+	if r.Cost == nil {
+		a.costUnknown = true
+	} else {
+		a.cost += spend.FromDollars(*r.Cost)
+	}
+	if r.JudgeCost != nil || r.JudgeInputTokens > 0 || r.JudgeOutputTokens > 0 {
+		a.s.Cost.Judged = true
+		if r.JudgeCost == nil {
+			a.judgeUnknown = true
+		} else {
+			a.judgeCost += spend.FromDollars(*r.JudgeCost)
+		}
+	}
 	if r.Error != "" {
 		a.s.Errored++
 		return
@@ -147,8 +219,22 @@ func (a *Aggregate) Summary() Summary {
 	lat := slices.Clone(a.latencies)
 	slices.Sort(lat)
 	s.LatencyMillis = Latency{P50: percentile(lat, 0.50), P95: percentile(lat, 0.95)}
+	if !a.costUnknown {
+		s.Cost.Model = ptr(a.cost.Dollars())
+	}
+	if s.Cost.Judged && !a.judgeUnknown {
+		s.Cost.Judge = ptr(a.judgeCost.Dollars())
+	}
 	return s
 }
+
+// Costs returns the exact totals behind Summary().Cost: the model's and the
+// judge's, in picodollars, and whether each is known.
+func (a *Aggregate) Costs() (model, judge spend.Amount, modelKnown, judgeKnown bool) {
+	return a.cost, a.judgeCost, !a.costUnknown, !a.judgeUnknown
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // percentile is the nearest-rank percentile of sorted values; 0 for none.
 func percentile(sorted []int64, q float64) int64 {

@@ -266,8 +266,10 @@ func (r *messagesResponse) toResponse() *provider.Response {
 		Usage: provider.Usage{
 			// input_tokens excludes tokens written to or read from the prompt
 			// cache; the sum is what the model actually read.
-			InputTokens:  r.Usage.InputTokens + r.Usage.CacheCreationInputTokens + r.Usage.CacheReadInputTokens,
-			OutputTokens: r.Usage.OutputTokens,
+			InputTokens:           r.Usage.InputTokens + r.Usage.CacheCreationInputTokens + r.Usage.CacheReadInputTokens,
+			OutputTokens:          r.Usage.OutputTokens,
+			CachedInputTokens:     r.Usage.CacheReadInputTokens,
+			CacheWriteInputTokens: r.Usage.CacheCreationInputTokens,
 		},
 	}
 	for i := range r.Content {

@@ -282,7 +282,7 @@ func TestResponse(t *testing.T) {
 			name: "text blocks concatenated, thinking skipped, cache tokens counted",
 			body: `{"content":[{"type":"thinking","thinking":"hmm","signature":"x"},{"type":"text","text":"Hello, "},{"type":"text","text":"world."}],
 				"stop_reason":"max_tokens","usage":{"input_tokens":10,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":5}}`,
-			want: &provider.Response{Text: "Hello, world.", FinishReason: "max_tokens", Usage: provider.Usage{InputTokens: 1110, OutputTokens: 5}},
+			want: &provider.Response{Text: "Hello, world.", FinishReason: "max_tokens", Usage: provider.Usage{InputTokens: 1110, OutputTokens: 5, CachedInputTokens: 1000, CacheWriteInputTokens: 100}},
 		},
 		{
 			name: "tool use",

@@ -157,8 +157,12 @@ type chatResponse struct {
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage struct {
-		PromptTokens     int64 `json:"prompt_tokens"`
-		CompletionTokens int64 `json:"completion_tokens"`
+		PromptTokens        int64 `json:"prompt_tokens"`
+		CompletionTokens    int64 `json:"completion_tokens"`
+		PromptTokensDetails struct {
+			// CachedTokens are part of prompt_tokens.
+			CachedTokens int64 `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
 }
 
@@ -273,8 +277,9 @@ func (r *chatResponse) toResponse() (*provider.Response, error) {
 		Text:         c.Message.Content,
 		FinishReason: c.FinishReason,
 		Usage: provider.Usage{
-			InputTokens:  r.Usage.PromptTokens,
-			OutputTokens: r.Usage.CompletionTokens,
+			InputTokens:       r.Usage.PromptTokens,
+			OutputTokens:      r.Usage.CompletionTokens,
+			CachedInputTokens: r.Usage.PromptTokensDetails.CachedTokens,
 		},
 	}
 	if len(c.Message.ToolCalls) > 0 {

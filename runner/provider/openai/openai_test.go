@@ -337,6 +337,11 @@ func TestResponse(t *testing.T) {
 			body: `{"choices":[{"message":{"content":"trunc"},"finish_reason":"length"},{"message":{"content":"second"}}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`,
 			want: &provider.Response{Text: "trunc", FinishReason: "length", Usage: provider.Usage{InputTokens: 1, OutputTokens: 2}},
 		},
+		{
+			name: "cached prompt tokens",
+			body: `{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":2006,"completion_tokens":300,"prompt_tokens_details":{"cached_tokens":1920}}}`,
+			want: &provider.Response{Text: "hi", FinishReason: "stop", Usage: provider.Usage{InputTokens: 2006, OutputTokens: 300, CachedInputTokens: 1920}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,83 @@
+package compile
+
+import (
+	"fmt"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/runner"
+	"github.com/proctor-dev/proctor/runner/spend"
+)
+
+// Price converts a model's pricing; nil pricing is an unknown price.
+func Price(p *v1alpha1.Pricing) (*spend.Price, error) {
+	if p == nil {
+		return nil, nil
+	}
+	opt := func(n *v1alpha1.Number) string {
+		if n == nil {
+			return ""
+		}
+		return string(*n)
+	}
+	return spend.NewPrice(spend.PerMillion{
+		Input: string(p.InputPerMillion), Output: string(p.OutputPerMillion),
+		CachedInput: opt(p.CachedInputPerMillion), CacheWrite: opt(p.CacheWriteInputPerMillion),
+		BatchInput: opt(p.BatchInputPerMillion), BatchOutput: opt(p.BatchOutputPerMillion),
+	})
+}
+
+// Limit converts a budget to the ledger's limit; a nil budget bounds nothing.
+func Limit(b *v1alpha1.Budget) (spend.Limit, error) {
+	var l spend.Limit
+	if b == nil {
+		return l, nil
+	}
+	if b.MaxCost != nil {
+		c, err := spend.ParseDollars(string(*b.MaxCost))
+		if err != nil {
+			return l, fmt.Errorf("spec.budget.maxCost: %w", err)
+		}
+		// A budget of 0 dollars is a budget: nothing may be spent.
+		l.Cost = max(c, 1)
+	}
+	if b.MaxTokens != nil {
+		l.Tokens = *b.MaxTokens
+	}
+	return l, nil
+}
+
+// checkBudget refuses a budget the run could not keep: maxCost with a model
+// whose calls have no price, or any budget with an agent whose calls Proctor
+// does not see (it has no agent.endpoints).
+func checkBudget(spec *v1alpha1.EvaluationSpec, plan *runner.Plan) error {
+	b := spec.Budget
+	if b == nil {
+		return nil
+	}
+	if _, err := Limit(b); err != nil {
+		return err
+	}
+	plan.AssumedOutputTokens = v1alpha1.DefaultAssumedOutputTokens
+	if b.AssumedOutputTokens != nil {
+		plan.AssumedOutputTokens = int(*b.AssumedOutputTokens)
+	}
+	for i := range spec.Models {
+		m := &spec.Models[i]
+		rm := plan.Model(m.Name)
+		if rm == nil {
+			continue // not run here
+		}
+		path := fmt.Sprintf("spec.models[%d]", i)
+		if rm.Agent && len(rm.AgentEndpoints) == 0 {
+			return fmt.Errorf("%s (%s): spec.budget cannot bound an agent that calls its API itself: give it agent.endpoints, so that its calls go through Proctor and are counted, or remove spec.budget", path, m.Name)
+		}
+		if b.MaxCost != nil && rm.Price == nil {
+			where := "pricing"
+			if m.EndpointRef != nil {
+				where = fmt.Sprintf("pricing (or a pricing entry for model %q in ModelEndpoint %s)", m.Model, m.EndpointRef.Name)
+			}
+			return fmt.Errorf("%s (%s) has no price, so spec.budget.maxCost cannot be kept: give it %s", path, m.Name, where)
+		}
+	}
+	return nil
+}
