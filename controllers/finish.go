@@ -17,6 +17,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // maxEmbeddedRecords bounds the compressed records put in NAME-results itself;
@@ -79,6 +80,10 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 			LatencyMillis: &v1alpha1.LatencySummary{P50: s.LatencyMillis.P50, P95: s.LatencyMillis.P95},
 			Tokens: &v1alpha1.TokenUsage{Input: s.Tokens.Input, Output: s.Tokens.Output,
 				JudgeInput: s.Tokens.JudgeInput, JudgeOutput: s.Tokens.JudgeOutput},
+			Cost: &v1alpha1.CostSummary{Model: statusCost(s.Cost.Model)},
+		}
+		if s.Cost.Judged {
+			mr.Cost.Judge = statusCost(s.Cost.Judge)
 		}
 		for k, v := range s.Metrics {
 			mr.Metrics[k] = fmt.Sprintf("%.4f", v)
@@ -223,4 +228,12 @@ func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, summar
 	}
 	existing.Labels, existing.Annotations, existing.Data, existing.BinaryData = cm.Labels, cm.Annotations, cm.Data, cm.BinaryData
 	return true, r.Update(ctx, &existing)
+}
+
+// statusCost shows a cost in status: dollars, or "unknown".
+func statusCost(d *float64) string {
+	if d == nil {
+		return v1alpha1.CostUnknown
+	}
+	return spend.FromDollars(*d).Decimal()
 }

@@ -728,6 +728,7 @@ func TestReconcileSucceeded(t *testing.T) {
 			Metrics:       map[string]string{"exact_match": "0.5000"},
 			LatencyMillis: &v1alpha1.LatencySummary{P50: 140, P95: 190},
 			Tokens:        &v1alpha1.TokenUsage{Input: 100, Output: 18, JudgeInput: 63, JudgeOutput: 9},
+			Cost:          &v1alpha1.CostSummary{Model: v1alpha1.CostUnknown, Judge: v1alpha1.CostUnknown},
 		}},
 		Score:            "0.5000",
 		ResultsConfigMap: "arith-results",
@@ -930,7 +931,7 @@ func TestReconcileEmptyDataset(t *testing.T) {
 	st := h.eval("arith").Status
 	want := []v1alpha1.ModelResult{{
 		Model: "small", Dataset: "qa",
-		LatencyMillis: &v1alpha1.LatencySummary{}, Tokens: &v1alpha1.TokenUsage{},
+		LatencyMillis: &v1alpha1.LatencySummary{}, Tokens: &v1alpha1.TokenUsage{}, Cost: &v1alpha1.CostSummary{Model: "0.000000"},
 	}}
 	if st.Phase != v1alpha1.PhaseSucceeded {
 		t.Errorf("phase = %q, want Succeeded", st.Phase)

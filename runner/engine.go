@@ -96,6 +96,10 @@ type Engine struct {
 	stopCtx    context.Context
 	stopCancel context.CancelFunc
 	randMu     sync.Mutex
+
+	// exhausted is the budget's refusal that stopped the run, if one did.
+	exhausted   error
+	exhaustOnce sync.Once
 }
 
 // modelRun is a model's runtime state, shared by everything that calls it.
@@ -210,6 +214,15 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 		e.scorers = append(e.scorers, scorer{Scorer: sc, judge: judge})
 	}
 	return e, nil
+}
+
+// exhaust stops the run because the budget is exhausted: Run returns err.
+func (e *Engine) exhaust(err error) {
+	e.exhaustOnce.Do(func() {
+		e.exhausted = err
+		e.log.Info("Stopping: the budget is exhausted; samples in flight finish", "reason", err.Error())
+		e.Stop()
+	})
 }
 
 // Stop stops taking new samples. Requests in flight run to completion (or until
@@ -338,6 +351,10 @@ func (e *Engine) Run(ctx context.Context, tasks []Task, sink Sink) error {
 	wg.Wait()
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
 		errs = append(errs, cause)
+	}
+	// Every worker is done: exhausted is settled.
+	if e.exhausted != nil {
+		errs = append(errs, e.exhausted)
 	}
 	return errors.Join(errs...)
 }
@@ -513,14 +530,18 @@ func (e *Engine) dispatch(ctx context.Context, m *modelRun, t Task, sink Sink, j
 // finish evaluates a sample and stores its record.
 func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCauseFunc, m *modelRun, j job, sink Sink, s *slot) {
 	rec, err := e.evaluate(ctx, m, j.ds, &j.s, j.answered, s)
+	if IsBudgetExceeded(err) {
+		// Nothing new starts, for any model; the calls in flight are paid
+		// for, so they finish and are kept.
+		e.exhaust(err)
+		return
+	}
 	if err != nil {
 		// The model (or its judge) is throttled out, or its provider is
 		// unavailable: stop the model's work.
 		switch {
 		case provider.IsUnavailable(err):
 			e.log.Error(err, "Stopped a model whose provider is unavailable", "model", m.Name)
-		case IsBudgetExceeded(err):
-			e.log.Info("Stopped a model: the budget is exhausted", "model", m.Name, "reason", err.Error())
 		default:
 			e.log.Error(err, "Gave up on a rate-limited model", "model", m.Name)
 		}

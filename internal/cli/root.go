@@ -24,6 +24,9 @@ const (
 	exitOK          = 0
 	exitFailed      = cluster.ExitFailed  // the run could not finish (data unreadable, disk full...)
 	exitInvalid     = cluster.ExitInvalid // bad flags or a bad Evaluation: nothing was run
+	// exitBudget: the budget ran out before every sample was done (raise it
+	// and run again to resume).
+	exitBudget      = 4
 	exitInterrupted = 130
 )
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -15,7 +16,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/proctor-dev/proctor/internal/local"
+	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 type runOptions struct {
@@ -121,8 +124,14 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 		printErrors(s.errOut, top)
 	}
 	fmt.Fprintf(s.errOut, "Results: %s, %s\n", filepath.Join(res.Dir, results.ResultsFile), filepath.Join(res.Dir, results.SummaryFile))
+	if b := res.Budget; b != nil {
+		fmt.Fprintf(s.errOut, "Budget: %s\n", budgetLine(b))
+	}
 
 	switch {
+	case runner.IsBudgetExceeded(runErr):
+		msg := fmt.Sprintf("%v; %d of %d samples done: raise spec.budget and run the same command again to resume", runErr, done, total)
+		return &exitError{code: exitBudget, err: errors.New(msg)}
 	case runErr != nil:
 		return &exitError{code: exitFailed, err: runErr}
 	case res.Interrupted != nil:
@@ -181,4 +190,16 @@ func newLogger(w interface{ Write([]byte) (int, error) }, v int) logr.Logger {
 		},
 	})
 	return logr.FromSlogHandler(h)
+}
+
+// budgetLine says what a run spent of its budget.
+func budgetLine(b *spend.State) string {
+	var parts []string
+	if b.Limit.Cost > 0 {
+		parts = append(parts, fmt.Sprintf("spent %s of %s", b.Spent.Cost, b.Limit.Cost))
+	}
+	if b.Limit.Tokens > 0 {
+		parts = append(parts, fmt.Sprintf("used %d of %d tokens", b.Spent.Tokens, b.Limit.Tokens))
+	}
+	return strings.Join(parts, ", ")
 }

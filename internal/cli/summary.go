@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // printSummary prints one row per model and dataset: counts, every metric,
@@ -26,7 +27,11 @@ func printSummary(w io.Writer, ss []results.Summary, metrics []string) {
 	for _, m := range metrics {
 		head = append(head, terminalSafe(strings.ToUpper(m)))
 	}
-	head = append(head, "P50", "P95", "TOKENS IN/OUT")
+	head = append(head, "P50", "P95", "TOKENS IN/OUT", "COST")
+	judged := slices.ContainsFunc(ss, func(s results.Summary) bool { return s.Cost.Judged })
+	if judged {
+		head = append(head, "JUDGE COST")
+	}
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
 	for _, s := range ss {
 		// A tab or escape sequence in a name (summary.json from a cluster is
@@ -40,10 +45,26 @@ func printSummary(w io.Writer, ss []results.Summary, metrics []string) {
 			}
 		}
 		row = append(row, fmt.Sprintf("%dms", s.LatencyMillis.P50), fmt.Sprintf("%dms", s.LatencyMillis.P95),
-			fmt.Sprintf("%d/%d", s.Tokens.Input, s.Tokens.Output))
+			fmt.Sprintf("%d/%d", s.Tokens.Input, s.Tokens.Output), costCell(s.Cost.Model))
+		if judged {
+			judge := "-"
+			if s.Cost.Judged {
+				judge = costCell(s.Cost.Judge)
+			}
+			row = append(row, judge)
+		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	tw.Flush()
+}
+
+// costCell shows a cost in dollars, or "unknown" (never 0 for a model
+// without pricing).
+func costCell(d *float64) string {
+	if d == nil {
+		return "unknown"
+	}
+	return spend.FromDollars(*d).String()
 }
 
 // errorCount is how many records of a model on a dataset failed with one error.

@@ -29,6 +29,7 @@ import (
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/provider/agent"
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // Options say what to run and how.
@@ -88,6 +89,8 @@ type Result struct {
 	Metrics []string
 	// Interrupted is the interrupt that drained the run, if one did.
 	Interrupted os.Signal
+	// Budget is the budget's state at the end, when the run has one.
+	Budget *spend.State
 }
 
 // InvalidError is a problem with the input: nothing was run or written.
@@ -210,6 +213,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	engOpts := runner.Options{Log: log, Observer: display}
+	if limit, _ := compile.Limit(ev.Spec.Budget); !limit.IsZero() {
+		// The budget is the run's, over its resumptions: what the records
+		// already written cost counts.
+		engOpts.Ledger = spend.NewLedger(limit)
+		engOpts.Ledger.Add(dir.Spent())
+	}
 	if len(svcs) > 0 || plan.Hooks != nil && plan.Hooks.Setup != nil {
 		sup, err := startServices(ctx, o.Interrupts, svcs, plan, tasks, log, filepath.Join(outDir, "services"))
 		if err != nil {
@@ -242,7 +251,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("writing results: %w", errors.Join(runErr, err))
 	}
-	return &Result{Dir: outDir, Summaries: summaries, Metrics: plan.MetricNames(), Interrupted: sig}, runErr
+	res := &Result{Dir: outDir, Summaries: summaries, Metrics: plan.MetricNames(), Interrupted: sig}
+	if engOpts.Ledger != nil {
+		st := engOpts.Ledger.State()
+		res.Budget = &st
+	}
+	return res, runErr
 }
 
 // runName names a run's default results directory: the Evaluation's name, or

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // Files in an output directory.
@@ -169,6 +171,18 @@ func (d *Dir) Put(model, dataset string, index int, rec *Record) error {
 		return fmt.Errorf("no open checkpoint for %s on %s", model, dataset)
 	}
 	return j.Append(index, rec)
+}
+
+// Spent is what the records the directory's journals held when opened cost:
+// a resumed run's spending so far.
+func (d *Dir) Spent() spend.Totals {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	var t spend.Totals
+	for _, j := range d.journals {
+		t = t.Add(j.Spent())
+	}
+	return t
 }
 
 // Close flushes and closes every journal.

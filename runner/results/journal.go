@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"sync"
+
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // journalVersion is written in every journal's header line.
@@ -47,6 +49,8 @@ type Journal struct {
 	// rescore holds, with retryErrors, the records whose scoring failed after a
 	// successful call: their samples are scored again, not called again.
 	rescore map[int]*Record
+	// spent is what the records read at opening cost.
+	spent spend.Totals
 
 	kick     chan struct{}
 	flushed  chan struct{}
@@ -118,10 +122,17 @@ func (j *Journal) load(f *os.File, want header, retryErrors bool) (int64, error)
 			continue // a corrupt line mid-file: skip it, the sample runs again
 		}
 		i, rec := l.Index, l.Record
+		var r spentFields
+		if json.Unmarshal(rec, &r) != nil {
+			continue
+		}
+		// Every record was paid for, also one run again since (an error
+		// retried, a scoring failure scored again).
+		j.spent = j.spent.Add(r.spent())
 		if i >= len(j.done) || j.done[i] {
 			continue
 		}
-		failed := recordFailed(rec)
+		failed := r.Error != ""
 		if failed && retryErrors {
 			var r Record
 			if json.Unmarshal(rec, &r) == nil && r.ErrorKind == ErrorKindScoring {
@@ -140,12 +151,34 @@ func (j *Journal) load(f *os.File, want header, retryErrors bool) (int64, error)
 	}
 }
 
-// recordFailed reports whether a stored record carries an error.
-func recordFailed(raw json.RawMessage) bool {
-	var r struct {
-		Error string `json:"error"`
+// spentFields are what a stored record says of its outcome and its cost.
+type spentFields struct {
+	Error     string   `json:"error"`
+	In        int64    `json:"inputTokens"`
+	Out       int64    `json:"outputTokens"`
+	JudgeIn   int64    `json:"judgeInputTokens"`
+	JudgeOut  int64    `json:"judgeOutputTokens"`
+	Cost      *float64 `json:"cost"`
+	JudgeCost *float64 `json:"judgeCost"`
+}
+
+func (r *spentFields) spent() spend.Totals {
+	t := spend.Totals{Tokens: r.In + r.Out + r.JudgeIn + r.JudgeOut}
+	if r.Cost != nil {
+		t.Cost += spend.FromDollars(*r.Cost)
 	}
-	return json.Unmarshal(raw, &r) == nil && r.Error != ""
+	if r.JudgeCost != nil {
+		t.Cost += spend.FromDollars(*r.JudgeCost)
+	}
+	return t
+}
+
+// Spent is what the records the journal held when it was opened cost, and
+// the tokens they used: a resumed run's spending so far.
+func (j *Journal) Spent() spend.Totals {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.spent
 }
 
 // Answered returns, once, the earlier record of sample i whose call succeeded

@@ -312,6 +312,8 @@ type record struct {
 	JudgeIn       int64              `json:"judgeInputTokens"`
 	JudgeOut      int64              `json:"judgeOutputTokens"`
 	AgentCalls    int64              `json:"agentCalls"`
+	Cost          *float64           `json:"cost"`
+	JudgeCost     *float64           `json:"judgeCost"`
 }
 
 // readRecords reads DIR/results.jsonl; raw holds each line's keys, in order.
@@ -387,6 +389,8 @@ type summaryEntry struct {
 		JudgeInput  int64 `json:"judgeInput"`
 		JudgeOutput int64 `json:"judgeOutput"`
 	} `json:"tokens"`
+	// Cost holds "model" and, when judged, "judge": nil values are unknown.
+	Cost map[string]*float64 `json:"cost"`
 }
 
 func readSummary(t *testing.T, dir string) summary {
