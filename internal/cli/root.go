@@ -21,9 +21,9 @@ import (
 
 // Exit codes.
 const (
-	exitOK          = 0
-	exitFailed      = cluster.ExitFailed  // the run could not finish (data unreadable, disk full...)
-	exitInvalid     = cluster.ExitInvalid // bad flags or a bad Evaluation: nothing was run
+	exitOK      = 0
+	exitFailed  = cluster.ExitFailed  // the run could not finish (data unreadable, disk full...)
+	exitInvalid = cluster.ExitInvalid // bad flags or a bad Evaluation: nothing was run
 	// exitBudget: the budget ran out before every sample was done (raise it
 	// and run again to resume).
 	exitBudget      = 4
