@@ -26,6 +26,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // DefaultStallTimeout is spec.runner.stallTimeout's default.
@@ -585,6 +586,12 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 		if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionFailed); c != nil && c.Reason != "" {
 			reason = c.Reason
 		}
+		if reason == v1alpha1.ReasonBudgetExceeded && budgetRaised(p.ev) {
+			// The run goes on: its Jobs are resumed, and its shards get
+			// allowances of what the budget now leaves.
+			p.event(corev1.EventTypeNormal, v1alpha1.ReasonResumed, "spec.budget was raised: the run resumes")
+			return true, nil
+		}
 		p.fail(reason, "%s", st.Message)
 	}
 	var jobs batchv1.JobList
@@ -700,3 +707,24 @@ var podJudgementChanged = predicate.Funcs{UpdateFunc: func(e ctrlevent.UpdateEve
 	}
 	return podJudgement(old) != podJudgement(cur) || !maps.Equal(old.Annotations, cur.Annotations)
 }}
+
+// budgetRaised reports whether spec.budget now allows more than it did when
+// it stopped the run (status.spend holds the limits it had then), in a
+// dimension that stopped it.
+func budgetRaised(ev *v1alpha1.Evaluation) bool {
+	was := ev.Status.Spend
+	if was == nil {
+		return false
+	}
+	now, err := cluster.SpendLimit(ev.Spec.Budget)
+	if err != nil {
+		return false
+	}
+	if was.MaxCost != "" {
+		old, err := spend.ParseDollars(was.MaxCost)
+		if err == nil && (now.Cost == 0 || now.Cost > old) {
+			return true
+		}
+	}
+	return was.MaxTokens > 0 && (now.Tokens == 0 || now.Tokens > was.MaxTokens)
+}

@@ -225,7 +225,7 @@ func (r *EvaluationReconciler) deleteIfOurs(ctx context.Context, p *pass, name s
 
 // ensureBudget creates the budget ConfigMap runners read their shares from.
 func (r *EvaluationReconciler) ensureBudget(ctx context.Context, p *pass) (bool, error) {
-	if cluster.ModelLimits(&p.ev.Spec) == nil {
+	if cluster.ModelLimits(&p.ev.Spec) == nil && p.ev.Spec.Budget == nil {
 		return true, nil
 	}
 	return r.claimConfigMap(ctx, p, cluster.NewBudgetConfigMap(p.ev))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // shardState is what the controller knows of one shard.
@@ -161,10 +162,17 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 }
 
 // divideBudget re-divides each rate-limited model's budget among the running
-// shards that call it (see cluster.Budget for the protocol).
+// shards that call it, and spec.budget among the shards (see cluster.Budget
+// and cluster.SpendBudget for the protocols). A spec.budget that every running
+// shard waits for more of, and no more is left, ends the run: BudgetExceeded.
 func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool, error) {
 	limits := cluster.ModelLimits(&p.ev.Spec)
-	if limits == nil || p.plan == nil {
+	budget := p.ev.Spec.Budget
+	if p.plan == nil {
+		return true, nil
+	}
+	r.observeSpend(p)
+	if limits == nil && budget == nil {
 		return true, nil
 	}
 	cm := &metav1.PartialObjectMetadata{}
@@ -176,22 +184,48 @@ func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool,
 	if err != nil {
 		return false, err
 	}
-	judges := p.ev.Spec.JudgeModels()
-	users := map[string][]string{}
-	acked := map[string]int64{}
-	for _, s := range p.shards {
-		if !s.active {
-			continue
-		}
-		acked[s.Key()] = s.progress.Budget
-		for model := range limits {
-			// A model is called by its own shards, and a judge by every shard.
-			if model == s.Model || judges[model] {
-				users[model] = append(users[model], s.Key())
+	next, changed := prev, false
+	if limits != nil {
+		judges := p.ev.Spec.JudgeModels()
+		users := map[string][]string{}
+		acked := map[string]int64{}
+		for _, s := range p.shards {
+			if !s.active {
+				continue
+			}
+			acked[s.Key()] = s.progress.Budget
+			for model := range limits {
+				// A model is called by its own shards, and a judge by every shard.
+				if model == s.Model || judges[model] {
+					users[model] = append(users[model], s.Key())
+				}
 			}
 		}
+		next, changed = cluster.Divide(prev, limits, users, acked)
 	}
-	next, changed := cluster.Divide(prev, limits, users, acked)
+	if budget != nil {
+		limit, err := cluster.SpendLimit(budget)
+		if err != nil {
+			return false, err
+		}
+		sb, spendChanged, exhausted := cluster.DivideSpend(prev.Spend, limit, spendShards(p.shards))
+		if spendChanged && !changed {
+			copied := *prev
+			copied.Version++
+			next, changed = &copied, true
+		}
+		next.Spend = sb
+		if exhausted && p.stalled == nil {
+			p.stalled = &problem{reason: v1alpha1.ReasonBudgetExceeded, stall: true, message: exhaustedMessage(p, limit)}
+		}
+	} else if prev.Spend != nil && !changed {
+		copied := *prev
+		copied.Version++
+		next, changed = &copied, true
+	}
+	if budget == nil {
+		next.Spend = nil
+	}
 	if !changed {
 		return true, nil
 	}
@@ -209,6 +243,59 @@ func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool,
 		return false, err
 	}
 	return true, nil
+}
+
+// spendShards is what the shards' heads say of their spending: a running
+// shard's runner reports its ledger; the others, what their records cost.
+func spendShards(shards []shardState) []cluster.SpendShard {
+	out := make([]cluster.SpendShard, 0, len(shards))
+	for _, s := range shards {
+		ss := cluster.SpendShard{Key: s.Key(), Running: s.active, Finished: s.completed || s.failed, Spent: s.progress.Spent}
+		if l := s.progress.Ledger; l != nil && s.active {
+			ss.Spent, ss.Reserved, ss.Needed, ss.Blocked = l.Spent, l.Reserved, l.Needed, l.Blocked
+		}
+		out = append(out, ss)
+	}
+	return out
+}
+
+// observeSpend sets status.spend from the shards' heads.
+func (r *EvaluationReconciler) observeSpend(p *pass) {
+	var total spend.Totals
+	for _, s := range spendShards(p.shards) {
+		total = total.Add(s.Spent)
+	}
+	st := &v1alpha1.SpendStatus{Cost: v1alpha1.CostUnknown, Tokens: total.Tokens}
+	if cluster.CostKnown(&p.ev.Spec) {
+		st.Cost = total.Cost.Decimal()
+	}
+	if b := p.ev.Spec.Budget; b != nil {
+		if limit, err := cluster.SpendLimit(b); err == nil && b.MaxCost != nil {
+			st.MaxCost = limit.Cost.Decimal()
+		}
+		if b.MaxTokens != nil {
+			st.MaxTokens = *b.MaxTokens
+		}
+	}
+	p.status.Spend = st
+}
+
+// exhaustedMessage says what was spent of the budget, and how to go on.
+func exhaustedMessage(p *pass, limit spend.Limit) string {
+	st := p.status.Spend
+	var parts []string
+	if limit.Cost > 0 {
+		parts = append(parts, fmt.Sprintf("spent $%s of spec.budget.maxCost $%s", st.Cost, st.MaxCost))
+	}
+	if limit.Tokens > 0 {
+		parts = append(parts, fmt.Sprintf("used %d of spec.budget.maxTokens %d tokens", st.Tokens, limit.Tokens))
+	}
+	done, total := int64(0), int64(0)
+	if pr := p.status.Progress; pr != nil {
+		done, total = pr.Completed, pr.Total
+	}
+	return fmt.Sprintf("the budget is exhausted: %s; %d of %d samples done, the rest need more than is left. Raise spec.budget to resume the run",
+		strings.Join(parts, ", "), done, total)
 }
 
 func firstMetric(spec *v1alpha1.EvaluationSpec) string {

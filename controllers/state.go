@@ -204,6 +204,11 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonPlanning, "planning shards")
 	}
 	if st.Phase != v1alpha1.PhaseSucceeded && st.Phase != v1alpha1.PhaseFailed {
+		// A run that had ended goes on (its spec.budget was raised).
+		if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
+			set(v1alpha1.ConditionFailed, metav1.ConditionFalse, v1alpha1.ReasonResumed, "the run resumed")
+			st.CompletionTime = nil
+		}
 		if suspended {
 			set(v1alpha1.ConditionSuspended, metav1.ConditionTrue, v1alpha1.ReasonSuspended, "spec.suspend is true")
 		} else {

@@ -71,6 +71,11 @@ const (
 	// ReasonHookFailed: hooks.setup failed, or a slot stayed broken past
 	// hooks.repairTimeout.
 	ReasonHookFailed = "HookFailed"
+	// ReasonBudgetExceeded: spec.budget is spent; no call starts until it is
+	// raised, which resumes the run.
+	ReasonBudgetExceeded = "BudgetExceeded"
+	// ReasonResumed: a run that had ended goes on (its budget was raised).
+	ReasonResumed = "Resumed"
 	// ReasonNameConflict: a name the run needs is taken (NameConflict is True).
 	ReasonNameConflict = "NameConflict"
 	// ReasonNamesFreed: no name the run needs is taken any more.

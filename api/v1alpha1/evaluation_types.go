@@ -730,6 +730,9 @@ type EvaluationStatus struct {
 	// +optional
 	// +listType=atomic
 	Results []ModelResult `json:"results,omitempty"`
+	// spend is what the current run has spent, and its budget.
+	// +optional
+	Spend *SpendStatus `json:"spend,omitempty"`
 	// score is the first model's first metric over all its datasets so far, for
 	// `kubectl get`.
 	// +optional
@@ -858,6 +861,7 @@ type TokenUsage struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.progress.text`
 // +kubebuilder:printcolumn:name="Score",type=string,JSONPath=`.status.score`
+// +kubebuilder:printcolumn:name="Cost",type=string,JSONPath=`.status.spend.cost`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Evaluation struct {

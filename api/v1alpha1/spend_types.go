@@ -111,3 +111,20 @@ type CostSummary struct {
 
 // CostUnknown is a cost that cannot be known: a model without pricing.
 const CostUnknown = "unknown"
+
+// SpendStatus is what a run has spent, over all its shards and pods.
+type SpendStatus struct {
+	// cost is what its calls cost so far, in US dollars, or "unknown" when a
+	// model it calls has no pricing.
+	// +required
+	Cost string `json:"cost"`
+	// tokens counts the tokens its calls used so far (input and output).
+	// +required
+	Tokens int64 `json:"tokens"`
+	// maxCost and maxTokens are spec.budget's, when set.
+	// +optional
+	MaxCost string `json:"maxCost,omitempty"`
+	// maxTokens is spec.budget.maxTokens, when set.
+	// +optional
+	MaxTokens int64 `json:"maxTokens,omitempty"`
+}

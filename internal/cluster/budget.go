@@ -38,6 +38,9 @@ type Budget struct {
 	// Quota, in an endpoint's budget, is the version of its ModelQuota's
 	// division that its limits came from.
 	Quota *QuotaApplied `json:"quota,omitempty"`
+	// Spend, in an Evaluation's budget with spec.budget, is the shards'
+	// allowances of it.
+	Spend *SpendBudget `json:"spend,omitempty"`
 }
 
 // QuotaApplied names the division of a ModelQuota an endpoint's budget applies.

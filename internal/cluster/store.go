@@ -19,6 +19,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // A shard's records live in ConfigMaps, the checkpoint that survives its pod:
@@ -117,6 +118,28 @@ type ShardProgress struct {
 	// Usage is what the shard sent to each model that calls through a
 	// ModelEndpoint over the last minute, by model (for the endpoint's status).
 	Usage map[string]Usage `json:"usage,omitempty"`
+	// Spent is what the shard's records cost (their calls and their judging),
+	// over all its pods.
+	Spent spend.Totals `json:"spent"`
+	// Ledger is the runner's account against its allowance of spec.budget,
+	// when the run has one.
+	Ledger *LedgerReport `json:"ledger,omitempty"`
+}
+
+// LedgerReport is a runner's account of its spending against its allowance.
+type LedgerReport struct {
+	// Spent is what its records and the calls it settled cost; Reserved, the
+	// worst case of its calls in flight.
+	Spent    spend.Totals `json:"spent"`
+	Reserved spend.Totals `json:"reserved"`
+	// Blocked: a call waits for a larger allowance; Needed is its worst case.
+	Blocked bool         `json:"blocked,omitempty"`
+	Needed  spend.Totals `json:"needed"`
+}
+
+// NewLedgerReport reports a ledger's state.
+func NewLedgerReport(st spend.State) *LedgerReport {
+	return &LedgerReport{Spent: st.Spent, Reserved: st.Reserved, Blocked: st.Waiting, Needed: st.Needed}
 }
 
 // Throttle is a model's current run of 429s, as a runner saw it.
@@ -308,6 +331,8 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 		s.progress.Tokens.Input += rec.InputTokens
 		s.progress.Tokens.Output += rec.OutputTokens
 	}
+	// Every record was paid for, also one that replaces another.
+	s.progress.Spent = s.progress.Spent.Add(results.Spent(rec))
 	s.pending = append(s.pending, line)
 	s.raw += len(line)
 	if s.raw >= FlushPendingRaw {
@@ -352,6 +377,14 @@ func (s *Store) SetEndpoints(acks map[string]EndpointAck, usage map[string]Usage
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.progress.Endpoints, s.progress.Usage = acks, usage
+}
+
+// SetLedger records the runner's account against its allowance, for the
+// next flush.
+func (s *Store) SetLedger(r *LedgerReport) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.progress.Ledger = r
 }
 
 // SetThrottled records which models are being rate limited, for the next flush.

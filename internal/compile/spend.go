@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
@@ -26,26 +27,6 @@ func Price(p *v1alpha1.Pricing) (*spend.Price, error) {
 	})
 }
 
-// Limit converts a budget to the ledger's limit; a nil budget bounds nothing.
-func Limit(b *v1alpha1.Budget) (spend.Limit, error) {
-	var l spend.Limit
-	if b == nil {
-		return l, nil
-	}
-	if b.MaxCost != nil {
-		c, err := spend.ParseDollars(string(*b.MaxCost))
-		if err != nil {
-			return l, fmt.Errorf("spec.budget.maxCost: %w", err)
-		}
-		// A budget of 0 dollars is a budget: nothing may be spent.
-		l.Cost = max(c, 1)
-	}
-	if b.MaxTokens != nil {
-		l.Tokens = *b.MaxTokens
-	}
-	return l, nil
-}
-
 // checkBudget refuses a budget the run could not keep: maxCost with a model
 // whose calls have no price, or any budget with an agent whose calls Proctor
 // does not see (it has no agent.endpoints).
@@ -54,7 +35,7 @@ func checkBudget(spec *v1alpha1.EvaluationSpec, plan *runner.Plan) error {
 	if b == nil {
 		return nil
 	}
-	if _, err := Limit(b); err != nil {
+	if _, err := cluster.SpendLimit(b); err != nil {
 		return err
 	}
 	plan.AssumedOutputTokens = v1alpha1.DefaultAssumedOutputTokens

@@ -22,6 +22,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/internal/evalfile"
 	"github.com/proctor-dev/proctor/internal/services"
@@ -213,7 +214,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	engOpts := runner.Options{Log: log, Observer: display}
-	if limit, _ := compile.Limit(ev.Spec.Budget); !limit.IsZero() {
+	if limit, _ := cluster.SpendLimit(ev.Spec.Budget); !limit.IsZero() {
 		// The budget is the run's, over its resumptions: what the records
 		// already written cost counts.
 		engOpts.Ledger = spend.NewLedger(limit)

@@ -16,6 +16,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // budgetFollower applies the shard's shares of the budgets to the engine, and
@@ -42,6 +43,11 @@ type budgetFollower struct {
 	// models are the models the shard calls (its own and the judges).
 	models []string
 	log    logr.Logger
+	// ledger, when the run has a budget, is what the engine's calls reserve
+	// from: its limit is the shard's allowance.
+	ledger *spend.Ledger
+	// allowed: the shard has had an allowance.
+	allowed bool
 
 	lastRead time.Time
 	fenced   bool
@@ -86,7 +92,7 @@ func (b *budgetFollower) loop(ctx context.Context) {
 	first := b.o.Clock.NewTicker(b.o.FirstGrantEvery)
 	defer first.Stop()
 	firstC := first.C()
-	polling := len(b.limited)+len(b.viaEndpoint) > 0
+	polling := len(b.limited)+len(b.viaEndpoint) > 0 || b.ledger != nil
 	if !polling || !b.waitingForFirstShare() {
 		first.Stop()
 		firstC = nil
@@ -115,8 +121,12 @@ func (b *budgetFollower) loop(ctx context.Context) {
 	}
 }
 
-// waitingForFirstShare reports whether a limited model has not had a share yet.
+// waitingForFirstShare reports whether a limited model has not had a share
+// yet, or the shard no allowance of the budget.
 func (b *budgetFollower) waitingForFirstShare() bool {
+	if b.ledger != nil && !b.allowed {
+		return true
+	}
 	for m := range b.limited {
 		if !b.granted[m] {
 			return true
@@ -131,6 +141,9 @@ func (b *budgetFollower) waitingForFirstShare() bool {
 }
 
 func (b *budgetFollower) flush(ctx context.Context) {
+	if b.ledger != nil {
+		b.store.SetLedger(cluster.NewLedgerReport(b.ledger.State()))
+	}
 	b.store.SetThrottled(throttled(b.eng, b.models))
 	b.store.SetEndpoints(maps.Clone(b.acks), b.usage())
 	if err := b.store.Flush(ctx, false); err != nil && ctx.Err() == nil {
@@ -174,7 +187,7 @@ func (b *budgetFollower) poll(ctx context.Context) bool {
 			b.endpoint[m] = share{paused: true}
 		}
 	}
-	if len(b.limited) > 0 {
+	if len(b.limited) > 0 || b.ledger != nil {
 		b.pollOwn(ctx)
 	}
 	for _, ep := range sortedValues(b.viaEndpoint) {
@@ -243,7 +256,27 @@ func (b *budgetFollower) pollOwn(ctx context.Context) {
 	for m := range b.limited {
 		b.own[m] = shareIn(budget, m, key)
 	}
+	if b.ledger != nil && budget.Spend != nil {
+		// An allowance is never lowered while the shard runs: no fence is
+		// needed, what was read stays safe to spend.
+		a, ok := budget.Spend.Allowances[key]
+		b.ledger.SetLimit(allowanceLimit(b.ev.Spec.Budget, a))
+		b.allowed = b.allowed || ok
+	}
 	b.store.SetBudget(budget.Version)
+}
+
+// allowanceLimit is the ledger limit of an allowance of budget: each bounded
+// dimension at the allowance, and at 1 (nothing can be spent) before any.
+func allowanceLimit(budget *v1alpha1.Budget, a spend.Totals) spend.Limit {
+	var l spend.Limit
+	if budget.MaxCost != nil {
+		l.Cost = max(a.Cost, 1)
+	}
+	if budget.MaxTokens != nil {
+		l.Tokens = max(a.Tokens, 1)
+	}
+	return l
 }
 
 // pollEndpoint reads a ModelEndpoint's budget. Its models stop at once when the

@@ -24,6 +24,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/services"
 	"github.com/proctor-dev/proctor/internal/source"
 	"github.com/proctor-dev/proctor/runner"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // Options says which shard to run and how.
@@ -138,6 +139,12 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	store.SetStorageBudget(plan.StorageShare(&ev.Spec, sh))
 	tasks := []runner.Task{{Model: sh.Model, Dataset: sh.Dataset, Start: sh.Start, End: sh.End}}
 	engOpts := runner.Options{Log: log}
+	if ev.Spec.Budget != nil {
+		// Calls wait for an allowance of the budget (none yet); what the
+		// shard's earlier pods spent counts against it.
+		engOpts.Ledger = spend.NewWaitingLedger(allowanceLimit(ev.Spec.Budget, spend.Totals{}))
+		engOpts.Ledger.Add(store.Progress().Spent)
+	}
 	if len(ev.Spec.Services) > 0 {
 		svc := services.Watch(compile.WatchedServices(&ev.Spec), services.Options{Log: log})
 		defer svc.Stop()
@@ -181,8 +188,8 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		eng.ShareInFlight(callers...)
 	}
 	b := &budgetFollower{c: c, o: o, ev: ev, run: o.Run, shard: sh, eng: eng, store: store, limited: limited, viaEndpoint: viaEndpoint,
-		agentOf: agentOf, models: models, log: log}
-	if len(limited)+len(viaEndpoint) > 0 {
+		agentOf: agentOf, models: models, log: log, ledger: engOpts.Ledger}
+	if len(limited)+len(viaEndpoint) > 0 || b.ledger != nil {
 		// Until the controllers grant a share, limited models send nothing.
 		for m := range limited {
 			_ = eng.Pause(m, true)

@@ -99,6 +99,29 @@ func (w *EvaluationWrapper) RateLimit(rpm int64) *EvaluationWrapper {
 }
 
 // APIKeySecret makes the last model read its key from a Secret.
+// Pricing prices the last model added, in dollars per million tokens.
+func (w *EvaluationWrapper) Pricing(input, output string) *EvaluationWrapper {
+	w.Spec.Models[len(w.Spec.Models)-1].Pricing = &v1alpha1.Pricing{InputPerMillion: v1alpha1.Number(input), OutputPerMillion: v1alpha1.Number(output)}
+	return w
+}
+
+// MaxTokens caps the answers of the last model added.
+func (w *EvaluationWrapper) MaxTokens(n int32) *EvaluationWrapper {
+	m := &w.Spec.Models[len(w.Spec.Models)-1]
+	if m.Parameters == nil {
+		m.Parameters = &v1alpha1.Parameters{}
+	}
+	m.Parameters.MaxTokens = &n
+	return w
+}
+
+// Budget sets spec.budget.maxCost, in dollars.
+func (w *EvaluationWrapper) Budget(maxCost string) *EvaluationWrapper {
+	n := v1alpha1.Number(maxCost)
+	w.Spec.Budget = &v1alpha1.Budget{MaxCost: &n}
+	return w
+}
+
 func (w *EvaluationWrapper) APIKeySecret(secret, key string) *EvaluationWrapper {
 	w.Spec.Models[len(w.Spec.Models)-1].APIKey = &v1alpha1.APIKey{SecretKeyRef: &corev1.SecretKeySelector{
 		LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key,

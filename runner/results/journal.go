@@ -163,12 +163,22 @@ type spentFields struct {
 }
 
 func (r *spentFields) spent() spend.Totals {
-	t := spend.Totals{Tokens: r.In + r.Out + r.JudgeIn + r.JudgeOut}
-	if r.Cost != nil {
-		t.Cost += spend.FromDollars(*r.Cost)
+	return spent(r.In+r.Out+r.JudgeIn+r.JudgeOut, r.Cost, r.JudgeCost)
+}
+
+// Spent is what a record's calls and its judging cost, and the tokens they
+// used (an unknown cost counts 0).
+func Spent(r *Record) spend.Totals {
+	return spent(r.InputTokens+r.OutputTokens+r.JudgeInputTokens+r.JudgeOutputTokens, r.Cost, r.JudgeCost)
+}
+
+func spent(tokens int64, cost, judgeCost *float64) spend.Totals {
+	t := spend.Totals{Tokens: tokens}
+	if cost != nil {
+		t.Cost += spend.FromDollars(*cost)
 	}
-	if r.JudgeCost != nil {
-		t.Cost += spend.FromDollars(*r.JudgeCost)
+	if judgeCost != nil {
+		t.Cost += spend.FromDollars(*judgeCost)
 	}
 	return t
 }

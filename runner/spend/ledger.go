@@ -8,8 +8,8 @@ import (
 
 // Totals is an amount of money and of tokens.
 type Totals struct {
-	Cost   Amount
-	Tokens int64
+	Cost   Amount `json:"cost,omitempty"`
+	Tokens int64  `json:"tokens,omitempty"`
 }
 
 // Add returns t plus u.
@@ -19,8 +19,8 @@ func (t Totals) Add(u Totals) Totals {
 
 // Limit is a budget: 0 leaves a dimension unbounded.
 type Limit struct {
-	Cost   Amount
-	Tokens int64
+	Cost   Amount `json:"cost,omitempty"`
+	Tokens int64  `json:"tokens,omitempty"`
 }
 
 // IsZero says the limit bounds nothing.
@@ -59,13 +59,15 @@ func (e *ExceededError) Error() string {
 
 // Ledger keeps spending within a limit: a call reserves its worst case before
 // it is sent and settles at its actual cost after, so what calls in flight
-// may still spend is always counted. Once a reservation is refused the
-// ledger is exhausted: every later one is refused too (no cheaper call
-// slips in after a dearer one was stopped) until the limit is raised.
+// may still spend is always counted. A call whose worst case does not fit
+// waits while calls in flight may settle for less than they reserved; when
+// none is left in flight and it still does not fit, it is refused and the
+// ledger is exhausted: every later call is refused too (no cheaper call
+// slips in after a dearer one was stopped) until the limit changes.
 //
-// A waiting ledger (NewWaitingLedger) makes Reserve wait instead of refusing,
-// for a cluster shard whose limit is its grant of the run's budget, which the
-// controller raises while budget is left.
+// A waiting ledger (NewWaitingLedger) never refuses: a call that does not fit
+// waits until it does, for a cluster shard whose limit is its allowance of
+// the run's budget, which the controller raises while budget is left.
 type Ledger struct {
 	mu        sync.Mutex
 	limit     Limit
@@ -73,17 +75,22 @@ type Ledger struct {
 	reserved  Totals
 	exhausted *ExceededError
 	wait      bool
-	// raised is closed (and replaced) when the limit changes.
-	raised chan struct{}
+	// waiting counts the calls waiting for room; needed is the largest of
+	// their worst cases.
+	waiting int
+	needed  Totals
+	// changed is closed (and replaced) when a hold settles or the limit
+	// changes: waiting calls look again.
+	changed chan struct{}
 }
 
-// NewLedger returns a ledger that refuses what does not fit in limit.
+// NewLedger returns a ledger that refuses what cannot fit in limit.
 func NewLedger(limit Limit) *Ledger {
-	return &Ledger{limit: limit, raised: make(chan struct{})}
+	return &Ledger{limit: limit, changed: make(chan struct{})}
 }
 
-// NewWaitingLedger returns a ledger whose Reserve waits for the limit to be
-// raised instead of refusing.
+// NewWaitingLedger returns a ledger whose Reserve waits for room instead of
+// refusing.
 func NewWaitingLedger(limit Limit) *Ledger {
 	l := NewLedger(limit)
 	l.wait = true
@@ -98,7 +105,8 @@ type Hold struct {
 }
 
 // Reserve holds worst for a call. It fails with an *ExceededError when worst
-// does not fit (a waiting ledger waits, until ctx ends).
+// cannot fit (a waiting ledger waits instead), and with ctx's error when ctx
+// ends while it waits.
 func (l *Ledger) Reserve(ctx context.Context, worst Totals) (*Hold, error) {
 	for {
 		l.mu.Lock()
@@ -107,18 +115,29 @@ func (l *Ledger) Reserve(ctx context.Context, worst Totals) (*Hold, error) {
 			l.mu.Unlock()
 			return &Hold{l: l, worst: worst}, nil
 		}
-		if l.exhausted == nil {
-			l.exhausted = &ExceededError{Limit: l.limit, Spent: l.spent, Reserved: l.reserved, Needed: worst}
-		}
-		err, raised := l.exhausted, l.raised
-		l.mu.Unlock()
-		if !l.wait {
+		if l.exhausted != nil || (!l.wait && l.reserved == (Totals{})) {
+			if l.exhausted == nil {
+				l.exhausted = &ExceededError{Limit: l.limit, Spent: l.spent, Reserved: l.reserved, Needed: worst}
+			}
+			err := l.exhausted
+			l.mu.Unlock()
 			return nil, err
 		}
+		l.waiting++
+		l.needed = Totals{Cost: max(l.needed.Cost, worst.Cost), Tokens: max(l.needed.Tokens, worst.Tokens)}
+		changed := l.changed
+		l.mu.Unlock()
 		select {
-		case <-raised:
+		case <-changed:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+		}
+		l.mu.Lock()
+		if l.waiting--; l.waiting == 0 {
+			l.needed = Totals{}
+		}
+		l.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
 	}
 }
@@ -129,11 +148,19 @@ func (h *Hold) Settle(actual Totals) {
 		return
 	}
 	h.done = true
-	h.l.mu.Lock()
-	defer h.l.mu.Unlock()
-	h.l.reserved.Cost -= h.worst.Cost
-	h.l.reserved.Tokens -= h.worst.Tokens
-	h.l.spent = h.l.spent.Add(actual)
+	l := h.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reserved.Cost -= h.worst.Cost
+	l.reserved.Tokens -= h.worst.Tokens
+	l.spent = l.spent.Add(actual)
+	l.wake()
+}
+
+// wake lets the waiting calls look again; l.mu is held.
+func (l *Ledger) wake() {
+	close(l.changed)
+	l.changed = make(chan struct{})
 }
 
 // Add counts spending made before (a resumed run's finished samples).
@@ -143,8 +170,8 @@ func (l *Ledger) Add(t Totals) {
 	l.spent = l.spent.Add(t)
 }
 
-// SetLimit changes the limit. A higher one lifts the exhaustion and wakes
-// the calls waiting.
+// SetLimit changes the limit. A change lifts the exhaustion and lets the
+// waiting calls look again.
 func (l *Ledger) SetLimit(limit Limit) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -153,8 +180,7 @@ func (l *Ledger) SetLimit(limit Limit) {
 	}
 	l.limit = limit
 	l.exhausted = nil
-	close(l.raised)
-	l.raised = make(chan struct{})
+	l.wake()
 }
 
 // State is a ledger's figures.
@@ -163,11 +189,15 @@ type State struct {
 	Spent, Reserved Totals
 	// Exhausted is the refusal that exhausted the ledger, if it is.
 	Exhausted *ExceededError
+	// Waiting: calls wait for room; Needed is the largest of their worst
+	// cases.
+	Waiting bool
+	Needed  Totals
 }
 
 // State returns the ledger's figures.
 func (l *Ledger) State() State {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return State{Limit: l.limit, Spent: l.spent, Reserved: l.reserved, Exhausted: l.exhausted}
+	return State{Limit: l.limit, Spent: l.spent, Reserved: l.reserved, Exhausted: l.exhausted, Waiting: l.waiting > 0, Needed: l.needed}
 }

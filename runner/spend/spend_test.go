@@ -103,28 +103,56 @@ func TestLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 60 held: 50 more does not fit, and exhausts the ledger.
-	if _, err := l.Reserve(ctx, Totals{Cost: 50, Tokens: 10}); err == nil {
-		t.Fatal("a reservation past the limit was granted")
+	// 60 held: 50 more does not fit yet. It waits for the call in flight,
+	// which settles for less, and then fits.
+	got := make(chan error, 1)
+	go func() {
+		h, err := l.Reserve(ctx, Totals{Cost: 50, Tokens: 10})
+		if err == nil {
+			h.Settle(Totals{Cost: 50, Tokens: 10})
+		}
+		got <- err
+	}()
+	waitWaiting(t, l)
+	if st := l.State(); st.Needed != (Totals{Cost: 50, Tokens: 10}) {
+		t.Errorf("needed %+v while waiting", st.Needed)
 	}
 	a.Settle(Totals{Cost: 20, Tokens: 5})
 	a.Settle(Totals{Cost: 20, Tokens: 5}) // once only
-	// It now fits, but the ledger stays exhausted: nothing new starts.
+	if err := <-got; err != nil {
+		t.Fatalf("after the settle: %v", err)
+	}
+	// 70 spent, nothing in flight: 40 can never fit, and exhausts the
+	// ledger; then nothing starts, not even what would fit.
 	var x *ExceededError
-	if _, err := l.Reserve(ctx, Totals{Cost: 1}); !errors.As(err, &x) {
+	if _, err := l.Reserve(ctx, Totals{Cost: 40}); !errors.As(err, &x) {
+		t.Fatalf("past the limit: %v", err)
+	}
+	if _, err := l.Reserve(ctx, Totals{Cost: 1}); !errors.Is(err, x) {
 		t.Fatalf("after exhaustion: %v", err)
 	}
-	if diff := cmp.Diff(State{Limit: Limit{Cost: 100, Tokens: 1000}, Spent: Totals{Cost: 20, Tokens: 5}, Exhausted: x}, l.State()); diff != "" {
+	if diff := cmp.Diff(State{Limit: Limit{Cost: 100, Tokens: 1000}, Spent: Totals{Cost: 70, Tokens: 15}, Exhausted: x}, l.State()); diff != "" {
 		t.Errorf("state (-want +got):\n%s", diff)
 	}
 	l.SetLimit(Limit{Cost: 200, Tokens: 1000})
-	if _, err := l.Reserve(ctx, Totals{Cost: 150, Tokens: 10}); err != nil {
+	if _, err := l.Reserve(ctx, Totals{Cost: 130, Tokens: 10}); err != nil {
 		t.Errorf("after raising the limit: %v", err)
 	}
 	tokens := NewLedger(Limit{Tokens: 100})
 	tokens.Add(Totals{Cost: 1 << 40, Tokens: 90})
 	if _, err := tokens.Reserve(ctx, Totals{Tokens: 11}); err == nil {
 		t.Error("a tokens-only budget let 101 tokens through")
+	}
+}
+
+// waitWaiting waits until a call waits in l.
+func waitWaiting(t *testing.T, l *Ledger) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !l.State().Waiting; {
+		if time.Now().After(deadline) {
+			t.Fatal("no call waits")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -135,10 +163,9 @@ func TestWaitingLedger(t *testing.T) {
 		_, err := l.Reserve(context.Background(), Totals{Cost: 15})
 		got <- err
 	}()
-	select {
-	case err := <-got:
-		t.Fatalf("a waiting ledger did not wait: %v", err)
-	case <-time.After(50 * time.Millisecond):
+	waitWaiting(t, l)
+	if st := l.State(); st.Exhausted != nil || st.Needed.Cost != 15 {
+		t.Errorf("a waiting ledger's state %+v", st)
 	}
 	l.SetLimit(Limit{Cost: 20})
 	if err := <-got; err != nil {
@@ -148,6 +175,9 @@ func TestWaitingLedger(t *testing.T) {
 	cancel()
 	if _, err := l.Reserve(ctx, Totals{Cost: 15}); !errors.Is(err, context.Canceled) {
 		t.Errorf("a cancelled wait: %v", err)
+	}
+	if st := l.State(); st.Waiting || st.Needed != (Totals{}) {
+		t.Errorf("after the cancelled wait: %+v", st)
 	}
 }
 

@@ -1,0 +1,91 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/testutil"
+	"github.com/proctor-dev/proctor/test/fakellm"
+)
+
+// Prices of the budget test, in dollars per million tokens.
+const (
+	inputPrice  = 300.0
+	outputPrice = 1200.0
+)
+
+// bill is what a fake server's answers cost at those prices.
+func bill(s fakellm.Stats) float64 {
+	return (float64(s.InputTokens)*inputPrice + float64(s.OutputTokens)*outputPrice) / 1e6
+}
+
+// TestBudgetAcrossShards: a budget of a third of a run's cost, divided among
+// 4 shards running at once, stops the run with BudgetExceeded having spent
+// no more than the budget plus what the calls in flight could cost, with its
+// results written; raising the budget resumes it to the end with no sample
+// called twice, for exactly what the run costs in one go.
+func TestBudgetAcrossShards(t *testing.T) {
+	ns := newNamespace(t)
+	startManager(t, ns)
+	startKubelet(t, ns)
+	const n, shards, concurrency, maxTokens = 160, 4, 2, 16
+	eval := func(name, url string) *testutil.EvaluationWrapper {
+		return testutil.MakeEvaluation(name, ns).InlineDataset("d", n).OpenAIModel("m", url).
+			Pricing(strconv.FormatFloat(inputPrice, 'f', -1, 64), strconv.FormatFloat(outputPrice, 'f', -1, 64)).MaxTokens(maxTokens).
+			Scorer(v1alpha1.ScorerExactMatch).ShardSize(n / shards).Parallelism(shards).Concurrency(concurrency)
+	}
+
+	whole, wholeURL := fakeLLM(t, fakellm.Config{Latency: 5 * time.Millisecond})
+	create(t, eval("whole", wholeURL).Obj())
+	ev := waitPhase(t, ns, "whole", v1alpha1.PhaseSucceeded, 90*time.Second)
+	full := bill(whole.Stats())
+	if got := ev.Status.Spend; got == nil || got.Cost != fmt.Sprintf("%.6f", full) {
+		t.Fatalf("status.spend %+v, the server's bill %.6f", got, full)
+	}
+
+	srv, url := fakeLLM(t, fakellm.Config{Latency: 5 * time.Millisecond})
+	budget := full / 3
+	create(t, eval("budgeted", url).Budget(fmt.Sprintf("%.6f", budget)).Obj())
+	ev = waitPhase(t, ns, "budgeted", v1alpha1.PhaseFailed, 90*time.Second)
+	if ev.Status.Reason != v1alpha1.ReasonBudgetExceeded || ev.Status.Spend == nil || ev.Status.Spend.MaxCost != fmt.Sprintf("%.6f", budget) {
+		t.Fatalf("reason %q, spend %+v, message %q", ev.Status.Reason, ev.Status.Spend, ev.Status.Message)
+	}
+	spent := bill(srv.Stats())
+	// A call's worst case: 64 tokens bound its input, and maxTokens its output.
+	worst := (64*inputPrice + maxTokens*outputPrice) / 1e6
+	if spent > budget+shards*concurrency*worst {
+		t.Errorf("spent %.6f of a %.6f budget: more than the calls in flight (%d) at worst", spent, budget, shards*concurrency)
+	}
+	if spent < budget/2 {
+		t.Errorf("spent %.6f of a %.6f budget: it stopped far too early", spent, budget)
+	}
+	if len(ev.Status.Results) != 1 || ev.Status.Results[0].Completed == 0 || ev.Status.Results[0].Completed >= n {
+		t.Errorf("results %+v, want the samples done before it stopped", ev.Status.Results)
+	}
+
+	// Raised: the run resumes and ends.
+	ev = getEvaluation(t, ns, "budgeted")
+	patch := client.MergeFrom(ev.DeepCopy())
+	raised := v1alpha1.Number(fmt.Sprintf("%.6f", 2*full))
+	ev.Spec.Budget.MaxCost = &raised
+	if err := k8sClient.Patch(context.Background(), ev, patch); err != nil {
+		t.Fatal(err)
+	}
+	ev = waitPhase(t, ns, "budgeted", v1alpha1.PhaseSucceeded, 90*time.Second)
+	checkRecords(t, ns, "budgeted", []string{"m"}, sampleIDs("d", n))
+	if got := srv.Stats().Requests; got != n {
+		t.Errorf("%d calls for %d samples", got, n)
+	}
+	if got := bill(srv.Stats()); fmt.Sprintf("%.9f", got) != fmt.Sprintf("%.9f", full) {
+		t.Errorf("cost %.9f over the two parts, %.9f in one go", got, full)
+	}
+	if ev.Status.Spend.Cost != fmt.Sprintf("%.6f", full) || ev.Status.Results[0].Cost == nil || ev.Status.Results[0].Cost.Model != fmt.Sprintf("%.6f", full) {
+		t.Errorf("spend %+v, results cost %+v; want %.6f", ev.Status.Spend, ev.Status.Results[0].Cost, full)
+	}
+}
