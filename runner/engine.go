@@ -845,7 +845,7 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 	policy := e.plan.Retry
 	rawIn, proxied := proxiedInput(ctx)
 	if !proxied {
-		rawIn = estimateInput(req)
+		rawIn = EstimateInput(req)
 	}
 	var attempts, failures, throttles int
 	var charge spend.Totals

@@ -8,9 +8,9 @@ import (
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
-// estimateInput guesses a request's input tokens before it is sent, at about four
+// EstimateInput guesses a request's input tokens before it is sent, at about four
 // characters a token; the estimator corrects the guess from reported usage.
-func estimateInput(req *provider.Request) int64 {
+func EstimateInput(req *provider.Request) int64 {
 	n := len(req.System)
 	for _, m := range req.Messages {
 		n += len(m.Content) + 16 // role and framing

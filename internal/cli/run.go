@@ -31,6 +31,7 @@ type runOptions struct {
 	gracePeriod    time.Duration
 	progress       string
 	keepWorkspaces bool
+	estimate       bool
 }
 
 func newRunCommand(s streams) *cobra.Command {
@@ -68,6 +69,7 @@ sample per model, in sample order) and summary.json, and a summary table is prin
 	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on interrupt, how long samples in flight may take to finish")
 	f.StringVar(&o.progress, "progress", "auto", "progress display: auto (a bar on a terminal, else lines), bar, plain or none")
 	f.BoolVar(&o.keepWorkspaces, "keep-workspaces", false, "keep agent workspaces for inspection instead of removing them")
+	f.BoolVar(&o.estimate, "estimate", false, "say what the run would cost, calling no model and writing nothing: input tokens counted by the providers, answers bounded by maxTokens")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
 }
@@ -84,6 +86,9 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	if o.estimate {
+		return runEstimate(ctx, o, sigs, s)
+	}
 
 	res, err := local.Run(ctx, local.Options{
 		File:           o.file,
@@ -202,4 +207,23 @@ func budgetLine(b *spend.State) string {
 		parts = append(parts, fmt.Sprintf("used %d of %d tokens", b.Spent.Tokens, b.Limit.Tokens))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// runEstimate prints what the run would cost.
+func runEstimate(ctx context.Context, o *runOptions, sigs chan os.Signal, s streams) error {
+	rows, ev, err := local.Estimate(ctx, local.Options{
+		File: o.file, Concurrency: o.concurrency, CacheDir: o.cacheDir, Interrupts: sigs, Warnings: s.errOut,
+	})
+	var invalidErr *local.InvalidError
+	var interrupted *local.InterruptedError
+	switch {
+	case errors.As(err, &invalidErr):
+		return invalid(err)
+	case errors.As(err, &interrupted):
+		return &exitError{code: signalExitCode(interrupted.Signal), err: err}
+	case err != nil:
+		return &exitError{code: exitFailed, err: err}
+	}
+	printEstimate(s.out, s.errOut, rows, ev.Spec.Budget)
+	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/compile"
+	"github.com/proctor-dev/proctor/internal/estimate"
 	"github.com/proctor-dev/proctor/internal/evalfile"
 	"github.com/proctor-dev/proctor/internal/services"
 	"github.com/proctor-dev/proctor/runner"
@@ -111,68 +112,12 @@ func (e *InterruptedError) Error() string {
 // run), an *InterruptedError (interrupted while preparing), or a Result once
 // results were written, with the run's error if it could not finish.
 func Run(ctx context.Context, o Options) (*Result, error) {
-	if o.Concurrency < 0 || o.Concurrency > v1alpha1.MaxConcurrency {
-		return nil, &InvalidError{fmt.Errorf("--concurrency: must be between 1 and %d", v1alpha1.MaxConcurrency)}
-	}
-	file, err := evalfile.LoadFile(o.File)
+	pr, err := prepare(ctx, o)
 	if err != nil {
-		return nil, &InvalidError{err}
-	}
-	ev := file.Evaluation
-	outDir := o.Output
-	if outDir == "" {
-		outDir = filepath.Join("results", runName(ev, o.File))
-	}
-	cacheDir := o.CacheDir
-	if cacheDir == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			base = os.TempDir()
-		}
-		cacheDir = filepath.Join(base, "proctor", "responses")
-	}
-	warnings := o.Warnings
-	if warnings == nil {
-		warnings = io.Discard
-	}
-
-	// Nothing is written until the Evaluation has passed every check: invalid
-	// input leaves no trace, and Restart discards nothing for a run that
-	// cannot start. Downloads go to a directory of this process's own, removed
-	// at the end (or by the next run, after a kill -9).
-	dataDir := filepath.Join(os.TempDir(), dataDirPrefix+strconv.Itoa(os.Getpid()))
-	removeStaleDataDirs(os.TempDir())
-	// What agents of a proctor killed with -9 started lives on (its agents died
-	// with it): any run ends them, whether or not it has agents of its own.
-	reportLeftovers(warnings, agent.KillLeftovers())
-	defer os.RemoveAll(dataDir)
-
-	env := compile.Env{
-		BaseDir:        filepath.Dir(o.File),
-		DataDir:        dataDir,
-		CacheDir:       cacheDir,
-		KeepWorkspaces: o.KeepWorkspaces,
-		Concurrency:    o.Concurrency,
-		Endpoints:      file.EndpointLimits(),
-		ModelEndpoints: file.ModelEndpoints(),
-	}
-	svcs, svcSecrets, err := compile.Services(&ev.Spec, env)
-	if err != nil {
-		return nil, &InvalidError{fmt.Errorf("%s: %w", o.File, err)}
-	}
-	var plan *runner.Plan
-	err = interruptible(ctx, o.Interrupts, func(ctx context.Context) (err error) {
-		plan, err = compile.Build(ctx, ev, env)
-		return err
-	})
-	var interrupted *InterruptedError
-	switch {
-	case errors.As(err, &interrupted):
 		return nil, err
-	case err != nil:
-		return nil, &InvalidError{fmt.Errorf("%s: %w", o.File, err)}
 	}
-	plan.Secrets = append(plan.Secrets, svcSecrets...)
+	defer pr.cleanup()
+	ev, plan, svcs, outDir := pr.ev, pr.plan, pr.services, pr.outDir
 	// The engine's own checks, before anything is written (the real engine
 	// needs the display, which needs the checkpoint).
 	if _, err := runner.New(plan, runner.Options{Log: logr.Discard()}); err != nil {
@@ -258,6 +203,92 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Budget = &st
 	}
 	return res, runErr
+}
+
+// prepared is a run checked and compiled, before anything is written.
+type prepared struct {
+	ev       *v1alpha1.Evaluation
+	plan     *runner.Plan
+	services []services.Config
+	outDir   string
+	// cleanup removes the run's downloads.
+	cleanup func()
+}
+
+// prepare loads and compiles o.File, downloading its data into a directory
+// of this process's own (cleanup removes it). It returns an *InvalidError or
+// an *InterruptedError when the run cannot start.
+func prepare(ctx context.Context, o Options) (*prepared, error) {
+	if o.Concurrency < 0 || o.Concurrency > v1alpha1.MaxConcurrency {
+		return nil, &InvalidError{fmt.Errorf("--concurrency: must be between 1 and %d", v1alpha1.MaxConcurrency)}
+	}
+	file, err := evalfile.LoadFile(o.File)
+	if err != nil {
+		return nil, &InvalidError{err}
+	}
+	ev := file.Evaluation
+	outDir := o.Output
+	if outDir == "" {
+		outDir = filepath.Join("results", runName(ev, o.File))
+	}
+	cacheDir := o.CacheDir
+	if cacheDir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		cacheDir = filepath.Join(base, "proctor", "responses")
+	}
+	warnings := o.Warnings
+	if warnings == nil {
+		warnings = io.Discard
+	}
+
+	// Nothing is written until the Evaluation has passed every check: invalid
+	// input leaves no trace, and Restart discards nothing for a run that
+	// cannot start. Downloads go to a directory of this process's own, removed
+	// at the end (or by the next run, after a kill -9).
+	dataDir := filepath.Join(os.TempDir(), dataDirPrefix+strconv.Itoa(os.Getpid()))
+	removeStaleDataDirs(os.TempDir())
+	// What agents of a proctor killed with -9 started lives on (its agents died
+	// with it): any run ends them, whether or not it has agents of its own.
+	reportLeftovers(warnings, agent.KillLeftovers())
+	cleanup := func() { _ = os.RemoveAll(dataDir) }
+	ready := false
+	defer func() {
+		if !ready {
+			cleanup()
+		}
+	}()
+
+	env := compile.Env{
+		BaseDir:        filepath.Dir(o.File),
+		DataDir:        dataDir,
+		CacheDir:       cacheDir,
+		KeepWorkspaces: o.KeepWorkspaces,
+		Concurrency:    o.Concurrency,
+		Endpoints:      file.EndpointLimits(),
+		ModelEndpoints: file.ModelEndpoints(),
+	}
+	svcs, svcSecrets, err := compile.Services(&ev.Spec, env)
+	if err != nil {
+		return nil, &InvalidError{fmt.Errorf("%s: %w", o.File, err)}
+	}
+	var plan *runner.Plan
+	err = interruptible(ctx, o.Interrupts, func(ctx context.Context) (err error) {
+		plan, err = compile.Build(ctx, ev, env)
+		return err
+	})
+	var interrupted *InterruptedError
+	switch {
+	case errors.As(err, &interrupted):
+		return nil, err
+	case err != nil:
+		return nil, &InvalidError{fmt.Errorf("%s: %w", o.File, err)}
+	}
+	plan.Secrets = append(plan.Secrets, svcSecrets...)
+	ready = true
+	return &prepared{ev: ev, plan: plan, services: svcs, outDir: outDir, cleanup: cleanup}, nil
 }
 
 // runName names a run's default results directory: the Evaluation's name, or
@@ -397,4 +428,26 @@ func reportLeftovers(w io.Writer, killed []agent.Leftover) {
 	for _, o := range owners {
 		fmt.Fprintf(w, "Killed processes left running by the agents of proctor %d, which was killed: PID %s\n", o, strings.Join(byOwner[o], ", "))
 	}
+}
+
+// Estimate says what the run of o.File would cost, before it starts: it
+// counts every prompt's input tokens with the providers' token counting
+// endpoints and bounds the answers, making no model call and writing
+// nothing (estimate.Run).
+func Estimate(ctx context.Context, o Options) ([]estimate.Row, *v1alpha1.Evaluation, error) {
+	pr, err := prepare(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer pr.cleanup()
+	warnings := o.Warnings
+	if warnings == nil {
+		warnings = io.Discard
+	}
+	var rows []estimate.Row
+	err = interruptible(ctx, o.Interrupts, func(ctx context.Context) (err error) {
+		rows, err = estimate.Run(ctx, pr.plan, estimate.Options{Log: func(msg string) { fmt.Fprintln(warnings, msg) }})
+		return err
+	})
+	return rows, pr.ev, err
 }

@@ -91,6 +91,12 @@ type Usage struct {
 	CacheWriteInputTokens int64 `json:"cacheWriteInputTokens,omitempty"`
 }
 
+// TokenCounter counts a request's input tokens exactly, with the provider's
+// own token counting endpoint: no model call is made, and nothing is paid.
+type TokenCounter interface {
+	CountTokens(ctx context.Context, req *Request) (int64, error)
+}
+
 // Response is a successful call's answer.
 type Response struct {
 	Text         string     `json:"text"`

@@ -135,6 +135,10 @@ type Stats struct {
 	// MaxInFlight is the most model requests the server was handling at once
 	// (from arrival to the end of the answer).
 	MaxInFlight int64 `json:"maxInFlight"`
+	// Counted counts the token-counting requests (OpenAI's
+	// /v1/responses/input_tokens, Anthropic's /v1/messages/count_tokens):
+	// they are not model requests.
+	Counted int64 `json:"counted"`
 }
 
 // Server is the fake model server; it is an http.Handler. Create it with New.
@@ -154,6 +158,8 @@ type Server struct {
 
 	requests, succeeded, rateLimited, failed, dropped, rejected atomic.Int64
 	inputTokens, outputTokens                                   atomic.Int64
+	// counted counts token-counting requests (not model requests).
+	counted atomic.Int64
 	// inFlight counts the model requests being handled; maxInFlight is its peak.
 	inFlight, maxInFlight atomic.Int64
 }
@@ -193,6 +199,16 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) {
 		s.serveCounted(w, r, anthropic{})
 	})
+	mux.HandleFunc("POST /v1/responses/input_tokens", func(w http.ResponseWriter, r *http.Request) {
+		s.serveCount(w, r, openAI{}, parseResponsesCount, func(n int64) any {
+			return map[string]any{"object": "response.input_tokens", "input_tokens": n}
+		})
+	})
+	mux.HandleFunc("POST /v1/messages/count_tokens", func(w http.ResponseWriter, r *http.Request) {
+		s.serveCount(w, r, anthropic{}, parseMessagesCount, func(n int64) any {
+			return map[string]any{"input_tokens": n}
+		})
+	})
 	mux.HandleFunc("GET /v1/models", serveModels)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -231,6 +247,7 @@ func (s *Server) Stats() Stats {
 		MaxRequestsInWindow:    maxReqs,
 		MaxInputTokensInWindow: maxToks,
 		MaxInFlight:            s.maxInFlight.Load(),
+		Counted:                s.counted.Load(),
 	}
 }
 
@@ -239,7 +256,7 @@ func (s *Server) Stats() Stats {
 // too, the server then behaves as if new.
 func (s *Server) Reset() {
 	for _, c := range []*atomic.Int64{&s.requests, &s.succeeded, &s.rateLimited, &s.failed,
-		&s.dropped, &s.rejected, &s.inputTokens, &s.outputTokens, &s.maxInFlight} {
+		&s.dropped, &s.rejected, &s.inputTokens, &s.outputTokens, &s.maxInFlight, &s.counted} {
 		c.Store(0)
 	}
 	s.track.reset()

@@ -46,8 +46,10 @@ type Config struct {
 // Provider calls the Messages endpoint. It is safe for concurrent use.
 type Provider struct {
 	endpoint provider.Endpoint
-	model    string
-	params   provider.Params
+	// counter is the token counting endpoint (CountTokens).
+	counter provider.Endpoint
+	model   string
+	params  provider.Params
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -74,8 +76,10 @@ func New(cfg Config) (*Provider, error) {
 		version = DefaultVersion
 	}
 	fixed := map[string]string{"Anthropic-Version": version}
+	cred := provider.Credential{Header: "X-Api-Key"}
 	return &Provider{
-		endpoint: provider.NewEndpoint(cfg.HTTPClient, endpoint, fixed, provider.Credential{Header: "X-Api-Key"}, cfg.APIKey, cfg.Headers),
+		endpoint: provider.NewEndpoint(cfg.HTTPClient, endpoint, fixed, cred, cfg.APIKey, cfg.Headers),
+		counter:  provider.NewEndpoint(cfg.HTTPClient, endpoint+"/count_tokens", fixed, cred, cfg.APIKey, cfg.Headers),
 		model:    cfg.Model,
 		params:   cfg.Params,
 	}, nil

@@ -39,8 +39,10 @@ type Config struct {
 // Provider calls a chat completions endpoint. It is safe for concurrent use.
 type Provider struct {
 	endpoint provider.Endpoint
-	model    string
-	params   provider.Params
+	// counter is the token counting endpoint (CountTokens).
+	counter provider.Endpoint
+	model   string
+	params  provider.Params
 	// maxCompletionTokens selects the name of the output limit; see
 	// usesMaxCompletionTokens.
 	maxCompletionTokens bool
@@ -60,6 +62,7 @@ func New(cfg Config) (*Provider, error) {
 	bearer := provider.Credential{Header: "Authorization", Prefix: "Bearer "}
 	return &Provider{
 		endpoint:            provider.NewEndpoint(cfg.HTTPClient, u.String()+"/chat/completions", nil, bearer, cfg.APIKey, cfg.Headers),
+		counter:             provider.NewEndpoint(cfg.HTTPClient, u.String()+"/responses/input_tokens", nil, bearer, cfg.APIKey, cfg.Headers),
 		model:               cfg.Model,
 		params:              cfg.Params,
 		maxCompletionTokens: usesMaxCompletionTokens(u),
