@@ -122,8 +122,6 @@ func TestReconcileNewInlineEvaluation(t *testing.T) {
 		Progress:  &v1alpha1.Progress{Total: 20, Text: "0/20"},
 		Shards:    &v1alpha1.ShardCounts{Total: 4},
 		StartTime: &metav1.Time{Time: t0},
-		// No model has pricing: what the run spends is unknown.
-		Spend: &v1alpha1.SpendStatus{Cost: v1alpha1.CostUnknown},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
@@ -652,8 +650,6 @@ func TestReconcileSpecEditStartsNewRun(t *testing.T) {
 				Progress:  &v1alpha1.Progress{Total: 10, Text: "0/10"},
 				Shards:    &v1alpha1.ShardCounts{Total: 2},
 				StartTime: &metav1.Time{Time: t0.Add(time.Minute)},
-				// No model has pricing: what the run spends is unknown.
-				Spend: &v1alpha1.SpendStatus{Cost: v1alpha1.CostUnknown},
 			}
 			if diff := cmp.Diff(want, st); diff != "" {
 				t.Errorf("status after the edit (-want +got):\n%s", diff)
@@ -734,7 +730,6 @@ func TestReconcileSucceeded(t *testing.T) {
 			Tokens:        &v1alpha1.TokenUsage{Input: 100, Output: 18, JudgeInput: 63, JudgeOutput: 9},
 			Cost:          &v1alpha1.CostSummary{Model: v1alpha1.CostUnknown, Judge: v1alpha1.CostUnknown},
 		}},
-		Spend:            &v1alpha1.SpendStatus{Cost: v1alpha1.CostUnknown},
 		Score:            "0.5000",
 		ResultsConfigMap: "arith-results",
 		StartTime:        &metav1.Time{Time: t0},

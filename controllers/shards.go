@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -259,8 +260,14 @@ func spendShards(shards []shardState) []cluster.SpendShard {
 	return out
 }
 
-// observeSpend sets status.spend from the shards' heads.
+// observeSpend sets status.spend from the shards' heads, when the run has a
+// budget or a model has pricing (else its cost is simply not followed).
 func (r *EvaluationReconciler) observeSpend(p *pass) {
+	priced := slices.ContainsFunc(p.ev.Spec.Models, func(m v1alpha1.Model) bool { return m.Pricing != nil })
+	if p.ev.Spec.Budget == nil && !priced {
+		p.status.Spend = nil
+		return
+	}
 	var total spend.Totals
 	for _, s := range spendShards(p.shards) {
 		total = total.Add(s.Spent)

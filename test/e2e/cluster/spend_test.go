@@ -1,0 +1,113 @@
+//go:build e2e
+
+package cluster_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// spendEvaluation is an Evaluation document: n additions in 4 shards of
+// n/4 running at once, 2 in flight each, on the fake server at port, priced,
+// with a budget of maxCost dollars ("" for none).
+func spendEvaluation(ns, name string, port, n int, maxCost string) string {
+	budget := ""
+	if maxCost != "" {
+		budget = "  budget: {maxCost: " + maxCost + "}\n"
+	}
+	return fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: %s}
+spec:
+  datasets:
+  - name: add
+    source:
+      inline:
+%s  models:
+  - name: gpt
+    provider: openai
+    model: fake-model
+    baseURL: http://spend.%s.svc:%d/v1
+    apiKey: {env: API_KEY, secretKeyRef: {name: openai, key: api-key}}
+    parameters: {maxTokens: 16}
+    pricing: {inputPerMillion: 300, outputPerMillion: 1200}
+  prompt: {system: "Answer with a number only."}
+  scoring: [{type: exact_match, normalize: [trim]}]
+  concurrency: 2
+  shardSize: %d
+  parallelism: 4
+%s`, name, additions(n), ns, port, n/4, budget)
+}
+
+// bill is what a fake server's answers cost at spendEvaluation's prices.
+func bill(s map[string]float64) float64 {
+	return (s["inputTokens"]*300 + s["outputTokens"]*1200) / 1e6
+}
+
+// TestBudgetInACluster: a budget of a third of a run's cost, divided among
+// 4 shards running at once, stops the run (Failed, BudgetExceeded, its
+// results written) having spent no more than the budget and the calls in
+// flight; `kubectl get` shows the cost; raising the budget with kubectl
+// patch resumes the run to its end, with no sample called twice, for exactly
+// what the run costs in one go.
+func TestBudgetInACluster(t *testing.T) {
+	ns := namespace(t, "e2e-budget")
+	const n = 160
+	fakeServers(t, ns, "spend", []string{}, []string{})
+
+	applyYAML(t, ns, spendEvaluation(ns, "whole", 8081, n, ""))
+	if got := watchColumns(t, ns, 5*time.Minute, "whole")["whole"]; got[0] != "Succeeded" {
+		t.Fatalf("the run without a budget: %v", got)
+	}
+	full := bill(stats(t, ns, "spend", 8081))
+	if got := getEvaluation(t, ns, "whole").Status.Spend; got == nil || got.Cost != fmt.Sprintf("%.6f", full) {
+		t.Fatalf("status.spend %+v, the server's bill %.6f", got, full)
+	}
+
+	budget := full / 3
+	applyYAML(t, ns, spendEvaluation(ns, "budgeted", 8082, n, fmt.Sprintf("%.6f", budget)))
+	start := time.Now()
+	eventually(t, 5*time.Minute, time.Second, "budgeted to stop", func() error {
+		if p := getEvaluation(t, ns, "budgeted").Status.Phase; p != "Failed" && p != "Succeeded" {
+			return fmt.Errorf("%w: %s", errNotYet, p)
+		}
+		return nil
+	})
+	record("a third of the budget spent by 4 shards, the run stopped", time.Since(start))
+	ev := getEvaluation(t, ns, "budgeted")
+	if ev.Status.Reason != "BudgetExceeded" || !strings.Contains(ev.Status.Message, "Raise spec.budget to resume the run") {
+		t.Fatalf("phase %s reason %q message %q", ev.Status.Phase, ev.Status.Reason, ev.Status.Message)
+	}
+	spent := bill(stats(t, ns, "spend", 8082))
+	// A call's worst case: 64 tokens bound its input, and maxTokens its output.
+	worst := (64*300.0 + 16*1200.0) / 1e6
+	if spent > budget+8*worst || spent < budget/2 {
+		t.Errorf("spent %.6f of a %.6f budget (the 8 calls in flight at worst: %.6f)", spent, budget, 8*worst)
+	}
+	if len(ev.Status.Results) != 1 || ev.Status.Results[0].Completed == 0 || ev.Status.Results[0].Completed >= n {
+		t.Errorf("results %+v: want the samples done before it stopped", ev.Status.Results)
+	}
+	if cost, err := strconv.ParseFloat(ev.Status.Spend.Cost, 64); err != nil || cost > budget+8*worst {
+		t.Errorf("status.spend.cost %q", ev.Status.Spend.Cost)
+	}
+	if out := printed(t, ns); !strings.Contains(out, "COST") || !strings.Contains(out, ev.Status.Spend.Cost) || !strings.Contains(out, "BudgetExceeded") {
+		t.Errorf("kubectl get evaluations:\n%s", out)
+	}
+
+	mustKubectl(t, "-n", ns, "patch", "evaluation", "budgeted", "--type=merge", "-p", fmt.Sprintf(`{"spec":{"budget":{"maxCost":%.6f}}}`, 2*full))
+	if got := watchColumns(t, ns, 5*time.Minute, "budgeted")["budgeted"]; got != [3]string{"Succeeded", fmt.Sprintf("%d/%d", n, n), "1.0000"} {
+		t.Fatalf("after raising the budget: %v", got)
+	}
+	s := stats(t, ns, "spend", 8082)
+	if s["requests"] != n {
+		t.Errorf("%v calls for %d samples", s["requests"], n)
+	}
+	if got := bill(s); fmt.Sprintf("%.9f", got) != fmt.Sprintf("%.9f", full) {
+		t.Errorf("the two parts cost %.9f, the run in one go %.9f", got, full)
+	}
+	recs, _ := fetchRecords(t, ns, "budgeted")
+	exactlyOnce(t, recs, n)
+}
