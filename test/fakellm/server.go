@@ -79,6 +79,17 @@ type Config struct {
 	// Responder, when set, answers instead of DefaultReply. It must be safe for
 	// concurrent use.
 	Responder func(Request) Reply
+
+	// BatchDelay is how long a batch (of either batch API) takes: it is
+	// processed when it is next looked at after that. 0 processes it at the
+	// first look.
+	BatchDelay time.Duration
+	// BatchFailureRate is the fraction of a batch's requests that fail (a 500
+	// in OpenAI's error file, "errored" in Anthropic's results), and
+	// BatchExpireRate the fraction that expire (not processed within the
+	// completion window).
+	BatchFailureRate float64
+	BatchExpireRate  float64
 }
 
 // The values of Config.LimitMode.
@@ -105,7 +116,8 @@ func (c Config) Validate() error {
 	for _, r := range []struct {
 		name string
 		v    float64
-	}{{"failure rate", c.FailureRate}, {"drop rate", c.DropRate}, {"wrong rate", c.WrongRate}} {
+	}{{"failure rate", c.FailureRate}, {"drop rate", c.DropRate}, {"wrong rate", c.WrongRate},
+		{"batch failure rate", c.BatchFailureRate}, {"batch expire rate", c.BatchExpireRate}} {
 		if !(r.v >= 0 && r.v <= 1) { // also rejects NaN
 			errs = append(errs, fmt.Errorf("%s %v is not in [0, 1]", r.name, r.v))
 		}
@@ -139,6 +151,16 @@ type Stats struct {
 	// /v1/responses/input_tokens, Anthropic's /v1/messages/count_tokens):
 	// they are not model requests.
 	Counted int64 `json:"counted"`
+	// Batches counts the batches created (either API), BatchRequests their
+	// requests, and DuplicateBatchRequests the requests submitted again
+	// while an earlier submission of their custom_id was pending or had
+	// succeeded. BatchInputTokens and BatchOutputTokens are those of the
+	// batches' successful answers (not in InputTokens and OutputTokens).
+	Batches                int64 `json:"batches"`
+	BatchRequests          int64 `json:"batchRequests"`
+	DuplicateBatchRequests int64 `json:"duplicateBatchRequests"`
+	BatchInputTokens       int64 `json:"batchInputTokens"`
+	BatchOutputTokens      int64 `json:"batchOutputTokens"`
 }
 
 // Server is the fake model server; it is an http.Handler. Create it with New.
@@ -159,7 +181,9 @@ type Server struct {
 	requests, succeeded, rateLimited, failed, dropped, rejected atomic.Int64
 	inputTokens, outputTokens                                   atomic.Int64
 	// counted counts token-counting requests (not model requests).
-	counted atomic.Int64
+	counted   atomic.Int64
+	batchOnce sync.Once
+	batch     *batches
 	// inFlight counts the model requests being handled; maxInFlight is its peak.
 	inFlight, maxInFlight atomic.Int64
 }
@@ -209,6 +233,7 @@ func New(cfg Config) *Server {
 			return map[string]any{"input_tokens": n}
 		})
 	})
+	s.registerBatchRoutes(mux)
 	mux.HandleFunc("GET /v1/models", serveModels)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -235,7 +260,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the counters are each exact but not mutually consistent.
 func (s *Server) Stats() Stats {
 	maxReqs, maxToks := s.track.maxima()
-	return Stats{
+	st := Stats{
 		Requests:               s.requests.Load(),
 		Succeeded:              s.succeeded.Load(),
 		RateLimited:            s.rateLimited.Load(),
@@ -249,6 +274,12 @@ func (s *Server) Stats() Stats {
 		MaxInFlight:            s.maxInFlight.Load(),
 		Counted:                s.counted.Load(),
 	}
+	b := s.batchState()
+	b.mu.Lock()
+	st.Batches, st.BatchRequests, st.DuplicateBatchRequests = b.created, b.requests, b.duplicates
+	st.BatchInputTokens, st.BatchOutputTokens = b.inputTokens, b.outputTokens
+	b.mu.Unlock()
+	return st
 }
 
 // Reset zeroes the counters, the window maxima and the limiter state (an empty
@@ -263,6 +294,11 @@ func (s *Server) Reset() {
 	if s.lim != nil {
 		s.lim.reset(s.clock())
 	}
+	b := s.batchState()
+	b.mu.Lock()
+	b.files, b.list, b.byID, b.customIDs = map[string][]byte{}, nil, map[string]*batch{}, map[string]string{}
+	b.created, b.requests, b.duplicates, b.inputTokens, b.outputTokens = 0, 0, 0, 0, 0
+	b.mu.Unlock()
 }
 
 // Purposes of random draws: each decision about a request draws its own value.
@@ -271,6 +307,8 @@ const (
 	drawFail
 	drawFailStatus
 	drawJitter
+	drawBatchExpire
+	drawBatchFail
 )
 
 // random returns the value of draw for the request with arrival number seq: a

@@ -51,6 +51,9 @@ func parseFlags(args []string, stderr io.Writer) (string, fakellm.Config, error)
 	fs.Float64Var(&cfg.WrongRate, "wrong-rate", 0, "fraction of arithmetic questions answered wrongly")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "API key clients must send (empty = none)")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "seed of the random faults and jitter")
+	fs.DurationVar(&cfg.BatchDelay, "batch-delay", 0, "how long a batch (either batch API) takes to process")
+	fs.Float64Var(&cfg.BatchFailureRate, "batch-fail-rate", 0, "fraction of a batch's requests that fail")
+	fs.Float64Var(&cfg.BatchExpireRate, "batch-expire-rate", 0, "fraction of a batch's requests that expire")
 	if err := fs.Parse(args); err != nil {
 		return "", cfg, err
 	}
