@@ -99,7 +99,8 @@ type batches struct {
 	files map[string][]byte
 	list  []*batch // by creation
 	byID  map[string]*batch
-	// customIDs holds each custom_id's latest submission: pending, ok or failed.
+	// customIDs holds each custom_id's latest submission (by API): pending,
+	// ok or failed.
 	customIDs map[string]string
 
 	// Counters, read by Stats under mu.
@@ -192,10 +193,10 @@ func (s *Server) submit(bt *batch) {
 	b.created++
 	b.requests += int64(len(bt.requests))
 	for _, rq := range bt.requests {
-		if st := b.customIDs[rq.customID]; st == "pending" || st == "ok" {
+		if st := b.customIDs[bt.api+"/"+rq.customID]; st == "pending" || st == "ok" {
 			b.duplicates++
 		}
-		b.customIDs[rq.customID] = "pending"
+		b.customIDs[bt.api+"/"+rq.customID] = "pending"
 	}
 }
 
@@ -336,9 +337,9 @@ func (s *Server) process(b *batches, bt *batch, now time.Time) {
 			res = s.answer(b, d, rq)
 		}
 		if res.status == http.StatusOK {
-			b.customIDs[rq.customID] = "ok"
+			b.customIDs[bt.api+"/"+rq.customID] = "ok"
 		} else {
-			b.customIDs[rq.customID] = "failed"
+			b.customIDs[bt.api+"/"+rq.customID] = "failed"
 		}
 		bt.results = append(bt.results, res)
 	}
@@ -437,7 +438,7 @@ func (s *Server) getBatch(w http.ResponseWriter, r *http.Request, api string, ca
 		bt.cancelled, bt.ended, bt.endedAt = true, true, now
 		for _, rq := range bt.requests {
 			bt.results = append(bt.results, batchResult{customID: rq.customID, canceled: true})
-			b.customIDs[rq.customID] = "failed"
+			b.customIDs[bt.api+"/"+rq.customID] = "failed"
 		}
 		if api == APIOpenAI {
 			var errs bytes.Buffer

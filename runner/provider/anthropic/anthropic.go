@@ -48,6 +48,9 @@ type Provider struct {
 	endpoint provider.Endpoint
 	// counter is the token counting endpoint (CountTokens).
 	counter provider.Endpoint
+	// api makes the Message Batches requests, under apiBase (…/v1).
+	api     *provider.API
+	apiBase string
 	model   string
 	params  provider.Params
 }
@@ -67,10 +70,11 @@ func New(cfg Config) (*Provider, error) {
 		return nil, errors.New("anthropic: maxTokens is required (the Messages API requires max_tokens)")
 	}
 	base := u.String()
-	endpoint := base + "/v1/messages"
+	apiBase := base + "/v1"
 	if strings.HasSuffix(base, "/v1") {
-		endpoint = base + "/messages"
+		apiBase = base
 	}
+	endpoint := apiBase + "/messages"
 	version := cfg.Version
 	if version == "" {
 		version = DefaultVersion
@@ -80,6 +84,8 @@ func New(cfg Config) (*Provider, error) {
 	return &Provider{
 		endpoint: provider.NewEndpoint(cfg.HTTPClient, endpoint, fixed, cred, cfg.APIKey, cfg.Headers),
 		counter:  provider.NewEndpoint(cfg.HTTPClient, endpoint+"/count_tokens", fixed, cred, cfg.APIKey, cfg.Headers),
+		api:      provider.NewAPI(cfg.HTTPClient, apiBase, fixed, cred, cfg.APIKey, cfg.Headers),
+		apiBase:  apiBase,
 		model:    cfg.Model,
 		params:   cfg.Params,
 	}, nil

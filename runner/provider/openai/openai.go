@@ -41,8 +41,10 @@ type Provider struct {
 	endpoint provider.Endpoint
 	// counter is the token counting endpoint (CountTokens).
 	counter provider.Endpoint
-	model   string
-	params  provider.Params
+	// api makes the Batch API's requests.
+	api    *provider.API
+	model  string
+	params provider.Params
 	// maxCompletionTokens selects the name of the output limit; see
 	// usesMaxCompletionTokens.
 	maxCompletionTokens bool
@@ -63,6 +65,7 @@ func New(cfg Config) (*Provider, error) {
 	return &Provider{
 		endpoint:            provider.NewEndpoint(cfg.HTTPClient, u.String()+"/chat/completions", nil, bearer, cfg.APIKey, cfg.Headers),
 		counter:             provider.NewEndpoint(cfg.HTTPClient, u.String()+"/responses/input_tokens", nil, bearer, cfg.APIKey, cfg.Headers),
+		api:                 provider.NewAPI(cfg.HTTPClient, u.String(), nil, bearer, cfg.APIKey, cfg.Headers),
 		model:               cfg.Model,
 		params:              cfg.Params,
 		maxCompletionTokens: usesMaxCompletionTokens(u),
