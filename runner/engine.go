@@ -337,7 +337,12 @@ func (e *Engine) Run(ctx context.Context, tasks []Task, sink Sink) error {
 		first := base
 		base += e.models[name].concurrency()
 		wg.Go(func() {
-			err := e.runModel(ctx, cancel, e.models[name], byModel[name], sink, slotRange{first: first, total: slots})
+			var err error
+			if m := e.models[name]; m.Batch != nil {
+				err = e.runBatchModel(ctx, cancel, m, byModel[name], sink)
+			} else {
+				err = e.runModel(ctx, cancel, m, byModel[name], sink, slotRange{first: first, total: slots})
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -595,7 +600,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 	rec := &results.Record{ID: s.ID, Model: m.Name, Dataset: ds.Name, Scores: map[string]float64{}, Cost: m.cost(0)}
 	if s.Err != nil {
 		rec.Error, rec.ErrorKind = e.redact(s.Err.Error()), results.ErrorKindData
-		return rec, nil
+		return rec, nil //nolint:nilerr // the sample's error is its record, not the run's
 	}
 	req, err := e.plan.Prompt.Request(s)
 	if err != nil {
@@ -661,7 +666,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 			rec.AgentCalls = calls
 		}
 		if ctx.Err() != nil || errors.Is(res.err, errStopping) {
-			return nil, nil
+			return nil, nil //nolint:nilerr // stopping: the sample leaves no record
 		}
 		if endsModel(res.err) {
 			return nil, res.err
@@ -686,6 +691,14 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		rec.OutputTokens = res.resp.Usage.OutputTokens
 		output, toolCalls = res.resp.Text, res.resp.ToolCalls
 	}
+	return e.score(ctx, rec, s, req, output, toolCalls)
+}
+
+// score scores a record whose call answered output (and toolCalls): its
+// scores, or its scoring error, and what judging it cost. It returns a nil
+// record when the run is stopping, and an error that ends the model (its
+// judge's quota did not recover, the budget is exhausted).
+func (e *Engine) score(ctx context.Context, rec *results.Record, s *dataset.Sample, req *provider.Request, output string, toolCalls []provider.ToolCall) (*results.Record, error) {
 	in := score.Input{
 		Output: output, ToolCalls: toolCalls,
 		Expected: s.Expected, HasExpected: s.HasExpected,
@@ -1041,18 +1054,24 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 // cost: its input, and parameters.maxTokens (else the plan's assumed answer
 // length) of output.
 func (e *Engine) worst(m *modelRun, inputTokens int64) spend.Totals {
-	out := int64(m.MaxTokens)
-	if out <= 0 {
-		out = int64(e.plan.AssumedOutputTokens)
-	}
-	if out <= 0 {
-		out = DefaultAssumedOutputTokens
-	}
+	out := e.outputBound(m)
 	t := spend.Totals{Tokens: inputTokens + out}
 	if m.Price != nil {
 		t.Cost = m.Price.Worst(inputTokens, out, false)
 	}
 	return t
+}
+
+// outputBound is the most output a call of m can have: its MaxTokens, else
+// the plan's assumed answer length.
+func (e *Engine) outputBound(m *modelRun) int64 {
+	switch {
+	case m.MaxTokens > 0:
+		return int64(m.MaxTokens)
+	case e.plan.AssumedOutputTokens > 0:
+		return int64(e.plan.AssumedOutputTokens)
+	}
+	return DefaultAssumedOutputTokens
 }
 
 // DefaultAssumedOutputTokens is Plan.AssumedOutputTokens's default.

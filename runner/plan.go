@@ -87,6 +87,9 @@ type Model struct {
 	// Price is what the model's tokens cost; nil when unknown. An agent
 	// model's prices its agent's calls through its agent endpoints.
 	Price *spend.Price
+	// Batch, when set, runs the model's samples through its provider's
+	// batch API (the Provider is then a provider.Batcher).
+	Batch *BatchConfig
 }
 
 // Dataset is one dataset, ready to stream.

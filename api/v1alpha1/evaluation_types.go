@@ -14,6 +14,8 @@ import (
 // +kubebuilder:validation:XValidation:rule=`!has(self.hooks) || (has(self.hooks.image) && size(self.hooks.image) > 0) || !has(self.models) || self.models.all(m, (has(m.provider) && m.provider == 'agent') || (has(self.scoring) && self.scoring.exists(s, has(s.judge) && s.judge.model == m.name)))`,message="hooks need hooks.image, the image they run in (with their tools), unless every model under evaluation is an agent, whose image they then use",fieldPath=".hooks"
 // +kubebuilder:validation:XValidation:rule=`!has(self.budget) || self.models.all(m, !has(m.provider) || m.provider != 'agent' || (has(m.agent) && has(m.agent.endpoints) && size(m.agent.endpoints) > 0))`,message="spec.budget cannot bound an agent that calls its API itself: give every agent model agent.endpoints, so that its calls go through Proctor and are counted",fieldPath=".budget"
 // +kubebuilder:validation:XValidation:rule=`!has(self.budget) || !has(self.budget.maxCost) || self.models.all(m, has(m.pricing) || has(m.endpointRef))`,message="spec.budget.maxCost needs every model's pricing (a model with endpointRef may take it from its ModelEndpoint)",fieldPath=".budget"
+// +kubebuilder:validation:XValidation:rule=`!has(self.hooks) || self.models.all(m, !has(m.batch))`,message="hooks do not apply to a model with batch: its samples run in the provider's batch, not in slots",fieldPath=".hooks"
+// +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || self.models.all(m, !has(m.batch) || !self.scoring.exists(s, has(s.judge) && s.judge.model == m.name))`,message="judging in batches is not supported yet: remove batch from the judge model (the models it judges may keep theirs)",fieldPath=".models"
 type EvaluationSpec struct {
 	// datasets to evaluate every model on. Names must be unique.
 	// +kubebuilder:validation:MinItems=1
@@ -257,6 +259,7 @@ const (
 // +kubebuilder:validation:XValidation:rule=`!has(self.provider) || self.provider != 'agent' || !has(self.parameters)`,message="parameters do not apply to an agent model: agents take no sampling parameters"
 // +kubebuilder:validation:XValidation:rule=`!has(self.provider) || self.provider != 'agent' || !has(self.baseURL) || size(self.baseURL) == 0`,message="baseURL does not apply to an agent model: agents call no API themselves"
 // +kubebuilder:validation:XValidation:rule=`!has(self.provider) || self.provider != 'agent' || !has(self.apiKey) || (has(self.apiKey.env) && size(self.apiKey.env) != 0)`,message="an agent model's apiKey needs env, the variable the agent reads its key from: it has no default for agents"
+// +kubebuilder:validation:XValidation:rule=`!has(self.batch) || !has(self.provider) || self.provider != 'agent'`,message="batch does not apply to an agent model: agents call no batch API"
 type Model struct {
 	// name identifies the model in results, status and the names of its Jobs.
 	// +kubebuilder:validation:MinLength=1
@@ -329,6 +332,12 @@ type Model struct {
 	// prices the calls its agent makes through agent.endpoints.
 	// +optional
 	Pricing *Pricing `json:"pricing,omitempty"`
+
+	// batch runs the model's samples through its provider's batch API
+	// (openai and anthropic; not for agents, nor yet for a judge: the
+	// answers of a model in batch mode are judged by calls).
+	// +optional
+	Batch *BatchMode `json:"batch,omitempty"`
 }
 
 // APIKey locates an API key. The key itself never appears in the spec.

@@ -106,6 +106,13 @@ func validateHooks(spec *EvaluationSpec, p *field.Path) field.ErrorList {
 		return nil
 	}
 	errs := validateEnvNames(h.Env, p.Child("env"))
+	for i := range spec.Models {
+		if spec.Models[i].Batch != nil {
+			errs = append(errs, field.Forbidden(p, fmt.Sprintf("hooks do not apply to spec.models[%d] (%s), which has batch: its samples run in the provider's batch, not in slots",
+				i, spec.Models[i].Name)))
+			break
+		}
+	}
 	if h.Image == "" {
 		judges := spec.JudgeModels()
 		for i := range spec.Models {

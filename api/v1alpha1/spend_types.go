@@ -1,5 +1,11 @@
 package v1alpha1
 
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
 // Pricing is what a model's tokens cost, in US dollars per million tokens, as
 // the provider lists them. Prices are kept to the millionth of a dollar per
 // million tokens. A model without pricing has an unknown cost: Proctor shows
@@ -128,3 +134,73 @@ type SpendStatus struct {
 	// +optional
 	MaxTokens int64 `json:"maxTokens,omitempty"`
 }
+
+// BatchMode runs a model's samples through its provider's batch API
+// (OpenAI's Batch API, Anthropic's Message Batches): at the batch price
+// (half, by default), answered within the completion window instead of at
+// once. Proctor submits the samples in batches, follows them, and turns
+// their results into the same records, scores and summaries as calls.
+type BatchMode struct {
+	// maxRequests bounds the requests of one batch; default, and at most,
+	// the provider's limit (50,000 for OpenAI, 100,000 for Anthropic). Batches
+	// are also kept under the provider's size limit (200 MB, 256 MB).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	MaxRequests *int32 `json:"maxRequests,omitempty"`
+
+	// maxInFlight bounds the batches submitted and not yet ended at once
+	// (per runner pod in a cluster). Default 4.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MaxInFlight *int32 `json:"maxInFlight,omitempty"`
+
+	// completionWindow is the window the provider is given to process a
+	// batch; both providers offer 24h only. Default 24h.
+	// +optional
+	// +kubebuilder:validation:Enum="24h"
+	CompletionWindow string `json:"completionWindow,omitempty"`
+
+	// pollInterval is how often the batches in flight are looked at. A
+	// duration between 100ms and 1h. Default 30s.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) >= duration('100ms') && duration(self) <= duration('1h')`,message="batch.pollInterval must be a duration between 100ms and 1h, such as 30s"
+	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
+
+	// retryFailed says what becomes of requests the provider reports failed,
+	// expired or canceled: batch submits them again in a new batch (the
+	// default; at most retry.maxAttempts times in all), sync calls them at
+	// once, none makes them the samples' errors.
+	// +optional
+	// +kubebuilder:validation:Enum=batch;sync;none
+	RetryFailed BatchRetry `json:"retryFailed,omitempty"`
+
+	// deadline bounds how long a batch may take, when set: one not ended
+	// that long after its submission is cancelled, and the requests it had
+	// not answered are called synchronously. A duration such as 2h, at most
+	// 24h.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) > duration('0s') && duration(self) <= duration('24h')`,message="batch.deadline must be a duration longer than 0s and at most 24h, such as 2h"
+	Deadline *metav1.Duration `json:"deadline,omitempty"`
+}
+
+// BatchRetry is what becomes of a batch's failed requests.
+type BatchRetry string
+
+// BatchRetry values.
+const (
+	BatchRetryBatch BatchRetry = "batch"
+	BatchRetrySync  BatchRetry = "sync"
+	BatchRetryNone  BatchRetry = "none"
+)
+
+// Batch defaults.
+const (
+	DefaultBatchMaxInFlight  = 4
+	DefaultBatchPollInterval = 30 * time.Second
+)

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -72,5 +74,34 @@ func validateBudget(spec *EvaluationSpec, p *field.Path) field.ErrorList {
 				"spec.budget.maxCost needs every model's pricing (a model with endpointRef may take it from its ModelEndpoint)"))
 		}
 	}
+	return errs
+}
+
+func validateBatch(m *Model, judges map[string]bool, p *field.Path) field.ErrorList {
+	b := m.Batch
+	if b == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if m.Provider == ProviderAgent {
+		errs = append(errs, field.Forbidden(p, "agents call no batch API"))
+	}
+	if judges[m.Name] {
+		errs = append(errs, field.Forbidden(p, "judging in batches is not supported yet: remove batch from the judge model (the models it judges may keep theirs)"))
+	}
+	errs = append(errs, validateBound(b.MaxRequests, 1, 100000, p.Child("maxRequests"))...)
+	errs = append(errs, validateBound(b.MaxInFlight, 1, 100, p.Child("maxInFlight"))...)
+	if b.CompletionWindow != "" && b.CompletionWindow != "24h" {
+		errs = append(errs, field.NotSupported(p.Child("completionWindow"), b.CompletionWindow, []string{"24h"}))
+	}
+	if d := b.PollInterval; d != nil && (d.Duration < 100*time.Millisecond || d.Duration > time.Hour) {
+		errs = append(errs, field.Invalid(p.Child("pollInterval"), d.Duration.String(), "must be between 100ms and 1h"))
+	}
+	switch b.RetryFailed {
+	case "", BatchRetryBatch, BatchRetrySync, BatchRetryNone:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("retryFailed"), b.RetryFailed, []string{"batch", "sync", "none"}))
+	}
+	errs = append(errs, validateDuration(b.Deadline, true, p.Child("deadline"))...)
 	return errs
 }

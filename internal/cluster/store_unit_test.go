@@ -21,6 +21,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 func doneSet(n int, positions ...int) []bool {
@@ -302,6 +303,7 @@ func TestStoreCheckpointAndResume(t *testing.T) {
 	wantProg := ShardProgress{
 		State: StateRunning, Total: 5, Done: 4, Errored: 1, Scores: map[string]float64{"exact_match": 1},
 		Tokens: results.Tokens{Input: 12, Output: 3}, Budget: 4, Pod: "pod-a", // the duplicate counts once
+		Spent: spend.Totals{Tokens: 19}, // but was paid for twice
 	}
 	if prog.Stored < 5*50 || prog.Stored > 5*200 {
 		t.Errorf("stored %d bytes for 5 small records", prog.Stored) // the duplicate is stored too

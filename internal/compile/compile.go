@@ -121,6 +121,7 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 			return nil, err
 		}
 		m.JudgeOnly = judges[m.Name]
+
 		endpoints := []string{m.Endpoint}
 		for _, a := range m.AgentEndpoints {
 			endpoints = append(endpoints, a.Endpoint)
@@ -246,6 +247,7 @@ func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.
 	if out.Price, err = Price(m.Pricing); err != nil {
 		return nil, nil, fmt.Errorf("%s.pricing.%w", path, err)
 	}
+	out.Batch = batchConfig(m.Batch)
 	fp := fingerprint{Provider: string(m.Provider), BaseURL: m.BaseURL, Model: m.Model, Params: params, Headers: m.Headers}
 	switch m.Provider {
 	case v1alpha1.ProviderOpenAI:

@@ -62,3 +62,28 @@ func checkBudget(spec *v1alpha1.EvaluationSpec, plan *runner.Plan) error {
 	}
 	return nil
 }
+
+// batchConfig is a model's batch mode, with its defaults.
+func batchConfig(b *v1alpha1.BatchMode) *runner.BatchConfig {
+	if b == nil {
+		return nil
+	}
+	cfg := &runner.BatchConfig{MaxInFlight: v1alpha1.DefaultBatchMaxInFlight, PollInterval: v1alpha1.DefaultBatchPollInterval,
+		Retry: string(v1alpha1.BatchRetryBatch)}
+	if b.MaxRequests != nil {
+		cfg.MaxRequests = int(*b.MaxRequests)
+	}
+	if b.MaxInFlight != nil {
+		cfg.MaxInFlight = int(*b.MaxInFlight)
+	}
+	if b.PollInterval != nil {
+		cfg.PollInterval = b.PollInterval.Duration
+	}
+	if b.RetryFailed != "" {
+		cfg.Retry = string(b.RetryFailed)
+	}
+	if b.Deadline != nil {
+		cfg.Deadline = b.Deadline.Duration
+	}
+	return cfg
+}

@@ -28,6 +28,8 @@ type Dir struct {
 
 	mu       sync.RWMutex
 	journals map[pairKey]*Journal
+	// batchMu guards the batch file (PutBatch, Batches).
+	batchMu sync.Mutex
 }
 
 type pairKey struct{ model, dataset string }

@@ -59,6 +59,9 @@ type Record struct {
 	// JudgeCost is what judging the sample cost, in US dollars; absent when
 	// no judge was called, or when the judge model has no pricing.
 	JudgeCost *float64 `json:"judgeCost,omitempty"`
+	// Batch is the provider's id of the batch that answered it, when its
+	// model runs in batch mode.
+	Batch string `json:"batch,omitempty"`
 	// CacheKey is the answering request's cache key, when the cache is on. It is
 	// not part of results.jsonl; a cluster keeps it beside the record, so a later
 	// run can reuse the answer.

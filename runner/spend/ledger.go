@@ -79,6 +79,8 @@ type Ledger struct {
 	// their worst cases.
 	waiting int
 	needed  Totals
+	// tried is what the last TryReserve of a waiting ledger could not fit.
+	tried Totals
 	// changed is closed (and replaced) when a hold settles or the limit
 	// changes: waiting calls look again.
 	changed chan struct{}
@@ -142,6 +144,40 @@ func (l *Ledger) Reserve(ctx context.Context, worst Totals) (*Hold, error) {
 	}
 }
 
+// TryReserve holds worst if it fits now, without waiting. When it does not,
+// it fails as Reserve would (exhausting a ledger that is not waiting when
+// nothing is held), and a waiting ledger counts the need as waiting until a
+// TryReserve succeeds.
+func (l *Ledger) TryReserve(worst Totals) (*Hold, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.exhausted == nil && l.limit.fits(l.spent.Add(l.reserved).Add(worst)) {
+		l.reserved = l.reserved.Add(worst)
+		l.tried = Totals{}
+		return &Hold{l: l, worst: worst}, nil
+	}
+	err := l.exhausted
+	if err == nil {
+		err = &ExceededError{Limit: l.limit, Spent: l.spent, Reserved: l.reserved, Needed: worst}
+		if !l.wait && l.reserved == (Totals{}) {
+			l.exhausted = err
+		}
+	}
+	if l.wait {
+		l.tried = worst
+	}
+	return nil, err
+}
+
+// Force holds worst whether or not it fits: a call already made (a batch
+// submitted by an earlier run, taken up again).
+func (l *Ledger) Force(worst Totals) *Hold {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reserved = l.reserved.Add(worst)
+	return &Hold{l: l, worst: worst}
+}
+
 // Settle replaces the hold with what the call actually cost.
 func (h *Hold) Settle(actual Totals) {
 	if h == nil || h.done {
@@ -180,6 +216,7 @@ func (l *Ledger) SetLimit(limit Limit) {
 	}
 	l.limit = limit
 	l.exhausted = nil
+	l.tried = Totals{}
 	l.wake()
 }
 
@@ -199,5 +236,10 @@ type State struct {
 func (l *Ledger) State() State {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return State{Limit: l.limit, Spent: l.spent, Reserved: l.reserved, Exhausted: l.exhausted, Waiting: l.waiting > 0, Needed: l.needed}
+	st := State{Limit: l.limit, Spent: l.spent, Reserved: l.reserved, Exhausted: l.exhausted, Waiting: l.waiting > 0, Needed: l.needed}
+	if l.tried != (Totals{}) {
+		st.Waiting = true
+		st.Needed = Totals{Cost: max(st.Needed.Cost, l.tried.Cost), Tokens: max(st.Needed.Tokens, l.tried.Tokens)}
+	}
+	return st
 }

@@ -1,0 +1,686 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/proctor-dev/proctor/runner/dataset"
+	"github.com/proctor-dev/proctor/runner/provider"
+	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/retry"
+	"github.com/proctor-dev/proctor/runner/spend"
+)
+
+// BatchConfig runs a model's samples through its provider's batch API
+// (Model.Batch).
+type BatchConfig struct {
+	// MaxRequests bounds a batch's requests (0: the provider's limit, which
+	// bounds it anyway); MaxInFlight, the batches submitted and not ended at
+	// once.
+	MaxRequests, MaxInFlight int
+	// PollInterval is how often batches in flight are looked at.
+	PollInterval time.Duration
+	// Retry is what becomes of requests a batch failed: "batch" (a new batch,
+	// within Plan.Retry.MaxAttempts), "sync" (a call at once) or "none".
+	Retry string
+	// Deadline, when set, cancels a batch not ended that long after its
+	// submission; what it had not answered is called at once.
+	Deadline time.Duration
+}
+
+// batchItem is one sample of a batch model, waiting for its answer.
+type batchItem struct {
+	ds      *Dataset
+	dsIndex int
+	s       dataset.Sample
+	req     *provider.Request
+	// attempt counts the batches it was in that failed it.
+	attempt int
+	// hold is its reservation of the budget while its batch is in flight.
+	hold *spend.Hold
+}
+
+// batchRun is a batch model's state while it runs.
+type batchRun struct {
+	e     *Engine
+	m     *modelRun
+	b     provider.Batcher
+	cfg   BatchConfig
+	log   results.BatchLog
+	sink  Sink
+	items map[string]*batchItem // by customID
+	// inFlight are the batches submitted and not done, by key.
+	inFlight map[string]*results.BatchRecord
+	known    map[string]bool // provider ids of the model's batches
+	// sync holds the samples to call at once (retryFailed sync, a deadline).
+	sync []*batchItem
+	// mu guards items and sync while results are taken in concurrently.
+	mu sync.Mutex
+}
+
+// batchCustomID names a sample in a batch: unique in it, 64 characters at
+// most of letters, digits and _ (both providers accept that).
+func batchCustomID(dsIndex, index, attempt int) string {
+	return fmt.Sprintf("d%d_s%d_a%d", dsIndex, index, attempt)
+}
+
+func parseBatchCustomID(id string) (dsIndex, index, attempt int, ok bool) {
+	parts := strings.Split(id, "_")
+	if len(parts) != 3 || !strings.HasPrefix(parts[0], "d") || !strings.HasPrefix(parts[1], "s") || !strings.HasPrefix(parts[2], "a") {
+		return 0, 0, 0, false
+	}
+	var err1, err2, err3 error
+	dsIndex, err1 = strconv.Atoi(parts[0][1:])
+	index, err2 = strconv.Atoi(parts[1][1:])
+	attempt, err3 = strconv.Atoi(parts[2][1:])
+	return dsIndex, index, attempt, err1 == nil && err2 == nil && err3 == nil
+}
+
+// itemKey is a sample's key in batchRun.items, whatever its attempt.
+func itemKey(dsIndex, index int) string { return strconv.Itoa(dsIndex) + "/" + strconv.Itoa(index) }
+
+// runBatchModel runs a model's tasks through its provider's batch API. Its
+// batches are recorded in the sink (a results.BatchLog) before and after each
+// submission, so that a run stopped or killed at any point finds them again:
+// their samples are never submitted twice while a submission of them is
+// pending or answered. Stop leaves the batches in flight to the next run.
+func (e *Engine) runBatchModel(ctx context.Context, fail context.CancelCauseFunc, m *modelRun, tasks []Task, sink Sink) error {
+	log, ok := sink.(results.BatchLog)
+	if !ok {
+		return fmt.Errorf("model %s: batch mode needs a record store that keeps batches", m.Name)
+	}
+	batcher, ok := m.Provider.(provider.Batcher)
+	if !ok {
+		return fmt.Errorf("model %s: its provider has no batch API", m.Name)
+	}
+	r := &batchRun{e: e, m: m, b: batcher, cfg: *m.Batch, log: log, sink: sink, items: map[string]*batchItem{},
+		inFlight: map[string]*results.BatchRecord{}, known: map[string]bool{}}
+	if err := r.collect(tasks); err != nil {
+		return err
+	}
+	if err := r.adopt(ctx); err != nil {
+		return err
+	}
+	return r.loop(ctx, fail)
+}
+
+// collect renders the samples that have no record yet; a sample that cannot
+// be read or rendered is its error record at once.
+func (r *batchRun) collect(tasks []Task) error {
+	e, m := r.e, r.m
+	for _, t := range tasks {
+		ds := e.plan.Dataset(t.Dataset)
+		dsIndex := slices.Index(e.plan.Datasets, ds)
+		rd, closer, err := ds.Open()
+		if err != nil {
+			return fmt.Errorf("dataset %s: %w", ds.Name, err)
+		}
+		err = func() error {
+			defer closer.Close()
+			if t.Start > 0 {
+				if err := skip(rd, t.Start); err != nil {
+					return err
+				}
+			}
+			for {
+				s, err := rd.Next()
+				if errors.Is(err, io.EOF) || (err == nil && s.Index >= t.End) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				if r.sink.Done(m.Name, ds.Name, s.Index) {
+					continue
+				}
+				rec := &results.Record{ID: s.ID, Model: m.Name, Dataset: ds.Name, Scores: map[string]float64{}, Cost: m.cost(0)}
+				if s.Err != nil {
+					rec.Error, rec.ErrorKind = e.redact(s.Err.Error()), results.ErrorKindData
+					if err := r.put(ds, &s, rec); err != nil {
+						return err
+					}
+					continue
+				}
+				req, err := e.plan.Prompt.Request(&s)
+				if err != nil {
+					rec.Error, rec.ErrorKind = e.redact(fmt.Sprintf("rendering the prompt: %v", err)), results.ErrorKindPrompt
+					if err := r.put(ds, &s, rec); err != nil {
+						return err
+					}
+					continue
+				}
+				req.Model, req.Dataset = m.Name, ds.Name
+				r.items[itemKey(dsIndex, s.Index)] = &batchItem{ds: ds, dsIndex: dsIndex, s: s, req: req}
+			}
+		}()
+		if err != nil {
+			return fmt.Errorf("dataset %s: %w", ds.Name, err)
+		}
+	}
+	return nil
+}
+
+// put stores a finished record.
+func (r *batchRun) put(ds *Dataset, s *dataset.Sample, rec *results.Record) error {
+	if err := r.sink.Put(r.m.Name, ds.Name, s.Index, rec); err != nil {
+		return fmt.Errorf("saving the result of %s on %s sample %s: %w", r.m.Name, ds.Name, s.ID, err)
+	}
+	if o := r.e.opts.Observer; o != nil {
+		o.SampleFinished(r.m.Name, ds.Name, rec)
+	}
+	return nil
+}
+
+// adopt takes up the batches an earlier run recorded: those submitted are
+// followed, and one only intended is looked for at the provider (the run may
+// have been killed after submitting it) and submitted again only if it is
+// not there.
+func (r *batchRun) adopt(ctx context.Context) error {
+	recs, err := r.log.Batches(r.m.Name)
+	if err != nil {
+		return fmt.Errorf("reading the model's batches: %w", err)
+	}
+	for _, b := range recs {
+		if b.ID != "" {
+			r.known[b.ID] = true
+		}
+	}
+	for i := range recs {
+		b := recs[i]
+		if b.State == results.BatchDone {
+			continue
+		}
+		dsIndex := slices.IndexFunc(r.e.plan.Datasets, func(d *Dataset) bool { return d.Name == b.Dataset })
+		var pending []*batchItem
+		for _, idx := range b.Indexes {
+			if it := r.items[itemKey(dsIndex, idx)]; it != nil {
+				it.attempt = b.Attempt
+				pending = append(pending, it)
+			}
+		}
+		if len(pending) == 0 {
+			// Its samples all have records: nothing to wait for.
+			b.State = results.BatchDone
+			if err := r.log.PutBatch(b); err != nil {
+				return err
+			}
+			continue
+		}
+		if b.State == results.BatchIntended {
+			id, err := r.b.FindBatch(ctx, b.Key, b.Since, len(b.Indexes), func(id string) bool { return r.known[id] })
+			if err != nil {
+				return fmt.Errorf("model %s: looking for batch %s: %w", r.m.Name, b.Key, err)
+			}
+			if id == "" {
+				// Never submitted: it is submitted (again) with the others.
+				continue
+			}
+			r.e.log.Info("Found a batch submitted before the run stopped", "model", r.m.Name, "batch", id, "requests", len(b.Indexes))
+			b.ID, b.State = id, results.BatchSubmitted
+			r.known[id] = true
+			if err := r.log.PutBatch(b); err != nil {
+				return err
+			}
+		}
+		r.e.log.Info("Following a batch submitted earlier", "model", r.m.Name, "batch", b.ID, "pending", len(pending))
+		for _, it := range pending {
+			// Its worst case, which the earlier run held, is held again.
+			it.hold, _ = r.e.holdBatch(r.m, it, true)
+		}
+		r.inFlight[b.Key] = &b
+	}
+	return nil
+}
+
+// covered reports the samples that a batch in flight holds.
+func (r *batchRun) covered() map[string]bool {
+	out := map[string]bool{}
+	for _, b := range r.inFlight {
+		dsIndex := slices.IndexFunc(r.e.plan.Datasets, func(d *Dataset) bool { return d.Name == b.Dataset })
+		for _, idx := range b.Indexes {
+			out[itemKey(dsIndex, idx)] = true
+		}
+	}
+	return out
+}
+
+// loop submits batches while there is room, follows them, and calls at once
+// what must be, until every sample has its record or the engine stops.
+func (r *batchRun) loop(ctx context.Context, fail context.CancelCauseFunc) error {
+	e := r.e
+	for {
+		if e.stopping(ctx) {
+			return nil
+		}
+		submitErr := r.submit(ctx)
+		switch {
+		case submitErr == nil:
+		case IsBudgetExceeded(submitErr):
+			if len(r.inFlight) == 0 && len(r.sync) == 0 {
+				e.exhaust(submitErr)
+				return nil
+			}
+		case ctx.Err() != nil || e.stopping(ctx):
+			return nil //nolint:nilerr // stopping: the batches are left to the next run
+		default:
+			if class, _ := retry.Classify(submitErr); class == retry.Final {
+				return submitErr
+			}
+			// Throttled or failed for now: submitted again after a wait.
+			e.log.Error(submitErr, "Failed to submit a batch; trying again", "model", r.m.Name)
+			if len(r.inFlight) == 0 {
+				if err := e.sleep(ctx, r.cfg.PollInterval); err != nil {
+					return nil //nolint:nilerr // stopping
+				}
+				continue
+			}
+		}
+		if len(r.sync) > 0 {
+			if err := r.callAtOnce(ctx, fail); err != nil {
+				return err
+			}
+			continue
+		}
+		if len(r.items) == 0 && len(r.inFlight) == 0 {
+			return nil
+		}
+		if len(r.inFlight) > 0 {
+			if err := e.sleep(ctx, r.cfg.PollInterval); err != nil {
+				if errors.Is(err, errStopping) || ctx.Err() != nil {
+					return nil //nolint:nilerr // stopping
+				}
+				return err
+			}
+			if err := r.poll(ctx); err != nil {
+				if ctx.Err() != nil || e.stopping(ctx) {
+					return nil //nolint:nilerr // stopping
+				}
+				// A provider error while following: tried again next time.
+				e.log.Error(err, "Failed to follow a batch; trying again", "model", r.m.Name)
+			}
+		}
+	}
+}
+
+// submit submits the samples no batch holds, a batch at a time, while there
+// is room in flight.
+func (r *batchRun) submit(ctx context.Context) error {
+	e, m := r.e, r.m
+	maxReqs, maxBytes := r.b.BatchLimits()
+	if r.cfg.MaxRequests > 0 {
+		maxReqs = min(maxReqs, r.cfg.MaxRequests)
+	}
+	maxBytes = maxBytes * 95 / 100 // the encoding's framing
+	covered := r.covered()
+	var exhausted error
+	for len(r.inFlight) < max(1, r.cfg.MaxInFlight) {
+		// The next batch: one dataset and attempt at a time, in sample order.
+		var first *batchItem
+		for _, it := range r.sorted() {
+			if !covered[itemKey(it.dsIndex, it.s.Index)] && !slices.Contains(r.sync, it) {
+				first = it
+				break
+			}
+		}
+		if first == nil {
+			return exhausted
+		}
+		var group []*batchItem
+		var entries [][]byte
+		size := 0
+		for _, it := range r.sorted() {
+			if covered[itemKey(it.dsIndex, it.s.Index)] || it.ds != first.ds || it.attempt != first.attempt || slices.Contains(r.sync, it) {
+				continue
+			}
+			entry, err := r.b.EncodeBatchRequest(batchCustomID(it.dsIndex, it.s.Index, it.attempt), it.req)
+			if err != nil {
+				return fmt.Errorf("model %s: encoding sample %s: %w", m.Name, it.s.ID, err)
+			}
+			if len(group) >= maxReqs || (len(group) > 0 && size+len(entry)+1 > maxBytes) {
+				break
+			}
+			hold, err := e.holdBatch(m, it, false)
+			if err != nil {
+				exhausted = err
+				break
+			}
+			it.hold = hold
+			group = append(group, it)
+			entries = append(entries, entry)
+			size += len(entry) + 1
+		}
+		if len(group) == 0 {
+			return exhausted
+		}
+		if err := r.submitGroup(ctx, group, entries); err != nil {
+			for _, it := range group {
+				it.hold.Settle(spend.Totals{})
+				it.hold = nil
+			}
+			return err
+		}
+		for _, it := range group {
+			covered[itemKey(it.dsIndex, it.s.Index)] = true
+		}
+		if exhausted != nil {
+			return exhausted
+		}
+	}
+	return nil
+}
+
+// sorted are the waiting samples in dataset and sample order.
+func (r *batchRun) sorted() []*batchItem {
+	out := make([]*batchItem, 0, len(r.items))
+	for _, it := range r.items {
+		out = append(out, it)
+	}
+	slices.SortFunc(out, func(a, b *batchItem) int {
+		if a.dsIndex != b.dsIndex {
+			return a.dsIndex - b.dsIndex
+		}
+		return a.s.Index - b.s.Index
+	})
+	return out
+}
+
+// submitGroup records a batch as intended, submits it and records its id.
+func (r *batchRun) submitGroup(ctx context.Context, group []*batchItem, entries [][]byte) error {
+	e, m := r.e, r.m
+	idx := make(results.Indexes, len(group))
+	for i, it := range group {
+		idx[i] = it.s.Index
+	}
+	rec := results.BatchRecord{Model: m.Name, Dataset: group[0].ds.Name, Attempt: group[0].attempt, Indexes: idx,
+		Since: e.clock.Now(), State: results.BatchIntended}
+	rec.Key = batchKey(m.Fingerprint, rec)
+	if err := r.log.PutBatch(rec); err != nil {
+		return fmt.Errorf("recording a batch: %w", err)
+	}
+	id, err := r.b.SubmitBatch(ctx, rec.Key, entries)
+	if err != nil {
+		// Recorded as intended: the next run looks for it before submitting.
+		return fmt.Errorf("model %s: submitting a batch of %d: %w", m.Name, len(group), err)
+	}
+	rec.ID, rec.State = id, results.BatchSubmitted
+	r.known[id] = true
+	if err := r.log.PutBatch(rec); err != nil {
+		return fmt.Errorf("recording batch %s: %w", id, err)
+	}
+	r.inFlight[rec.Key] = &rec
+	e.log.Info("Submitted a batch", "model", m.Name, "dataset", rec.Dataset, "batch", id, "requests", len(group), "attempt", rec.Attempt)
+	return nil
+}
+
+// batchKey identifies a submission by what it holds.
+func batchKey(fingerprint string, b results.BatchRecord) string {
+	h := sha256.Sum256([]byte(strings.Join([]string{fingerprint, b.Model, b.Dataset, strconv.Itoa(b.Attempt), b.Indexes.String()}, "\n")))
+	return "proctor-" + hex.EncodeToString(h[:12])
+}
+
+// poll looks at the batches in flight; those ended are read, their answers
+// stored, their failures retried as configured. A batch past its deadline is
+// cancelled.
+func (r *batchRun) poll(ctx context.Context) error {
+	keys := make([]string, 0, len(r.inFlight))
+	for k := range r.inFlight {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		b := r.inFlight[k]
+		st, err := r.b.Batch(ctx, b.ID)
+		if h, ok := provider.AsHTTPError(err); ok && h.StatusCode == 404 {
+			// Gone from the provider (deleted): nothing of it can be
+			// answered any more, so its samples go in another batch.
+			r.e.log.Info("A batch is gone from the provider; its samples are submitted again", "model", r.m.Name, "batch", b.ID)
+			dsIndex := slices.IndexFunc(r.e.plan.Datasets, func(d *Dataset) bool { return d.Name == b.Dataset })
+			for _, idx := range b.Indexes {
+				if it := r.items[itemKey(dsIndex, idx)]; it != nil && it.attempt == b.Attempt {
+					it.hold.Settle(spend.Totals{})
+					it.hold = nil
+					it.attempt++
+				}
+			}
+			b.State = results.BatchDone
+			delete(r.inFlight, k)
+			if err := r.log.PutBatch(*b); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("batch %s: %w", b.ID, err)
+		}
+		if !st.Ended {
+			if d := r.cfg.Deadline; d > 0 && r.e.clock.Since(b.Since) > d {
+				r.e.log.Info("Cancelling a batch past its deadline; its unanswered samples are called at once", "model", r.m.Name, "batch", b.ID,
+					"deadline", d.String())
+				if err := r.b.CancelBatch(ctx, b.ID); err != nil {
+					return fmt.Errorf("cancelling batch %s: %w", b.ID, err)
+				}
+			}
+			continue
+		}
+		if err := r.finish(ctx, b, st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finish reads an ended batch's results into records.
+func (r *batchRun) finish(ctx context.Context, b *results.BatchRecord, st provider.BatchState) error {
+	e, m := r.e, r.m
+	dsIndex := slices.IndexFunc(e.plan.Datasets, func(d *Dataset) bool { return d.Name == b.Dataset })
+	seen := map[string]bool{}
+	turnaround := e.clock.Since(b.Since)
+	if !st.Created.IsZero() {
+		turnaround = e.clock.Since(st.Created)
+	}
+	type outcome struct {
+		it  *batchItem
+		res provider.BatchResult
+	}
+	var outcomes []outcome
+	err := r.b.BatchResults(ctx, b.ID, func(res provider.BatchResult) error {
+		ds, idx, attempt, ok := parseBatchCustomID(res.CustomID)
+		if !ok || ds != dsIndex || attempt != b.Attempt {
+			return nil // not one of this batch's: ignore it
+		}
+		it := r.items[itemKey(ds, idx)]
+		if it == nil || it.attempt != b.Attempt || seen[res.CustomID] {
+			return nil // recorded already
+		}
+		seen[res.CustomID] = true
+		outcomes = append(outcomes, outcome{it, res})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("reading batch %s: %w", b.ID, err)
+	}
+	// A request the provider gave no result for failed with the batch.
+	for _, idx := range b.Indexes {
+		it := r.items[itemKey(dsIndex, idx)]
+		if it == nil || seen[batchCustomID(dsIndex, idx, b.Attempt)] || it.attempt != b.Attempt {
+			continue
+		}
+		why := errors.New("the batch ended without a result for it")
+		if st.Failure != "" {
+			why = errors.New(st.Failure)
+		}
+		outcomes = append(outcomes, outcome{it, provider.BatchResult{Err: why}})
+	}
+	// Scored with the model's concurrency: a judge's calls are calls.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, m.concurrency())
+	for _, o := range outcomes {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := r.result(ctx, b, o.it, o.res, turnaround); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	if e.stopping(ctx) {
+		return nil // some were not scored: the batch is read again next time
+	}
+	b.State = results.BatchDone
+	delete(r.inFlight, b.Key)
+	if err := r.log.PutBatch(*b); err != nil {
+		return fmt.Errorf("recording batch %s: %w", b.ID, err)
+	}
+	e.log.Info("Batch ended", "model", m.Name, "batch", b.ID, "status", st.Status, "succeeded", st.Succeeded, "failed", st.Failed)
+	return nil
+}
+
+// result turns one request's result into its record, or retries it.
+func (r *batchRun) result(ctx context.Context, b *results.BatchRecord, it *batchItem, res provider.BatchResult, turnaround time.Duration) error {
+	e, m := r.e, r.m
+	if res.Err != nil || res.Response == nil {
+		if res.Err == nil {
+			res.Err = errors.New("no answer")
+		}
+		it.hold.Settle(spend.Totals{})
+		it.hold = nil
+		retry := r.cfg.Retry
+		if res.Canceled && r.cfg.Deadline > 0 {
+			retry = "sync" // past its deadline: called at once
+		}
+		r.mu.Lock()
+		it.attempt++
+		switch {
+		case retry == "sync":
+			r.sync = append(r.sync, it)
+			r.mu.Unlock()
+			return nil
+		case retry == "batch" && it.attempt < max(1, e.plan.Retry.MaxAttempts):
+			r.mu.Unlock()
+			return nil // in a new batch
+		}
+		delete(r.items, itemKey(it.dsIndex, it.s.Index))
+		r.mu.Unlock()
+		rec := &results.Record{ID: it.s.ID, Model: m.Name, Dataset: it.ds.Name, Scores: map[string]float64{}, Cost: m.cost(0),
+			Attempts: it.attempt, Batch: b.ID, ErrorKind: results.ErrorKindCall,
+			Error: e.redact(fmt.Sprintf("batch %s: %v (in %d batches)", b.ID, res.Err, it.attempt))}
+		return r.put(it.ds, &it.s, rec)
+	}
+	resp := res.Response
+	charge := spend.Totals{Tokens: resp.Usage.InputTokens + resp.Usage.OutputTokens}
+	if m.Price != nil {
+		charge.Cost = m.Price.Of(resp.Usage, true)
+	}
+	if resp.Usage.InputTokens == 0 && resp.Usage.OutputTokens == 0 {
+		charge = e.worstBatch(m, it)
+	}
+	it.hold.Settle(charge)
+	it.hold = nil
+	rec := &results.Record{ID: it.s.ID, Model: m.Name, Dataset: it.ds.Name, Scores: map[string]float64{},
+		Attempts: it.attempt + 1, LatencyMillis: turnaround.Milliseconds(), Batch: b.ID,
+		Output: e.redact(resp.Text), ToolCalls: e.redactToolCalls(resp.ToolCalls),
+		InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens, Cost: m.cost(charge.Cost)}
+	if resp.Truncated {
+		rec.OutputTruncated, rec.OutputBytes = true, resp.FullBytes
+	}
+	scored, err := e.score(ctx, rec, &it.s, it.req, resp.Text, resp.ToolCalls)
+	if IsBudgetExceeded(err) {
+		e.exhaust(err)
+		return nil
+	}
+	if err != nil || scored == nil {
+		// Stopping, or the judge's quota ended: the answer is not kept, and
+		// its sample is taken up again (its batch read again) next time.
+		return err
+	}
+	r.mu.Lock()
+	delete(r.items, itemKey(it.dsIndex, it.s.Index))
+	r.mu.Unlock()
+	return r.put(it.ds, &it.s, scored)
+}
+
+// callAtOnce calls the samples a batch could not answer, as calls are made,
+// with the model's concurrency.
+func (r *batchRun) callAtOnce(ctx context.Context, fail context.CancelCauseFunc) error {
+	e, m := r.e, r.m
+	todo := r.sync
+	r.sync = nil
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, m.concurrency())
+	for _, it := range todo {
+		if e.stopping(ctx) {
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			rec, err := e.evaluate(ctx, m, it.ds, &it.s, nil, &slot{of: 1})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case IsBudgetExceeded(err):
+				e.exhaust(err)
+			case err != nil:
+				if firstErr == nil {
+					firstErr = err
+				}
+			case rec != nil:
+				rec.Attempts += it.attempt
+				r.mu.Lock()
+				delete(r.items, itemKey(it.dsIndex, it.s.Index))
+				r.mu.Unlock()
+				if err := r.put(it.ds, &it.s, rec); err != nil {
+					fail(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// holdBatch reserves a batched request's worst case at the batch price, if
+// the run has a budget; an *spend.ExceededError when it has no room now
+// (force holds it anyway: a batch already submitted).
+func (e *Engine) holdBatch(m *modelRun, it *batchItem, force bool) (*spend.Hold, error) {
+	l := e.opts.Ledger
+	if l == nil {
+		return nil, nil
+	}
+	worst := e.worstBatch(m, it)
+	if force {
+		return l.Force(worst), nil
+	}
+	return l.TryReserve(worst)
+}
+
+// worstBatch is a batched request's worst case, at the batch price.
+func (e *Engine) worstBatch(m *modelRun, it *batchItem) spend.Totals {
+	in, out := m.est.cost(EstimateInput(it.req)).InputTokens, e.outputBound(m)
+	t := spend.Totals{Tokens: in + out}
+	if m.Price != nil {
+		t.Cost = m.Price.Worst(in, out, true)
+	}
+	return t
+}
