@@ -395,6 +395,7 @@ func (s *Server) answer(b *batches, d dialect, rq batchRequest) batchResult {
 		res.status, res.errType, res.message = http.StatusBadRequest, "invalid_request_error", err.Error()
 		return res
 	}
+	req.wrongRate = s.cfg.WrongRate // answered as the synchronous API would
 	var reply Reply
 	if s.cfg.Responder != nil {
 		reply = s.cfg.Responder(req)

@@ -314,6 +314,7 @@ type record struct {
 	AgentCalls    int64              `json:"agentCalls"`
 	Cost          *float64           `json:"cost"`
 	JudgeCost     *float64           `json:"judgeCost"`
+	Batch         string             `json:"batch"`
 }
 
 // readRecords reads DIR/results.jsonl; raw holds each line's keys, in order.
