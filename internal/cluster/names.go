@@ -40,6 +40,9 @@ const (
 const (
 	// AnnotationProgress is a shard head's progress (ShardProgress as JSON).
 	AnnotationProgress = "proctor.dev/progress"
+	// AnnotationBatches is a shard head's batches (results.BatchRecord as a
+	// JSON list), for a model in batch mode.
+	AnnotationBatches = "proctor.dev/batches"
 	// AnnotationPlan is the plan ConfigMap's plan (Plan as JSON).
 	AnnotationPlan = "proctor.dev/plan"
 	// AnnotationPlanError on a plan ConfigMap says why planning failed.

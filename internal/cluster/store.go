@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -181,6 +182,52 @@ type Store struct {
 	wake     chan struct{}
 	// budget bounds progress.Stored; 0 means unbounded.
 	budget int64
+	// batches are the shard's batches (results.BatchLog), newest record of
+	// each key.
+	batches []results.BatchRecord
+}
+
+var _ results.BatchLog = (*Store)(nil)
+
+// Batches implements results.BatchLog.
+func (s *Store) Batches(model string) ([]results.BatchRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []results.BatchRecord
+	for _, b := range s.batches {
+		if b.Model == model {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// PutBatch implements results.BatchLog: the head is written at once, so
+// that a batch submitted outlives the pod.
+func (s *Store) PutBatch(b results.BatchRecord) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := slices.IndexFunc(s.batches, func(x results.BatchRecord) bool { return x.Key == b.Key }); i >= 0 {
+		s.batches[i] = b
+	} else {
+		s.batches = append(s.batches, b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return s.flush(ctx, false)
+}
+
+// ParseBatches reads a head's batches.
+func ParseBatches(annotations map[string]string) ([]results.BatchRecord, error) {
+	v, ok := annotations[AnnotationBatches]
+	if !ok {
+		return nil, nil
+	}
+	var out []results.BatchRecord
+	if err := json.Unmarshal([]byte(v), &out); err != nil {
+		return nil, fmt.Errorf("batches: %w", err)
+	}
+	return out, nil
 }
 
 // OpenStore opens a shard's head, which the controller made, and loads what an
@@ -243,6 +290,11 @@ func (s *Store) load(cm *corev1.ConfigMap) error {
 	if p, ok := ParseProgress(cm.Annotations); ok {
 		s.progress = p
 	}
+	batches, err := ParseBatches(cm.Annotations)
+	if err != nil {
+		return err
+	}
+	s.batches = batches
 	if err := parseRanges(cm.Data[KeyDone], s.shard.Start, s.done); err != nil {
 		return err
 	}
@@ -556,12 +608,21 @@ func (s *Store) writeHead(ctx context.Context, pendingGz []byte) error {
 	if err != nil {
 		return err
 	}
+	var batches []byte
+	if len(s.batches) > 0 {
+		if batches, err = json.Marshal(s.batches); err != nil {
+			return err
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		cm := s.obj.DeepCopy()
 		if cm.Annotations == nil {
 			cm.Annotations = map[string]string{}
 		}
 		cm.Annotations[AnnotationProgress] = string(prog)
+		if batches != nil {
+			cm.Annotations[AnnotationBatches] = string(batches)
+		}
 		cm.Data = map[string]string{KeyDone: formatRanges(s.done, s.shard.Start)}
 		cm.BinaryData = nil
 		if len(pendingGz) > 0 {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -653,5 +654,44 @@ func TestReadRecordsKeysAndErrors(t *testing.T) {
 	}
 	if lines, err := ReadRecords(&corev1.ConfigMap{}); err != nil || lines != nil {
 		t.Errorf("empty ConfigMap: %v, %v", lines, err)
+	}
+}
+
+// TestStoreKeepsBatches: a batch recorded by one pod is in the head at once,
+// and the next pod of the shard reads it back.
+func TestStoreKeepsBatches(t *testing.T) {
+	ctx := context.Background()
+	c := newFakeClient(t)
+	ev := testEvaluation()
+	sh := Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 100}
+	controllerMakes(t, c, ev, "r1", sh, 0)
+	s, err := OpenStore(ctx, c, ev, "r1", sh, "pod-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := results.BatchRecord{Key: "k1", Model: "small", Dataset: "d", Indexes: results.Indexes{0, 1, 2, 5}, State: results.BatchIntended,
+		Since: time.Date(2026, 11, 26, 2, 0, 0, 0, time.UTC)}
+	if err := s.PutBatch(b); err != nil {
+		t.Fatal(err)
+	}
+	b.ID, b.State = "batch_1", results.BatchSubmitted
+	if err := s.PutBatch(b); err != nil {
+		t.Fatal(err)
+	}
+	head, _ := listShardCMs(t, c)
+	got, err := ParseBatches(head.Annotations)
+	if err != nil || len(got) != 1 || got[0].ID != "batch_1" || got[0].Indexes.String() != "0-2,5" {
+		t.Fatalf("head batches %+v, %v; annotation %q", got, err, head.Annotations[AnnotationBatches])
+	}
+	s2, err := OpenStore(ctx, c, ev, "r1", sh, "pod-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := s2.Batches("small")
+	if diff := cmp.Diff([]results.BatchRecord{b}, again); diff != "" {
+		t.Errorf("the next pod's batches (-want +got):\n%s", diff)
+	}
+	if other, _ := s2.Batches("big"); len(other) != 0 {
+		t.Errorf("another model's batches: %+v", other)
 	}
 }
