@@ -16,6 +16,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
 
@@ -24,7 +25,9 @@ type shardState struct {
 	cluster.Shard
 	head     string
 	progress cluster.ShardProgress
-	hasHead  bool
+	// batches are the shard's batches (its model in batch mode).
+	batches []results.BatchRecord
+	hasHead bool
 	// active: its runner reports running and was heard from recently (it holds
 	// a share of the budget).
 	active    bool
@@ -101,6 +104,7 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 			if h := byName[st.head]; h != nil {
 				st.hasHead = true
 				st.progress, _ = cluster.ParseProgress(h.Annotations)
+				st.batches, _ = cluster.ParseBatches(h.Annotations)
 				changed := r.heads.changedAt(key, st.head, h.ResourceVersion, p.now)
 				fresh := p.now.Sub(changed) < r.Options.StaleAfter
 				st.active = st.progress.State == cluster.StateRunning && fresh && !st.completed && !st.failed
@@ -143,6 +147,7 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 			p.shards = append(p.shards, st)
 		}
 	}
+	p.status.Batches = batchesStatus(&ev.Spec, p.shards)
 	progress.Total = int64(p.plan.Total() * len(subjects))
 	progress.Text = fmt.Sprintf("%d/%d", progress.Completed, progress.Total)
 	p.status.Progress = &progress
@@ -383,4 +388,30 @@ func jobsFinished(jobs map[string]*batchv1.Job) (finished, anyFailed bool) {
 		}
 	}
 	return true, anyFailed
+}
+
+// batchesStatus sums the shards' batches, when a model runs in batch mode.
+func batchesStatus(spec *v1alpha1.EvaluationSpec, shards []shardState) *v1alpha1.BatchesStatus {
+	if !slices.ContainsFunc(spec.Models, func(m v1alpha1.Model) bool { return m.Batch != nil }) {
+		return nil
+	}
+	st := &v1alpha1.BatchesStatus{}
+	for _, s := range shards {
+		for _, b := range s.batches {
+			if b.ID == "" {
+				continue // intended: not known to be submitted
+			}
+			st.Submitted++
+			if b.State == results.BatchDone {
+				st.Ended++
+				continue
+			}
+			st.Pending += int64(len(b.Indexes))
+			if len(st.InFlight) < 50 {
+				st.InFlight = append(st.InFlight, v1alpha1.BatchRef{ID: b.ID, Shard: s.Key(), Requests: int32(len(b.Indexes))})
+			}
+		}
+	}
+	st.Text = fmt.Sprintf("%d/%d", st.Ended, st.Submitted)
+	return st
 }

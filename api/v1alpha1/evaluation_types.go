@@ -742,6 +742,10 @@ type EvaluationStatus struct {
 	// spend is what the current run has spent, and its budget.
 	// +optional
 	Spend *SpendStatus `json:"spend,omitempty"`
+	// batches are the current run's batches, when a model runs in batch
+	// mode.
+	// +optional
+	Batches *BatchesStatus `json:"batches,omitempty"`
 	// score is the first model's first metric over all its datasets so far, for
 	// `kubectl get`.
 	// +optional
@@ -871,6 +875,7 @@ type TokenUsage struct {
 // +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.progress.text`
 // +kubebuilder:printcolumn:name="Score",type=string,JSONPath=`.status.score`
 // +kubebuilder:printcolumn:name="Cost",type=string,JSONPath=`.status.spend.cost`
+// +kubebuilder:printcolumn:name="Batches",type=string,JSONPath=`.status.batches.text`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Evaluation struct {

@@ -204,3 +204,39 @@ const (
 	DefaultBatchMaxInFlight  = 4
 	DefaultBatchPollInterval = 30 * time.Second
 )
+
+// BatchesStatus is the current run's batches, over all its shards.
+type BatchesStatus struct {
+	// submitted counts the batches submitted; ended, those that ended (their
+	// results recorded).
+	// +required
+	Submitted int32 `json:"submitted"`
+	// ended counts the batches whose results were recorded.
+	// +required
+	Ended int32 `json:"ended"`
+	// pending counts the samples in batches not ended yet.
+	// +optional
+	Pending int64 `json:"pending,omitempty"`
+	// text is "ended/submitted", for `kubectl get`.
+	// +optional
+	Text string `json:"text,omitempty"`
+	// inFlight are the batches not ended yet (at most 50), by the provider's
+	// id.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=50
+	InFlight []BatchRef `json:"inFlight,omitempty"`
+}
+
+// BatchRef is one batch in flight.
+type BatchRef struct {
+	// id is the provider's id of the batch.
+	// +required
+	ID string `json:"id"`
+	// shard is the shard that submitted it (MODEL/INDEX).
+	// +required
+	Shard string `json:"shard"`
+	// requests counts its samples.
+	// +required
+	Requests int32 `json:"requests"`
+}

@@ -85,7 +85,7 @@ func TestSamples(t *testing.T) {
 	record("kubectl apply -> first runner pod Running", time.Since(applied))
 
 	header := strings.Fields(strings.SplitN(printed(t, ns), "\n", 2)[0])
-	if got, want := strings.Join(header, " "), "NAME PHASE PROGRESS SCORE COST REASON AGE"; got != want {
+	if got, want := strings.Join(header, " "), "NAME PHASE PROGRESS SCORE COST BATCHES REASON AGE"; got != want {
 		t.Errorf("kubectl get evaluations columns = %q, want %q", got, want)
 	}
 
