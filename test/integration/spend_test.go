@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
@@ -87,5 +89,46 @@ func TestBudgetAcrossShards(t *testing.T) {
 	}
 	if ev.Status.Spend.Cost != fmt.Sprintf("%.6f", full) || ev.Status.Results[0].Cost == nil || ev.Status.Results[0].Cost.Model != fmt.Sprintf("%.6f", full) {
 		t.Errorf("spend %+v, results cost %+v; want %.6f", ev.Status.Spend, ev.Status.Results[0].Cost, full)
+	}
+}
+
+// TestBatchModeInShards: a model in batch mode in 2 shards; one shard's pod
+// is deleted while its batches are in flight, and its next pod takes them up.
+// No sample is submitted twice, every sample has its record, status.batches
+// counts the batches, and the run costs the server's batch bill.
+func TestBatchModeInShards(t *testing.T) {
+	ns := newNamespace(t)
+	srv, url := fakeLLM(t, fakellm.Config{BatchDelay: 1500 * time.Millisecond})
+	startManager(t, ns)
+	k := startKubelet(t, ns)
+	const n = 200
+	ev := testutil.MakeEvaluation("batched", ns).InlineDataset("d", n).OpenAIModel("m", url).
+		Pricing(strconv.FormatFloat(inputPrice, 'f', -1, 64), strconv.FormatFloat(outputPrice, 'f', -1, 64)).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(n / 2).Parallelism(2).Obj()
+	ev.Spec.Models[0].Batch = &v1alpha1.BatchMode{MaxRequests: ptr.To[int32](30), PollInterval: &metav1.Duration{Duration: 100 * time.Millisecond}}
+	create(t, ev)
+	eventually(t, 30*time.Second, "shard m/1's batches to be submitted", func() (bool, string) {
+		st := srv.Stats()
+		return st.BatchRequests >= n, fmt.Sprintf("%+v", st)
+	})
+	if !k.kill("m", 1) {
+		t.Fatal("shard m/1 was not running")
+	}
+	done := waitPhase(t, ns, "batched", v1alpha1.PhaseSucceeded, 90*time.Second)
+	checkRecords(t, ns, "batched", []string{"m"}, sampleIDs("d", n))
+	st := srv.Stats()
+	if st.DuplicateBatchRequests != 0 || st.BatchRequests != n || st.Requests != 0 {
+		t.Errorf("the server saw %d batch requests (%d twice) and %d calls", st.BatchRequests, st.DuplicateBatchRequests, st.Requests)
+	}
+	if k.attempts("m", 1) < 2 {
+		t.Errorf("shard m/1 ran %d pods, want a second one after the deletion", k.attempts("m", 1))
+	}
+	b := done.Status.Batches
+	if b == nil || b.Submitted != 8 || b.Ended != 8 || b.Text != "8/8" || len(b.InFlight) != 0 {
+		t.Errorf("status.batches %+v, want 8 submitted (4 a shard of 100 in 30s) and ended", b)
+	}
+	bill := (float64(st.BatchInputTokens)*inputPrice + float64(st.BatchOutputTokens)*outputPrice) / 2 / 1e6
+	if done.Status.Spend == nil || done.Status.Spend.Cost != fmt.Sprintf("%.6f", bill) {
+		t.Errorf("status.spend %+v, the server's batch bill (half price) %.6f", done.Status.Spend, bill)
 	}
 }
