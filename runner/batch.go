@@ -265,10 +265,18 @@ func (r *batchRun) loop(ctx context.Context, fail context.CancelCauseFunc) error
 		switch {
 		case submitErr == nil:
 		case IsBudgetExceeded(submitErr):
-			if len(r.inFlight) == 0 && len(r.sync) == 0 {
+			if len(r.inFlight) > 0 || len(r.sync) > 0 {
+				break // their results may leave room
+			}
+			if !e.opts.Ledger.Waits() {
 				e.exhaust(submitErr)
 				return nil
 			}
+			// A shard's allowance may be raised: look again after a wait.
+			if err := e.sleep(ctx, r.cfg.PollInterval); err != nil {
+				return nil //nolint:nilerr // stopping
+			}
+			continue
 		case ctx.Err() != nil || e.stopping(ctx):
 			return nil //nolint:nilerr // stopping: the batches are left to the next run
 		default:

@@ -376,3 +376,30 @@ func TestBatchBudget(t *testing.T) {
 		t.Errorf("spent %s of %s; %d records, %d submitted", st.Spent.Cost, st.Limit.Cost, sink.count(), f.submitted)
 	}
 }
+
+// TestBatchWaitsForAnAllowance: a shard's waiting ledger holds batches back
+// until its allowance is raised, saying what it needs meanwhile.
+func TestBatchWaitsForAnAllowance(t *testing.T) {
+	f := newFakeBatcher(0)
+	sink := newBatchSink()
+	plan := batchPlan(t, f, 30, BatchConfig{MaxRequests: 10, MaxInFlight: 1})
+	plan.Models[0].MaxTokens = 4
+	ledger := spend.NewWaitingLedger(spend.Limit{Cost: 1})
+	done := make(chan error, 1)
+	go func() { done <- runBatch(t, plan, sink, Options{Ledger: ledger}) }()
+	for deadline := time.Now().Add(5 * time.Second); !ledger.State().Waiting; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the batch does not wait for an allowance")
+		}
+	}
+	if st := ledger.State(); st.Needed.Cost == 0 || f.submitted != 0 {
+		t.Errorf("waiting: %+v, %d submitted", st, f.submitted)
+	}
+	ledger.SetLimit(spend.Limit{Cost: spend.Dollar})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if sink.count() != 30 {
+		t.Errorf("%d records", sink.count())
+	}
+}

@@ -99,6 +99,9 @@ func NewWaitingLedger(limit Limit) *Ledger {
 	return l
 }
 
+// Waits reports whether the ledger waits for room instead of refusing.
+func (l *Ledger) Waits() bool { return l.wait }
+
 // Hold is one call's reservation.
 type Hold struct {
 	l     *Ledger

@@ -111,3 +111,65 @@ func TestBudgetInACluster(t *testing.T) {
 	recs, _ := fetchRecords(t, ns, "budgeted")
 	exactlyOnce(t, recs, n)
 }
+
+// TestBatchModeInACluster: a model in batch mode in 2 shards, with one runner
+// pod killed (deleted with no grace) and the manager deleted while batches
+// are in flight. The shards' next pods take their batches up: the server sees
+// no sample submitted twice, every sample has one record, kubectl get shows
+// the batches ended over those submitted and kubectl describe the ids in
+// flight, and the run costs the batch price.
+func TestBatchModeInACluster(t *testing.T) {
+	ns := namespace(t, "e2e-batch")
+	const n = 400
+	fakeServers(t, ns, "spend", []string{"-batch-delay=10s"})
+	applyYAML(t, ns, strings.Replace(spendEvaluation(ns, "batched", 8081, n, ""),
+		"    pricing: {inputPerMillion: 300, outputPerMillion: 1200}\n",
+		"    pricing: {inputPerMillion: 300, outputPerMillion: 1200}\n    batch: {maxRequests: 50, maxInFlight: 4, pollInterval: 1s}\n", 1))
+	start := time.Now()
+	eventually(t, 3*time.Minute, 500*time.Millisecond, "batches in flight in both shards", func() error {
+		b := getEvaluation(t, ns, "batched").Status.Batches
+		if b == nil || b.Submitted < 6 || len(b.InFlight) < 6 {
+			return fmt.Errorf("%w: %+v", errNotYet, b)
+		}
+		return nil
+	})
+	ev := getEvaluation(t, ns, "batched")
+	described := mustKubectl(t, "describe", "evaluation", "-n", ns, "batched")
+	if !strings.Contains(described, ev.Status.Batches.InFlight[0].ID) {
+		t.Errorf("kubectl describe does not show batch %s:\n%s", ev.Status.Batches.InFlight[0].ID, described)
+	}
+	pods := strings.Fields(mustKubectl(t, "get", "pods", "-n", ns, "-l", "proctor.dev/component=runner",
+		"--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}"))
+	if len(pods) == 0 {
+		t.Fatal("no runner pod is running")
+	}
+	mustKubectl(t, "delete", "pod", "-n", ns, pods[0], "--grace-period=0", "--force", "--wait=false")
+	manager := mustKubectl(t, "get", "pods", "-n", releaseNamespace, "-l", "app.kubernetes.io/name=proctor",
+		"-o", "jsonpath={.items[0].metadata.name}")
+	mustKubectl(t, "delete", "pod", "-n", releaseNamespace, manager, "--wait=false")
+	t.Logf("Killed runner pod %s and deleted manager pod %s with %d batches in flight", pods[0], manager, len(ev.Status.Batches.InFlight))
+
+	if got := watchColumns(t, ns, 6*time.Minute, "batched")["batched"]; got != [3]string{"Succeeded", fmt.Sprintf("%d/%d", n, n), "1.0000"} {
+		t.Fatalf("PHASE PROGRESS SCORE = %v", got)
+	}
+	record("400 samples in batches of 50 (10 s each), a runner pod and the manager killed", time.Since(start))
+	s := stats(t, ns, "spend", 8081)
+	if s["duplicateBatchRequests"] != 0 || s["batchRequests"] != n || s["requests"] != 0 {
+		t.Errorf("the server saw %v batch requests (%v submitted twice) and %v calls", s["batchRequests"], s["duplicateBatchRequests"], s["requests"])
+	}
+	recs, _ := fetchRecords(t, ns, "batched")
+	exactlyOnce(t, recs, n)
+	for _, r := range recs {
+		if !strings.HasPrefix(r.Batch, "batch_") {
+			t.Fatalf("record %s has batch %q", r.ID, r.Batch)
+		}
+	}
+	ev = getEvaluation(t, ns, "batched")
+	bill := (s["batchInputTokens"]*300 + s["batchOutputTokens"]*1200) / 2 / 1e6
+	if ev.Status.Spend == nil || ev.Status.Spend.Cost != fmt.Sprintf("%.6f", bill) {
+		t.Errorf("status.spend %+v, the batch bill %.6f", ev.Status.Spend, bill)
+	}
+	if out := printed(t, ns); !strings.Contains(out, "BATCHES") || !strings.Contains(out, "8/8") {
+		t.Errorf("kubectl get evaluations:\n%s", out)
+	}
+}
