@@ -105,15 +105,8 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 			return newProgress(o.progress, s, pairs, dir, verbosity)
 		},
 	})
-	var invalidErr *local.InvalidError
-	var interrupted *local.InterruptedError
-	switch {
-	case errors.As(err, &invalidErr):
-		return invalid(err)
-	case errors.As(err, &interrupted):
-		return &exitError{code: signalExitCode(interrupted.Signal), err: err}
-	case res == nil:
-		return &exitError{code: exitFailed, err: err}
+	if res == nil {
+		return notStarted(err)
 	}
 	runErr := err
 
@@ -214,6 +207,16 @@ func runEstimate(ctx context.Context, o *runOptions, sigs chan os.Signal, s stre
 	rows, ev, err := local.Estimate(ctx, local.Options{
 		File: o.file, Concurrency: o.concurrency, CacheDir: o.cacheDir, Interrupts: sigs, Warnings: s.errOut,
 	})
+	if err != nil {
+		return notStarted(err)
+	}
+	printEstimate(s.out, s.errOut, rows, ev.Spec.Budget)
+	return nil
+}
+
+// notStarted is the exit of a run that did not get under way: refused
+// (invalid input), interrupted while preparing, or failed.
+func notStarted(err error) error {
 	var invalidErr *local.InvalidError
 	var interrupted *local.InterruptedError
 	switch {
@@ -221,9 +224,6 @@ func runEstimate(ctx context.Context, o *runOptions, sigs chan os.Signal, s stre
 		return invalid(err)
 	case errors.As(err, &interrupted):
 		return &exitError{code: signalExitCode(interrupted.Signal), err: err}
-	case err != nil:
-		return &exitError{code: exitFailed, err: err}
 	}
-	printEstimate(s.out, s.errOut, rows, ev.Spec.Budget)
-	return nil
+	return &exitError{code: exitFailed, err: err}
 }

@@ -1,9 +1,11 @@
 package provider
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -187,4 +189,25 @@ func (a *API) do(ctx context.Context, method, path, contentType string, body io.
 		return nil, ErrorFromResponse(resp, a.secrets...)
 	}
 	return resp, nil
+}
+
+// EachLine calls fn with each line of a JSONL body that is not blank (a
+// line of any length: an answer may be large), until fn fails or the body
+// ends; the error of a read names what, from where.
+func EachLine(r io.Reader, what string, fn func(line []byte) error) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			if ferr := fn(line); ferr != nil {
+				return ferr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", what, err)
+		}
+	}
 }

@@ -103,25 +103,18 @@ func NewPrice(l PerMillion) (*Price, error) {
 	if p.Output, err = perToken("outputPerMillion", l.Output); err != nil {
 		return nil, err
 	}
-	p.CachedInput, p.CacheWrite = p.Input, p.Input
-	if l.CachedInput != "" {
-		if p.CachedInput, err = perToken("cachedInputPerMillion", l.CachedInput); err != nil {
-			return nil, err
+	p.CachedInput, p.CacheWrite, p.BatchInput, p.BatchOutput = p.Input, p.Input, p.Input/2, p.Output/2
+	for _, o := range []struct {
+		name, value string
+		dst         *Amount
+	}{
+		{"cachedInputPerMillion", l.CachedInput, &p.CachedInput}, {"cacheWriteInputPerMillion", l.CacheWrite, &p.CacheWrite},
+		{"batchInputPerMillion", l.BatchInput, &p.BatchInput}, {"batchOutputPerMillion", l.BatchOutput, &p.BatchOutput},
+	} {
+		if o.value == "" {
+			continue
 		}
-	}
-	if l.CacheWrite != "" {
-		if p.CacheWrite, err = perToken("cacheWriteInputPerMillion", l.CacheWrite); err != nil {
-			return nil, err
-		}
-	}
-	p.BatchInput, p.BatchOutput = p.Input/2, p.Output/2
-	if l.BatchInput != "" {
-		if p.BatchInput, err = perToken("batchInputPerMillion", l.BatchInput); err != nil {
-			return nil, err
-		}
-	}
-	if l.BatchOutput != "" {
-		if p.BatchOutput, err = perToken("batchOutputPerMillion", l.BatchOutput); err != nil {
+		if *o.dst, err = perToken(o.name, o.value); err != nil {
 			return nil, err
 		}
 	}

@@ -1,13 +1,11 @@
 package anthropic
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"time"
 
@@ -152,21 +150,7 @@ func (p *Provider) BatchResults(ctx context.Context, id string, fn func(provider
 		return fmt.Errorf("reading the results of batch %s: %w", id, err)
 	}
 	defer body.Close()
-	br := bufio.NewReaderSize(body, 64<<10)
-	for {
-		line, err := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			if ferr := fn(p.parseResult(line)); ferr != nil {
-				return ferr
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading the results of batch %s: %w", id, err)
-		}
-	}
+	return provider.EachLine(body, "the results of batch "+id, func(line []byte) error { return fn(p.parseResult(line)) })
 }
 
 // resultsURL resolves a results_url against the API's address.

@@ -1,12 +1,10 @@
 package openai
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -198,21 +196,7 @@ func (p *Provider) readResults(ctx context.Context, file string, fn func(provide
 		return fmt.Errorf("reading batch file %s: %w", file, err)
 	}
 	defer body.Close()
-	br := bufio.NewReaderSize(body, 64<<10)
-	for {
-		line, err := br.ReadBytes('\n')
-		if len(strings.TrimSpace(string(line))) > 0 {
-			if perr := fn(p.parseResult(line)); perr != nil {
-				return perr
-			}
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return fmt.Errorf("reading batch file %s: %w", file, err)
-		}
-	}
+	return provider.EachLine(body, "batch file "+file, func(line []byte) error { return fn(p.parseResult(line)) })
 }
 
 func (p *Provider) parseResult(line []byte) provider.BatchResult {

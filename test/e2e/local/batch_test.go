@@ -1,7 +1,6 @@
 package local_test
 
 import (
-	"fmt"
 	"math"
 	"strings"
 	"syscall"
@@ -11,23 +10,10 @@ import (
 	"github.com/proctor-dev/proctor/test/fakellm"
 )
 
-// batchEval is an Evaluation of n additions on one priced model, in batch
+// batchEval is an Evaluation of qs.jsonl on one priced model, in batch
 // mode (batch: the batch block, "" for calls).
-func batchEval(url string, n int, batch string) string {
-	return fmt.Sprintf(`  concurrency: 8
-  datasets:
-  - name: qs
-    source: {file: qs.jsonl}
-  models:
-  - name: gpt
-    provider: openai
-    model: fake-model
-    baseURL: %s
-    parameters: {maxTokens: 16}
-    pricing: {inputPerMillion: 2.5, outputPerMillion: 10}
-%s  scoring:
-  - type: exact_match
-`, url, batch)
+func batchEval(url string, batch string) string {
+	return pricedEval(url, 8, 16, 2.5, 10, batch, "")
 }
 
 // TestBatchModeSurvivesKills: a run in batch mode killed with -9 twice while
@@ -42,7 +28,7 @@ func TestBatchModeSurvivesKills(t *testing.T) {
 	calls := newFake(t, fakellm.Config{WrongRate: 0.1, Seed: 5})
 	ref := newWorkspace(t)
 	ref.write("qs.jsonl", data)
-	ref.writeEval("sync", batchEval(calls.OpenAIURL(), n, ""))
+	ref.writeEval("sync", batchEval(calls.OpenAIURL(), ""))
 	if r := ref.run(); r.Code != 0 {
 		t.Fatalf("the run with calls:\n%s", r)
 	}
@@ -51,7 +37,7 @@ func TestBatchModeSurvivesKills(t *testing.T) {
 	srv := newFake(t, fakellm.Config{WrongRate: 0.1, Seed: 5, BatchDelay: 1500 * time.Millisecond})
 	w := newWorkspace(t)
 	w.write("qs.jsonl", data)
-	w.writeEval("batched", batchEval(srv.OpenAIURL(), n, "    batch: {maxRequests: 70, maxInFlight: 2, pollInterval: 100ms}\n"))
+	w.writeEval("batched", batchEval(srv.OpenAIURL(), "    batch: {maxRequests: 70, maxInFlight: 2, pollInterval: 100ms}\n"))
 	for kill := 1; kill <= 2; kill++ {
 		before := srv.Stats().Batches
 		p := w.start(w.runArgs()...)

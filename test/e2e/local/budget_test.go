@@ -16,6 +16,26 @@ const (
 	budgetMaxTokens   = 16
 )
 
+// pricedEval is an Evaluation of qs.jsonl on one priced model "gpt" at url,
+// answers bounded by maxTokens, with modelExtra added to the model and
+// specExtra to the spec (YAML at their indentation).
+func pricedEval(url string, concurrency, maxTokens int, in, out float64, modelExtra, specExtra string) string {
+	return fmt.Sprintf(`  concurrency: %d
+  datasets:
+  - name: qs
+    source: {file: qs.jsonl}
+  models:
+  - name: gpt
+    provider: openai
+    model: fake-model
+    baseURL: %s
+    parameters: {maxTokens: %d}
+    pricing: {inputPerMillion: %g, outputPerMillion: %g}
+%s  scoring:
+  - type: exact_match
+%s`, concurrency, url, maxTokens, in, out, modelExtra, specExtra)
+}
+
 // serverCost is what a fake server's successful answers cost at the budget
 // tests' prices: the provider's bill, counted on its side.
 func serverCost(s fakellm.Stats) float64 {
@@ -31,20 +51,7 @@ func TestBudgetStopsAndResumes(t *testing.T) {
 	t.Parallel()
 	const n, concurrency = 90, 4
 	spec := func(url, budget string) string {
-		return fmt.Sprintf(`  concurrency: %d
-  datasets:
-  - name: qs
-    source: {file: qs.jsonl}
-  models:
-  - name: gpt
-    provider: openai
-    model: fake-model
-    baseURL: %s
-    parameters: {maxTokens: %d}
-    pricing: {inputPerMillion: %g, outputPerMillion: %g}
-  scoring:
-  - type: exact_match
-%s`, concurrency, url, budgetMaxTokens, budgetInputPrice, budgetOutputPrice, budget)
+		return pricedEval(url, concurrency, budgetMaxTokens, budgetInputPrice, budgetOutputPrice, "", budget)
 	}
 
 	// The whole run, without a budget: what it costs.
