@@ -131,6 +131,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	defer func() { _ = dir.Unlock() }() // releasing the lock of a directory left as it is
 	defer dir.Close()
 	if o.Restart {
+		cancelBatches(ctx, plan, dir, warnings(o))
 		if err := dir.Reset(); err != nil {
 			return nil, fmt.Errorf("--restart: %w", err)
 		}
@@ -239,10 +240,6 @@ func prepare(ctx context.Context, o Options) (*prepared, error) {
 		}
 		cacheDir = filepath.Join(base, "proctor", "responses")
 	}
-	warnings := o.Warnings
-	if warnings == nil {
-		warnings = io.Discard
-	}
 
 	// Nothing is written until the Evaluation has passed every check: invalid
 	// input leaves no trace, and Restart discards nothing for a run that
@@ -252,7 +249,7 @@ func prepare(ctx context.Context, o Options) (*prepared, error) {
 	removeStaleDataDirs(os.TempDir())
 	// What agents of a proctor killed with -9 started lives on (its agents died
 	// with it): any run ends them, whether or not it has agents of its own.
-	reportLeftovers(warnings, agent.KillLeftovers())
+	reportLeftovers(warnings(o), agent.KillLeftovers())
 	cleanup := func() { _ = os.RemoveAll(dataDir) }
 	ready := false
 	defer func() {
@@ -440,14 +437,57 @@ func Estimate(ctx context.Context, o Options) ([]estimate.Row, *v1alpha1.Evaluat
 		return nil, nil, err
 	}
 	defer pr.cleanup()
-	warnings := o.Warnings
-	if warnings == nil {
-		warnings = io.Discard
-	}
 	var rows []estimate.Row
 	err = interruptible(ctx, o.Interrupts, func(ctx context.Context) (err error) {
-		rows, err = estimate.Run(ctx, pr.plan, estimate.Options{Log: func(msg string) { fmt.Fprintln(warnings, msg) }})
+		rows, err = estimate.Run(ctx, pr.plan, estimate.Options{Log: func(msg string) { fmt.Fprintln(warnings(o), msg) }})
 		return err
 	})
 	return rows, pr.ev, err
+}
+
+// cancelBatches cancels the batches an earlier run left in flight, before
+// --restart forgets them: their answers would be paid for and never used.
+// A batch that cannot be cancelled is reported, not fatal.
+func cancelBatches(ctx context.Context, plan *runner.Plan, dir *results.Dir, w io.Writer) {
+	for _, m := range plan.Models {
+		b, ok := m.Provider.(provider.Batcher)
+		if m.Batch == nil || !ok {
+			continue
+		}
+		recs, err := dir.Batches(m.Name)
+		if err != nil {
+			fmt.Fprintf(w, "--restart: reading the batches of %s: %v\n", m.Name, err)
+			continue
+		}
+		known := map[string]bool{}
+		for _, r := range recs {
+			known[r.ID] = r.ID != ""
+		}
+		for _, r := range recs {
+			if r.State == results.BatchDone {
+				continue
+			}
+			if r.ID == "" {
+				// Recorded as intended: it may have been submitted.
+				id, err := b.FindBatch(ctx, r.Key, r.Since, len(r.Indexes), func(id string) bool { return known[id] })
+				if err != nil || id == "" {
+					continue
+				}
+				r.ID, known[id] = id, true
+			}
+			if err := b.CancelBatch(ctx, r.ID); err != nil {
+				fmt.Fprintf(w, "--restart: batch %s of %s could not be cancelled (%v); it may still be charged\n", r.ID, m.Name, err)
+				continue
+			}
+			fmt.Fprintf(w, "--restart: cancelled batch %s of %s, left in flight by the earlier run\n", r.ID, m.Name)
+		}
+	}
+}
+
+// warnings is where notices for the user go.
+func warnings(o Options) io.Writer {
+	if o.Warnings == nil {
+		return io.Discard
+	}
+	return o.Warnings
 }

@@ -104,8 +104,8 @@ type batches struct {
 	customIDs map[string]string
 
 	// Counters, read by Stats under mu.
-	created, requests, duplicates int64
-	inputTokens, outputTokens     int64
+	created, requests, duplicates, cancelled int64
+	inputTokens, outputTokens                int64
 }
 
 func (s *Server) batchState() *batches {
@@ -113,6 +113,14 @@ func (s *Server) batchState() *batches {
 		s.batch = &batches{files: map[string][]byte{}, byID: map[string]*batch{}, customIDs: map[string]string{}}
 	})
 	return s.batch
+}
+
+// SetBatchDelay changes Config.BatchDelay for the batches created from now on.
+func (s *Server) SetBatchDelay(d time.Duration) {
+	b := s.batchState()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s.cfg.BatchDelay = d
 }
 
 func (s *Server) registerBatchRoutes(mux *http.ServeMux) {
@@ -436,6 +444,7 @@ func (s *Server) getBatch(w http.ResponseWriter, r *http.Request, api string, ca
 	}
 	now := time.Now()
 	if cancel && !bt.ended {
+		b.cancelled++
 		bt.cancelled, bt.ended, bt.endedAt = true, true, now
 		for _, rq := range bt.requests {
 			bt.results = append(bt.results, batchResult{customID: rq.customID, canceled: true})

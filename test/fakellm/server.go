@@ -161,6 +161,8 @@ type Stats struct {
 	DuplicateBatchRequests int64 `json:"duplicateBatchRequests"`
 	BatchInputTokens       int64 `json:"batchInputTokens"`
 	BatchOutputTokens      int64 `json:"batchOutputTokens"`
+	// BatchesCancelled counts the batches cancelled before they ended.
+	BatchesCancelled int64 `json:"batchesCancelled"`
 }
 
 // Server is the fake model server; it is an http.Handler. Create it with New.
@@ -277,7 +279,7 @@ func (s *Server) Stats() Stats {
 	b := s.batchState()
 	b.mu.Lock()
 	st.Batches, st.BatchRequests, st.DuplicateBatchRequests = b.created, b.requests, b.duplicates
-	st.BatchInputTokens, st.BatchOutputTokens = b.inputTokens, b.outputTokens
+	st.BatchInputTokens, st.BatchOutputTokens, st.BatchesCancelled = b.inputTokens, b.outputTokens, b.cancelled
 	b.mu.Unlock()
 	return st
 }
@@ -297,7 +299,7 @@ func (s *Server) Reset() {
 	b := s.batchState()
 	b.mu.Lock()
 	b.files, b.list, b.byID, b.customIDs = map[string][]byte{}, nil, map[string]*batch{}, map[string]string{}
-	b.created, b.requests, b.duplicates, b.inputTokens, b.outputTokens = 0, 0, 0, 0, 0
+	b.created, b.requests, b.duplicates, b.cancelled, b.inputTokens, b.outputTokens = 0, 0, 0, 0, 0, 0
 	b.mu.Unlock()
 }
 

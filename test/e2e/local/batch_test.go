@@ -71,3 +71,31 @@ func TestBatchModeSurvivesKills(t *testing.T) {
 		t.Errorf("batch mode cost $%.9f, half of the calls' $%.9f is $%.9f", got, *syncSum.Cost["model"], half)
 	}
 }
+
+// TestRestartCancelsBatchesInFlight: --restart cancels the batches a killed
+// run left in flight (their answers would be paid for and never read), then
+// starts over.
+func TestRestartCancelsBatchesInFlight(t *testing.T) {
+	t.Parallel()
+	srv := newFake(t, fakellm.Config{BatchDelay: time.Hour})
+	w := newWorkspace(t)
+	w.write("qs.jsonl", arithmeticJSONL("q", 20))
+	w.writeEval("restarted", batchEval(srv.OpenAIURL(), "    batch: {maxRequests: 10, pollInterval: 100ms}\n"))
+	p := w.start(w.runArgs()...)
+	waitFor(t, 20*time.Second, "both batches submitted", func() bool { return srv.Stats().Batches == 2 })
+	p.signal(syscall.SIGKILL)
+	p.wait()
+
+	// Answered at once from now on: the restarted run's batches end.
+	w.writeEval("restarted", batchEval(srv.OpenAIURL(), "    batch: {maxRequests: 20, pollInterval: 100ms}\n"))
+	srv.SetBatchDelay(0)
+	r := w.run("--restart")
+	if r.Code != 0 || strings.Count(r.Stderr, "--restart: cancelled batch batch_") != 2 {
+		t.Fatalf("want both batches cancelled:\n%s", r)
+	}
+	if st := srv.Stats(); st.BatchesCancelled != 2 || st.DuplicateBatchRequests != 0 || st.Batches != 3 {
+		t.Errorf("server %+v", st)
+	}
+	recs, _ := readRecords(t, w.out)
+	expectIDs(t, recs, "q", 20)
+}
