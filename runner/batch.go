@@ -199,7 +199,7 @@ func (r *batchRun) adopt(ctx context.Context) error {
 		if b.State == results.BatchDone {
 			continue
 		}
-		dsIndex := slices.IndexFunc(r.e.plan.Datasets, func(d *Dataset) bool { return d.Name == b.Dataset })
+		dsIndex := r.datasetIndex(b.Dataset)
 		var pending []*batchItem
 		for _, idx := range b.Indexes {
 			if it := r.items[itemKey(dsIndex, idx)]; it != nil {
@@ -241,11 +241,16 @@ func (r *batchRun) adopt(ctx context.Context) error {
 	return nil
 }
 
+// datasetIndex is a dataset's position in the plan, as custom ids name it.
+func (r *batchRun) datasetIndex(name string) int {
+	return slices.IndexFunc(r.e.plan.Datasets, func(d *Dataset) bool { return d.Name == name })
+}
+
 // covered reports the samples that a batch in flight holds.
 func (r *batchRun) covered() map[string]bool {
 	out := map[string]bool{}
 	for _, b := range r.inFlight {
-		dsIndex := slices.IndexFunc(r.e.plan.Datasets, func(d *Dataset) bool { return d.Name == b.Dataset })
+		dsIndex := r.datasetIndex(b.Dataset)
 		for _, idx := range b.Indexes {
 			out[itemKey(dsIndex, idx)] = true
 		}
@@ -451,7 +456,7 @@ func (r *batchRun) poll(ctx context.Context) error {
 			// Gone from the provider (deleted): nothing of it can be
 			// answered any more, so its samples go in another batch.
 			r.e.log.Info("A batch is gone from the provider; its samples are submitted again", "model", r.m.Name, "batch", b.ID)
-			dsIndex := slices.IndexFunc(r.e.plan.Datasets, func(d *Dataset) bool { return d.Name == b.Dataset })
+			dsIndex := r.datasetIndex(b.Dataset)
 			for _, idx := range b.Indexes {
 				if it := r.items[itemKey(dsIndex, idx)]; it != nil && it.attempt == b.Attempt {
 					it.hold.Settle(spend.Totals{})
@@ -489,7 +494,7 @@ func (r *batchRun) poll(ctx context.Context) error {
 // finish reads an ended batch's results into records.
 func (r *batchRun) finish(ctx context.Context, b *results.BatchRecord, st provider.BatchState) error {
 	e, m := r.e, r.m
-	dsIndex := slices.IndexFunc(e.plan.Datasets, func(d *Dataset) bool { return d.Name == b.Dataset })
+	dsIndex := r.datasetIndex(b.Dataset)
 	seen := map[string]bool{}
 	turnaround := e.clock.Since(b.Since)
 	if !st.Created.IsZero() {
