@@ -53,6 +53,10 @@ type AgentEndpoint struct {
 	Weight int64
 	// HTTPClient calls the endpoint; nil means one made for it.
 	HTTPClient *http.Client
+	// Prices are the endpoint's prices by model id (ModelEndpoint
+	// spec.pricing): a call asking for a model listed there costs its price;
+	// the agent model's Price prices the others.
+	Prices map[string]*spend.Price
 }
 
 const (
@@ -74,6 +78,8 @@ type agentProxies struct {
 	mu      sync.Mutex
 	// sessions maps a sample's placeholder key to its session.
 	sessions map[string]*agentSession
+	// priced: an endpoint prices some models (AgentEndpoint.Prices).
+	priced bool
 }
 
 // agentProxy serves one agent endpoint while its model runs.
@@ -95,6 +101,7 @@ type agentSession struct {
 	calls    int64
 	in, out  int64
 	charge   spend.Totals
+	unpriced bool  // a call's model had no price
 	lost     error // why a call could not be made that was not the agent's doing
 	finished bool
 	// active counts the calls being served; drained is closed when the last
@@ -174,10 +181,13 @@ func (a *agentProxies) session(key string) *agentSession {
 	return a.sessions[key]
 }
 
-// counted adds a call, what it used and what it cost.
-func (s *agentSession) counted(u provider.Usage, charge spend.Totals) {
+// counted adds a call, what it used and what it cost (unknown when it had
+// no price).
+func (s *agentSession) counted(u provider.Usage, charge spend.Totals, priced bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// An error answer costs nothing, priced or not.
+	s.unpriced = s.unpriced || (!priced && charge != spend.Totals{})
 	s.calls++
 	s.in += u.InputTokens
 	s.out += u.OutputTokens
@@ -195,10 +205,10 @@ func (s *agentSession) lose(err error) {
 	}
 }
 
-func (s *agentSession) result() (calls, in, out int64, charge spend.Totals, lost error) {
+func (s *agentSession) result() (calls, in, out int64, charge spend.Totals, unpriced bool, lost error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.calls, s.in, s.out, s.charge, s.lost
+	return s.calls, s.in, s.out, s.charge, s.unpriced, s.lost
 }
 
 // startProxies listens for m's agent endpoints on the loopback and serves
@@ -233,13 +243,26 @@ type forwardKey struct{}
 type forwardCall struct {
 	r    *http.Request
 	body []byte
-	w    http.ResponseWriter
+	// model is the model id the request asks for ("" when it names none).
+	model string
+	w     http.ResponseWriter
 	// sent says the request went to the endpoint at least once.
 	sent bool
 	// wrote says the answer has begun (a 2xx, streamed as it comes).
 	wrote bool
 	// failed is the last error answer, relayed when the call gives up.
 	failed *relayedAnswer
+}
+
+// requestedModel is the model an OpenAI or Anthropic request body asks for.
+func requestedModel(body []byte) string {
+	var r struct {
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(body, &r) != nil {
+		return ""
+	}
+	return r.Model
 }
 
 type relayedAnswer struct {
@@ -274,16 +297,17 @@ func (e *Engine) proxyHandler(a *agentProxies, p *agentProxy) http.Handler {
 			proxyError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", fmt.Sprintf("the request is larger than %d bytes", maxProxyBody))
 			return
 		}
-		fc := &forwardCall{r: r, body: body, w: w}
+		fc := &forwardCall{r: r, body: body, w: w, model: requestedModel(body)}
 		ctx := context.WithValue(r.Context(), forwardKey{}, fc)
+		priced := p.run.priceOf(ctx) != nil
 		res := e.call(ctx, p.run, &provider.Request{})
 		switch {
 		case res.err == nil:
-			s.counted(res.resp.Usage, res.charge)
+			s.counted(res.resp.Usage, res.charge, priced)
 			return
 		case fc.wrote:
 			// The answer broke off mid-stream: the agent sees it end.
-			s.counted(provider.Usage{}, res.charge)
+			s.counted(provider.Usage{}, res.charge, priced)
 			return
 		case r.Context().Err() != nil:
 			if !fc.sent {
@@ -297,7 +321,7 @@ func (e *Engine) proxyHandler(a *agentProxies, p *agentProxy) http.Handler {
 			proxyError(w, http.StatusServiceUnavailable, "api_error", e.redact(res.err.Error()))
 			return
 		}
-		s.counted(provider.Usage{}, res.charge)
+		s.counted(provider.Usage{}, res.charge, priced)
 		if f := fc.failed; f != nil {
 			relay(w, f.status, f.header, f.body)
 			return

@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 	"github.com/proctor-dev/proctor/runner/retry"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 const realKey = "sk-real-endpoint-key-5e1f"
@@ -391,5 +393,62 @@ func TestAgentGivingUpWhileHeldLeavesNoRecord(t *testing.T) {
 	}
 	if sink.count() != 0 || n.Load() != 0 {
 		t.Errorf("%d records and %d calls to the endpoint, want none", sink.count(), n.Load())
+	}
+}
+
+// TestAgentProxyPricesByRequestedModel: an agent's call costs its endpoint's
+// price for the model it asked for, else the agent model's price; a call of
+// a model priced by neither makes the record's cost unknown.
+func TestAgentProxyPricesByRequestedModel(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":1000,"completion_tokens":100}}`)
+	}))
+	defer upstream.Close()
+	price := func(in, out string) *spend.Price {
+		p, err := spend.NewPrice(spend.PerMillion{Input: in, Output: out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// Each call: 1,000 input and 100 output tokens.
+	big, small, agentOwn := price("10", "30"), price("1", "2"), price("3", "6")
+	cases := []struct {
+		name      string
+		endpoint  map[string]*spend.Price
+		own       *spend.Price
+		wantCost  *float64
+		wantSpent spend.Amount
+	}{
+		{name: "both models priced by the endpoint", endpoint: map[string]*spend.Price{"big": big, "small": small},
+			wantCost: new(0.013 + 0.0012), wantSpent: spend.FromDollars(0.0142)},
+		{name: "the agent's price for the model the endpoint does not list", endpoint: map[string]*spend.Price{"big": big}, own: agentOwn,
+			wantCost: new(0.013 + 0.0036), wantSpent: spend.FromDollars(0.0166)},
+		{name: "the agent's price only", own: agentOwn, wantCost: new(0.0036 * 2), wantSpent: spend.FromDollars(0.0072)},
+		{name: "a model priced by neither", endpoint: map[string]*spend.Price{"big": big}, wantSpent: spend.FromDollars(0.013)},
+		{name: "no prices"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			agent := callingAgent(t, agentCall{path: "/chat/completions", body: `{"model":"big","messages":[]}`},
+				agentCall{path: "/chat/completions", body: `{"messages":[],"model":"small"}`})
+			plan := agentPlan(t, agent, upstream.URL+"/v1", false, 1)
+			plan.Models[0].Price = tc.own
+			plan.Models[0].AgentEndpoints[0].Prices = tc.endpoint
+			ledger := spend.NewLedger(spend.Limit{Tokens: 1 << 40})
+			sink := newMemSink()
+			run(t, plan, sink, Options{Ledger: ledger})
+			rec := sink.get("bot", "d", 0)
+			if rec.Error != "" {
+				t.Fatal(rec.Error)
+			}
+			if diff := cmp.Diff(tc.wantCost, rec.Cost, cmpopts.EquateApprox(0, 1e-12)); diff != "" {
+				t.Errorf("record cost (-want +got):\n%s", diff)
+			}
+			if got := ledger.State().Spent; got.Cost != tc.wantSpent || got.Tokens != 2200 {
+				t.Errorf("ledger spent %v and %d tokens, want %v and 2200", got.Cost, got.Tokens, tc.wantSpent)
+			}
+		})
 	}
 }

@@ -124,6 +124,22 @@ type modelRun struct {
 	proxies *agentProxies
 	// forwarded: the calls of an agent endpoint, made for an agent (no cache).
 	forwarded bool
+	// prices, for forwarded calls, price the models the endpoint lists, by
+	// the model id of the agent's request; Price prices the others.
+	prices map[string]*spend.Price
+}
+
+// priceOf is the price of a call of m in ctx: for an agent's call, its
+// endpoint's price for the model it asked for, else m.Price.
+func (m *modelRun) priceOf(ctx context.Context) *spend.Price {
+	if m.prices != nil {
+		if fc, ok := ctx.Value(forwardKey{}).(*forwardCall); ok {
+			if p := m.prices[fc.model]; p != nil {
+				return p
+			}
+		}
+	}
+	return m.Price
 }
 
 // concurrency is the number of samples the model may have in flight.
@@ -189,7 +205,10 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 			c := &Model{Name: a.Caller, Provider: newForwarder(a, conc), Concurrency: conc, Limits: a.Limits,
 				Endpoint: a.Endpoint, EndpointWeight: a.Weight, Timeout: m.Timeout, Price: m.Price}
 			cr := newRun(c)
-			cr.forwarded = true
+			cr.forwarded, cr.prices = true, a.Prices
+			if len(a.Prices) > 0 {
+				run.proxies.priced = true
+			}
 			e.models[a.Caller] = cr
 			run.proxies.proxies = append(run.proxies.proxies, &agentProxy{ep: a, run: cr})
 		}
@@ -645,9 +664,13 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 			// Whatever the outcome; a failure only takes the slot out of use.
 			_ = e.runHook(ctx, e.plan.afterSample(), hc, sl)
 		}
+		var unpriced bool
 		if sess != nil {
 			sess.close()
-			calls, in, out, charge, lost := sess.result()
+			var calls, in, out int64
+			var charge spend.Totals
+			var lost error
+			calls, in, out, charge, unpriced, lost = sess.result()
 			if lost != nil && res.err != nil && !res.cached {
 				// The agent failed while its endpoint could not be called
 				// (the run stopping, a quota that did not recover): not
@@ -675,6 +698,11 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		rec.LatencyMillis = res.latency.Milliseconds()
 		rec.CacheKey = res.key
 		rec.Cost = m.cost(res.charge.Cost)
+		if unpriced {
+			// The agent called a model that neither its endpoint nor the
+			// model prices.
+			rec.Cost = nil
+		}
 		if res.err != nil {
 			rec.Error, rec.ErrorKind = e.redact(res.err.Error()), results.ErrorKindCall
 			if down := e.servicesDown(mark); down != nil {
@@ -777,9 +805,13 @@ type judgeUsage struct {
 
 // cost is a record's cost of amount at the model's pricing: nil (unknown)
 // when the model has none, or is an agent whose calls Proctor does not see
-// (no agent endpoints).
+// (no agent endpoints). An agent's calls may be priced by their endpoints
+// instead (per model id).
 func (m *modelRun) cost(amount spend.Amount) *float64 {
-	if m.Price == nil || (m.Agent && m.proxies == nil) {
+	switch {
+	case m.Agent && m.proxies == nil:
+		return nil
+	case m.Price == nil && (m.proxies == nil || !m.proxies.priced):
 		return nil
 	}
 	return ptrDollars(amount)
@@ -1018,7 +1050,8 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 	}
 	defer release()
 	var hold *spend.Hold
-	worst := e.worst(m, cost.InputTokens)
+	price := m.priceOf(ctx)
+	worst := e.worst(m, price, cost.InputTokens)
 	if l := e.opts.Ledger; l != nil && !m.Agent {
 		// An agent's own run is not a call: its calls through its
 		// endpoints are, and reserve for themselves.
@@ -1038,7 +1071,7 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 	if err == nil && resp == nil {
 		err = errors.New("provider returned no response")
 	}
-	charge := m.charge(resp, err, worst)
+	charge := m.charge(price, resp, err, worst)
 	hold.Settle(charge)
 	used := Usage{Requests: 1}
 	if err == nil {
@@ -1051,13 +1084,13 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 }
 
 // worst is the most a call of a model with about inputTokens of input can
-// cost: its input, and parameters.maxTokens (else the plan's assumed answer
-// length) of output.
-func (e *Engine) worst(m *modelRun, inputTokens int64) spend.Totals {
+// cost at price (nil: unknown): its input, and parameters.maxTokens (else the
+// plan's assumed answer length) of output.
+func (e *Engine) worst(m *modelRun, price *spend.Price, inputTokens int64) spend.Totals {
 	out := e.outputBound(m)
 	t := spend.Totals{Tokens: inputTokens + out}
-	if m.Price != nil {
-		t.Cost = m.Price.Worst(inputTokens, out, false)
+	if price != nil {
+		t.Cost = price.Worst(inputTokens, out, false)
 	}
 	return t
 }
@@ -1077,12 +1110,12 @@ func (e *Engine) outputBound(m *modelRun) int64 {
 // DefaultAssumedOutputTokens is Plan.AssumedOutputTokens's default.
 const DefaultAssumedOutputTokens = 4096
 
-// charge is what an attempt cost: its reported usage at the model's price.
+// charge is what an attempt cost: its reported usage at price (nil: unknown).
 // An answer without usage, and a request sent that got no answer (a timeout,
 // a connection lost), may have been charged in full: they count at their
 // worst case. An error answer (4xx, 5xx, 429) and an agent's own run (its
 // calls through its endpoints are charged as they are made) cost nothing.
-func (m *modelRun) charge(resp *provider.Response, err error, worst spend.Totals) spend.Totals {
+func (m *modelRun) charge(price *spend.Price, resp *provider.Response, err error, worst spend.Totals) spend.Totals {
 	if m.Agent {
 		return spend.Totals{}
 	}
@@ -1091,8 +1124,8 @@ func (m *modelRun) charge(resp *provider.Response, err error, worst spend.Totals
 		return worst
 	case err == nil:
 		t := spend.Totals{Tokens: resp.Usage.InputTokens + resp.Usage.OutputTokens}
-		if m.Price != nil {
-			t.Cost = m.Price.Of(resp.Usage, false)
+		if price != nil {
+			t.Cost = price.Of(resp.Usage, false)
 		}
 		return t
 	case refused, errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, errStopping):

@@ -52,7 +52,9 @@ type ModelEndpointSpec struct {
 	QuotaRef *QuotaReference `json:"quotaRef,omitempty"`
 
 	// pricing prices the model identifiers called through the endpoint; a
-	// model's own pricing overrides it. At most 64, each model once.
+	// model's own pricing overrides it. An agent's calls through the endpoint
+	// (agent.endpoints) are priced by the model id each request asks for,
+	// when listed here. At most 64, each model once.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=map

@@ -329,7 +329,10 @@ type Model struct {
 
 	// pricing is what the model's tokens cost; with endpointRef it overrides
 	// the ModelEndpoint's pricing of this model. An agent model's pricing
-	// prices the calls its agent makes through agent.endpoints.
+	// prices the calls its agent makes through agent.endpoints to models
+	// that the ModelEndpoint's pricing does not list (an agent may call
+	// several models); a call of a model priced by neither has an unknown
+	// cost.
 	// +optional
 	Pricing *Pricing `json:"pricing,omitempty"`
 

@@ -30,6 +30,7 @@ import (
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 	"github.com/proctor-dev/proctor/runner/retry"
 	"github.com/proctor-dev/proctor/runner/score"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // Env is what a plan is compiled against: the machine it runs on.
@@ -344,7 +345,12 @@ func agentEndpoints(m *v1alpha1.Model, path string, env Env) ([]*runner.AgentEnd
 		if key != "" {
 			keys = append(keys, key)
 		}
+		prices, err := endpointPrices(name, spec)
+		if err != nil {
+			return nil, nil, err
+		}
 		out = append(out, &runner.AgentEndpoint{
+			Prices:   prices,
 			Endpoint: name, Caller: cluster.AgentCallerName(m.Name, name),
 			Anthropic: via.Provider == v1alpha1.ProviderAnthropic,
 			BaseURL:   base, APIKey: key, Headers: via.Headers,
@@ -352,6 +358,22 @@ func agentEndpoints(m *v1alpha1.Model, path string, env Env) ([]*runner.AgentEnd
 		})
 	}
 	return out, keys, nil
+}
+
+// endpointPrices are a ModelEndpoint's prices by model id.
+func endpointPrices(name string, spec *v1alpha1.ModelEndpointSpec) (map[string]*spend.Price, error) {
+	if len(spec.Pricing) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]*spend.Price, len(spec.Pricing))
+	for i := range spec.Pricing {
+		p, err := Price(&spec.Pricing[i].Pricing)
+		if err != nil {
+			return nil, fmt.Errorf("ModelEndpoint %s: spec.pricing[%d].pricing: %w", name, i, err)
+		}
+		out[spec.Pricing[i].Model] = p
+	}
+	return out, nil
 }
 
 // endpointKey reads, in a runner pod, the key of a ModelEndpoint an agent

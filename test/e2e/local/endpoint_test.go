@@ -2,6 +2,8 @@ package local_test
 
 import (
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 
 	"github.com/proctor-dev/proctor/test/fakellm"
@@ -59,6 +61,12 @@ func TestAgentCallsShareTheEndpointLocally(t *testing.T) {
 	t.Parallel()
 	const n, rpm = 12, 600
 	srv, w, endpoint := teamKey(t, n, rpm)
+	// The agent asks for fake-agent; plain calls fake-model.
+	endpoint = strings.Replace(endpoint, "---\n", `  pricing:
+  - {model: fake-agent, pricing: {inputPerMillion: 2, outputPerMillion: 8}}
+  - {model: fake-model, pricing: {inputPerMillion: 1, outputPerMillion: 4}}
+---
+`, 1)
 	w.write("evaluation.yaml", endpoint+evaluation("agents", fmt.Sprintf(`  concurrency: 4
   datasets:
   - name: qs
@@ -95,6 +103,14 @@ func TestAgentCallsShareTheEndpointLocally(t *testing.T) {
 		}
 		if r.Error != "" || r.AgentCalls != want || r.InputTokens == 0 {
 			t.Errorf("%s/%s: error %q, agentCalls %d, inputTokens %d; want no error, %d calls and tokens", r.Model, r.ID, r.Error, r.AgentCalls, r.InputTokens, want)
+		}
+		// Each call at the endpoint's price of the model it asked for.
+		in, out := 1.0, 4.0
+		if r.Model == "bot" {
+			in, out = 2, 8
+		}
+		if wantCost := (float64(r.InputTokens)*in + float64(r.OutputTokens)*out) / 1e6; r.Cost == nil || math.Abs(*r.Cost-wantCost) > 1e-12 {
+			t.Errorf("%s/%s: cost %v, want $%g (%d input and %d output tokens)", r.Model, r.ID, r.Cost, wantCost, r.InputTokens, r.OutputTokens)
 		}
 	}
 }
