@@ -268,7 +268,7 @@ func spendShards(shards []shardState) []cluster.SpendShard {
 // observeSpend sets status.spend from the shards' heads, when the run has a
 // budget or a model has pricing (else its cost is simply not followed).
 func (r *EvaluationReconciler) observeSpend(p *pass) {
-	priced := slices.ContainsFunc(p.ev.Spec.Models, func(m v1alpha1.Model) bool { return m.Pricing != nil })
+	priced := slices.ContainsFunc(p.ev.Spec.Models, func(m v1alpha1.Model) bool { return m.Pricing != nil || cluster.ModelCostKnown(&m) })
 	if p.ev.Spec.Budget == nil && !priced {
 		p.status.Spend = nil
 		return

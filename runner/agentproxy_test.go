@@ -452,3 +452,74 @@ func TestAgentProxyPricesByRequestedModel(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentReportedUsage: an agent without endpoints that reports its usage
+// (agent.outputFormat) has it as the record's tokens, priced at the model's
+// pricing, else at the cost it reported; with endpoints the proxies' counts
+// are used instead, so that no call counts twice.
+func TestAgentReportedUsage(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":1000,"completion_tokens":100}}`)
+	}))
+	defer upstream.Close()
+	reported := provider.Usage{InputTokens: 14000, CachedInputTokens: 11000, OutputTokens: 250}
+	// The agent provider reads usage only from a report (agent.outputFormat).
+	reporting := func(call agentCall, reports bool) *fakeProvider {
+		inner := callingAgent(t, call)
+		return &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
+			if call.path != "" {
+				if _, err := inner.Complete(ctx, req); err != nil {
+					return nil, err
+				}
+			}
+			if !reports {
+				return &provider.Response{Text: "42"}, nil
+			}
+			return &provider.Response{Text: "42", Usage: reported, ReportedCost: new(0.0217)}, nil
+		}}
+	}
+	// $3 input, $0.30 cached input, $15 output per million.
+	price, err := spend.NewPrice(spend.PerMillion{Input: "3", CachedInput: "0.3", Output: "15"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name            string
+		price           *spend.Price
+		endpoints       bool
+		reports         bool
+		wantIn, wantOut int64
+		wantCost        *float64
+	}{
+		{name: "priced", price: price, reports: true, wantIn: 14000, wantOut: 250, wantCost: new(0.009 + 0.0033 + 0.00375)},
+		{name: "its own reported cost", reports: true, wantIn: 14000, wantOut: 250, wantCost: new(0.0217)},
+		{name: "text output reports nothing", price: price, wantCost: nil},
+		{name: "the proxies count instead", price: price, endpoints: true, reports: true, wantIn: 1000, wantOut: 100, wantCost: new(0.003 + 0.0015)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			call := agentCall{}
+			if tc.endpoints {
+				call = agentCall{path: "/chat/completions", body: `{"model":"m"}`}
+			}
+			plan := agentPlan(t, reporting(call, tc.reports), upstream.URL+"/v1", false, 1)
+			if !tc.endpoints {
+				plan.Models[0].AgentEndpoints = nil
+			}
+			plan.Models[0].Price, plan.Models[0].AgentReportsUsage = tc.price, tc.reports
+			sink := newMemSink()
+			run(t, plan, sink, Options{})
+			rec := sink.get("bot", "d", 0)
+			if rec.Error != "" {
+				t.Fatal(rec.Error)
+			}
+			if rec.InputTokens != tc.wantIn || rec.OutputTokens != tc.wantOut {
+				t.Errorf("tokens %d/%d, want %d/%d", rec.InputTokens, rec.OutputTokens, tc.wantIn, tc.wantOut)
+			}
+			if diff := cmp.Diff(tc.wantCost, rec.Cost, cmpopts.EquateApprox(0, 1e-12)); diff != "" {
+				t.Errorf("record cost (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

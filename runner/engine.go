@@ -682,8 +682,10 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 				return nil, nil
 			}
 			if res.err == nil && !res.cached {
-				res.resp.Usage.InputTokens += in
-				res.resp.Usage.OutputTokens += out
+				// The proxies saw every call: what the agent reports of
+				// them would count them twice.
+				res.resp.Usage = provider.Usage{InputTokens: in, OutputTokens: out}
+				res.resp.ReportedCost = nil
 			}
 			res.charge = res.charge.Add(charge)
 			rec.AgentCalls = calls
@@ -698,6 +700,9 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		rec.LatencyMillis = res.latency.Milliseconds()
 		rec.CacheKey = res.key
 		rec.Cost = m.cost(res.charge.Cost)
+		if m.Agent && m.proxies == nil && m.AgentReportsUsage && res.err == nil {
+			rec.Cost = m.reportedCost(res.resp, res.cached)
+		}
 		if unpriced {
 			// The agent called a model that neither its endpoint nor the
 			// model prices.
@@ -815,6 +820,21 @@ func (m *modelRun) cost(amount spend.Amount) *float64 {
 		return nil
 	}
 	return ptrDollars(amount)
+}
+
+// reportedCost is what an agent's run cost by the usage it reported: at
+// the model's pricing, else what the agent said it cost (Claude Code's
+// total_cost_usd), else unknown. An answer from the cache cost nothing.
+func (m *modelRun) reportedCost(resp *provider.Response, cached bool) *float64 {
+	switch {
+	case m.Price == nil && resp.ReportedCost == nil:
+		return nil
+	case cached:
+		return ptrDollars(0)
+	case m.Price != nil:
+		return ptrDollars(m.Price.Of(resp.Usage, false))
+	}
+	return ptrDollars(spend.FromDollars(*resp.ReportedCost))
 }
 
 func ptrDollars(a spend.Amount) *float64 {

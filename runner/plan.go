@@ -85,8 +85,12 @@ type Model struct {
 	// JudgeOnly models are used by judge scorers and not evaluated themselves.
 	JudgeOnly bool
 	// Price is what the model's tokens cost; nil when unknown. An agent
-	// model's prices its agent's calls through its agent endpoints.
+	// model's prices its agent's calls through its agent endpoints, or the
+	// usage it reports.
 	Price *spend.Price
+	// AgentReportsUsage: the agent's output reports its tokens (and maybe
+	// its cost), which count when it has no agent endpoints.
+	AgentReportsUsage bool
 	// Batch, when set, runs the model's samples through its provider's
 	// batch API (the Provider is then a provider.Batcher).
 	Batch *BatchConfig

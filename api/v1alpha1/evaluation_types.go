@@ -475,6 +475,19 @@ type Agent struct {
 	// +listType=atomic
 	Endpoints []AgentEndpoint `json:"endpoints,omitempty"`
 
+	// outputFormat says what the agent prints. text (also when unset): its
+	// standard output is the answer. claude-code: Claude Code's
+	// --output-format json (or stream-json, whose last line is the result):
+	// the answer is its result, and its usage and total_cost_usd are the
+	// sample's tokens and cost. codex: codex exec --json events: the answer is
+	// the last agent message, and the turns' usage is the sample's tokens.
+	// Reported usage is priced at the model's pricing when it has one (else
+	// Claude Code's reported cost is kept); with agent.endpoints the proxies'
+	// counts are used instead, as they see every call.
+	// +optional
+	// +kubebuilder:validation:Enum=text;claude-code;codex
+	OutputFormat AgentOutputFormat `json:"outputFormat,omitempty"`
+
 	// resources of the agent's container (cluster mode), where the agent runs
 	// beside the runner container (whose resources are spec.runner.resources).
 	// What it leaves unset is taken from the operator's defaults (its Helm
@@ -482,6 +495,24 @@ type Agent struct {
 	// gets the limit as its request, as Kubernetes does.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// AgentOutputFormat is what an agent prints (Agent.outputFormat).
+type AgentOutputFormat string
+
+const (
+	// AgentOutputText: the standard output is the answer.
+	AgentOutputText AgentOutputFormat = "text"
+	// AgentOutputClaudeCode: Claude Code's JSON result (--output-format json
+	// or stream-json).
+	AgentOutputClaudeCode AgentOutputFormat = "claude-code"
+	// AgentOutputCodex: Codex's exec --json events.
+	AgentOutputCodex AgentOutputFormat = "codex"
+)
+
+// ReportsUsage says the agent's output reports its tokens.
+func (f AgentOutputFormat) ReportsUsage() bool {
+	return f == AgentOutputClaudeCode || f == AgentOutputCodex
 }
 
 // AgentEndpoint is a ModelEndpoint an agent calls, and the variables through

@@ -430,6 +430,12 @@ func validateAgent(a *Agent, p *field.Path) field.ErrorList {
 	}
 	errs = append(errs, validateEnvNames(a.Env, p.Child("env"))...)
 	errs = append(errs, validateDuration(a.Timeout, true, p.Child("timeout"))...)
+	switch a.OutputFormat {
+	case "", AgentOutputText, AgentOutputClaudeCode, AgentOutputCodex:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("outputFormat"), a.OutputFormat,
+			[]string{string(AgentOutputText), string(AgentOutputClaudeCode), string(AgentOutputCodex)}))
+	}
 	return append(errs, validateAgentEndpoints(a.Endpoints, p.Child("endpoints"))...)
 }
 

@@ -29,16 +29,33 @@ func SpendLimit(b *v1alpha1.Budget) (spend.Limit, error) {
 }
 
 // CostKnown reports whether what the run's calls cost can be known: every
-// model has pricing (those with endpointRef resolved, taking their
-// ModelEndpoint's), and every agent calls through its agent endpoints.
+// model's cost is known (ModelCostKnown).
 func CostKnown(spec *v1alpha1.EvaluationSpec) bool {
 	for i := range spec.Models {
-		m := &spec.Models[i]
-		if m.Pricing == nil || (m.Provider == v1alpha1.ProviderAgent && (m.Agent == nil || len(m.Agent.Endpoints) == 0)) {
+		if !ModelCostKnown(&spec.Models[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// ModelCostKnown reports whether what a model's calls cost can be known: it
+// has pricing (one with endpointRef resolved, taking its ModelEndpoint's),
+// and, for an agent, its calls are seen (agent.endpoints) or it reports its
+// usage (agent.outputFormat); Claude Code reports its cost too.
+func ModelCostKnown(m *v1alpha1.Model) bool {
+	if m.Provider != v1alpha1.ProviderAgent || m.Agent == nil {
+		return m.Pricing != nil
+	}
+	switch {
+	case len(m.Agent.Endpoints) > 0:
+		return m.Pricing != nil
+	case m.Agent.OutputFormat == v1alpha1.AgentOutputClaudeCode:
+		return true
+	case m.Agent.OutputFormat == v1alpha1.AgentOutputCodex:
+		return m.Pricing != nil
+	}
+	return false
 }
 
 // SpendBudget divides an Evaluation's spec.budget among its shards. Money

@@ -266,7 +266,9 @@ func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.
 		cfg := agent.Config{
 			Command: a.Command, Stdin: a.Stdin, Files: a.Files, BaseDir: env.BaseDir,
 			WorkspaceRoot: env.WorkspaceRoot, KeepWorkspaces: env.KeepWorkspaces,
+			OutputFormat: agent.Format(a.OutputFormat),
 		}
+		out.AgentReportsUsage = a.OutputFormat.ReportsUsage()
 		if remoteAgent {
 			vars, err := remoteAgentEnvironment(m, path)
 			if err != nil {
@@ -280,6 +282,10 @@ func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.
 			out.Timeout = a.Timeout.Duration
 		}
 		fp.Agent = &agentFingerprint{Image: a.Image, Command: a.Command, Stdin: a.Stdin, Files: a.Files}
+		if out.AgentReportsUsage {
+			// The answer is read from the output: a different answer.
+			fp.Agent.OutputFormat = string(a.OutputFormat)
+		}
 		for _, e := range a.Env {
 			fp.Agent.Env = append(fp.Agent.Env, e.Name+"="+e.Value)
 		}
@@ -564,6 +570,8 @@ type agentFingerprint struct {
 	// Endpoints are the ModelEndpoints the agent calls (name and baseURL)
 	// and the variables it learns them from.
 	Endpoints []string `json:"endpoints,omitempty"`
+	// OutputFormat, when not text, is how the answer is read.
+	OutputFormat string `json:"outputFormat,omitempty"`
 }
 
 func hashJSON(v any) string {

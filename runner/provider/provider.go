@@ -107,6 +107,9 @@ type Response struct {
 	// past its cap); FullBytes is then the whole answer's size.
 	Truncated bool `json:"truncated,omitempty"`
 	FullBytes int  `json:"fullBytes,omitempty"`
+	// ReportedCost is what an agent said its run cost, in dollars (Claude
+	// Code's total_cost_usd), when it said.
+	ReportedCost *float64 `json:"reportedCost,omitempty"`
 }
 
 // Provider makes one call. It must be safe for concurrent use. Errors are either

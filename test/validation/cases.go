@@ -438,6 +438,10 @@ func init() {
 			"spec.budget cannot bound an agent that calls its API itself",
 			set("spec.models[1]", agentModel), set("spec.budget", `{maxTokens: 1000}`)),
 
+		bad("agent-output-format-unknown", `spec.models[1].agent.outputFormat: Unsupported value: "json"`,
+			`spec.models[1].agent.outputFormat: Unsupported value: "json"`,
+			set("spec.models[1]", agentModel), set("spec.models[1].agent.outputFormat", `json`)),
+
 		bad("batch-for-an-agent", "spec.models[1].batch: Forbidden: agents call no batch API",
 			"batch does not apply to an agent model",
 			set("spec.models[1]", agentModel), set("spec.models[1].batch", `{}`)),

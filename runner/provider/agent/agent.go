@@ -70,6 +70,9 @@ type Config struct {
 	// Executor, when set, runs the agent through the executor listening on a
 	// Unix socket instead of as a subprocess.
 	Executor *ExecutorConfig
+	// OutputFormat is what the agent prints: its answer (text, the
+	// default), or a report its answer and usage are read from.
+	OutputFormat Format
 }
 
 // ExecutorConfig says how to reach an executor and what environment the
@@ -101,6 +104,7 @@ type launcher interface {
 type Provider struct {
 	tmpl   templates
 	launch launcher
+	format Format
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -110,6 +114,9 @@ var _ provider.Provider = (*Provider)(nil)
 func New(cfg Config) (*Provider, error) {
 	tmpl, err := parseTemplates(cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := cfg.OutputFormat.check(); err != nil {
 		return nil, err
 	}
 	if cfg.MaxOutputBytes < 0 {
@@ -126,7 +133,7 @@ func New(cfg Config) (*Provider, error) {
 		if err := checkEnvVars(x.Env); err != nil {
 			return nil, fmt.Errorf("env: %w", err)
 		}
-		return &Provider{tmpl: tmpl, launch: newRemote(*x, maxOutput)}, nil
+		return &Provider{tmpl: tmpl, launch: newRemote(*x, maxOutput), format: cfg.OutputFormat}, nil
 	}
 	for _, kv := range cfg.Env {
 		if i := strings.IndexByte(kv, '='); i <= 0 {
@@ -137,7 +144,7 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{tmpl: tmpl, launch: l}, nil
+	return &Provider{tmpl: tmpl, launch: l, format: cfg.OutputFormat}, nil
 }
 
 // Connect waits for the executor to listen (bounded by
@@ -153,11 +160,13 @@ func (p *Provider) Connect(ctx context.Context) error {
 }
 
 // Complete runs the agent on one sample in a fresh workspace and returns its
-// standard output as the answer.
+// standard output as the answer, or the answer and usage its output reports
+// (Config.OutputFormat).
 //
 // Errors: a template that fails on this sample, or a command that cannot be
 // started, is a plain error; a process that exits non-zero is a
-// *provider.ExitError; when ctx is done first the whole process group is
+// *provider.ExitError, and one whose report cannot be read or says it failed
+// an *OutputError; when ctx is done first the whole process group is
 // killed and the error wraps ctx.Err(). An executor that cannot be reached, or
 // that went away mid-run, is a *provider.UnavailableError: not the sample's
 // fault.
@@ -185,7 +194,14 @@ func (p *Provider) Complete(ctx context.Context, req *provider.Request) (*provid
 		return nil, err
 	}
 	r.env = req.Env
-	return p.launch.launch(ctx, ws, req.SampleID, r)
+	resp, err := p.launch.launch(ctx, ws, req.SampleID, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := readOutput(p.format, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // randomName returns prefix followed by 16 random hex digits: workspace names
