@@ -210,7 +210,9 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 	}
 	var initContainers []corev1.Container
 
-	if model != "" {
+	if model == "" {
+		c.Env = append(c.Env, plannerKeyEnv(spec)...)
+	} else {
 		m := findModel(spec, model)
 		agent := m != nil && m.Agent != nil
 		c.Env = append(c.Env, r.keyEnv(spec, model, !agent)...)
@@ -480,8 +482,29 @@ func (r *EvaluationReconciler) keyEnv(spec *v1alpha1.EvaluationSpec, model strin
 	if !own {
 		names = slices.DeleteFunc(names, func(n string) bool { return n == model })
 	}
+	return modelKeyEnv(spec, slices.Compact(names))
+}
+
+// plannerKeyEnv gives the planner the keys of the models it counts prompts
+// for, when the run is estimated: every model but agents (not estimated).
+func plannerKeyEnv(spec *v1alpha1.EvaluationSpec) []corev1.EnvVar {
+	if !cluster.WantsEstimate(spec) {
+		return nil
+	}
+	var names []string
+	for i := range spec.Models {
+		if spec.Models[i].Provider != v1alpha1.ProviderAgent {
+			names = append(names, spec.Models[i].Name)
+		}
+	}
+	return modelKeyEnv(spec, names)
+}
+
+// modelKeyEnv are the variables holding the keys (from their Secrets) of the
+// named models.
+func modelKeyEnv(spec *v1alpha1.EvaluationSpec, names []string) []corev1.EnvVar {
 	var env []corev1.EnvVar
-	for _, n := range slices.Compact(names) {
+	for _, n := range names {
 		m := findModel(spec, n)
 		if m == nil || m.APIKey == nil || m.APIKey.SecretKeyRef == nil {
 			continue

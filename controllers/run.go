@@ -16,6 +16,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/source"
+	"github.com/proctor-dev/proctor/runner/spend"
 )
 
 // startRun decides the run. A spec edit that changes the results (anything but
@@ -210,6 +211,7 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 			return false, nil
 		case plan != nil:
 			p.plan = plan
+			observeEstimate(p, cm.Annotations[cluster.AnnotationEstimate])
 			return true, nil
 		}
 	}
@@ -228,6 +230,11 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 			return true, nil // a pod must count: ensurePlanner runs it
 		}
 		totals[d.Name] = n
+	}
+	if cluster.WantsEstimate(&p.ev.Spec) {
+		// Counting the prompts' tokens takes the models' keys, which only
+		// the planner Job is given.
+		return true, nil
 	}
 	if err := r.checkSpec(ctx, p); err != nil {
 		p.fail(v1alpha1.ReasonPlanningFailed, "planning failed: %v", err)
@@ -254,6 +261,42 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 	return true, nil
 }
 
+// observeEstimate shows the planner's estimate (the plan ConfigMap's
+// annotation) in status.estimate, with an event when it first shows, and a
+// warning when the run may cost more than its budget.
+func observeEstimate(p *pass, annotation string) {
+	if annotation == "" {
+		p.status.Estimate = nil
+		return
+	}
+	var st v1alpha1.EstimateStatus
+	if err := json.Unmarshal([]byte(annotation), &st); err != nil {
+		st = v1alpha1.EstimateStatus{Cost: v1alpha1.CostUnknown, Message: "No estimate: the planner's could not be read: " + err.Error()}
+	}
+	first := p.status.Estimate == nil
+	p.status.Estimate = &st
+	if !first {
+		return
+	}
+	if st.Cost == "" || st.Cost == v1alpha1.CostUnknown {
+		p.event(corev1.EventTypeNormal, v1alpha1.ReasonEstimated, "Estimated %d input tokens and at most %d output tokens; the cost is unknown. %s",
+			st.InputTokens, st.OutputTokens, st.Message)
+		return
+	}
+	p.event(corev1.EventTypeNormal, v1alpha1.ReasonEstimated, "The run will cost at most $%s (%d input tokens, at most %d output tokens)",
+		st.Cost, st.InputTokens, st.OutputTokens)
+	b := p.ev.Spec.Budget
+	if b == nil || b.MaxCost == nil {
+		return
+	}
+	limit, err1 := spend.ParseDollars(string(*b.MaxCost))
+	cost, err2 := spend.ParseDollars(st.Cost)
+	if err1 == nil && err2 == nil && cost > limit {
+		p.event(corev1.EventTypeWarning, v1alpha1.ReasonEstimateOverBudget,
+			"The run may cost up to $%s, more than spec.budget.maxCost $%s: it stops when the budget is spent, unless answers are shorter than their bound", st.Cost, limit.Decimal())
+	}
+}
+
 // ensurePlanner runs the planner Job when the plan needs a pod to read the data.
 func (r *EvaluationReconciler) ensurePlanner(ctx context.Context, p *pass) (bool, error) {
 	if p.plan != nil {
@@ -275,6 +318,9 @@ func (r *EvaluationReconciler) ensurePlanner(ctx context.Context, p *pass) (bool
 		}
 	}
 	p.pendingReason, p.pendingMessage = v1alpha1.ReasonPlanning, "counting the samples of url and pvc datasets"
+	if cluster.WantsEstimate(&p.ev.Spec) {
+		p.pendingMessage = "counting the samples, and the prompts' tokens for status.estimate"
+	}
 	return false, nil
 }
 

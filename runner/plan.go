@@ -128,6 +128,15 @@ func (p *Plan) Model(name string) *Model {
 	return nil
 }
 
+// Totals are the number of samples of each dataset, by name.
+func (p *Plan) Totals() map[string]int {
+	totals := make(map[string]int, len(p.Datasets))
+	for _, d := range p.Datasets {
+		totals[d.Name] = d.Total
+	}
+	return totals
+}
+
 // Dataset returns the named dataset, or nil.
 func (p *Plan) Dataset(name string) *Dataset {
 	for _, d := range p.Datasets {

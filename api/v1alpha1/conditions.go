@@ -74,6 +74,12 @@ const (
 	// ReasonBudgetExceeded: spec.budget is spent; no call starts until it is
 	// raised, which resumes the run.
 	ReasonBudgetExceeded = "BudgetExceeded"
+	// ReasonEstimated (event): the planner estimated what the run will cost
+	// (status.estimate).
+	ReasonEstimated = "Estimated"
+	// ReasonEstimateOverBudget (warning event): the run may cost more than
+	// spec.budget.maxCost, which would stop it before its end.
+	ReasonEstimateOverBudget = "EstimateOverBudget"
 	// ReasonResumed: a run that had ended goes on (its budget was raised).
 	ReasonResumed = "Resumed"
 	// ReasonNameConflict: a name the run needs is taken (NameConflict is True).

@@ -776,6 +776,11 @@ type EvaluationStatus struct {
 	// spend is what the current run has spent, and its budget.
 	// +optional
 	Spend *SpendStatus `json:"spend,omitempty"`
+	// estimate is what the current run will cost at most, estimated by its
+	// planner before any sample ran, when the run has a budget or a priced
+	// model.
+	// +optional
+	Estimate *EstimateStatus `json:"estimate,omitempty"`
 	// batches are the current run's batches, when a model runs in batch
 	// mode.
 	// +optional

@@ -135,6 +135,71 @@ type SpendStatus struct {
 	MaxTokens int64 `json:"maxTokens,omitempty"`
 }
 
+// EstimateStatus is what a run will cost at most, estimated before it
+// started without calling a model (as proctor run --estimate does): every
+// prompt rendered and its input tokens counted by the provider's token
+// counting endpoint, each answer at its bound (parameters.maxTokens, else
+// spec.budget.assumedOutputTokens).
+type EstimateStatus struct {
+	// cost bounds what the run's calls will cost, in US dollars, at the batch
+	// price for models in batch mode; "unknown" when a model it calls has no
+	// pricing or is an agent (whose calls are not estimated).
+	// +optional
+	Cost string `json:"cost,omitempty"`
+	// inputTokens are the run's input tokens.
+	// +optional
+	InputTokens int64 `json:"inputTokens,omitempty"`
+	// outputTokens bound the run's output tokens.
+	// +optional
+	OutputTokens int64 `json:"outputTokens,omitempty"`
+	// exact says every input token was counted by its provider; otherwise
+	// some were estimated from the prompts' length (a server without a
+	// counting endpoint), and a judge's input holds the answer at its bound.
+	// +optional
+	Exact bool `json:"exact,omitempty"`
+	// results are the estimate of each model (and judge) on each dataset
+	// (the first 256).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	Results []EstimateResult `json:"results,omitempty"`
+	// message says what the estimate rests on, or why it could not be made.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+}
+
+// EstimateResult is the estimate of one model's calls on one dataset: its
+// own, or a judge's judging another model's answers.
+type EstimateResult struct {
+	// model is the model called.
+	// +required
+	Model string `json:"model"`
+	// dataset is the dataset.
+	// +required
+	Dataset string `json:"dataset"`
+	// judging names, on a judge's row, the model whose answers it judges.
+	// +optional
+	Judging string `json:"judging,omitempty"`
+	// calls is the number of calls.
+	// +optional
+	Calls int64 `json:"calls,omitempty"`
+	// inputTokens and outputTokens: counted input, and the output's bound.
+	// +optional
+	InputTokens int64 `json:"inputTokens,omitempty"`
+	// outputTokens bound the calls' output tokens.
+	// +optional
+	OutputTokens int64 `json:"outputTokens,omitempty"`
+	// cost and batchCost bound the calls' cost called at once and through
+	// the batch API, in US dollars; "unknown" without pricing, and for an
+	// agent, whose calls are not estimated.
+	// +optional
+	Cost string `json:"cost,omitempty"`
+	// batchCost is the calls' cost through the batch API.
+	// +optional
+	BatchCost string `json:"batchCost,omitempty"`
+}
+
 // BatchMode runs a model's samples through its provider's batch API
 // (OpenAI's Batch API, Anthropic's Message Batches): at the batch price
 // (half, by default), answered within the completion window instead of at

@@ -18,14 +18,8 @@ import (
 func printEstimate(w, errOut io.Writer, rows []estimate.Row, budget *v1alpha1.Budget) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join([]string{"MODEL", "DATASET", "CALLS", "INPUT TOKENS", "OUTPUT TOKENS ≤", "INPUT COST", "COST ≤", "BATCH COST ≤"}, "\t"))
-	var total struct {
-		calls               int
-		in, out             int64
-		inCost, cost, batch spend.Amount
-		unknown             bool
-	}
 	var notes []string
-	approx, agents := false, false
+	approx := false
 	bounds := map[string]bool{}
 	for _, r := range rows {
 		name := terminalSafe(r.Model)
@@ -33,8 +27,6 @@ func printEstimate(w, errOut io.Writer, rows []estimate.Row, budget *v1alpha1.Bu
 			name += " (judging " + terminalSafe(r.Judge) + ")"
 		}
 		if r.Agent {
-			agents = true
-			total.unknown = true
 			fmt.Fprintf(tw, "%s\t%s\t%d\tnot estimated\t-\t-\t-\t-\n", name, terminalSafe(r.Dataset), r.Calls)
 			continue
 		}
@@ -45,25 +37,16 @@ func printEstimate(w, errOut io.Writer, rows []estimate.Row, budget *v1alpha1.Bu
 		approx = approx || !r.Exact
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", name, terminalSafe(r.Dataset), r.Calls, in, r.OutputTokens,
 			amountCell(r.InputCost), amountCell(r.Cost), amountCell(r.BatchCost))
-		total.calls += r.Calls
-		total.in += r.InputTokens
-		total.out += r.OutputTokens
-		if r.Cost == nil {
-			total.unknown = true
-		} else {
-			total.inCost += *r.InputCost
-			total.cost += *r.Cost
-			total.batch += *r.BatchCost
-		}
 		bounds[fmt.Sprintf("%s: %d tokens a call (%s)", terminalSafe(r.Model), r.OutputPerCall, r.OutputFrom)] = true
 	}
+	total := estimate.Sum(rows)
 	cell := func(a spend.Amount) string {
-		if total.unknown {
+		if total.Unknown {
 			return "unknown"
 		}
 		return a.String()
 	}
-	fmt.Fprintf(tw, "TOTAL\t\t%d\t%d\t%d\t%s\t%s\t%s\n", total.calls, total.in, total.out, cell(total.inCost), cell(total.cost), cell(total.batch))
+	fmt.Fprintf(tw, "TOTAL\t\t%d\t%d\t%d\t%s\t%s\t%s\n", total.Calls, total.InputTokens, total.OutputTokens, cell(total.InputCost), cell(total.Cost), cell(total.BatchCost))
 	tw.Flush()
 
 	notes = append(notes, "No model was called: input tokens are counted by the providers' token counting endpoints, from the prompts as the run renders them.")
@@ -79,16 +62,17 @@ func printEstimate(w, errOut io.Writer, rows []estimate.Row, budget *v1alpha1.Bu
 	for _, b := range slices.Sorted(maps.Keys(bounds)) {
 		notes = append(notes, "Answers are bounded by "+b+".")
 	}
-	if agents {
+	if total.Agents {
 		notes = append(notes, "Agents are not estimated: what they call depends on what they do.")
 	}
-	if budget != nil && budget.MaxCost != nil && !total.unknown {
+	if budget != nil && budget.MaxCost != nil && !total.Unknown {
 		if limit, err := spend.ParseDollars(string(*budget.MaxCost)); err == nil {
 			switch {
-			case total.inCost > limit:
-				notes = append(notes, fmt.Sprintf("spec.budget.maxCost %s is below the input alone (%s): the run will stop before its end.", limit, total.inCost))
-			case total.cost > limit:
-				notes = append(notes, fmt.Sprintf("spec.budget.maxCost %s may stop the run before its end (it costs at most %s).", limit, total.cost))
+			case total.InputCost > limit:
+				notes = append(notes, fmt.Sprintf("spec.budget.maxCost %s is below the input alone (%s): the run will stop before its end.", limit, total.InputCost))
+			case total.RunCost > limit:
+				// At the batch price for models in batch mode.
+				notes = append(notes, fmt.Sprintf("spec.budget.maxCost %s may stop the run before its end (it costs at most %s).", limit, total.RunCost))
 			default:
 				notes = append(notes, fmt.Sprintf("spec.budget.maxCost %s covers the run at its bound.", limit))
 			}

@@ -45,6 +45,9 @@ const (
 	AnnotationBatches = "proctor.dev/batches"
 	// AnnotationPlan is the plan ConfigMap's plan (Plan as JSON).
 	AnnotationPlan = "proctor.dev/plan"
+	// AnnotationEstimate on a plan ConfigMap is the run's estimate
+	// (v1alpha1.EstimateStatus as JSON), written by the planner.
+	AnnotationEstimate = "proctor.dev/estimate"
 	// AnnotationPlanError on a plan ConfigMap says why planning failed.
 	AnnotationPlanError = "proctor.dev/plan-error"
 	// AnnotationBudget on the budget ConfigMap (BudgetName) is the Budget as

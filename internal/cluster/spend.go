@@ -39,6 +39,13 @@ func CostKnown(spec *v1alpha1.EvaluationSpec) bool {
 	return true
 }
 
+// WantsEstimate says a run is estimated before it starts (status.estimate):
+// it has a budget, or a model with pricing. Its planner Job then counts the
+// prompts' tokens with the models' keys.
+func WantsEstimate(spec *v1alpha1.EvaluationSpec) bool {
+	return spec.Budget != nil || slices.ContainsFunc(spec.Models, func(m v1alpha1.Model) bool { return m.Pricing != nil })
+}
+
 // ModelCostKnown reports whether what a model's calls cost can be known: it
 // has pricing (one with endpointRef resolved, taking its ModelEndpoint's),
 // and, for an agent, its calls are seen (agent.endpoints) or it reports its

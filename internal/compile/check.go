@@ -9,6 +9,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/cache"
 )
 
@@ -19,11 +20,32 @@ import (
 // lacks, a bad rubric, unreadable data. env says where the data is
 // (ResolveSource, DataDir, HTTPClient); its LookupEnv and Cache are ignored.
 func Check(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (map[string]int, error) {
+	env.LookupEnv = nil
+	plan, err := CheckPlan(ctx, ev, env)
+	if err != nil {
+		return nil, err
+	}
+	return plan.Totals(), nil
+}
+
+// CheckPlan is Check that returns the compiled plan. Its models have the
+// keys env.LookupEnv holds (the planner's, to count tokens for an estimate),
+// and any other value where it holds none: it is for counting, never for
+// calling a model.
+func CheckPlan(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan, error) {
 	env.Cluster = true
 	env.Models, env.Datasets = nil, nil
 	// Keys and passed-through variables are the pods' business: any value does,
 	// since nothing is called.
-	env.LookupEnv = func(string) (string, bool) { return "unused-by-check", true }
+	lookup := env.LookupEnv
+	env.LookupEnv = func(name string) (string, bool) {
+		if lookup != nil {
+			if v, ok := lookup(name); ok && v != "" {
+				return v, true
+			}
+		}
+		return "unused-by-check", true
+	}
 	env.Cache = noCache{}
 	// So are the endpoints agents call, which the controller does not read
 	// (it checks that they are there): any will do, since nothing is called.
@@ -37,15 +59,7 @@ func Check(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (map[string]in
 		}
 	}
 	env.ModelEndpoints = endpoints
-	plan, err := Build(ctx, ev, env)
-	if err != nil {
-		return nil, err
-	}
-	totals := map[string]int{}
-	for _, d := range plan.Datasets {
-		totals[d.Name] = d.Total
-	}
-	return totals, nil
+	return Build(ctx, ev, env)
 }
 
 // noCache is the response cache of a check, which makes no calls.

@@ -47,6 +47,8 @@ type Row struct {
 	// Agent: an agent model, whose calls depend on what it does; not
 	// estimated.
 	Agent bool
+	// Batch: the model runs in batch mode, so BatchCost is what it costs.
+	Batch bool
 	// Skipped counts samples that cannot be run (a data or prompt error):
 	// they make no call.
 	Skipped int
@@ -92,6 +94,49 @@ func Run(ctx context.Context, plan *runner.Plan, o Options) ([]Row, error) {
 		}
 	}
 	return rows, nil
+}
+
+// Total is the whole of an estimate.
+type Total struct {
+	Calls                     int
+	InputTokens, OutputTokens int64
+	// InputCost, Cost and BatchCost are the rows' sums; RunCost bounds what
+	// the run costs as it runs (BatchCost for models in batch mode).
+	InputCost, Cost, BatchCost, RunCost spend.Amount
+	// Unknown: a row has no price, or is an agent's, so the costs are
+	// unknown. Exact: every row's input was counted by its provider (a
+	// judge's holds answers at their bound, so it never is).
+	Unknown, Exact bool
+	// Agents: some rows are agents', not estimated.
+	Agents bool
+}
+
+// Sum adds up an estimate's rows.
+func Sum(rows []Row) Total {
+	t := Total{Exact: true}
+	for _, r := range rows {
+		if r.Agent {
+			t.Agents, t.Unknown, t.Exact = true, true, false
+			continue
+		}
+		t.Calls += r.Calls
+		t.InputTokens += r.InputTokens
+		t.OutputTokens += r.OutputTokens
+		t.Exact = t.Exact && r.Exact && r.Judge == ""
+		if r.Cost == nil {
+			t.Unknown = true
+			continue
+		}
+		t.InputCost += *r.InputCost
+		t.Cost += *r.Cost
+		t.BatchCost += *r.BatchCost
+		if r.Batch {
+			t.RunCost += *r.BatchCost
+		} else {
+			t.RunCost += *r.Cost
+		}
+	}
+	return t
 }
 
 // sample is a rendered sample: its request, and what a judge sees of it.
@@ -183,6 +228,7 @@ func bound(plan *runner.Plan, m *runner.Model, row *Row) {
 		row.OutputPerCall, row.OutputFrom = runner.DefaultAssumedOutputTokens, "assumed (no parameters.maxTokens)"
 	}
 	row.OutputTokens = int64(row.Calls) * row.OutputPerCall
+	row.Batch = m.Batch != nil
 	if p := m.Price; p != nil {
 		inCost := p.Of(provider.Usage{InputTokens: row.InputTokens}, false)
 		sync := p.Of(provider.Usage{InputTokens: row.InputTokens, OutputTokens: row.OutputTokens}, false)

@@ -50,6 +50,17 @@ func TestBudgetAcrossShards(t *testing.T) {
 	if got := ev.Status.Spend; got == nil || got.Cost != fmt.Sprintf("%.6f", full) {
 		t.Fatalf("status.spend %+v, the server's bill %.6f", got, full)
 	}
+	// Estimated by the planner before it ran: the input exactly as the
+	// server counted it, the output within its bound.
+	est := ev.Status.Estimate
+	switch st := whole.Stats(); {
+	case est == nil:
+		t.Fatal("no status.estimate")
+	case est.InputTokens != st.InputTokens || !est.Exact || est.OutputTokens != n*maxTokens || st.OutputTokens > est.OutputTokens:
+		t.Errorf("estimate %+v; the server counted %d input and %d output tokens", est, st.InputTokens, st.OutputTokens)
+	case est.Cost != fmt.Sprintf("%.6f", (float64(est.InputTokens)*inputPrice+float64(est.OutputTokens)*outputPrice)/1e6):
+		t.Errorf("estimated cost %s for %d input and %d output tokens", est.Cost, est.InputTokens, est.OutputTokens)
+	}
 
 	srv, url := fakeLLM(t, fakellm.Config{Latency: 5 * time.Millisecond})
 	budget := full / 3

@@ -4,6 +4,7 @@ package cluster_test
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -63,8 +64,18 @@ func TestBudgetInACluster(t *testing.T) {
 		t.Fatalf("the run without a budget: %v", got)
 	}
 	full := bill(stats(t, ns, "spend", 8081))
-	if got := getEvaluation(t, ns, "whole").Status.Spend; got == nil || got.Cost != fmt.Sprintf("%.6f", full) {
+	whole := getEvaluation(t, ns, "whole")
+	if got := whole.Status.Spend; got == nil || got.Cost != fmt.Sprintf("%.6f", full) {
 		t.Fatalf("status.spend %+v, the server's bill %.6f", got, full)
+	}
+	// The planner's estimate: every prompt counted as the server counts it,
+	// each answer at its bound (maxTokens 16).
+	if est, st := whole.Status.Estimate, stats(t, ns, "spend", 8081); est == nil || !est.Exact || float64(est.InputTokens) != st["inputTokens"] ||
+		est.OutputTokens != n*16 || est.Cost != fmt.Sprintf("%.6f", (float64(est.InputTokens)*300+float64(est.OutputTokens)*1200)/1e6) {
+		t.Errorf("status.estimate %+v; the server counted %v input tokens", est, st["inputTokens"])
+	}
+	if !slices.Contains(reasons(t, ns, "Evaluation", "whole"), "Estimated") {
+		t.Errorf("no Estimated event: %v", reasons(t, ns, "Evaluation", "whole"))
 	}
 
 	budget := full / 3
