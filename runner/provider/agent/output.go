@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/proctor-dev/proctor/runner/provider"
+	"github.com/proctor-dev/proctor/runner/provider/anthropic"
 )
 
 // Format is what an agent prints on its standard output.
@@ -61,17 +62,12 @@ func readOutput(f Format, resp *provider.Response) error {
 // claudeResult is Claude Code's result message: what `--output-format json`
 // prints, and the last line of stream-json.
 type claudeResult struct {
-	Type         string   `json:"type"`
-	Subtype      string   `json:"subtype"`
-	IsError      bool     `json:"is_error"`
-	Result       *string  `json:"result"`
-	TotalCostUSD *float64 `json:"total_cost_usd"`
-	Usage        struct {
-		InputTokens              int64 `json:"input_tokens"`
-		CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-		CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
-		OutputTokens             int64 `json:"output_tokens"`
-	} `json:"usage"`
+	Type         string          `json:"type"`
+	Subtype      string          `json:"subtype"`
+	IsError      bool            `json:"is_error"`
+	Result       *string         `json:"result"`
+	TotalCostUSD *float64        `json:"total_cost_usd"`
+	Usage        anthropic.Usage `json:"usage"`
 }
 
 func readClaudeCode(out []byte, resp *provider.Response) error {
@@ -86,17 +82,7 @@ func readClaudeCode(out []byte, resp *provider.Response) error {
 		}
 		return &OutputError{Msg: "Claude Code reported an error (" + strings.TrimPrefix(what, ": ") + ")"}
 	}
-	resp.Text = *r.Result
-	resp.Truncated, resp.FullBytes = false, 0
-	// Anthropic's input_tokens leave out the cache's reads and writes.
-	u := r.Usage
-	resp.Usage = provider.Usage{
-		InputTokens:           u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens,
-		OutputTokens:          u.OutputTokens,
-		CachedInputTokens:     u.CacheReadInputTokens,
-		CacheWriteInputTokens: u.CacheCreationInputTokens,
-	}
-	resp.ReportedCost = r.TotalCostUSD
+	resp.Text, resp.Usage, resp.ReportedCost = *r.Result, r.Usage.Usage(), r.TotalCostUSD
 	return nil
 }
 

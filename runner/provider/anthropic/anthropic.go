@@ -168,12 +168,27 @@ type messagesResponse struct {
 		Input json.RawMessage `json:"input"`
 	} `json:"content"`
 	StopReason string `json:"stop_reason"`
-	Usage      struct {
-		InputTokens              int64 `json:"input_tokens"`
-		CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
-		CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
-		OutputTokens             int64 `json:"output_tokens"`
-	} `json:"usage"`
+	Usage      Usage  `json:"usage"`
+}
+
+// Usage is Anthropic's usage object, as the Messages API and Claude Code's
+// result report it.
+type Usage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+}
+
+// Usage is u as Proctor counts it. input_tokens excludes the tokens written
+// to or read from the prompt cache; the sum is what the model read.
+func (u Usage) Usage() provider.Usage {
+	return provider.Usage{
+		InputTokens:           u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens,
+		OutputTokens:          u.OutputTokens,
+		CachedInputTokens:     u.CacheReadInputTokens,
+		CacheWriteInputTokens: u.CacheCreationInputTokens,
+	}
 }
 
 // newRequest builds the request body. It points into req rather than copying
@@ -271,17 +286,7 @@ func toolInput(args json.RawMessage) json.RawMessage {
 }
 
 func (r *messagesResponse) toResponse() *provider.Response {
-	resp := &provider.Response{
-		FinishReason: r.StopReason,
-		Usage: provider.Usage{
-			// input_tokens excludes tokens written to or read from the prompt
-			// cache; the sum is what the model actually read.
-			InputTokens:           r.Usage.InputTokens + r.Usage.CacheCreationInputTokens + r.Usage.CacheReadInputTokens,
-			OutputTokens:          r.Usage.OutputTokens,
-			CachedInputTokens:     r.Usage.CacheReadInputTokens,
-			CacheWriteInputTokens: r.Usage.CacheCreationInputTokens,
-		},
-	}
+	resp := &provider.Response{FinishReason: r.StopReason, Usage: r.Usage.Usage()}
 	for i := range r.Content {
 		b := &r.Content[i]
 		switch b.Type {
