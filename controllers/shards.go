@@ -408,7 +408,11 @@ func batchesStatus(spec *v1alpha1.EvaluationSpec, shards []shardState) *v1alpha1
 			}
 			st.Pending += int64(len(b.Indexes))
 			if len(st.InFlight) < 50 {
-				st.InFlight = append(st.InFlight, v1alpha1.BatchRef{ID: b.ID, Shard: s.Key(), Requests: int32(len(b.Indexes))})
+				ref := v1alpha1.BatchRef{ID: b.ID, Shard: s.Key(), Requests: int32(len(b.Indexes))}
+				if judge, scorer, ok := results.JudgeBatchOf(b.Model); ok {
+					ref.Judge = judge + "/" + scorer
+				}
+				st.InFlight = append(st.InFlight, ref)
 			}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/testutil"
+	"github.com/proctor-dev/proctor/runner/results"
 )
 
 func TestBudgetRaised(t *testing.T) {
@@ -140,5 +141,28 @@ func TestSuspendedRunIsEstimated(t *testing.T) {
 		if name != planner.Name && !ptr.Deref(j.Spec.Suspend, false) {
 			t.Errorf("Job %s runs while the Evaluation is suspended", name)
 		}
+	}
+}
+
+// TestBatchesStatus: status.batches counts every shard's batches, the
+// models' and their judges', and names the judge of a judge's batch in
+// flight.
+func TestBatchesStatus(t *testing.T) {
+	spec := &v1alpha1.EvaluationSpec{Models: []v1alpha1.Model{{Name: "m"}, {Name: "grader", Batch: &v1alpha1.BatchMode{}}}}
+	shards := []shardState{{
+		Shard: cluster.Shard{Model: "m", Index: 0},
+		batches: []results.BatchRecord{
+			{Model: "grader/judge/m", ID: "batch_1", State: results.BatchDone, Indexes: results.Indexes{0, 1}},
+			{Model: "grader/judge/m", ID: "batch_2", State: results.BatchSubmitted, Indexes: results.Indexes{2, 3, 4}},
+			{Model: "grader/judge/m", State: results.BatchIntended, Indexes: results.Indexes{5}},
+		},
+	}}
+	want := &v1alpha1.BatchesStatus{Submitted: 2, Ended: 1, Pending: 3, Text: "1/2",
+		InFlight: []v1alpha1.BatchRef{{ID: "batch_2", Shard: "m/0", Requests: 3, Judge: "grader/judge"}}}
+	if diff := cmp.Diff(want, batchesStatus(spec, shards)); diff != "" {
+		t.Errorf("status.batches (-want +got):\n%s", diff)
+	}
+	if got := batchesStatus(&v1alpha1.EvaluationSpec{Models: []v1alpha1.Model{{Name: "m"}}}, shards); got != nil {
+		t.Errorf("status.batches %+v without a model in batch mode", got)
 	}
 }

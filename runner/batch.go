@@ -17,6 +17,7 @@ import (
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/retry"
+	"github.com/proctor-dev/proctor/runner/score"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
 
@@ -47,17 +48,26 @@ type batchItem struct {
 	attempt int
 	// hold is its reservation of the budget while its batch is in flight.
 	hold *spend.Hold
+	// pending, for a judge's batch, is the sample's record awaiting the
+	// verdict, and in what the scorer is given to score it.
+	pending *results.Record
+	in      score.Input
 }
 
 // batchRun is a batch model's state while it runs.
 type batchRun struct {
-	e     *Engine
-	m     *modelRun
-	b     provider.Batcher
-	cfg   BatchConfig
-	log   results.BatchLog
-	sink  Sink
-	items map[string]*batchItem // by customID
+	e   *Engine
+	m   *modelRun
+	b   provider.Batcher
+	cfg BatchConfig
+	log results.BatchLog
+	// name is the batches' model in the log: the model's, or for a judge's
+	// batches the judge, its scorer and the model judged.
+	name string
+	// judging, for a judge's batches, is what they judge.
+	judging *judging
+	sink    Sink
+	items   map[string]*batchItem // by customID
 	// inFlight are the batches submitted and not done, by key.
 	inFlight map[string]*results.BatchRecord
 	known    map[string]bool // provider ids of the model's batches
@@ -102,8 +112,7 @@ func (e *Engine) runBatchModel(ctx context.Context, fail context.CancelCauseFunc
 	if !ok {
 		return fmt.Errorf("model %s: its provider has no batch API", m.Name)
 	}
-	r := &batchRun{e: e, m: m, b: batcher, cfg: *m.Batch, log: log, sink: sink, items: map[string]*batchItem{},
-		inFlight: map[string]*results.BatchRecord{}, known: map[string]bool{}}
+	r := newBatchRun(e, m, batcher, log, sink)
 	if err := r.collect(tasks); err != nil {
 		return err
 	}
@@ -111,6 +120,11 @@ func (e *Engine) runBatchModel(ctx context.Context, fail context.CancelCauseFunc
 		return err
 	}
 	return r.loop(ctx, fail)
+}
+
+func newBatchRun(e *Engine, m *modelRun, b provider.Batcher, log results.BatchLog, sink Sink) *batchRun {
+	return &batchRun{e: e, m: m, b: b, cfg: *m.Batch, log: log, name: m.Name, sink: sink, items: map[string]*batchItem{},
+		inFlight: map[string]*results.BatchRecord{}, known: map[string]bool{}}
 }
 
 // collect renders the samples that have no record yet; a sample that cannot
@@ -169,13 +183,18 @@ func (r *batchRun) collect(tasks []Task) error {
 	return nil
 }
 
-// put stores a finished record.
+// put stores a finished record (for a judge's batch, the judged model's).
 func (r *batchRun) put(ds *Dataset, s *dataset.Sample, rec *results.Record) error {
-	if err := r.sink.Put(r.m.Name, ds.Name, s.Index, rec); err != nil {
-		return fmt.Errorf("saving the result of %s on %s sample %s: %w", r.m.Name, ds.Name, s.ID, err)
+	model := r.m.Name
+	if r.judging != nil {
+		model = r.judging.subject.Name
 	}
-	if o := r.e.opts.Observer; o != nil {
-		o.SampleFinished(r.m.Name, ds.Name, rec)
+	if err := r.sink.Put(model, ds.Name, s.Index, rec); err != nil {
+		return fmt.Errorf("saving the result of %s on %s sample %s: %w", model, ds.Name, s.ID, err)
+	}
+	if o := r.e.opts.Observer; o != nil && r.judging == nil {
+		// A judged sample was counted when its answer came.
+		o.SampleFinished(model, ds.Name, rec)
 	}
 	return nil
 }
@@ -185,7 +204,7 @@ func (r *batchRun) put(ds *Dataset, s *dataset.Sample, rec *results.Record) erro
 // have been killed after submitting it) and submitted again only if it is
 // not there.
 func (r *batchRun) adopt(ctx context.Context) error {
-	recs, err := r.log.Batches(r.m.Name)
+	recs, err := r.log.Batches(r.name)
 	if err != nil {
 		return fmt.Errorf("reading the model's batches: %w", err)
 	}
@@ -413,7 +432,7 @@ func (r *batchRun) submitGroup(ctx context.Context, group []*batchItem, entries 
 	for i, it := range group {
 		idx[i] = it.s.Index
 	}
-	rec := results.BatchRecord{Model: m.Name, Dataset: group[0].ds.Name, Attempt: group[0].attempt, Indexes: idx,
+	rec := results.BatchRecord{Model: r.name, Dataset: group[0].ds.Name, Attempt: group[0].attempt, Indexes: idx,
 		Since: e.clock.Now(), State: results.BatchIntended}
 	rec.Key = batchKey(m.Fingerprint, rec)
 	if err := r.log.PutBatch(rec); err != nil {
@@ -593,6 +612,9 @@ func (r *batchRun) result(ctx context.Context, b *results.BatchRecord, it *batch
 		}
 		delete(r.items, itemKey(it.dsIndex, it.s.Index))
 		r.mu.Unlock()
+		if r.judging != nil {
+			return r.judgeFailed(it, fmt.Errorf("batch %s: %w (in %d batches)", b.ID, res.Err, it.attempt))
+		}
 		rec := &results.Record{ID: it.s.ID, Model: m.Name, Dataset: it.ds.Name, Scores: map[string]float64{}, Cost: m.cost(0),
 			Attempts: it.attempt, Batch: b.ID, ErrorKind: results.ErrorKindCall,
 			Error: e.redact(fmt.Sprintf("batch %s: %v (in %d batches)", b.ID, res.Err, it.attempt))}
@@ -608,6 +630,9 @@ func (r *batchRun) result(ctx context.Context, b *results.BatchRecord, it *batch
 	}
 	it.hold.Settle(charge)
 	it.hold = nil
+	if r.judging != nil {
+		return r.judged(ctx, it, resp, charge.Cost)
+	}
 	rec := &results.Record{ID: it.s.ID, Model: m.Name, Dataset: it.ds.Name, Scores: map[string]float64{},
 		Attempts: it.attempt + 1, LatencyMillis: turnaround.Milliseconds(), Batch: b.ID,
 		Output: e.redact(resp.Text), ToolCalls: e.redactToolCalls(resp.ToolCalls),
@@ -646,6 +671,21 @@ func (r *batchRun) callAtOnce(ctx context.Context, fail context.CancelCauseFunc)
 			break
 		}
 		sem <- struct{}{}
+		if r.judging != nil {
+			wg.Go(func() {
+				defer func() { <-sem }()
+				if err := r.judgeAtOnce(ctx, it); err != nil {
+					mu.Lock()
+					defer mu.Unlock()
+					if IsBudgetExceeded(err) {
+						e.exhaust(err)
+					} else if firstErr == nil {
+						firstErr = err
+					}
+				}
+			})
+			continue
+		}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			rec, err := e.evaluate(ctx, m, it.ds, &it.s, nil, &slot{of: 1})

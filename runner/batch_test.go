@@ -30,6 +30,8 @@ type fakeBatcher struct {
 	state                 map[string]string
 	calls                 int // synchronous calls
 	cancelled             []string
+	// answer, when set, answers a request's prompt (else it is echoed).
+	answer func(prompt string) string
 }
 
 type fakeBatch struct {
@@ -50,7 +52,14 @@ func (f *fakeBatcher) Complete(_ context.Context, req *provider.Request) (*provi
 	f.mu.Lock()
 	f.calls++
 	f.mu.Unlock()
-	return &provider.Response{Text: req.Prompt, Usage: provider.Usage{InputTokens: 10, OutputTokens: 2}}, nil
+	return &provider.Response{Text: f.reply(req.Prompt), Usage: provider.Usage{InputTokens: 10, OutputTokens: 2}}, nil
+}
+
+func (f *fakeBatcher) reply(prompt string) string {
+	if f.answer != nil {
+		return f.answer(prompt)
+	}
+	return prompt
 }
 
 func (f *fakeBatcher) BatchLimits() (int, int) { return 1000, 1 << 20 }
@@ -120,7 +129,7 @@ func (f *fakeBatcher) BatchResults(_ context.Context, id string, fn func(provide
 			out = append(out, provider.BatchResult{CustomID: cid, Err: &provider.HTTPError{StatusCode: 500, Message: "injected"}})
 			f.state[cid] = "failed"
 		default:
-			out = append(out, provider.BatchResult{CustomID: cid, Response: &provider.Response{Text: b.prompts[i], Usage: provider.Usage{InputTokens: 10, OutputTokens: 2}}})
+			out = append(out, provider.BatchResult{CustomID: cid, Response: &provider.Response{Text: f.reply(b.prompts[i]), Usage: provider.Usage{InputTokens: 10, OutputTokens: 2}}})
 			f.state[cid] = "ok"
 		}
 	}
@@ -182,6 +191,20 @@ func (s *batchSink) PutBatch(b results.BatchRecord) error {
 	}
 	s.batches = append(s.batches, b)
 	return nil
+}
+
+// Awaiting implements AwaitingLog.
+func (s *batchSink) Awaiting(model, dataset string) map[int]*results.Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[int]*results.Record{}
+	for k, r := range s.recs {
+		var i int
+		if _, err := fmt.Sscanf(strings.TrimPrefix(k, model+"/"+dataset+"/"), "%d", &i); err == nil && strings.HasPrefix(k, model+"/"+dataset+"/") && len(r.JudgePending) > 0 {
+			out[i] = r
+		}
+	}
+	return out
 }
 
 func batchPlan(t *testing.T, p provider.Provider, n int, cfg BatchConfig) *Plan {

@@ -72,6 +72,11 @@ type Sink = results.Log
 type scorer struct {
 	score.Scorer
 	judge score.JudgeFunc
+	// batchJudge is the judge model when it runs in batch mode: the scorer
+	// is left out when a sample is scored (its record awaits the verdict,
+	// Record.JudgePending) and scored by the judge's batches once the
+	// models have answered (judgeInBatches).
+	batchJudge *modelRun
 }
 
 // Engine runs a plan.
@@ -215,6 +220,7 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 	}
 	for _, s := range plan.Scorers {
 		var judge score.JudgeFunc
+		var batchJudge *modelRun
 		if s.JudgeModel != "" {
 			jm := e.models[s.JudgeModel]
 			if jm == nil {
@@ -222,6 +228,9 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 			}
 			judge = e.judgeFunc(jm)
 			e.judged = true
+			if jm.Batch != nil {
+				batchJudge = jm
+			}
 		}
 		sc := s.Built
 		if sc == nil {
@@ -230,7 +239,7 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 				return nil, fmt.Errorf("scorer %s: %w", s.Config.Name, err)
 			}
 		}
-		e.scorers = append(e.scorers, scorer{Scorer: sc, judge: judge})
+		e.scorers = append(e.scorers, scorer{Scorer: sc, judge: judge, batchJudge: batchJudge})
 	}
 	return e, nil
 }
@@ -373,6 +382,12 @@ func (e *Engine) Run(ctx context.Context, tasks []Task, sink Sink) error {
 		})
 	}
 	wg.Wait()
+	if len(errs) == 0 && !e.stopping(ctx) {
+		// Every answer is in: the judges in batch mode judge them.
+		if err := e.judgeInBatches(ctx, cancel, order, byModel, sink); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
 		errs = append(errs, cause)
 	}
@@ -747,7 +762,12 @@ func (e *Engine) score(ctx context.Context, rec *results.Record, s *dataset.Samp
 		}()
 		ctx = context.WithValue(ctx, judgeUsageKey{}, judged)
 	}
+	var waiting []string
 	for _, sc := range e.scorers {
+		if sc.batchJudge != nil {
+			waiting = append(waiting, sc.Name())
+			continue
+		}
 		in.Judge = sc.judge
 		v, err := sc.Score(ctx, in)
 		if err != nil {
@@ -763,6 +783,8 @@ func (e *Engine) score(ctx context.Context, rec *results.Record, s *dataset.Samp
 		}
 		rec.Scores[sc.Name()] = v
 	}
+	// Kept with its answer until the judges' batches give their verdicts.
+	rec.JudgePending = waiting
 	return rec, nil
 }
 

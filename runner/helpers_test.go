@@ -74,7 +74,7 @@ func (s *memSink) Put(model, dataset string, i int, rec *results.Record) error {
 		return s.failPut
 	}
 	k := sinkKey(model, dataset, i)
-	if s.recs[k] != nil {
+	if old := s.recs[k]; old != nil && len(old.JudgePending) == 0 {
 		return fmt.Errorf("sample %s stored twice", k)
 	}
 	s.recs[k] = rec

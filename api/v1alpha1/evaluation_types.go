@@ -15,7 +15,6 @@ import (
 // +kubebuilder:validation:XValidation:rule=`!has(self.budget) || self.models.all(m, !has(m.provider) || m.provider != 'agent' || (has(m.agent) && has(m.agent.endpoints) && size(m.agent.endpoints) > 0))`,message="spec.budget cannot bound an agent that calls its API itself: give every agent model agent.endpoints, so that its calls go through Proctor and are counted",fieldPath=".budget"
 // +kubebuilder:validation:XValidation:rule=`!has(self.budget) || !has(self.budget.maxCost) || self.models.all(m, has(m.pricing) || has(m.endpointRef))`,message="spec.budget.maxCost needs every model's pricing (a model with endpointRef may take it from its ModelEndpoint)",fieldPath=".budget"
 // +kubebuilder:validation:XValidation:rule=`!has(self.hooks) || self.models.all(m, !has(m.batch))`,message="hooks do not apply to a model with batch: its samples run in the provider's batch, not in slots",fieldPath=".hooks"
-// +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || self.models.all(m, !has(m.batch) || !self.scoring.exists(s, has(s.judge) && s.judge.model == m.name))`,message="judging in batches is not supported yet: remove batch from the judge model (the models it judges may keep theirs)",fieldPath=".models"
 type EvaluationSpec struct {
 	// datasets to evaluate every model on. Names must be unique.
 	// +kubebuilder:validation:MinItems=1
@@ -337,8 +336,9 @@ type Model struct {
 	Pricing *Pricing `json:"pricing,omitempty"`
 
 	// batch runs the model's samples through its provider's batch API
-	// (openai and anthropic; not for agents, nor yet for a judge: the
-	// answers of a model in batch mode are judged by calls).
+	// (openai and anthropic; not for agents). On a judge model it judges
+	// through the batch API too: each answer is kept, awaiting its verdict,
+	// and the judge's batches are submitted once the models have answered.
 	// +optional
 	Batch *BatchMode `json:"batch,omitempty"`
 }

@@ -77,7 +77,7 @@ func validateBudget(spec *EvaluationSpec, p *field.Path) field.ErrorList {
 	return errs
 }
 
-func validateBatch(m *Model, judges map[string]bool, p *field.Path) field.ErrorList {
+func validateBatch(m *Model, p *field.Path) field.ErrorList {
 	b := m.Batch
 	if b == nil {
 		return nil
@@ -85,9 +85,6 @@ func validateBatch(m *Model, judges map[string]bool, p *field.Path) field.ErrorL
 	var errs field.ErrorList
 	if m.Provider == ProviderAgent {
 		errs = append(errs, field.Forbidden(p, "agents call no batch API"))
-	}
-	if judges[m.Name] {
-		errs = append(errs, field.Forbidden(p, "judging in batches is not supported yet: remove batch from the judge model (the models it judges may keep theirs)"))
 	}
 	errs = append(errs, validateBound(b.MaxRequests, 1, 100000, p.Child("maxRequests"))...)
 	errs = append(errs, validateBound(b.MaxInFlight, 1, 100, p.Child("maxInFlight"))...)

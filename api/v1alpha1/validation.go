@@ -218,7 +218,7 @@ func validateModels(spec *EvaluationSpec, p *field.Path) field.ErrorList {
 			errs = append(errs, validateAgent(m.Agent, mp.Child("agent"))...)
 		}
 		errs = append(errs, validatePricing(m.Pricing, mp.Child("pricing"))...)
-		errs = append(errs, validateBatch(m, judges, mp.Child("batch"))...)
+		errs = append(errs, validateBatch(m, mp.Child("batch"))...)
 	}
 	if subjects == 0 {
 		errs = append(errs, field.Invalid(p, len(spec.Models), "every model is a judge: at least one model must be evaluated"))

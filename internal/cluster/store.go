@@ -45,6 +45,9 @@ const (
 	KeyPending = "pending.jsonl.gz"
 	KeyDone    = "done"
 	KeyRecords = "records.jsonl.gz"
+	// KeyAwaiting lists the samples whose records await a judge's batch
+	// (results.Record.JudgePending), as ranges like KeyDone.
+	KeyAwaiting = "awaiting"
 )
 
 // CacheSource is a ConfigMap of records a run may reuse answers from.
@@ -185,6 +188,9 @@ type Store struct {
 	// batches are the shard's batches (results.BatchLog), newest record of
 	// each key.
 	batches []results.BatchRecord
+	// awaiting are the records whose judging waits for a judge's batch, by
+	// sample position: done, until a later record replaces them.
+	awaiting map[int]*results.Record
 }
 
 var _ results.BatchLog = (*Store)(nil)
@@ -251,6 +257,9 @@ func OpenStore(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, ru
 	if err := s.load(&cm); err != nil {
 		return nil, fmt.Errorf("shard head %s: %w", s.head, err)
 	}
+	if err := s.loadAwaiting(ctx, cm.Data[KeyAwaiting]); err != nil {
+		return nil, fmt.Errorf("shard head %s: %w", s.head, err)
+	}
 	s.progress.State, s.progress.Pod, s.progress.Total = StateRunning, pod, shard.End-shard.Start
 	return s, nil
 }
@@ -311,6 +320,73 @@ func (s *Store) load(cm *corev1.ConfigMap) error {
 	return nil
 }
 
+// loadAwaiting finds again the records that awaited judging (the head's
+// KeyAwaiting) in the shard's chunks and pending records: the newest record
+// of each.
+func (s *Store) loadAwaiting(ctx context.Context, ranges string) error {
+	set := make([]bool, len(s.done))
+	if err := parseRanges(ranges, s.shard.Start, set); err != nil || ranges == "" {
+		return err
+	}
+	latest := map[int]json.RawMessage{}
+	keep := func(lines []results.Line) {
+		for _, l := range lines {
+			if i := l.Index - s.shard.Start; i >= 0 && i < len(set) && set[i] {
+				latest[l.Index] = l.Record
+			}
+		}
+	}
+	for k := range s.progress.Chunks {
+		var cm corev1.ConfigMap
+		if err := GetConfigMap(ctx, s.c, s.ev, ChunkName(s.head, k), &cm); err != nil {
+			return fmt.Errorf("reading chunk %d for the records awaiting judging: %w", k, err)
+		}
+		lines, err := ReadRecords(&cm)
+		if err != nil {
+			return err
+		}
+		keep(lines)
+	}
+	for _, b := range s.pending {
+		l, err := results.ParseLine(b)
+		if err != nil {
+			return fmt.Errorf("pending records: %w", err)
+		}
+		keep([]results.Line{l})
+	}
+	for i, raw := range latest {
+		var rec results.Record
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			return fmt.Errorf("the record of sample %d: %w", i, err)
+		}
+		if len(rec.JudgePending) > 0 {
+			s.await(i, &rec)
+		}
+	}
+	return nil
+}
+
+func (s *Store) await(index int, rec *results.Record) {
+	if s.awaiting == nil {
+		s.awaiting = map[int]*results.Record{}
+	}
+	c := *rec
+	s.awaiting[index] = &c
+}
+
+// Awaiting returns the records whose judging waits for a judge's batch, by
+// sample position.
+func (s *Store) Awaiting(_, _ string) map[int]*results.Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[int]*results.Record, len(s.awaiting))
+	for i, r := range s.awaiting {
+		c := *r
+		out[i] = &c
+	}
+	return out
+}
+
 // Done implements results.Log.
 func (s *Store) Done(_, _ string, index int) bool {
 	s.mu.Lock()
@@ -353,7 +429,8 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 		return err
 	}
 	dropped := false
-	if s.budget > 0 && s.progress.Stored+int64(len(line)) > s.budget && rec.Output != "" {
+	// A record awaiting its judge keeps its answer, which the judge is to see.
+	if s.budget > 0 && s.progress.Stored+int64(len(line)) > s.budget && rec.Output != "" && len(rec.JudgePending) == 0 {
 		rec.Output, rec.OutputTruncated, rec.OutputBytes = "", true, whole
 		dropped = true
 		if line, err = recordLine(index, rec); err != nil {
@@ -361,7 +438,15 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 		}
 	}
 	s.progress.Stored += int64(len(line))
-	if !s.done[i] {
+	spent := results.Spent(rec)
+	if prev := s.awaiting[index]; prev != nil {
+		// Judged: it replaces the record that awaited its verdicts, whose
+		// calls it carries again.
+		delete(s.awaiting, index)
+		s.count(prev, -1)
+		s.count(rec, 1)
+		spent = spent.Sub(results.Spent(prev))
+	} else if !s.done[i] {
 		s.done[i] = true
 		s.progress.Done++
 		switch {
@@ -370,21 +455,13 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 		case cut:
 			s.progress.Cut++
 		}
-		if rec.Error != "" {
-			s.progress.Errored++
-		} else {
-			if s.progress.Scores == nil {
-				s.progress.Scores = map[string]float64{}
-			}
-			for k, v := range rec.Scores {
-				s.progress.Scores[k] += v
-			}
-		}
-		s.progress.Tokens.Input += rec.InputTokens
-		s.progress.Tokens.Output += rec.OutputTokens
+		s.count(rec, 1)
+	}
+	if len(rec.JudgePending) > 0 {
+		s.await(index, rec)
 	}
 	// Every record was paid for, also one that replaces another.
-	s.progress.Spent = s.progress.Spent.Add(results.Spent(rec))
+	s.progress.Spent = s.progress.Spent.Add(spent)
 	s.pending = append(s.pending, line)
 	s.raw += len(line)
 	if s.raw >= FlushPendingRaw {
@@ -394,6 +471,23 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 		}
 	}
 	return nil
+}
+
+// count adds a done record's outcome to the progress (sign 1), or takes it
+// away (-1) when a later record replaces it.
+func (s *Store) count(rec *results.Record, sign int) {
+	if rec.Error != "" {
+		s.progress.Errored += sign
+	} else {
+		if s.progress.Scores == nil {
+			s.progress.Scores = map[string]float64{}
+		}
+		for k, v := range rec.Scores {
+			s.progress.Scores[k] += float64(sign) * v
+		}
+	}
+	s.progress.Tokens.Input += int64(sign) * rec.InputTokens
+	s.progress.Tokens.Output += int64(sign) * rec.OutputTokens
 }
 
 // recordLine is a record as the shard's ConfigMaps hold it: a record log line.
@@ -624,6 +718,13 @@ func (s *Store) writeHead(ctx context.Context, pendingGz []byte) error {
 			cm.Annotations[AnnotationBatches] = string(batches)
 		}
 		cm.Data = map[string]string{KeyDone: formatRanges(s.done, s.shard.Start)}
+		if len(s.awaiting) > 0 {
+			set := make([]bool, len(s.done))
+			for i := range s.awaiting {
+				set[i-s.shard.Start] = true
+			}
+			cm.Data[KeyAwaiting] = formatRanges(set, s.shard.Start)
+		}
 		cm.BinaryData = nil
 		if len(pendingGz) > 0 {
 			cm.BinaryData = map[string][]byte{KeyPending: pendingGz}

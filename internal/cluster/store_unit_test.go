@@ -695,3 +695,77 @@ func TestStoreKeepsBatches(t *testing.T) {
 		t.Errorf("another model's batches: %+v", other)
 	}
 }
+
+// TestStoreKeepsRecordsAwaitingJudging: records awaiting a judge's batch
+// are done, and found again by the shard's next pod (from its sealed chunks
+// too); the record that replaces one ends its wait and takes its place in
+// the progress, its calls counted once.
+func TestStoreKeepsRecordsAwaitingJudging(t *testing.T) {
+	ctx := context.Background()
+	c := newFakeClient(t)
+	ev := testEvaluation()
+	sh := Shard{Model: "small", Dataset: "d", Index: 0, Start: 10, End: 15}
+	controllerMakes(t, c, ev, "r1", sh, 3)
+	cost := func(d float64) *float64 { return &d }
+	awaiting := func(i int) *results.Record {
+		r := record(i, 1)
+		r.Cost, r.JudgePending = cost(0.001), []string{"graded"}
+		return r
+	}
+	judged := func(i int, verdict float64) *results.Record {
+		r := record(i, 1)
+		r.Cost, r.JudgeCost, r.JudgeInputTokens = cost(0.001), cost(0.0005), 7
+		r.Scores["graded"] = verdict
+		return r
+	}
+	s, err := OpenStore(ctx, c, ev, "r1", sh, "pod-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{10, 11, 12} {
+		if err := s.Put("small", "d", i, awaiting(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Put("small", "d", 10, judged(10, 1)); err != nil {
+		t.Fatal(err)
+	}
+	p := s.Progress()
+	if p.Done != 3 || p.Scores["exact_match"] != 3 || p.Scores["graded"] != 1 || fmt.Sprintf("%.6f", p.Spent.Cost.Dollars()) != "0.003500" {
+		t.Errorf("progress: done %d, scores %v, spent %v; want 3, exact_match 3 and graded 1, $0.0035", p.Done, p.Scores, p.Spent.Cost)
+	}
+	// Sealed into a chunk (as a full head's records are), then the pod goes.
+	s.mu.Lock()
+	_, err = s.seal(ctx)
+	s.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, chunks := listShardCMs(t, c); len(chunks) == 0 || len(indexes(t, chunks...)) == 0 {
+		t.Fatalf("nothing sealed")
+	}
+
+	s, err = OpenStore(ctx, c, ev, "r1", sh, "pod-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Awaiting("small", "d")
+	if len(got) != 2 || got[11] == nil || got[12] == nil || got[11].Output != "out" || !slices.Equal(got[12].JudgePending, []string{"graded"}) {
+		t.Fatalf("awaiting after a restart: %+v, want samples 11 and 12 with their answers", got)
+	}
+	if !s.Done("small", "d", 11) {
+		t.Error("a sample awaiting judging is not done")
+	}
+	errored := judged(11, 0)
+	errored.Scores, errored.Error = map[string]float64{}, "scorer graded: no verdict"
+	if err := s.Put("small", "d", 11, errored); err != nil {
+		t.Fatal(err)
+	}
+	p = s.Progress()
+	if len(s.Awaiting("small", "d")) != 1 || p.Done != 3 || p.Errored != 1 || p.Scores["exact_match"] != 2 || fmt.Sprintf("%.6f", p.Spent.Cost.Dollars()) != "0.004000" {
+		t.Errorf("after judging 11: awaiting %v, progress done %d errored %d scores %v spent %v", s.Awaiting("small", "d"), p.Done, p.Errored, p.Scores, p.Spent.Cost)
+	}
+}

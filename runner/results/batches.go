@@ -36,6 +36,20 @@ type BatchRecord struct {
 	State BatchState `json:"state"`
 }
 
+// JudgeBatchName is the model a judge's batches are logged under
+// (BatchRecord.Model): JUDGE/SCORER/MODEL, of names that hold no "/".
+func JudgeBatchName(judge, scorer, model string) string { return judge + "/" + scorer + "/" + model }
+
+// JudgeBatchOf reads a batch's logged model: the judge and scorer of a
+// judge's batch (ok), or a model's own.
+func JudgeBatchOf(logged string) (judge, scorer string, ok bool) {
+	parts := strings.Split(logged, "/")
+	if len(parts) != 3 {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
+}
+
 // BatchState is where a batch is, as the run knows it.
 type BatchState string
 
@@ -171,6 +185,12 @@ func (d *Dir) Batches(model string) ([]BatchRecord, error) {
 func (d *Dir) PutBatch(b BatchRecord) error {
 	line, err := json.Marshal(b)
 	if err != nil {
+		return err
+	}
+	// The records put before it are written first: a judge's batch holds
+	// verdicts on answers that must outlive a kill -9 (and a batch done
+	// names records that are there).
+	if err := d.sync(); err != nil {
 		return err
 	}
 	d.batchMu.Lock()

@@ -158,6 +158,15 @@ func (d *Dir) Answered(model, dataset string, index int) *Record {
 	return nil
 }
 
+// Awaiting returns a pair's records whose judging waits for a judge's batch,
+// by sample position.
+func (d *Dir) Awaiting(model, dataset string) map[int]*Record {
+	if j := d.journal(model, dataset); j != nil {
+		return j.Awaiting()
+	}
+	return nil
+}
+
 // Counts returns how many samples of a pair are done, and how many of those errored.
 func (d *Dir) Counts(model, dataset string) (done, errored int) {
 	if j := d.journal(model, dataset); j != nil {
@@ -185,6 +194,17 @@ func (d *Dir) Spent() spend.Totals {
 		t = t.Add(j.Spent())
 	}
 	return t
+}
+
+// sync writes what every journal holds pending.
+func (d *Dir) sync() error {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	var errs []error
+	for _, j := range d.journals {
+		errs = append(errs, j.Sync())
+	}
+	return errors.Join(errs...)
 }
 
 // Close flushes and closes every journal.

@@ -37,6 +37,8 @@ type Journal struct {
 	path string
 
 	f *os.File
+	// wmu orders the writes of the flusher, Sync and Close.
+	wmu sync.Mutex
 
 	mu sync.Mutex
 	// pending holds appended lines not yet written. The flusher swaps it for an
@@ -51,6 +53,9 @@ type Journal struct {
 	rescore map[int]*Record
 	// spent is what the records read at opening cost.
 	spent spend.Totals
+	// awaiting holds the records whose judging waits for a judge's batch
+	// (Record.JudgePending): done, until a later record replaces them.
+	awaiting map[int]*Record
 
 	kick     chan struct{}
 	flushed  chan struct{}
@@ -123,13 +128,30 @@ func (j *Journal) load(f *os.File, want header, retryErrors bool) (int64, error)
 		}
 		i, rec := l.Index, l.Record
 		var r spentFields
-		if json.Unmarshal(rec, &r) != nil {
+		if json.Unmarshal(rec, &r) != nil || i >= len(j.done) {
 			continue
+		}
+		if prev := j.awaiting[i]; prev != nil {
+			// It replaces a record that awaited judging, whose calls it
+			// carries again: not done until this one says.
+			j.spent = j.spent.Sub(Spent(prev))
+			delete(j.awaiting, i)
+			j.done[i] = false
+			j.nDone--
 		}
 		// Every record was paid for, also one run again since (an error
 		// retried, a scoring failure scored again).
 		j.spent = j.spent.Add(r.spent())
-		if i >= len(j.done) || j.done[i] {
+		if j.done[i] {
+			continue
+		}
+		if len(r.JudgePending) > 0 {
+			var full Record
+			if json.Unmarshal(rec, &full) == nil {
+				j.await(i, &full)
+				j.done[i] = true
+				j.nDone++
+			}
 			continue
 		}
 		failed := r.Error != ""
@@ -153,13 +175,14 @@ func (j *Journal) load(f *os.File, want header, retryErrors bool) (int64, error)
 
 // spentFields are what a stored record says of its outcome and its cost.
 type spentFields struct {
-	Error     string   `json:"error"`
-	In        int64    `json:"inputTokens"`
-	Out       int64    `json:"outputTokens"`
-	JudgeIn   int64    `json:"judgeInputTokens"`
-	JudgeOut  int64    `json:"judgeOutputTokens"`
-	Cost      *float64 `json:"cost"`
-	JudgeCost *float64 `json:"judgeCost"`
+	Error        string   `json:"error"`
+	JudgePending []string `json:"judgePending"`
+	In           int64    `json:"inputTokens"`
+	Out          int64    `json:"outputTokens"`
+	JudgeIn      int64    `json:"judgeInputTokens"`
+	JudgeOut     int64    `json:"judgeOutputTokens"`
+	Cost         *float64 `json:"cost"`
+	JudgeCost    *float64 `json:"judgeCost"`
 }
 
 func (r *spentFields) spent() spend.Totals {
@@ -201,6 +224,27 @@ func (j *Journal) Answered(i int) *Record {
 	return r
 }
 
+func (j *Journal) await(i int, rec *Record) {
+	if j.awaiting == nil {
+		j.awaiting = map[int]*Record{}
+	}
+	c := *rec
+	j.awaiting[i] = &c
+}
+
+// Awaiting returns the records whose judging waits for a judge's batch
+// (Record.JudgePending), by sample position.
+func (j *Journal) Awaiting() map[int]*Record {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make(map[int]*Record, len(j.awaiting))
+	for i, r := range j.awaiting {
+		c := *r
+		out[i] = &c
+	}
+	return out
+}
+
 // Done reports whether sample i already has a record.
 func (j *Journal) Done(i int) bool {
 	j.mu.Lock()
@@ -230,6 +274,16 @@ func (j *Journal) Append(i int, rec *Record) error {
 		return j.werr
 	}
 	j.pending = append(j.pending, buf...)
+	if prev := j.awaiting[i]; prev != nil {
+		// Judged: it replaces the record that awaited its verdicts.
+		delete(j.awaiting, i)
+		if rec.Error != "" {
+			j.nErrors++
+		}
+	}
+	if len(rec.JudgePending) > 0 {
+		j.await(i, rec)
+	}
 	if i < len(j.done) && !j.done[i] {
 		j.done[i] = true
 		j.nDone++
@@ -252,8 +306,19 @@ func (j *Journal) flusher() {
 	}
 }
 
+// Sync writes what is pending now, before it returns.
+func (j *Journal) Sync() error {
+	j.write(nil)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.werr
+}
+
 // write writes what is pending, returning the emptied buffer for reuse.
+// Writers take turns (wmu), so lines reach the file in the order appended.
 func (j *Journal) write(spare []byte) []byte {
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
 	j.mu.Lock()
 	buf := j.pending
 	j.pending = spare[:0]

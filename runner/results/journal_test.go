@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -262,4 +263,69 @@ func mustPut(t testing.TB, d *Dir, model, dataset string, i int, r *Record) {
 	if err := d.Put(model, dataset, i, r); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestJournalKeepsRecordsAwaitingJudging: a record awaiting a judge's batch
+// is done and found again when the journal is reopened; the record that
+// replaces it ends its wait, and its calls are not counted twice.
+func TestJournalKeepsRecordsAwaitingJudging(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	cost := func(d float64) *float64 { return &d }
+	awaiting := func(id string) *Record {
+		r := rec(id, 1, "")
+		r.Cost, r.JudgePending = cost(0.001), []string{"graded"}
+		return r
+	}
+	judged := func(id string, errMsg string) *Record {
+		r := rec(id, 1, errMsg)
+		r.Cost, r.JudgeCost = cost(0.001), cost(0.0005)
+		if errMsg == "" {
+			r.Scores["graded"] = 1
+		}
+		return r
+	}
+	j := openJ(t, path, 4, false)
+	for i := range 3 {
+		mustAppend(t, j, i, awaiting(fmt.Sprint(i)))
+	}
+	mustAppend(t, j, 0, judged("0", ""))
+	if done, errored := j.Counts(); done != 3 || errored != 0 {
+		t.Errorf("counts %d, %d; want 3 done (one judged, two awaiting)", done, errored)
+	}
+	j.Close()
+
+	j = openJ(t, path, 4, false)
+	if got := keysOf(j.Awaiting()); !cmp.Equal(got, []int{1, 2}) || !j.Done(1) || j.Done(3) {
+		t.Errorf("awaiting %v, Done(1) %v, Done(3) %v; want 1 and 2 awaiting, and done", got, j.Done(1), j.Done(3))
+	}
+	if r := j.Awaiting()[1]; r.Output != "out-1" || !cmp.Equal(r.JudgePending, []string{"graded"}) {
+		t.Errorf("awaiting record %+v", r)
+	}
+	// Three answers and one judging: each paid once.
+	if got := j.Spent().Cost.Dollars(); fmt.Sprintf("%.6f", got) != "0.003500" {
+		t.Errorf("spent %.6f, want 0.003500", got)
+	}
+	mustAppend(t, j, 1, judged("1", "scorer graded: no verdict"))
+	if done, errored := j.Counts(); done != 3 || errored != 1 {
+		t.Errorf("counts %d, %d; want 3 done, 1 errored", done, errored)
+	}
+	if got := keysOf(j.Awaiting()); !cmp.Equal(got, []int{2}) {
+		t.Errorf("awaiting %v, want [2]", got)
+	}
+	j.Close()
+
+	j = openJ(t, path, 4, false)
+	defer j.Close()
+	if done, errored := j.Counts(); done != 3 || errored != 1 || fmt.Sprintf("%.6f", j.Spent().Cost.Dollars()) != "0.004000" {
+		t.Errorf("reopened: counts %d, %d, spent %.6f; want 3, 1 and 0.004000", done, errored, j.Spent().Cost.Dollars())
+	}
+}
+
+func keysOf(m map[int]*Record) []int {
+	var out []int
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -62,6 +62,10 @@ type Record struct {
 	// Batch is the provider's id of the batch that answered it, when its
 	// model runs in batch mode.
 	Batch string `json:"batch,omitempty"`
+	// JudgePending names the judge scorers whose verdicts a judge in batch
+	// mode has yet to give: the answer is kept (this record), and a later
+	// record of the sample, with their scores, replaces it.
+	JudgePending []string `json:"judgePending,omitempty"`
 	// CacheKey is the answering request's cache key, when the cache is on. It is
 	// not part of results.jsonl; a cluster keeps it beside the record, so a later
 	// run can reuse the answer.

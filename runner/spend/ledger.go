@@ -17,6 +17,11 @@ func (t Totals) Add(u Totals) Totals {
 	return Totals{Cost: t.Cost + u.Cost, Tokens: t.Tokens + u.Tokens}
 }
 
+// Sub returns t minus u.
+func (t Totals) Sub(u Totals) Totals {
+	return Totals{Cost: t.Cost - u.Cost, Tokens: t.Tokens - u.Tokens}
+}
+
 // Limit is a budget: 0 leaves a dimension unbounded.
 type Limit struct {
 	Cost   Amount `json:"cost,omitempty"`

@@ -143,3 +143,57 @@ func TestBatchModeInShards(t *testing.T) {
 		t.Errorf("status.spend %+v, the server's batch bill (half price) %.6f", done.Status.Spend, bill)
 	}
 }
+
+// TestJudgeInBatchesInShards: a judge in batch mode judges the answers of 2
+// shards; one shard's pod is deleted while its judge batches are in flight,
+// and its next pod takes them up with the answers it kept: the model is
+// called once per sample, no judge request is submitted twice, and every
+// record has its verdict.
+func TestJudgeInBatchesInShards(t *testing.T) {
+	ns := newNamespace(t)
+	model, modelURL := fakeLLM(t, fakellm.Config{WrongRate: 0.3, Seed: 3})
+	judge, judgeURL := fakeLLM(t, fakellm.Config{BatchDelay: 1500 * time.Millisecond})
+	startManager(t, ns)
+	k := startKubelet(t, ns)
+	const n = 100
+	ev := testutil.MakeEvaluation("judged", ns).InlineDataset("d", n).OpenAIModel("m", modelURL).
+		OpenAIModel("grader", judgeURL).Pricing("2", "8").ShardSize(n / 2).Parallelism(2).Obj()
+	ev.Spec.Models[1].Batch = &v1alpha1.BatchMode{MaxRequests: ptr.To[int32](20), PollInterval: &metav1.Duration{Duration: 100 * time.Millisecond}}
+	ev.Spec.Scoring = []v1alpha1.Scorer{{Type: v1alpha1.ScorerJudge, Judge: &v1alpha1.Judge{Model: "grader"}}}
+	create(t, ev)
+	eventually(t, 30*time.Second, "the judge batches to be submitted", func() (bool, string) {
+		st := judge.Stats()
+		return st.BatchRequests >= n, fmt.Sprintf("%+v", st)
+	})
+	if !k.kill("m", 1) {
+		t.Fatal("shard m/1 was not running")
+	}
+	done := waitPhase(t, ns, "judged", v1alpha1.PhaseSucceeded, 90*time.Second)
+	recs := checkRecords(t, ns, "judged", []string{"m"}, sampleIDs("d", n))
+	if got := model.Stats().Requests; got != n {
+		t.Errorf("the model was called %d times for %d samples", got, n)
+	}
+	st := judge.Stats()
+	if st.DuplicateBatchRequests != 0 || st.BatchRequests != n || st.Requests != 0 {
+		t.Errorf("the judge's server saw %d batch requests (%d twice) and %d calls", st.BatchRequests, st.DuplicateBatchRequests, st.Requests)
+	}
+	if k.attempts("m", 1) < 2 {
+		t.Errorf("shard m/1 ran %d pods, want a second one after the deletion", k.attempts("m", 1))
+	}
+	wrong := 0
+	for _, r := range recs {
+		v, ok := r.Scores["judge"]
+		if !ok || len(r.JudgePending) != 0 || r.Error != "" || r.JudgeCost == nil {
+			t.Fatalf("record %s: %+v", r.ID, r)
+		}
+		if v == 0 {
+			wrong++
+		}
+	}
+	if wrong == 0 || wrong == n {
+		t.Errorf("%d of %d answers judged wrong; the model answers 30%% wrongly", wrong, n)
+	}
+	if len(done.Status.Results) != 1 || done.Status.Results[0].Completed != n {
+		t.Errorf("status.results %+v", done.Status.Results)
+	}
+}
