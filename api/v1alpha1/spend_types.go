@@ -304,8 +304,8 @@ type BatchRef struct {
 	// requests counts its samples.
 	// +required
 	Requests int32 `json:"requests"`
-	// judge, for a judge's batch, is JUDGE/SCORER: the judge model and the
-	// scorer whose verdicts it holds on the shard's answers.
+	// judge names, for a judge's batch, the judge model and the scorer whose
+	// verdicts it holds on the shard's answers (JUDGE/SCORER).
 	// +optional
 	Judge string `json:"judge,omitempty"`
 }
