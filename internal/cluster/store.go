@@ -439,15 +439,24 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 	}
 	s.progress.Stored += int64(len(line))
 	spent := results.Spent(rec)
-	if prev := s.awaiting[index]; prev != nil {
+	first := !s.done[i]
+	s.done[i] = true
+	prev := s.awaiting[index]
+	if prev != nil {
 		// Judged: it replaces the record that awaited its verdicts, whose
 		// calls it carries again.
 		delete(s.awaiting, index)
-		s.count(prev, -1)
-		s.count(rec, 1)
 		spent = spent.Sub(results.Spent(prev))
-	} else if !s.done[i] {
-		s.done[i] = true
+		s.progress.Tokens.Input -= prev.InputTokens
+		s.progress.Tokens.Output -= prev.OutputTokens
+	}
+	switch {
+	case len(rec.JudgePending) > 0:
+		// Answered and paid for, not finished: kept until its verdicts come.
+		s.await(index, rec)
+		s.progress.Tokens.Input += rec.InputTokens
+		s.progress.Tokens.Output += rec.OutputTokens
+	case first || prev != nil:
 		s.progress.Done++
 		switch {
 		case dropped:
@@ -455,10 +464,7 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 		case cut:
 			s.progress.Cut++
 		}
-		s.count(rec, 1)
-	}
-	if len(rec.JudgePending) > 0 {
-		s.await(index, rec)
+		s.count(rec)
 	}
 	// Every record was paid for, also one that replaces another.
 	s.progress.Spent = s.progress.Spent.Add(spent)
@@ -473,21 +479,20 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 	return nil
 }
 
-// count adds a done record's outcome to the progress (sign 1), or takes it
-// away (-1) when a later record replaces it.
-func (s *Store) count(rec *results.Record, sign int) {
+// count adds a finished record's outcome to the progress.
+func (s *Store) count(rec *results.Record) {
 	if rec.Error != "" {
-		s.progress.Errored += sign
+		s.progress.Errored++
 	} else {
 		if s.progress.Scores == nil {
 			s.progress.Scores = map[string]float64{}
 		}
 		for k, v := range rec.Scores {
-			s.progress.Scores[k] += float64(sign) * v
+			s.progress.Scores[k] += v
 		}
 	}
-	s.progress.Tokens.Input += int64(sign) * rec.InputTokens
-	s.progress.Tokens.Output += int64(sign) * rec.OutputTokens
+	s.progress.Tokens.Input += rec.InputTokens
+	s.progress.Tokens.Output += rec.OutputTokens
 }
 
 // recordLine is a record as the shard's ConfigMaps hold it: a record log line.

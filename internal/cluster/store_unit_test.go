@@ -730,9 +730,10 @@ func TestStoreKeepsRecordsAwaitingJudging(t *testing.T) {
 	if err := s.Put("small", "d", 10, judged(10, 1)); err != nil {
 		t.Fatal(err)
 	}
+	// Finished once judged; answered and paid for already.
 	p := s.Progress()
-	if p.Done != 3 || p.Scores["exact_match"] != 3 || p.Scores["graded"] != 1 || fmt.Sprintf("%.6f", p.Spent.Cost.Dollars()) != "0.003500" {
-		t.Errorf("progress: done %d, scores %v, spent %v; want 3, exact_match 3 and graded 1, $0.0035", p.Done, p.Scores, p.Spent.Cost)
+	if p.Done != 1 || p.Scores["exact_match"] != 1 || p.Scores["graded"] != 1 || p.Tokens.Input != 9 || fmt.Sprintf("%.6f", p.Spent.Cost.Dollars()) != "0.003500" {
+		t.Errorf("progress: done %d, scores %v, %d input tokens, spent %v; want 1 done, exact_match 1 and graded 1, 9 tokens, $0.0035", p.Done, p.Scores, p.Tokens.Input, p.Spent.Cost)
 	}
 	// Sealed into a chunk (as a full head's records are), then the pod goes.
 	s.mu.Lock()
@@ -765,7 +766,7 @@ func TestStoreKeepsRecordsAwaitingJudging(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = s.Progress()
-	if len(s.Awaiting("small", "d")) != 1 || p.Done != 3 || p.Errored != 1 || p.Scores["exact_match"] != 2 || fmt.Sprintf("%.6f", p.Spent.Cost.Dollars()) != "0.004000" {
+	if len(s.Awaiting("small", "d")) != 1 || p.Done != 2 || p.Errored != 1 || p.Scores["exact_match"] != 1 || p.Tokens.Input != 9 || fmt.Sprintf("%.6f", p.Spent.Cost.Dollars()) != "0.004000" {
 		t.Errorf("after judging 11: awaiting %v, progress done %d errored %d scores %v spent %v", s.Awaiting("small", "d"), p.Done, p.Errored, p.Scores, p.Spent.Cost)
 	}
 }

@@ -329,3 +329,21 @@ func keysOf(m map[int]*Record) []int {
 	slices.Sort(out)
 	return out
 }
+
+// TestAggregateOfRecordsAwaitingJudging: a record still awaiting its
+// verdicts (a run stopped while its judge's batches were out) counts its
+// tokens and cost, but is not finished: no completion, no metrics.
+func TestAggregateOfRecordsAwaitingJudging(t *testing.T) {
+	cost := 0.002
+	agg := NewAggregate("m", "d", 3, []string{"acc", "graded"})
+	judged := rec("0", 1, "")
+	judged.Scores["graded"], judged.Cost = 1, &cost
+	awaiting := rec("1", 1, "")
+	awaiting.JudgePending, awaiting.Cost = []string{"graded"}, &cost
+	agg.Add(judged)
+	agg.Add(awaiting)
+	s := agg.Summary()
+	if s.Completed != 1 || s.Metrics["graded"] != 1 || s.Metrics["acc"] != 1 || s.Tokens.Input != 6 || s.Cost.Model == nil || *s.Cost.Model != 0.004 {
+		t.Errorf("summary %+v: want 1 completed, its metrics, and both records' tokens and cost", s)
+	}
+}

@@ -186,7 +186,11 @@ func NewAggregate(model, dataset string, total int64, metrics []string) *Aggrega
 
 // Add counts one record.
 func (a *Aggregate) Add(r *Record) {
-	a.s.Completed++
+	// A record awaiting its verdicts (a run stopped while its judge's
+	// batches were out) was paid for, but is not finished.
+	if len(r.JudgePending) == 0 {
+		a.s.Completed++
+	}
 	a.s.Tokens.Input += r.InputTokens
 	a.s.Tokens.Output += r.OutputTokens
 	a.s.Tokens.JudgeInput += r.JudgeInputTokens
@@ -206,6 +210,9 @@ func (a *Aggregate) Add(r *Record) {
 	}
 	if r.Error != "" {
 		a.s.Errored++
+		return
+	}
+	if len(r.JudgePending) > 0 {
 		return
 	}
 	for i, m := range a.metrics {

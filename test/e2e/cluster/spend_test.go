@@ -184,3 +184,90 @@ func TestBatchModeInACluster(t *testing.T) {
 		t.Errorf("kubectl get evaluations:\n%s", out)
 	}
 }
+
+// TestJudgeInBatchesInACluster: a judge in batch mode judges the answers of
+// 2 shards; a runner pod is force-deleted while the judge's batches are in
+// flight (status.batches names the judge). The model is called once per
+// sample, no judge request is submitted twice, and every record has its
+// verdict.
+func TestJudgeInBatchesInACluster(t *testing.T) {
+	ns := namespace(t, "e2e-judge-batch")
+	const n = 120
+	fakeServers(t, ns, "judged", []string{"-wrong-rate=0.25", "-seed=4"}, []string{"-batch-delay=8s"})
+	applyYAML(t, ns, fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: judged}
+spec:
+  datasets:
+  - name: add
+    source:
+      inline:
+%s  models:
+  - name: gpt
+    provider: openai
+    model: fake-model
+    baseURL: http://judged.%[2]s.svc:8081/v1
+    apiKey: {env: API_KEY, secretKeyRef: {name: openai, key: api-key}}
+    parameters: {maxTokens: 16}
+  - name: grader
+    provider: openai
+    model: fake-judge
+    baseURL: http://judged.%[2]s.svc:8082/v1
+    apiKey: {env: API_KEY, secretKeyRef: {name: openai, key: api-key}}
+    parameters: {maxTokens: 16}
+    pricing: {inputPerMillion: 300, outputPerMillion: 1200}
+    batch: {maxRequests: 30, maxInFlight: 2, pollInterval: 1s}
+  prompt: {system: "Answer with a number only."}
+  scoring: [{type: judge, judge: {model: grader}}]
+  concurrency: 4
+  shardSize: %[3]d
+  parallelism: 2
+`, additions(n), ns, n/2))
+	start := time.Now()
+	var judgeOf string
+	eventually(t, 3*time.Minute, 500*time.Millisecond, "the judge's batches in flight in both shards", func() error {
+		b := getEvaluation(t, ns, "judged").Status.Batches
+		if b == nil || len(b.InFlight) < 4 {
+			return fmt.Errorf("%w: %+v", errNotYet, b)
+		}
+		judgeOf = b.InFlight[0].Judge
+		return nil
+	})
+	if judgeOf != "grader/judge" {
+		t.Errorf("status.batches.inFlight[0].judge = %q, want grader/judge", judgeOf)
+	}
+	pods := strings.Fields(mustKubectl(t, "get", "pods", "-n", ns, "-l", "proctor.dev/component=runner",
+		"--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}"))
+	if len(pods) == 0 {
+		t.Fatal("no runner pod is running")
+	}
+	mustKubectl(t, "delete", "pod", "-n", ns, pods[0], "--grace-period=0", "--force", "--wait=false")
+	t.Logf("Killed runner pod %s with the judge's batches in flight", pods[0])
+
+	if got := watchColumns(t, ns, 6*time.Minute, "judged")["judged"]; got[0] != "Succeeded" || got[1] != fmt.Sprintf("%d/%d", n, n) {
+		t.Fatalf("PHASE PROGRESS SCORE = %v", got)
+	}
+	record("120 answers judged in batches of 30 (8 s each), a runner pod killed", time.Since(start))
+	if s := stats(t, ns, "judged", 8081); s["requests"] != n {
+		t.Errorf("the model was called %v times for %d samples", s["requests"], n)
+	}
+	s := stats(t, ns, "judged", 8082)
+	if s["duplicateBatchRequests"] != 0 || s["batchRequests"] != n || s["requests"] != 0 {
+		t.Errorf("the judge's server saw %v batch requests (%v submitted twice) and %v calls", s["batchRequests"], s["duplicateBatchRequests"], s["requests"])
+	}
+	recs, _ := fetchRecords(t, ns, "judged")
+	exactlyOnce(t, recs, n)
+	wrong := 0
+	for _, r := range recs {
+		v, ok := r.Scores["judge"]
+		if !ok || r.Error != "" || len(r.JudgePending) != 0 || r.JudgeCost == nil {
+			t.Fatalf("record %s: %+v", r.ID, r)
+		}
+		if v == 0 {
+			wrong++
+		}
+	}
+	if wrong == 0 || wrong == n {
+		t.Errorf("%d of %d answers judged wrong; the model answers 25%% wrongly", wrong, n)
+	}
+}
