@@ -134,53 +134,55 @@ func (r *batchRun) collect(tasks []Task) error {
 	for _, t := range tasks {
 		ds := e.plan.Dataset(t.Dataset)
 		dsIndex := slices.Index(e.plan.Datasets, ds)
-		rd, closer, err := ds.Open()
-		if err != nil {
-			return fmt.Errorf("dataset %s: %w", ds.Name, err)
-		}
-		err = func() error {
-			defer closer.Close()
-			if t.Start > 0 {
-				if err := skip(rd, t.Start); err != nil {
-					return err
-				}
+		err := eachSample(ds, t.Start, t.End, func(s dataset.Sample) error {
+			if r.sink.Done(m.Name, ds.Name, s.Index) {
+				return nil
 			}
-			for {
-				s, err := rd.Next()
-				if errors.Is(err, io.EOF) || (err == nil && s.Index >= t.End) {
-					return nil
-				}
-				if err != nil {
-					return err
-				}
-				if r.sink.Done(m.Name, ds.Name, s.Index) {
-					continue
-				}
-				rec := &results.Record{ID: s.ID, Model: m.Name, Dataset: ds.Name, Scores: map[string]float64{}, Cost: m.cost(0)}
-				if s.Err != nil {
-					rec.Error, rec.ErrorKind = e.redact(s.Err.Error()), results.ErrorKindData
-					if err := r.put(ds, &s, rec); err != nil {
-						return err
-					}
-					continue
-				}
-				req, err := e.plan.Prompt.Request(&s)
-				if err != nil {
-					rec.Error, rec.ErrorKind = e.redact(fmt.Sprintf("rendering the prompt: %v", err)), results.ErrorKindPrompt
-					if err := r.put(ds, &s, rec); err != nil {
-						return err
-					}
-					continue
-				}
-				req.Model, req.Dataset = m.Name, ds.Name
-				r.items[itemKey(dsIndex, s.Index)] = &batchItem{ds: ds, dsIndex: dsIndex, s: s, req: req}
+			rec := &results.Record{ID: s.ID, Model: m.Name, Dataset: ds.Name, Scores: map[string]float64{}, Cost: m.cost(0)}
+			if s.Err != nil {
+				rec.Error, rec.ErrorKind = e.redact(s.Err.Error()), results.ErrorKindData
+				return r.put(ds, &s, rec)
 			}
-		}()
+			req, err := e.plan.Prompt.Request(&s)
+			if err != nil {
+				rec.Error, rec.ErrorKind = e.redact(fmt.Sprintf("rendering the prompt: %v", err)), results.ErrorKindPrompt
+				return r.put(ds, &s, rec)
+			}
+			req.Model, req.Dataset = m.Name, ds.Name
+			r.items[itemKey(dsIndex, s.Index)] = &batchItem{ds: ds, dsIndex: dsIndex, s: s, req: req}
+			return nil
+		})
 		if err != nil {
 			return fmt.Errorf("dataset %s: %w", ds.Name, err)
 		}
 	}
 	return nil
+}
+
+// eachSample calls fn with the samples of ds from start to end (exclusive).
+func eachSample(ds *Dataset, start, end int, fn func(dataset.Sample) error) error {
+	rd, closer, err := ds.Open()
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	if start > 0 {
+		if err := skip(rd, start); err != nil {
+			return err
+		}
+	}
+	for {
+		s, err := rd.Next()
+		if errors.Is(err, io.EOF) || (err == nil && s.Index >= end) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(s); err != nil {
+			return err
+		}
+	}
 }
 
 // put stores a finished record (for a judge's batch, the judged model's).

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 
+	"github.com/proctor-dev/proctor/runner/dataset"
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/score"
@@ -98,61 +98,37 @@ func (r *batchRun) collectAwaiting(ctx context.Context, tasks []Task, aw Awaitin
 			continue
 		}
 		dsIndex := r.datasetIndex(ds.Name)
-		rd, closer, err := ds.Open()
-		if err != nil {
-			return fmt.Errorf("dataset %s: %w", ds.Name, err)
-		}
-		err = func() error {
-			defer closer.Close()
-			if t.Start > 0 {
-				if err := skip(rd, t.Start); err != nil {
-					return err
-				}
+		last := slices.Max(slices.Collect(maps.Keys(waiting)))
+		err := eachSample(ds, t.Start, last+1, func(s dataset.Sample) error {
+			rec := waiting[s.Index]
+			if rec == nil {
+				return nil
 			}
-			last := slices.Max(slices.Collect(maps.Keys(waiting)))
-			for {
-				s, err := rd.Next()
-				if errors.Is(err, io.EOF) || (err == nil && s.Index > last) {
-					return nil
-				}
-				if err != nil {
-					return err
-				}
-				rec := waiting[s.Index]
-				if rec == nil {
-					continue
-				}
-				it := &batchItem{ds: ds, dsIndex: dsIndex, s: s, pending: rec}
-				req, err := e.plan.Prompt.Request(&s)
-				if err != nil {
-					// The data changed under the run: the answer cannot be judged.
-					if err := r.judgeFailed(it, fmt.Errorf("rendering the prompt: %w", err)); err != nil {
-						return err
-					}
-					continue
-				}
-				it.in = score.Input{
-					Output: rec.Output, ToolCalls: rec.ToolCalls,
-					Expected: s.Expected, HasExpected: s.HasExpected,
-					Prompt: req.Prompt, Input: s.Input, Sample: s.Fields,
-				}
-				var prompt string
-				in := it.in
-				in.Judge = func(_ context.Context, p string) (string, error) {
-					prompt = p
-					return "", errPromptTaken
-				}
-				if _, err := j.sc.Score(ctx, in); prompt == "" {
-					// The scorer failed before asking its judge.
-					if err := r.judgeFailed(it, err); err != nil {
-						return err
-					}
-					continue
-				}
-				it.req = &provider.Request{Prompt: prompt, Messages: []provider.Message{{Role: provider.RoleUser, Content: prompt}}}
-				r.items[itemKey(dsIndex, s.Index)] = it
+			it := &batchItem{ds: ds, dsIndex: dsIndex, s: s, pending: rec}
+			req, err := e.plan.Prompt.Request(&s)
+			if err != nil {
+				// The data changed under the run: the answer cannot be judged.
+				return r.judgeFailed(it, fmt.Errorf("rendering the prompt: %w", err))
 			}
-		}()
+			it.in = score.Input{
+				Output: rec.Output, ToolCalls: rec.ToolCalls,
+				Expected: s.Expected, HasExpected: s.HasExpected,
+				Prompt: req.Prompt, Input: s.Input, Sample: s.Fields,
+			}
+			var prompt string
+			in := it.in
+			in.Judge = func(_ context.Context, p string) (string, error) {
+				prompt = p
+				return "", errPromptTaken
+			}
+			if _, err := j.sc.Score(ctx, in); prompt == "" {
+				// The scorer failed before asking its judge.
+				return r.judgeFailed(it, err)
+			}
+			it.req = &provider.Request{Prompt: prompt, Messages: []provider.Message{{Role: provider.RoleUser, Content: prompt}}}
+			r.items[itemKey(dsIndex, s.Index)] = it
+			return nil
+		})
 		if err != nil {
 			return fmt.Errorf("dataset %s: %w", ds.Name, err)
 		}
