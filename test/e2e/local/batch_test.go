@@ -38,16 +38,7 @@ func TestBatchModeSurvivesKills(t *testing.T) {
 	w := newWorkspace(t)
 	w.write("qs.jsonl", data)
 	w.writeEval("batched", batchEval(srv.OpenAIURL(), "    batch: {maxRequests: 70, maxInFlight: 2, pollInterval: 100ms}\n"))
-	for kill := 1; kill <= 2; kill++ {
-		before := srv.Stats().Batches
-		p := w.start(w.runArgs()...)
-		waitFor(t, 20*time.Second, "a batch submitted", func() bool { return srv.Stats().Batches > before })
-		time.Sleep(time.Duration(kill) * 200 * time.Millisecond)
-		p.signal(syscall.SIGKILL)
-		if r := p.wait(); r.Code != 128+9 {
-			t.Fatalf("kill %d: %s", kill, r)
-		}
-	}
+	killTwiceMidBatch(t, w, srv)
 	final := w.run()
 	if final.Code != 0 {
 		t.Fatalf("the last run:\n%s", final)
@@ -69,6 +60,22 @@ func TestBatchModeSurvivesKills(t *testing.T) {
 	}
 	if half, got := *syncSum.Cost["model"]/2, *sum.Cost["model"]; math.Abs(got-half) > 1e-12 {
 		t.Errorf("batch mode cost $%.9f, half of the calls' $%.9f is $%.9f", got, *syncSum.Cost["model"], half)
+	}
+}
+
+// killTwiceMidBatch kills proctor run with -9 twice, each time a little
+// after it submitted a batch to srv.
+func killTwiceMidBatch(t *testing.T, w *workspace, srv *fake) {
+	t.Helper()
+	for kill := 1; kill <= 2; kill++ {
+		before := srv.Stats().Batches
+		p := w.start(w.runArgs()...)
+		waitFor(t, 20*time.Second, "a batch submitted", func() bool { return srv.Stats().Batches > before })
+		time.Sleep(time.Duration(kill) * 200 * time.Millisecond)
+		p.signal(syscall.SIGKILL)
+		if r := p.wait(); r.Code != 128+9 {
+			t.Fatalf("kill %d: %s", kill, r)
+		}
 	}
 }
 

@@ -3,7 +3,6 @@ package local_test
 import (
 	"fmt"
 	"math"
-	"syscall"
 	"testing"
 	"time"
 
@@ -58,16 +57,7 @@ func TestJudgeInBatchesSurvivesKills(t *testing.T) {
 	w := newWorkspace(t)
 	w.write("qs.jsonl", data)
 	w.writeEval("batched", judgedEval(model.OpenAIURL(), judge.OpenAIURL(), "    batch: {maxRequests: 50, maxInFlight: 2, pollInterval: 100ms}\n"))
-	for kill := 1; kill <= 2; kill++ {
-		before := judge.Stats().Batches
-		p := w.start(w.runArgs()...)
-		waitFor(t, 20*time.Second, "a judge batch submitted", func() bool { return judge.Stats().Batches > before })
-		time.Sleep(time.Duration(kill) * 200 * time.Millisecond)
-		p.signal(syscall.SIGKILL)
-		if r := p.wait(); r.Code != 128+9 {
-			t.Fatalf("kill %d: %s", kill, r)
-		}
-	}
+	killTwiceMidBatch(t, w, judge)
 	final := w.run()
 	if final.Code != 0 {
 		t.Fatalf("the last run:\n%s", final)
