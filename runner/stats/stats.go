@@ -1,0 +1,84 @@
+// Package stats holds the statistics of a run's metrics: confidence
+// intervals computed in one bounded-memory pass (Wilson's for binary
+// scores, Student's t for continuous ones), and McNemar's exact test for
+// two runs' paired binary scores. Quantiles come from gonum's distributions.
+package stats
+
+import (
+	"math"
+
+	"gonum.org/v1/gonum/stat/distuv"
+)
+
+// Interval is a confidence interval.
+type Interval struct {
+	Lo, Hi float64
+}
+
+// Wilson is the Wilson score interval of k successes in n trials at
+// confidence conf (0.95 for 95%): unlike the normal approximation it stays
+// within [0, 1] and is not degenerate at 0 or n successes.
+func Wilson(k, n int64, conf float64) Interval {
+	if n <= 0 {
+		return Interval{0, 1}
+	}
+	z := distuv.UnitNormal.Quantile(1 - (1-conf)/2)
+	nf := float64(n)
+	p := float64(k) / nf
+	z2 := z * z
+	center := (p + z2/(2*nf)) / (1 + z2/nf)
+	half := z / (1 + z2/nf) * math.Sqrt(p*(1-p)/nf+z2/(4*nf*nf))
+	return Interval{Lo: max(0, center-half), Hi: min(1, center+half)}
+}
+
+// Moments accumulates a sample's count, mean and sum of squared deviations
+// (Welford's method: numerically stable, one pass, constant memory).
+type Moments struct {
+	N    int64
+	Mean float64
+	M2   float64
+}
+
+// Add adds an observation.
+func (m *Moments) Add(x float64) {
+	m.N++
+	d := x - m.Mean
+	m.Mean += d / float64(m.N)
+	m.M2 += d * (x - m.Mean)
+}
+
+// Variance is the sample variance (n-1 in the denominator); 0 below two
+// observations.
+func (m *Moments) Variance() float64 {
+	if m.N < 2 {
+		return 0
+	}
+	return m.M2 / float64(m.N-1)
+}
+
+// MeanInterval is Student's t interval of the mean at confidence conf. With
+// fewer than two observations nothing is known of the spread: the interval
+// is the mean alone.
+func (m *Moments) MeanInterval(conf float64) Interval {
+	if m.N < 2 {
+		return Interval{m.Mean, m.Mean}
+	}
+	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(m.N - 1)}.Quantile(1 - (1-conf)/2)
+	half := t * math.Sqrt(m.Variance()/float64(m.N))
+	return Interval{Lo: m.Mean - half, Hi: m.Mean + half}
+}
+
+// McNemar is the exact two-sided p-value of McNemar's test on paired binary
+// scores: b pairs passed by the first run only, c by the second only. Under
+// the null hypothesis (no difference) each discordant pair is either way
+// with probability 1/2: the p-value is twice the binomial tail of the rarer
+// side, at most 1.
+func McNemar(b, c int64) float64 {
+	n := b + c
+	if n == 0 {
+		return 1
+	}
+	k := float64(min(b, c))
+	tail := distuv.Binomial{N: float64(n), P: 0.5}.CDF(k)
+	return min(1, 2*tail)
+}
