@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -87,6 +88,10 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		}
 		for k, v := range s.Metrics {
 			mr.Metrics[k] = fmt.Sprintf("%.4f", v)
+		}
+		for _, k := range slices.Sorted(maps.Keys(s.Intervals)) {
+			iv := s.Intervals[k]
+			mr.Intervals = append(mr.Intervals, v1alpha1.MetricInterval{Metric: k, Lo: fmt.Sprintf("%.4f", iv.Lo), Hi: fmt.Sprintf("%.4f", iv.Hi)})
 		}
 		p.status.Results[i] = mr
 		if len(subjects) > 0 && s.Model == subjects[0] && metric != "" {

@@ -27,6 +27,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/stats"
 )
 
 const llmURL = "http://llm.local/v1"
@@ -725,7 +726,9 @@ func TestReconcileSucceeded(t *testing.T) {
 		Shards:   &v1alpha1.ShardCounts{Total: 2, Succeeded: 2},
 		Results: []v1alpha1.ModelResult{{
 			Model: "small", Dataset: "d", Total: 10, Completed: 10, Errored: 1,
-			Metrics:       map[string]string{"exact_match": "0.5000"},
+			Metrics: map[string]string{"exact_match": "0.5000"},
+			// 5 of 10 (one errored): Wilson's 95% interval.
+			Intervals:     []v1alpha1.MetricInterval{{Metric: "exact_match", Lo: "0.2366", Hi: "0.7634"}},
 			LatencyMillis: &v1alpha1.LatencySummary{P50: 140, P95: 190},
 			Tokens:        &v1alpha1.TokenUsage{Input: 100, Output: 18, JudgeInput: 63, JudgeOutput: 9},
 			Cost:          &v1alpha1.CostSummary{Model: v1alpha1.CostUnknown, Judge: v1alpha1.CostUnknown},
@@ -763,6 +766,7 @@ func TestReconcileSucceeded(t *testing.T) {
 	wantSummary := []results.Summary{{
 		Model: "small", Dataset: "d", Total: 10, Completed: 10, Errored: 1,
 		Metrics:       map[string]float64{"exact_match": 0.5},
+		Intervals:     map[string]stats.Interval{"exact_match": {Lo: 0.236593091, Hi: 0.763406909}},
 		LatencyMillis: results.Latency{P50: 140, P95: 190},
 		Tokens:        results.Tokens{Input: 100, Output: 18, JudgeInput: 63, JudgeOutput: 9},
 		// Neither model has pricing: both costs are unknown (null), not 0.
@@ -771,7 +775,7 @@ func TestReconcileSucceeded(t *testing.T) {
 	if !strings.Contains(summary, `"model": null,`) || !strings.Contains(summary, `"judge": null`) {
 		t.Errorf("summary.json does not show unknown costs as null: %s", summary)
 	}
-	if diff := cmp.Diff(wantSummary, gotSummary.Results); diff != "" {
+	if diff := cmp.Diff(wantSummary, gotSummary.Results, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
 		t.Errorf("summary.json (-want +got):\n%s", diff)
 	}
 

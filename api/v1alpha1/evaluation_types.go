@@ -867,6 +867,13 @@ type ModelResult struct {
 	// metrics maps metric names to scores formatted with four decimals.
 	// +optional
 	Metrics map[string]string `json:"metrics,omitempty"`
+	// intervals are the metrics' 95% confidence intervals (four decimals):
+	// Wilson's for a metric scored 0 or 1, else Student's t.
+	// +optional
+	// +listType=map
+	// +listMapKey=metric
+	// +kubebuilder:validation:MaxItems=32
+	Intervals []MetricInterval `json:"intervals,omitempty"`
 	// latencyMillis summarizes the successful samples' latencies.
 	// +optional
 	LatencyMillis *LatencySummary `json:"latencyMillis,omitempty"`
@@ -876,6 +883,19 @@ type ModelResult struct {
 	// cost is what the samples cost, in US dollars.
 	// +optional
 	Cost *CostSummary `json:"cost,omitempty"`
+}
+
+// MetricInterval is a confidence interval of a metric.
+type MetricInterval struct {
+	// metric is the metric's name.
+	// +required
+	Metric string `json:"metric"`
+	// lo is its lower bound, with four decimals.
+	// +required
+	Lo string `json:"lo"`
+	// hi is its upper bound, with four decimals.
+	// +required
+	Hi string `json:"hi"`
 }
 
 // LatencySummary summarizes per-sample latencies in milliseconds.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/proctor-dev/proctor/runner/stats"
 )
 
 func rec(id string, score float64, errMsg string) *Record {
@@ -176,11 +180,13 @@ func TestAssembleOrdersAndSummarizes(t *testing.T) {
 	want := Summary{
 		Model: "m", Dataset: "d", Total: 6, Completed: 5, Errored: 1,
 		// acc: 0,1,0,(error→0),1 → 2/5.
-		Metrics:       map[string]float64{"acc": 0.4},
+		Metrics: map[string]float64{"acc": 0.4},
+		// Wilson's 95% interval of 2/5 (statsmodels).
+		Intervals:     map[string]stats.Interval{"acc": {Lo: 0.117620774, Hi: 0.769275719}},
 		LatencyMillis: Latency{P50: 10, P95: 10},
 		Tokens:        Tokens{Input: 15, Output: 5},
 	}
-	if diff := cmp.Diff(want, agg.Summary()); diff != "" {
+	if diff := cmp.Diff(want, agg.Summary(), cmpopts.EquateApprox(0, 1e-9)); diff != "" {
 		t.Errorf("summary (-want +got):\n%s", diff)
 	}
 }
@@ -345,5 +351,27 @@ func TestAggregateOfRecordsAwaitingJudging(t *testing.T) {
 	s := agg.Summary()
 	if s.Completed != 1 || s.Metrics["graded"] != 1 || s.Metrics["acc"] != 1 || s.Tokens.Input != 6 || s.Cost.Model == nil || *s.Cost.Model != 0.004 {
 		t.Errorf("summary %+v: want 1 completed, its metrics, and both records' tokens and cost", s)
+	}
+}
+
+// TestAggregateIntervals: each metric's 95% interval, computed in the same
+// pass: Wilson's for a 0/1 metric (an errored sample scores 0), Student's t
+// for a continuous one (references: statsmodels and SciPy, see runner/stats).
+func TestAggregateIntervals(t *testing.T) {
+	agg := NewAggregate("m", "d", 6, []string{"exact", "graded"})
+	for i, g := range []float64{0.2, 0.5, 0.9, 0.4, 0.7} {
+		r := rec(fmt.Sprint(i), float64(i%2), "")
+		r.Scores = map[string]float64{"exact": float64(i % 2), "graded": g}
+		agg.Add(r)
+	}
+	agg.Add(rec("5", 0, "HTTP 500"))
+	s := agg.Summary()
+	// exact: 2 of 6. graded: 0.2, 0.5, 0.9, 0.4, 0.7 and the errored 0.
+	want := map[string][2]float64{"exact": {0.096771411, 0.700006685}, "graded": {0.106720635, 0.793279365}}
+	for m, w := range want {
+		iv := s.Intervals[m]
+		if math.Abs(iv.Lo-w[0]) > 1e-6 || math.Abs(iv.Hi-w[1]) > 1e-6 {
+			t.Errorf("%s: [%.9f, %.9f], want [%.9f, %.9f]", m, iv.Lo, iv.Hi, w[0], w[1])
+		}
 	}
 }

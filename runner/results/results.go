@@ -11,6 +11,7 @@ import (
 
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/spend"
+	"github.com/proctor-dev/proctor/runner/stats"
 )
 
 // Record is the outcome of one sample on one model. Its JSON form is one line of
@@ -95,10 +96,13 @@ type Summary struct {
 	// Metrics maps metric names to means over the completed samples. An errored
 	// sample scores 0 on every metric: failures lower a score visibly instead of
 	// shrinking its denominator.
-	Metrics       map[string]float64 `json:"metrics"`
-	LatencyMillis Latency            `json:"latencyMillis"`
-	Tokens        Tokens             `json:"tokens"`
-	Cost          Cost               `json:"cost"`
+	Metrics map[string]float64 `json:"metrics"`
+	// Intervals are the metrics' 95% confidence intervals: Wilson's for a
+	// metric whose every score is 0 or 1, else Student's t.
+	Intervals     map[string]stats.Interval `json:"intervals,omitempty"`
+	LatencyMillis Latency                   `json:"latencyMillis"`
+	Tokens        Tokens                    `json:"tokens"`
+	Cost          Cost                      `json:"cost"`
 }
 
 // Cost is what a model's samples cost, in US dollars. An unknown cost (a
@@ -168,6 +172,10 @@ type Aggregate struct {
 	metrics   []string
 	sums      []float64
 	latencies []int64
+	// moments and binary follow each metric's scores, for its interval:
+	// binary while every score is 0 or 1.
+	moments []stats.Moments
+	binary  []bool
 	// cost and judgeCost add up exactly, in picodollars; a record of
 	// unknown cost makes the total unknown.
 	cost, judgeCost           spend.Amount
@@ -181,7 +189,16 @@ func NewAggregate(model, dataset string, total int64, metrics []string) *Aggrega
 		s:       Summary{Model: model, Dataset: dataset, Total: total},
 		metrics: metrics,
 		sums:    make([]float64, len(metrics)),
+		moments: make([]stats.Moments, len(metrics)),
+		binary:  slices.Repeat([]bool{true}, len(metrics)),
 	}
+}
+
+// observe adds metric i's score of a finished sample.
+func (a *Aggregate) observe(i int, v float64) {
+	a.sums[i] += v
+	a.moments[i].Add(v)
+	a.binary[i] = a.binary[i] && (v == 0 || v == 1)
 }
 
 // Add counts one record.
@@ -208,15 +225,18 @@ func (a *Aggregate) Add(r *Record) {
 			a.judgeCost += spend.FromDollars(*r.JudgeCost)
 		}
 	}
-	if r.Error != "" {
-		a.s.Errored++
-		return
-	}
 	if len(r.JudgePending) > 0 {
 		return
 	}
+	if r.Error != "" {
+		a.s.Errored++
+		for i := range a.metrics {
+			a.observe(i, 0) // an errored sample scores 0
+		}
+		return
+	}
 	for i, m := range a.metrics {
-		a.sums[i] += r.Scores[m]
+		a.observe(i, r.Scores[m])
 	}
 	a.latencies = append(a.latencies, r.LatencyMillis)
 }
@@ -226,8 +246,14 @@ func (a *Aggregate) Summary() Summary {
 	s := a.s
 	s.Metrics = make(map[string]float64, len(a.metrics))
 	if s.Completed > 0 {
+		s.Intervals = make(map[string]stats.Interval, len(a.metrics))
 		for i, m := range a.metrics {
 			s.Metrics[m] = a.sums[i] / float64(s.Completed)
+			if a.binary[i] {
+				s.Intervals[m] = stats.Wilson(int64(math.Round(a.sums[i])), s.Completed, stats.Confidence)
+			} else {
+				s.Intervals[m] = a.moments[i].MeanInterval(stats.Confidence)
+			}
 		}
 	}
 	lat := slices.Clone(a.latencies)

@@ -12,8 +12,12 @@ import (
 
 // Interval is a confidence interval.
 type Interval struct {
-	Lo, Hi float64
+	Lo float64 `json:"lo"`
+	Hi float64 `json:"hi"`
 }
+
+// Confidence is the confidence of the intervals Proctor reports.
+const Confidence = 0.95
 
 // Wilson is the Wilson score interval of k successes in n trials at
 // confidence conf (0.95 for 95%): unlike the normal approximation it stays

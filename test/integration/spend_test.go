@@ -50,6 +50,11 @@ func TestBudgetAcrossShards(t *testing.T) {
 	if got := ev.Status.Spend; got == nil || got.Cost != fmt.Sprintf("%.6f", full) {
 		t.Fatalf("status.spend %+v, the server's bill %.6f", got, full)
 	}
+	// Each metric's 95% interval holds its mean.
+	if r := ev.Status.Results[0]; len(r.Intervals) != 1 || r.Intervals[0].Metric != "exact_match" ||
+		r.Intervals[0].Lo > r.Metrics["exact_match"] || r.Intervals[0].Hi < r.Metrics["exact_match"] {
+		t.Errorf("status.results[0]: metrics %v, intervals %+v", r.Metrics, r.Intervals)
+	}
 	// Estimated by the planner before it ran: the input exactly as the
 	// server counted it, the output within its bound.
 	est := ev.Status.Estimate

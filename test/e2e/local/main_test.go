@@ -374,12 +374,16 @@ type summary struct {
 }
 
 type summaryEntry struct {
-	Model         string             `json:"model"`
-	Dataset       string             `json:"dataset"`
-	Total         int64              `json:"total"`
-	Completed     int64              `json:"completed"`
-	Errored       int64              `json:"errored"`
-	Metrics       map[string]float64 `json:"metrics"`
+	Model     string             `json:"model"`
+	Dataset   string             `json:"dataset"`
+	Total     int64              `json:"total"`
+	Completed int64              `json:"completed"`
+	Errored   int64              `json:"errored"`
+	Metrics   map[string]float64 `json:"metrics"`
+	Intervals map[string]struct {
+		Lo float64 `json:"lo"`
+		Hi float64 `json:"hi"`
+	} `json:"intervals"`
 	LatencyMillis struct {
 		P50 int64 `json:"p50"`
 		P95 int64 `json:"p95"`
