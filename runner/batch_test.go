@@ -210,6 +210,13 @@ func (s *batchSink) Awaiting(model, dataset string) map[int]*results.Record {
 func batchPlan(t *testing.T, p provider.Provider, n int, cfg BatchConfig) *Plan {
 	t.Helper()
 	plan := testPlan(t).Model("m", p, 4).Price(t, "2", "8").Dataset("d", n).Obj()
+	plan.Models[0].Batch = testBatchConfig(cfg)
+	return plan
+}
+
+// testBatchConfig is cfg with the tests' defaults: a fast poll, 2 batches in
+// flight, failed requests in a new batch.
+func testBatchConfig(cfg BatchConfig) *BatchConfig {
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = time.Millisecond
 	}
@@ -219,8 +226,7 @@ func batchPlan(t *testing.T, p provider.Provider, n int, cfg BatchConfig) *Plan 
 	if cfg.Retry == "" {
 		cfg.Retry = "batch"
 	}
-	plan.Models[0].Batch = &cfg
-	return plan
+	return &cfg
 }
 
 func runBatch(t *testing.T, plan *Plan, sink Sink, opts Options) error {

@@ -15,20 +15,11 @@ import (
 // in batch mode (the fake batcher f) and scored by exact match too.
 func judgePlan(t *testing.T, f *fakeBatcher, n int, cfg BatchConfig) *Plan {
 	t.Helper()
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = time.Millisecond
-	}
-	if cfg.MaxInFlight == 0 {
-		cfg.MaxInFlight = 2
-	}
-	if cfg.Retry == "" {
-		cfg.Retry = "batch"
-	}
 	plan := testPlan(t).Model("m", &fakeProvider{fn: echo}, 4).Price(t, "1", "1").
 		Model("judge", f, 2).JudgeOnly().Price(t, "2", "8").Dataset("d", n).
 		Scorer(score.Config{Type: score.TypeExactMatch}, "").
 		Scorer(score.Config{Type: score.TypeJudge, Name: "graded"}, "judge").Obj()
-	plan.Models[1].Batch = &cfg
+	plan.Models[1].Batch = testBatchConfig(cfg)
 	return plan
 }
 
