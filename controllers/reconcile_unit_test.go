@@ -54,6 +54,30 @@ func controllerOf(t *testing.T, obj client.Object, ev *v1alpha1.Evaluation) {
 // ignoreLTT ignores the condition timestamps where a test does not care.
 var ignoreLTT = cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")
 
+// standardConditions are the Ready, Reconciling and Stalled conditions of a run
+// in state "ready", "stalled" or "reconciling", in the order they are set.
+func standardConditions(state string, gen int64, ltt metav1.Time, reason, msg string) []metav1.Condition {
+	c := func(t string, on bool, m string) metav1.Condition {
+		s := metav1.ConditionFalse
+		if on {
+			s = metav1.ConditionTrue
+		}
+		return metav1.Condition{Type: t, Status: s, Reason: reason, Message: m, ObservedGeneration: gen, LastTransitionTime: ltt}
+	}
+	recMsg, stallMsg := "", ""
+	switch state {
+	case "reconciling":
+		recMsg = msg
+	case "stalled":
+		stallMsg = msg
+	}
+	return []metav1.Condition{
+		c(v1alpha1.ConditionReady, state == "ready", msg),
+		c(v1alpha1.ConditionReconciling, state == "reconciling", recMsg),
+		c(v1alpha1.ConditionStalled, state == "stalled", stallMsg),
+	}
+}
+
 func TestReconcileNewInlineEvaluation(t *testing.T) {
 	ev := testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).
 		OpenAIModel("small", llmURL).OpenAIModel("big", llmURL).AnthropicModel("judge", "http://judge.local").
@@ -116,10 +140,10 @@ func TestReconcileNewInlineEvaluation(t *testing.T) {
 	got := h.eval("arith").Status
 	want := v1alpha1.EvaluationStatus{
 		Phase: v1alpha1.PhaseRunning, Run: run, ObservedGeneration: 3,
-		Conditions: []metav1.Condition{{
+		Conditions: append([]metav1.Condition{{
 			Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRunning, Message: "shards are running",
 			ObservedGeneration: 3, LastTransitionTime: metav1.NewTime(t0),
-		}},
+		}}, standardConditions("reconciling", 3, metav1.NewTime(t0), v1alpha1.ReasonRunning, "shards are running")...),
 		Progress:  &v1alpha1.Progress{Total: 20, Text: "0/20"},
 		Shards:    &v1alpha1.ShardCounts{Total: 4},
 		StartTime: &metav1.Time{Time: t0},
@@ -474,6 +498,7 @@ func TestReconcileSuspend(t *testing.T) {
 		{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonSuspended, Message: "spec.suspend is true; finished samples are kept", ObservedGeneration: 1},
 		{Type: v1alpha1.ConditionSuspended, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonSuspended, Message: "spec.suspend is true", ObservedGeneration: 1},
 	}
+	wantConds = append(wantConds, standardConditions("reconciling", 1, metav1.Time{}, v1alpha1.ReasonSuspended, "spec.suspend is true; finished samples are kept")...)
 	if diff := cmp.Diff(wantConds, st.Conditions, ignoreLTT); diff != "" {
 		t.Errorf("conditions (-want +got):\n%s", diff)
 	}
@@ -644,10 +669,10 @@ func TestReconcileSpecEditStartsNewRun(t *testing.T) {
 			st := h.eval("arith").Status
 			want := v1alpha1.EvaluationStatus{
 				Phase: v1alpha1.PhaseRunning, Run: newRun, ObservedGeneration: 2,
-				Conditions: []metav1.Condition{{
+				Conditions: append([]metav1.Condition{{
 					Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRunning, Message: "shards are running",
 					ObservedGeneration: 2, LastTransitionTime: metav1.NewTime(t0.Add(time.Minute)),
-				}},
+				}}, standardConditions("reconciling", 2, metav1.NewTime(t0.Add(time.Minute)), v1alpha1.ReasonRunning, "shards are running")...),
 				Progress:  &v1alpha1.Progress{Total: 10, Text: "0/10"},
 				Shards:    &v1alpha1.ShardCounts{Total: 2},
 				StartTime: &metav1.Time{Time: t0.Add(time.Minute)},
@@ -719,6 +744,10 @@ func TestReconcileSucceeded(t *testing.T) {
 		Phase: v1alpha1.PhaseSucceeded, Run: run, ObservedGeneration: 1,
 		Conditions: []metav1.Condition{
 			{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonCompleted, Message: "every sample was evaluated", ObservedGeneration: 1, LastTransitionTime: done},
+			{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonSucceeded, Message: "every sample was evaluated", ObservedGeneration: 1, LastTransitionTime: done},
+			{Type: v1alpha1.ConditionReconciling, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonSucceeded, ObservedGeneration: 1, LastTransitionTime: done},
+			// Stalled was False from the start.
+			{Type: v1alpha1.ConditionStalled, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonSucceeded, ObservedGeneration: 1, LastTransitionTime: metav1.NewTime(t0)},
 			{Type: v1alpha1.ConditionComplete, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonCompleted, Message: "every sample was evaluated", ObservedGeneration: 1, LastTransitionTime: done},
 			{Type: v1alpha1.ConditionFailed, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonCompleted, ObservedGeneration: 1, LastTransitionTime: done},
 		},

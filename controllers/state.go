@@ -216,6 +216,7 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 		}
 	}
 	r.setDegraded(p, set, suspended)
+	setStandardConditions(p, set)
 	r.setRateLimited(p, set)
 	r.setNameConflict(p, set)
 	setEndpointUnavailable(p, set)
@@ -223,6 +224,65 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 		st.CompletionTime = &metav1.Time{Time: p.now}
 	}
 	r.emitPhaseEvents(p)
+}
+
+// setStandardConditions sets Ready, Reconciling and Stalled from the phase the
+// pass decided, for kstatus (Flux, Helm), Argo CD and kubectl wait: Ready is
+// True only for a run that succeeded (and met its gate); Stalled is True when
+// the run cannot go on without a change (a failure, a missing reference, pods
+// that cannot start); otherwise Reconciling is True. Messages do not carry
+// progress, which would rewrite the status with every sample.
+func setStandardConditions(p *pass, set func(t string, status metav1.ConditionStatus, reason, msg string)) {
+	st := p.status
+	reason, msg := st.Reason, st.Message
+	stalled := false
+	switch st.Phase {
+	case v1alpha1.PhaseSucceeded:
+		msg = "every sample was evaluated"
+		if p.ev.Spec.Gate != nil {
+			msg += ", and the run met its gate"
+		}
+		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonSucceeded, msg)
+		set(v1alpha1.ConditionReconciling, metav1.ConditionFalse, v1alpha1.ReasonSucceeded, "")
+		set(v1alpha1.ConditionStalled, metav1.ConditionFalse, v1alpha1.ReasonSucceeded, "")
+		return
+	case v1alpha1.PhaseFailed:
+		stalled = true
+	case v1alpha1.PhaseSuspended:
+		reason = v1alpha1.ReasonSuspended
+	case v1alpha1.PhasePending:
+		switch {
+		case p.degraded != nil:
+			// The planner's pod cannot start.
+			stalled, reason = true, p.degraded.reason
+		case reason == v1alpha1.ReasonNameConflict:
+			stalled = true
+		case p.pendingReason != "" && p.pendingReason != v1alpha1.ReasonPlanning:
+			// A missing Secret, ConfigMap, PVC, ModelEndpoint or baseline.
+			stalled, reason = true, p.pendingReason
+		}
+	case v1alpha1.PhaseRunning:
+		// Nothing runs, and nothing will until the pods' problem is fixed
+		// (spec.runner.stallTimeout ends the run if it is not).
+		stalled = p.degraded != nil && !p.anyRunning
+	}
+	if reason == "" {
+		reason, msg = v1alpha1.ReasonPlanning, "planning shards"
+		if st.Phase == v1alpha1.PhaseRunning {
+			reason, msg = v1alpha1.ReasonRunning, "shards are running"
+		}
+	}
+	if msg == "" {
+		msg = "the run is " + strings.ToLower(string(st.Phase))
+	}
+	set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	if stalled {
+		set(v1alpha1.ConditionStalled, metav1.ConditionTrue, reason, msg)
+		set(v1alpha1.ConditionReconciling, metav1.ConditionFalse, reason, "")
+	} else {
+		set(v1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, msg)
+		set(v1alpha1.ConditionStalled, metav1.ConditionFalse, reason, "")
+	}
 }
 
 // conflictMessage says which names are taken, and what to do.

@@ -5,6 +5,15 @@ package v1alpha1
 
 // Condition types.
 const (
+	// ConditionReconciling, ConditionStalled and ConditionReady (declared with
+	// the endpoints' below) are the conditions kstatus (Flux, Helm, kpt) and
+	// kubectl wait read. Reconciling is True while the run is under way or
+	// waits (planning, running, suspended); Stalled is True when it cannot go
+	// on without a change (a missing reference, pods that cannot start, a
+	// spent budget, a failure, a missed gate); Ready is True only when the run
+	// succeeded and met its gate.
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
 	ConditionProgressing = "Progressing"
 	ConditionComplete    = "Complete"
 	ConditionFailed      = "Failed"
@@ -86,6 +95,19 @@ const (
 	ReasonNameConflict = "NameConflict"
 	// ReasonNamesFreed: no name the run needs is taken any more.
 	ReasonNamesFreed = "NamesFreed"
+	// ReasonSucceeded: Ready is True, the run succeeded (and met its gate).
+	ReasonSucceeded = "Succeeded"
+	// ReasonRegressionDetected: the run missed spec.gate (status.gate says
+	// which rules); it ends Failed.
+	ReasonRegressionDetected = "RegressionDetected"
+	// ReasonGatePassed (event): the run met spec.gate.
+	ReasonGatePassed = "GatePassed"
+	// ReasonBaselineNotFound: spec.baseline names an Evaluation or ConfigMap
+	// that does not exist, or holds no results the run can read.
+	ReasonBaselineNotFound = "BaselineNotFound"
+	// ReasonWaitingForBaseline: every sample ran, and the run waits for the
+	// baseline Evaluation's results to compare with.
+	ReasonWaitingForBaseline = "WaitingForBaseline"
 	// ReasonForeignObjectIgnored: objects labelled as the Evaluation's that it
 	// does not control were ignored (neither read, nor deleted).
 	ReasonForeignObjectIgnored = "ForeignObjectIgnored"

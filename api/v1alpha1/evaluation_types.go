@@ -15,6 +15,10 @@ import (
 // +kubebuilder:validation:XValidation:rule=`!has(self.budget) || self.models.all(m, !has(m.provider) || m.provider != 'agent' || (has(m.agent) && has(m.agent.endpoints) && size(m.agent.endpoints) > 0))`,message="spec.budget cannot bound an agent that calls its API itself: give every agent model agent.endpoints, so that its calls go through Proctor and are counted",fieldPath=".budget"
 // +kubebuilder:validation:XValidation:rule=`!has(self.budget) || !has(self.budget.maxCost) || self.models.all(m, has(m.pricing) || has(m.endpointRef))`,message="spec.budget.maxCost needs every model's pricing (a model with endpointRef may take it from its ModelEndpoint)",fieldPath=".budget"
 // +kubebuilder:validation:XValidation:rule=`!has(self.hooks) || self.models.all(m, !has(m.batch))`,message="hooks do not apply to a model with batch: its samples run in the provider's batch, not in slots",fieldPath=".hooks"
+// +kubebuilder:validation:XValidation:rule=`!has(self.gate) || has(self.baseline) || self.gate.rules.all(r, !has(r.maxDrop))`,message="gate.rules[].maxDrop needs spec.baseline, the result a drop is measured from",fieldPath=".gate"
+// +kubebuilder:validation:XValidation:rule=`!has(self.gate) || self.gate.rules.all(r, (has(self.scoring) && self.scoring.exists(s, (has(s.name) && size(s.name) != 0 ? s.name : s.type) == r.metric)))`,message="gate.rules[].metric must name a metric of spec.scoring (a scorer's name, else its type)",fieldPath=".gate"
+// +kubebuilder:validation:XValidation:rule=`!has(self.gate) || self.gate.rules.all(r, !has(r.model) || size(r.model) == 0 || self.models.exists(m, m.name == r.model))`,message="gate.rules[].model must name an entry of spec.models",fieldPath=".gate"
+// +kubebuilder:validation:XValidation:rule=`!has(self.gate) || self.gate.rules.all(r, !has(r.dataset) || size(r.dataset) == 0 || self.datasets.exists(d, d.name == r.dataset))`,message="gate.rules[].dataset must name an entry of spec.datasets",fieldPath=".gate"
 type EvaluationSpec struct {
 	// datasets to evaluate every model on. Names must be unique.
 	// +kubebuilder:validation:MinItems=1
@@ -111,6 +115,18 @@ type EvaluationSpec struct {
 	// it does not start a new run: raising it resumes a run it stopped.
 	// +optional
 	Budget *Budget `json:"budget,omitempty"`
+
+	// baseline is an earlier result to compare the run with, sample by
+	// sample: the comparison is in status.comparison and summary.json.
+	// Editing it or gate does not start a new run: an ended run is compared
+	// and gated again.
+	// +optional
+	Baseline *Baseline `json:"baseline,omitempty"`
+
+	// gate is what the results must meet for the run to succeed (Ready):
+	// minimum scores, and the largest significant drop from the baseline.
+	// +optional
+	Gate *Gate `json:"gate,omitempty"`
 }
 
 // Dataset is a named set of samples.
@@ -760,8 +776,12 @@ type EvaluationStatus struct {
 	// results. Editing any of them starts a new run.
 	// +optional
 	Run string `json:"run,omitempty"`
-	// observedGeneration is the generation of the spec the status describes.
+	// observedGeneration is the generation of the spec the status describes;
+	// -1 until the controller first saw the Evaluation, so that tools that
+	// compare it with metadata.generation (kstatus: Flux, Helm) see a new
+	// Evaluation as in progress, not as current.
 	// +optional
+	// +default=-1
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// progress counts the samples done of the current run.
 	// +optional
@@ -807,6 +827,17 @@ type EvaluationStatus struct {
 	// completionTime is when the current run ended.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// comparison compares the run with spec.baseline, once it ended.
+	// +optional
+	Comparison *ComparisonStatus `json:"comparison,omitempty"`
+	// gate says whether the run met spec.gate, once it ended.
+	// +optional
+	Gate *GateStatus `json:"gate,omitempty"`
+	// gated is a hash of the spec.baseline and spec.gate that comparison and
+	// gate describe: after an edit of either, an ended run is compared and
+	// gated again.
+	// +optional
+	Gated string `json:"gated,omitempty"`
 }
 
 // Progress counts finished samples over all models and datasets.
@@ -946,9 +977,11 @@ type Evaluation struct {
 	// spec says what to evaluate and how.
 	// +required
 	Spec EvaluationSpec `json:"spec"`
-	// status is what the controller observed of the current run.
+	// status is what the controller observed of the current run. The API
+	// server gives a new Evaluation status.observedGeneration -1.
 	// +optional
-	Status EvaluationStatus `json:"status,omitempty"`
+	// +default={}
+	Status EvaluationStatus `json:"status,omitempty,omitzero"`
 }
 
 // EvaluationList is a list of Evaluations.

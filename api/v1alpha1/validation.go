@@ -77,6 +77,8 @@ func ValidateSpec(spec *EvaluationSpec) field.ErrorList {
 	errs = append(errs, validateServices(spec.Services, p.Child("services"))...)
 	errs = append(errs, validateHooks(spec, p.Child("hooks"))...)
 	errs = append(errs, validateBudget(spec, p.Child("budget"))...)
+	errs = append(errs, validateBaseline(spec.Baseline, p.Child("baseline"))...)
+	errs = append(errs, validateGate(spec, p.Child("gate"))...)
 	return errs
 }
 
