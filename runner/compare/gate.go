@@ -1,0 +1,74 @@
+package compare
+
+import (
+	"fmt"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/runner/results"
+)
+
+// Verdict is how a run fared against its gate.
+type Verdict struct {
+	Passed     bool     `json:"passed"`
+	Violations []string `json:"violations,omitempty"`
+}
+
+// MaxViolations bounds the violations a verdict lists (status has room for
+// so many); the last one says how many more there were.
+const MaxViolations = 32
+
+// Check checks the gate's rules on every model and dataset they select: min
+// on the summaries (errored samples scoring 0), maxDrop on the comparison with
+// the baseline (rep; nil when there is none). A rule that cannot be checked
+// (nothing finished, nothing paired with the baseline) fails: a gate that
+// cannot see a result does not pass it.
+func Check(g *v1alpha1.Gate, summaries []results.Summary, rep *Report) Verdict {
+	v := Verdict{Passed: true}
+	if g == nil {
+		return v
+	}
+	alpha := g.SignificanceLevel()
+	var all []string
+	for _, rule := range g.Rules {
+		for _, s := range summaries {
+			if (rule.Model != "" && rule.Model != s.Model) || (rule.Dataset != "" && rule.Dataset != s.Dataset) {
+				continue
+			}
+			where := fmt.Sprintf("model %s on dataset %s", s.Model, s.Dataset)
+			if rule.Min != nil {
+				min, _ := rule.Min.Float64() // validated at admission
+				mean, ok := s.Metrics[rule.Metric]
+				switch {
+				case s.Completed == 0 || !ok:
+					all = append(all, fmt.Sprintf("%s: %s has no finished sample to check min %s on", where, rule.Metric, *rule.Min))
+				case mean < min:
+					all = append(all, fmt.Sprintf("%s: %s is %.4f, below the minimum %s", where, rule.Metric, mean, *rule.Min))
+				}
+			}
+			if rule.MaxDrop != nil {
+				maxDrop, _ := rule.MaxDrop.Float64()
+				var m *Metric
+				if rep != nil {
+					if r := rep.Find(s.Model, s.Dataset); r != nil {
+						m = r.Find(rule.Metric)
+					}
+				}
+				switch {
+				case m == nil:
+					all = append(all, fmt.Sprintf("%s: %s has no sample paired with the baseline to check maxDrop %s on", where, rule.Metric, *rule.MaxDrop))
+				case -m.Diff > maxDrop && m.PValue < alpha:
+					all = append(all, fmt.Sprintf("%s: %s fell %.4f from the baseline, more than maxDrop %s, significantly (p < %g): %s",
+						where, rule.Metric, -m.Diff, *rule.MaxDrop, alpha, m.Describe()))
+				}
+			}
+		}
+	}
+	if len(all) > 0 {
+		v.Passed = false
+		if len(all) > MaxViolations {
+			all = append(all[:MaxViolations-1], fmt.Sprintf("and %d more", len(all)-MaxViolations+1))
+		}
+		v.Violations = all
+	}
+	return v
+}
