@@ -17,6 +17,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/runner/compare"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
@@ -58,11 +59,33 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 			p.finished = true
 		}
 	}
-	summaries, records, chunks, err := r.gather(ctx, p)
+	// A run that succeeded is compared with its baseline, which it may wait
+	// for; a failed one is not gated.
+	judge := p.stalled == nil && !anyFailed
+	var base *compare.Baseline
+	var lost *cluster.Missing
+	if judge && p.ev.Spec.Baseline != nil {
+		b, missing, err := r.readBaseline(ctx, p)
+		switch {
+		case err != nil:
+			return false, err
+		case missing != nil && missing.Reason == v1alpha1.ReasonWaitingForBaseline:
+			p.waiting = missing
+			p.requeueAfter(r.Options.RecheckAfter)
+			return false, nil
+		}
+		base, lost = b, missing
+	}
+	summaries, records, chunks, comparison, err := r.gather(ctx, p, base)
 	if err != nil {
 		return false, err
 	}
-	if ok, err := r.writeResults(ctx, p, summaries, records, chunks); !ok || err != nil {
+	sum := compare.Summary{Results: summaries, Comparison: comparison}
+	if judge && p.ev.Spec.Gate != nil {
+		v := compare.Check(p.ev.Spec.Gate, summaries, comparison)
+		sum.Gate = &v
+	}
+	if ok, err := r.writeResults(ctx, p, &sum, records, chunks); !ok || err != nil {
 		return false, err
 	}
 	// The records an earlier run left as this run's cache are no longer needed.
@@ -103,8 +126,81 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		p.status.Score = fmt.Sprintf("%.4f", firstSum/float64(firstDone))
 	}
 	p.status.ResultsConfigMap = cluster.ResultsName(p.ev.Name)
+	setGateStatus(p, &sum)
 	end()
+	switch {
+	case p.failureReason != "":
+	case lost != nil:
+		// Its results are kept; the run is compared and gated again once
+		// spec.baseline names results that are there.
+		p.fail(lost.Reason, "%s: the run could not be compared; edit spec.baseline to compare it again", lost.Message)
+	case sum.Gate != nil && !sum.Gate.Passed:
+		p.fail(v1alpha1.ReasonRegressionDetected, "the run missed its gate: %s", gateMessage(sum.Gate))
+	}
 	return true, nil
+}
+
+// readBaseline reads spec.baseline's records, or says why it cannot: the
+// baseline Evaluation has not ended yet (WaitingForBaseline), or what it
+// names is not there (BaselineNotFound).
+func (r *EvaluationReconciler) readBaseline(ctx context.Context, p *pass) (*compare.Baseline, *cluster.Missing, error) {
+	res, missing, err := cluster.FindResults(ctx, r.APIReader, p.ev.Namespace, p.ev.Spec.Baseline)
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("reading the baseline: %w", err)
+	case missing != nil:
+		return nil, missing, nil
+	}
+	foreign := func(fe *cluster.ForeignError) { r.ignoreForeign(p, fe.Kind, &metav1.ObjectMeta{Name: fe.Name}) }
+	b, err := res.Baseline(ctx, r.APIReader, metricNames(&p.ev.Spec), foreign)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the baseline %s: %w", res.Label, err)
+	}
+	return b, nil, nil
+}
+
+// setGateStatus shows the comparison and the gate's verdict in status.
+func setGateStatus(p *pass, sum *compare.Summary) {
+	st := p.status
+	st.Gated = cluster.GateHash(&p.ev.Spec)
+	st.Comparison, st.Gate = nil, nil
+	if c := sum.Comparison; c != nil {
+		st.Comparison = &v1alpha1.ComparisonStatus{Baseline: c.Baseline}
+		for _, res := range c.Results {
+			cr := v1alpha1.ComparedResult{Model: res.Model, BaselineModel: res.BaselineModel, Dataset: res.Dataset,
+				Paired: res.Paired, Unmatched: res.Unmatched, BaselineUnmatched: res.BaselineUnmatched}
+			for _, m := range res.Metrics {
+				cr.Metrics = append(cr.Metrics, v1alpha1.MetricComparison{
+					Metric: m.Metric, Baseline: fmt.Sprintf("%.4f", m.Baseline), Current: fmt.Sprintf("%.4f", m.Current),
+					Diff: fmt.Sprintf("%+.4f", m.Diff), Lo: fmt.Sprintf("%+.4f", m.Interval.Lo), Hi: fmt.Sprintf("%+.4f", m.Interval.Hi),
+					PValue: fmt.Sprintf("%.6f", m.PValue), Test: m.Test,
+				})
+			}
+			st.Comparison.Results = append(st.Comparison.Results, cr)
+		}
+	}
+	if g := sum.Gate; g != nil {
+		st.Gate = &v1alpha1.GateStatus{Passed: g.Passed, Violations: g.Violations}
+		if g.Passed {
+			p.event(corev1.EventTypeNormal, v1alpha1.ReasonGatePassed, "The run met its gate (%d rule(s))", len(p.ev.Spec.Gate.Rules))
+		}
+	}
+}
+
+// gateMessage is the first violation, and how many more status.gate lists.
+func gateMessage(v *compare.Verdict) string {
+	if len(v.Violations) == 1 {
+		return v.Violations[0]
+	}
+	return fmt.Sprintf("%s; and %d more in status.gate", v.Violations[0], len(v.Violations)-1)
+}
+
+func metricNames(spec *v1alpha1.EvaluationSpec) []string {
+	metrics := make([]string, len(spec.Scoring))
+	for i := range spec.Scoring {
+		metrics[i] = spec.Scoring[i].MetricName()
+	}
+	return metrics
 }
 
 // gather reads the run's records shard by shard (cluster.ForEachRunRecord: one
@@ -113,11 +209,11 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 // each, and by one shard's records. It also compresses the records, in sample
 // order, while they are few enough to embed in NAME-results (nil beyond), and
 // returns the names of the ConfigMaps that hold them.
-func (r *EvaluationReconciler) gather(ctx context.Context, p *pass) ([]results.Summary, []byte, []string, error) {
+func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compare.Baseline) ([]results.Summary, []byte, []string, *compare.Report, error) {
 	ev := p.ev
 	cms, err := r.runConfigMaps(ctx, p)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	var names []string
 	for i := range cms {
@@ -128,34 +224,45 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass) ([]results.S
 	}
 	slices.Sort(names)
 
-	metrics := make([]string, len(ev.Spec.Scoring))
-	for i := range ev.Spec.Scoring {
-		metrics[i] = ev.Spec.Scoring[i].MetricName()
-	}
+	metrics := metricNames(&ev.Spec)
 	type pairKey struct{ model, dataset string }
 	aggs := map[pairKey]*results.Aggregate{}
 	var order []*results.Aggregate
+	var pairs []results.Pair
 	for _, model := range cluster.Subjects(&ev.Spec) {
 		for _, d := range ev.Spec.Datasets {
 			agg := results.NewAggregate(model, d.Name, int64(p.plan.Totals[d.Name]), metrics)
 			aggs[pairKey{model, d.Name}] = agg
 			order = append(order, agg)
+			pairs = append(pairs, results.Pair{Model: model, Dataset: d.Name})
 		}
+	}
+	var comparer *compare.Comparer
+	if base != nil {
+		comparer = compare.New(base, ev.Spec.Baseline.Model, metrics, pairs)
 	}
 	embed := newCappedGzip(maxEmbeddedRecords)
 	foreign := func(fe *cluster.ForeignError) { r.ignoreForeign(p, fe.Kind, &metav1.ObjectMeta{Name: fe.Name}) }
 	err = cluster.ForEachRunRecord(ctx, r.APIReader, ev, p.run, *p.plan, names, foreign, func(sh cluster.Shard, l results.Line) error {
-		_, err := results.Emit(l.Record, aggs[pairKey{sh.Model, sh.Dataset}], embed)
+		rec, err := results.Emit(l.Record, aggs[pairKey{sh.Model, sh.Dataset}], embed)
+		if err == nil && comparer != nil {
+			comparer.Add(rec)
+		}
 		return err
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	summaries := make([]results.Summary, len(order))
 	for i, agg := range order {
 		summaries[i] = agg.Summary()
 	}
-	return summaries, embed.bytes(), names, nil
+	var rep *compare.Report
+	if comparer != nil {
+		r := comparer.Report()
+		rep = &r
+	}
+	return summaries, embed.bytes(), names, rep, nil
 }
 
 // cappedGzip compresses what is written to it until the compressed bytes pass
@@ -201,10 +308,8 @@ func (c *cappedGzip) bytes() []byte {
 // local run's) and the records: results.jsonl.gz in sample order when small
 // enough, else the list of ConfigMaps that hold them. It writes only into a
 // NAME-results the Evaluation controls, and reports false otherwise.
-func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, summaries []results.Summary, records []byte, chunks []string) (bool, error) {
-	summary, err := json.MarshalIndent(struct {
-		Results []results.Summary `json:"results"`
-	}{summaries}, "", "  ")
+func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, sum *compare.Summary, records []byte, chunks []string) (bool, error) {
+	summary, err := json.MarshalIndent(sum, "", "  ")
 	if err != nil {
 		return false, err
 	}

@@ -579,6 +579,11 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 	if st.Run != p.run || (st.Phase != v1alpha1.PhaseSucceeded && st.Phase != v1alpha1.PhaseFailed) {
 		return true, nil
 	}
+	if regate(p.ev) {
+		// spec.baseline or spec.gate changed since the run was judged: the
+		// pass goes on to Finish, which compares and gates its records again.
+		return true, nil
+	}
 	if st.Phase == v1alpha1.PhaseSucceeded {
 		p.finished = true
 	} else {
@@ -615,6 +620,17 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 		}
 	}
 	return false, nil
+}
+
+// regate reports whether an ended run is to be compared and gated again: it
+// succeeded, missed its gate or lost its baseline, and spec.baseline or
+// spec.gate is not what it was judged with.
+func regate(ev *v1alpha1.Evaluation) bool {
+	st := &ev.Status
+	if st.Gated == cluster.GateHash(&ev.Spec) {
+		return false
+	}
+	return st.Phase == v1alpha1.PhaseSucceeded || st.Reason == v1alpha1.ReasonRegressionDetected || st.Reason == v1alpha1.ReasonBaselineNotFound
 }
 
 // evaluationOfJobChild maps a runner pod to the Evaluation that owns its Job.

@@ -144,6 +144,19 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 			}
 		}
 	}
+	if b := p.ev.Spec.Baseline; b != nil {
+		// A baseline that is not there would leave the run unjudged: it
+		// waits for it. One that has not ended yet is waited for at the end.
+		_, missing, err := cluster.FindResults(ctx, r.APIReader, ns, b)
+		switch {
+		case err != nil:
+			return false, fmt.Errorf("looking for the baseline: %w", err)
+		case missing != nil && missing.Reason == v1alpha1.ReasonBaselineNotFound:
+			p.pendingReason, p.pendingMessage = missing.Reason, missing.Message
+			p.requeueAfter(r.Options.RecheckAfter)
+			return false, nil
+		}
+	}
 	for i := range p.ev.Spec.Datasets {
 		d := &p.ev.Spec.Datasets[i]
 		k, ok := source.Of(&d.Source).(source.Referencing)

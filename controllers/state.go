@@ -70,6 +70,10 @@ type pass struct {
 	ignored   []string
 	complete  bool
 
+	// waiting says why a run whose samples all ran cannot end yet (its
+	// baseline has no results yet).
+	waiting *cluster.Missing
+
 	// throttled holds, by model, the runs of 429s the active shards reported:
 	// the earliest start and the latest retry-after end.
 	throttled map[string]cluster.Throttle
@@ -192,6 +196,9 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
 		case p.endpointsMissing != "":
 			st.Message, st.Reason = p.endpointsMissing, p.endpointsReason
+			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
+		case p.waiting != nil:
+			st.Message, st.Reason = p.waiting.Message, p.waiting.Reason
 			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
 		case len(p.throttled) > 0:
 			st.Message, st.Reason = p.rateLimitMessage(), v1alpha1.ReasonRateLimited

@@ -2,16 +2,12 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -96,16 +92,13 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 		return err
 	}
 	w := bufio.NewWriter(f)
-	if gz := cm.BinaryData[cluster.ResultsKeyRecords]; len(gz) > 0 {
-		r, err := gzip.NewReader(bytes.NewReader(gz))
-		if err == nil {
-			_, err = io.Copy(w, r)
+	foreign := func(fe *cluster.ForeignError) { fmt.Fprintf(s.errOut, "proctor: skipped %v\n", fe) }
+	if err := cluster.ResultRecords(ctx, c, ev, &cm, foreign, func(line []byte) error {
+		if _, err := w.Write(line); err != nil {
+			return err
 		}
-		if err != nil {
-			f.Close()
-			return fmt.Errorf("%s: %w", cm.Name, err)
-		}
-	} else if err := writeChunkedRecords(ctx, c, ev, cm.Annotations[cluster.AnnotationRun], strings.Fields(cm.Data[cluster.ResultsKeyChunks]), w, s.errOut); err != nil {
+		return w.WriteByte('\n')
+	}); err != nil {
 		f.Close()
 		return err
 	}
@@ -122,23 +115,4 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 	}
 	fmt.Fprintf(s.errOut, "Results: %s, %s\n", filepath.Join(output, results.ResultsFile), filepath.Join(output, results.SummaryFile))
 	return nil
-}
-
-// writeChunkedRecords writes the records of run held in the named ConfigMaps,
-// one per sample (the last written), in the order of a local run: model,
-// dataset, then sample (cluster.ForEachRunRecord). ConfigMaps the Evaluation
-// does not control are skipped, with a warning.
-func writeChunkedRecords(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, names []string, w, warn io.Writer) error {
-	plan, err := cluster.ReadPlan(ctx, c, ev, run)
-	if err != nil {
-		return err
-	}
-	foreign := func(fe *cluster.ForeignError) { fmt.Fprintf(warn, "proctor: skipped %v\n", fe) }
-	return cluster.ForEachRunRecord(ctx, c, ev, run, plan, names, foreign, func(_ cluster.Shard, l results.Line) error {
-		if _, err := w.Write(l.Record); err != nil {
-			return err
-		}
-		_, err := w.Write([]byte{'\n'})
-		return err
-	})
 }

@@ -54,6 +54,9 @@ func SpecHash(spec *v1alpha1.EvaluationSpec) string {
 	// A budget and prices decide what the run may spend and what its
 	// records say it cost, not its answers: raising a budget resumes a run.
 	s.Budget = nil
+	// A baseline and a gate judge the results once they are there: editing
+	// them compares and gates the same records again (GateHash).
+	s.Baseline, s.Gate = nil, nil
 	for i := range s.Models {
 		s.Models[i].RateLimit = nil
 		s.Models[i].Concurrency = nil
@@ -73,6 +76,17 @@ func SpecHash(spec *v1alpha1.EvaluationSpec) string {
 		}
 	}
 	b, _ := json.Marshal(s)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:8]
+}
+
+// GateHash is a hash of spec.baseline and spec.gate ("" without either):
+// status.gated holds the one an ended run was compared and gated with.
+func GateHash(spec *v1alpha1.EvaluationSpec) string {
+	if spec.Baseline == nil && spec.Gate == nil {
+		return ""
+	}
+	b, _ := json.Marshal([]any{spec.Baseline, spec.Gate})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])[:8]
 }

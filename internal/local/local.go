@@ -30,6 +30,7 @@ import (
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/provider/agent"
+	"github.com/proctor-dev/proctor/runner/compare"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
@@ -93,6 +94,10 @@ type Result struct {
 	Interrupted os.Signal
 	// Budget is the budget's state at the end, when the run has one.
 	Budget *spend.State
+	// Comparison compares the run with spec.baseline, when it has one.
+	Comparison *compare.Report
+	// Gate is spec.gate's verdict, when the run has a gate.
+	Gate *compare.Verdict
 }
 
 // InvalidError is a problem with the input: nothing was run or written.
@@ -199,6 +204,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("writing results: %w", errors.Join(runErr, err))
 	}
 	res := &Result{Dir: outDir, Summaries: summaries, Metrics: plan.MetricNames(), Interrupted: sig}
+	if pr.baseline != "" || ev.Spec.Gate != nil {
+		sum, err := compareAndGate(ev, pr.baseline, outDir, pairs, plan.MetricNames(), summaries)
+		if err != nil {
+			return nil, fmt.Errorf("comparing with the baseline: %w", errors.Join(runErr, err))
+		}
+		res.Comparison, res.Gate = sum.Comparison, sum.Gate
+	}
 	if engOpts.Ledger != nil {
 		st := engOpts.Ledger.State()
 		res.Budget = &st
@@ -212,6 +224,8 @@ type prepared struct {
 	plan     *runner.Plan
 	services []services.Config
 	outDir   string
+	// baseline is the results directory spec.baseline names, if any.
+	baseline string
 	// cleanup removes the run's downloads.
 	cleanup func()
 }
@@ -284,8 +298,12 @@ func prepare(ctx context.Context, o Options) (*prepared, error) {
 		return nil, &InvalidError{fmt.Errorf("%s: %w", o.File, err)}
 	}
 	plan.Secrets = append(plan.Secrets, svcSecrets...)
+	baseline, err := baselinePath(ev, o.File)
+	if err != nil {
+		return nil, &InvalidError{fmt.Errorf("%s: %w", o.File, err)}
+	}
 	ready = true
-	return &prepared{ev: ev, plan: plan, services: svcs, outDir: outDir, cleanup: cleanup}, nil
+	return &prepared{ev: ev, plan: plan, services: svcs, outDir: outDir, baseline: baseline, cleanup: cleanup}, nil
 }
 
 // runName names a run's default results directory: the Evaluation's name, or

@@ -247,16 +247,21 @@ func (d *Dir) Assemble(pairs []Pair) ([]Summary, error) {
 	if err := os.Rename(out.Name(), filepath.Join(d.root, ResultsFile)); err != nil {
 		return nil, err
 	}
-	b, err := json.MarshalIndent(struct {
+	if err := WriteSummary(d.root, struct {
 		Results []Summary `json:"results"`
-	}{summaries}, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	if err := writeFileAtomic(filepath.Join(d.root, SummaryFile), append(b, '\n')); err != nil {
+	}{summaries}); err != nil {
 		return nil, err
 	}
 	return summaries, nil
+}
+
+// WriteSummary writes v as dir's summary.json, indented, atomically.
+func WriteSummary(dir string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, SummaryFile), append(b, '\n'))
 }
 
 func writeFileAtomic(path string, data []byte) error {

@@ -1,0 +1,53 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/runner/results"
+)
+
+// ResultRecords reads the records a results ConfigMap holds (ResultsName of
+// ev, or a copy of one), in sample order, and calls fn with each line: its
+// embedded results.jsonl.gz, else the records of the run's ConfigMaps it
+// lists, which must be ev's (ForEachRunRecord; foreign is told of those that
+// are not).
+func ResultRecords(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, cm *corev1.ConfigMap,
+	foreign func(*ForeignError), fn func(line []byte) error) error {
+	if gz := cm.BinaryData[ResultsKeyRecords]; len(gz) > 0 {
+		zr, err := gzip.NewReader(bytes.NewReader(gz))
+		if err != nil {
+			return fmt.Errorf("%s: %w", cm.Name, err)
+		}
+		sc := bufio.NewScanner(zr)
+		sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
+		for sc.Scan() {
+			if len(sc.Bytes()) == 0 {
+				continue
+			}
+			if err := fn(sc.Bytes()); err != nil {
+				return err
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return fmt.Errorf("%s: %w", cm.Name, err)
+		}
+		return nil
+	}
+	run := cm.Annotations[AnnotationRun]
+	plan, err := ReadPlan(ctx, r, ev, run)
+	if err != nil {
+		return err
+	}
+	return ForEachRunRecord(ctx, r, ev, run, plan, strings.Fields(cm.Data[ResultsKeyChunks]), foreign, func(_ Shard, l results.Line) error {
+		return fn(l.Record)
+	})
+}
