@@ -11,8 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
@@ -46,19 +44,7 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(),
-		&clientcmd.ConfigOverrides{Context: clientcmdapi.Context{Namespace: namespace}})
-	cfg, err := loader.ClientConfig()
-	if err != nil {
-		return invalid(fmt.Errorf("kubeconfig: %w", err))
-	}
-	if namespace == "" {
-		if namespace, _, err = loader.Namespace(); err != nil {
-			return invalid(fmt.Errorf("kubeconfig: %w", err))
-		}
-	}
-	scheme := newScheme()
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, namespace, err := clusterClient(namespace)
 	if err != nil {
 		return err
 	}

@@ -125,6 +125,12 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 	if b := res.Budget; b != nil {
 		fmt.Fprintf(s.errOut, "Budget: %s\n", budgetLine(b))
 	}
+	if res.Comparison != nil {
+		printComparison(s.out, res.Comparison)
+	}
+	if res.Gate != nil {
+		printVerdict(s.out, res.Gate)
+	}
 
 	switch {
 	case runner.IsBudgetExceeded(runErr):
@@ -139,6 +145,8 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 		// Nothing was evaluated: a server down, a wrong model name, a bad key.
 		// Scores of 0 from that must not pass for a finished run.
 		return &exitError{code: exitFailed, err: fmt.Errorf("all %d samples failed; the most common errors are above", done)}
+	case res.Gate != nil && !res.Gate.Passed:
+		return &exitError{code: exitRegression, err: fmt.Errorf("the run missed its gate: %d rule violation(s), listed above", len(res.Gate.Violations))}
 	}
 	return nil
 }

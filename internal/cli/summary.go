@@ -39,7 +39,13 @@ func printSummary(w io.Writer, ss []results.Summary, metrics []string) {
 		row := []string{terminalSafe(s.Model), terminalSafe(s.Dataset), fmt.Sprintf("%d/%d", s.Completed, s.Total), fmt.Sprint(s.Errored)}
 		for _, m := range metrics {
 			if v, ok := s.Metrics[m]; ok {
-				row = append(row, fmt.Sprintf("%.4f", v))
+				cell := fmt.Sprintf("%.4f", v)
+				if iv, ok := s.Intervals[m]; ok {
+					// The 95% interval: how far the score may be from the
+					// model's true one on this dataset.
+					cell += fmt.Sprintf(" [%.4f, %.4f]", iv.Lo, iv.Hi)
+				}
+				row = append(row, cell)
 			} else {
 				row = append(row, "-")
 			}

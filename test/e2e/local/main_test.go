@@ -370,7 +370,36 @@ func objectKeys(b []byte) ([]string, error) {
 
 // summary is summary.json.
 type summary struct {
-	Results []summaryEntry `json:"results"`
+	Results    []summaryEntry `json:"results"`
+	Comparison *struct {
+		Baseline string `json:"baseline"`
+		Results  []struct {
+			Model             string `json:"model"`
+			BaselineModel     string `json:"baselineModel"`
+			Dataset           string `json:"dataset"`
+			Paired            int64  `json:"paired"`
+			Unmatched         int64  `json:"unmatched"`
+			BaselineUnmatched int64  `json:"baselineUnmatched"`
+			Metrics           []struct {
+				Metric   string  `json:"metric"`
+				Baseline float64 `json:"baseline"`
+				Current  float64 `json:"current"`
+				Diff     float64 `json:"diff"`
+				Interval struct {
+					Lo float64 `json:"lo"`
+					Hi float64 `json:"hi"`
+				} `json:"interval"`
+				PValue    float64 `json:"pValue"`
+				Test      string  `json:"test"`
+				Improved  int64   `json:"improved"`
+				Regressed int64   `json:"regressed"`
+			} `json:"metrics"`
+		} `json:"results"`
+	} `json:"comparison"`
+	Gate *struct {
+		Passed     bool     `json:"passed"`
+		Violations []string `json:"violations"`
+	} `json:"gate"`
 }
 
 type summaryEntry struct {
