@@ -103,6 +103,12 @@ const Resamples = 4000
 // the observed one, lies at least as far from it as the observed mean lies
 // from 0. The random draws come from seed, so a comparison is reproducible.
 func PairedBootstrap(d []float64, resamples int, conf float64, seed uint64) (Interval, float64) {
+	return pairedBootstrap(d, resamples, conf, seed, maxDistinct)
+}
+
+// pairedBootstrap is PairedBootstrap, resampling as a multinomial when d has
+// at most limit distinct values.
+func pairedBootstrap(d []float64, resamples int, conf float64, seed uint64, limit int) (Interval, float64) {
 	n := len(d)
 	if n == 0 || resamples < 1 {
 		return Interval{}, 1
@@ -112,14 +118,35 @@ func PairedBootstrap(d []float64, resamples int, conf float64, seed uint64) (Int
 		sum += x
 	}
 	mean := sum / float64(n)
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	src := rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)
 	means := make([]float64, resamples)
-	for b := range means {
-		var s float64
-		for range n {
-			s += d[rng.IntN(n)]
+	if vals, counts := distinct(d, limit); vals != nil {
+		// Few distinct differences (0/1 scores differ by -1, 0 or 1): a
+		// resample is how often each is drawn, a multinomial draw made of
+		// binomial ones, in time independent of n.
+		for b := range means {
+			left, rest := float64(n), float64(n)
+			var s float64
+			for i, v := range vals {
+				k := left
+				if i < len(vals)-1 {
+					k = distuv.Binomial{N: left, P: min(1, counts[i]/rest), Src: src}.Rand()
+				}
+				s += k * v
+				left -= k
+				rest -= counts[i]
+			}
+			means[b] = s / float64(n)
 		}
-		means[b] = s / float64(n)
+	} else {
+		rng := rand.New(src)
+		for b := range means {
+			var s float64
+			for range n {
+				s += d[rng.IntN(n)]
+			}
+			means[b] = s / float64(n)
+		}
 	}
 	// Sums of the same values in another order differ in the last bits: a
 	// resample as far as the observed mean must count, not miss by 1e-17.
@@ -136,4 +163,30 @@ func PairedBootstrap(d []float64, resamples int, conf float64, seed uint64) (Int
 		Hi: stat.Quantile(1-(1-conf)/2, stat.LinInterp, means, nil),
 	}
 	return iv, min(1, float64(extreme+1)/float64(resamples+1))
+}
+
+// maxDistinct is how many distinct differences PairedBootstrap resamples as a
+// multinomial; beyond, it draws each sample.
+const maxDistinct = 16
+
+// distinct returns the distinct values of d, sorted, with how often each
+// occurs; nil if there are more than limit.
+func distinct(d []float64, limit int) ([]float64, []float64) {
+	count := map[float64]float64{}
+	for _, x := range d {
+		count[x]++
+		if len(count) > limit {
+			return nil, nil
+		}
+	}
+	vals := make([]float64, 0, len(count))
+	for v := range count {
+		vals = append(vals, v)
+	}
+	slices.Sort(vals)
+	counts := make([]float64, len(vals))
+	for i, v := range vals {
+		counts[i] = count[v]
+	}
+	return vals, counts
 }

@@ -169,6 +169,25 @@ func TestPairedBootstrap(t *testing.T) {
 	}
 }
 
+// TestMultinomialResampling: resampling few distinct differences as a
+// multinomial draw gives the interval and p-value drawing each sample gives,
+// within the resampling's own noise.
+func TestMultinomialResampling(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	d := make([]float64, 500)
+	for i := range d {
+		d[i] = float64(rng.IntN(5)-2) / 2 // -1, -0.5, 0, 0.5, 1
+		if i%3 == 0 {
+			d[i] = 0.5
+		}
+	}
+	multi, pm := pairedBootstrap(d, Resamples, 0.95, 1, maxDistinct)
+	direct, pd := pairedBootstrap(d, Resamples, 0.95, 2, 0)
+	if math.Abs(multi.Lo-direct.Lo) > 0.01 || math.Abs(multi.Hi-direct.Hi) > 0.01 || math.Abs(pm-pd) > 0.01 {
+		t.Errorf("multinomial %v p=%v, sample by sample %v p=%v", multi, pm, direct, pd)
+	}
+}
+
 // TestPairedBootstrapCovers: simulated, the bootstrap's 95% interval covers
 // the true mean difference 94–96% of the time, for paired binary scores
 // (two correlated pass/fail runs) and for skewed continuous ones; and with no
@@ -246,4 +265,17 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// BenchmarkPairedBootstrap: one metric's comparison on 10,000 paired samples
+// with the resamples a report uses.
+func BenchmarkPairedBootstrap(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	d := make([]float64, 10000)
+	for i := range d {
+		d[i] = float64(rng.IntN(3) - 1)
+	}
+	for b.Loop() {
+		PairedBootstrap(d, Resamples, Confidence, 1)
+	}
 }
