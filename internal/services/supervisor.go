@@ -58,6 +58,10 @@ type Options struct {
 	// RestartBackoff is the first wait before a service that exited is
 	// started again, doubling up to 30s; default 1s.
 	RestartBackoff time.Duration
+	// Settle is how long Since keeps probing services that answer, after a
+	// sample failed, before it calls the failure the sample's own; default
+	// 1s, probing every quarter of it.
+	Settle time.Duration
 }
 
 // Kubernetes' probe defaults.
@@ -354,9 +358,31 @@ func (s *Supervisor) Mark() uint64 {
 
 // Since implements runner.Services. It probes the services that are up
 // first: a sample fails at the moment its service does, before the next
-// periodic probe would tell.
+// periodic probe would tell. A service going down may still answer for a
+// moment (a killed server's children keep its socket open: connections are
+// accepted, then closed), so it probes again for opts.Settle before it says
+// no service went down.
 func (s *Supervisor) Since(mark uint64) error {
-	s.probeNow()
+	settle := s.opts.Settle
+	if settle == 0 {
+		settle = time.Second
+	}
+	const probes = 4
+	for i := 0; ; i++ {
+		s.probeNow()
+		if err := s.downSince(mark); err != nil || i == probes || !s.probed() {
+			return err
+		}
+		select {
+		case <-time.After(settle / probes):
+		case <-s.stopping:
+			return s.downSince(mark)
+		}
+	}
+}
+
+// downSince names a service that is down, or went down since mark.
+func (s *Supervisor) downSince(mark uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, svc := range s.svcs {
@@ -365,6 +391,16 @@ func (s *Supervisor) Since(mark uint64) error {
 		}
 	}
 	return nil
+}
+
+// probed reports whether some service has a probe to ask again.
+func (s *Supervisor) probed() bool {
+	for _, svc := range s.svcs {
+		if svc.cfg.Probe != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // probeNow probes at once every service that is up and has a probe, and

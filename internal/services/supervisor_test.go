@@ -212,3 +212,34 @@ func TestSinceProbesAtOnce(t *testing.T) {
 		t.Errorf("Since after the service closed: %v", err)
 	}
 }
+
+// TestSinceWaitsForAServiceGoingDown: a sample failed while its service was
+// dying but still accepted connections (a killed server's children hold its
+// socket for a moment); probing again over the settle window finds the
+// service down, and the failure is blamed on it, not on the sample.
+func TestSinceWaitsForAServiceGoingDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := int32(ln.Addr().(*net.TCPAddr).Port)
+	go acceptAndClose(ln)
+	o := opts(t)
+	o.Settle = 2 * time.Second
+	s := Watch([]Config{{Name: "db", Probe: &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(port)}},
+		PeriodSeconds: 3600,
+	}}}, o)
+	defer s.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatalf("WaitReady: %v", err)
+	}
+	mark := s.Mark()
+	time.AfterFunc(300*time.Millisecond, func() { ln.Close() })
+	var se *runner.ServiceError
+	if err := s.Since(mark); !errors.As(err, &se) {
+		t.Errorf("Since while the service went down: %v, want it named", err)
+	}
+}
