@@ -30,8 +30,10 @@ type shardState struct {
 	hasHead bool
 	// active: its runner reports running and was heard from recently (it holds
 	// a share of the budget).
-	active    bool
-	completed bool
+	active bool
+	// lastActive is when this controller last saw it active (zero: never).
+	lastActive time.Time
+	completed  bool
 	failed    bool
 	// pod is what its newest pod shows; cause, for a failed shard, why its
 	// last pod failed.
@@ -108,6 +110,10 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 				changed := r.heads.changedAt(key, st.head, h.ResourceVersion, p.now)
 				fresh := p.now.Sub(changed) < r.Options.StaleAfter
 				st.active = st.progress.State == cluster.StateRunning && fresh && !st.completed && !st.failed
+				if st.active {
+					r.heads.sawActive(key, st.head, p.now)
+				}
+				st.lastActive = r.heads.lastActive(key, st.head)
 			}
 			if pod := pods[s.Index]; pod != nil && !st.completed {
 				attempts := int32(1)
@@ -197,7 +203,14 @@ func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool,
 		acked := map[string]int64{}
 		for _, s := range p.shards {
 			if !s.active {
-				continue
+				// A shard that stopped keeps its share for a window: the
+				// server still counts the calls it sent within the last
+				// minute, which another shard's raise must not add to.
+				left := cluster.RateWindow - p.now.Sub(s.lastActive)
+				if s.lastActive.IsZero() || left <= 0 {
+					continue
+				}
+				p.requeueAfter(left)
 			}
 			acked[s.Key()] = s.progress.Budget
 			for model := range limits {

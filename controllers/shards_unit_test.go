@@ -250,11 +250,46 @@ func TestDivideBudget(t *testing.T) {
 		}
 	}
 
-	// The runners go silent: their shares are reclaimed.
+	if got := b.Models["small"].Grants["small/0"].Share.RequestsPerMinute; got != 30 {
+		t.Errorf("small/0's share: %d rpm, want 30 (half of 60)", got)
+	}
+
+	// small/1 ends. The server still counts the calls it sent within the last
+	// minute: small/0 is not raised until a window has passed.
+	h.create(
+		headCM(t, "arith", run, shardOf3("small", 1), cluster.ShardProgress{State: cluster.StateSucceeded, Total: 5, Done: 5}, nil),
+		headCM(t, "arith", run, shardOf3("small", 0), running(2, 0, 2), nil),
+	)
+	h.setJobStatus("arith-small-"+run, batchv1.JobStatus{CompletedIndexes: "1-2"})
+	h.clock.Step(time.Second)
+	res := h.mustReconcile(ev)
+	b = budgetOf(t, h)
+	if diff := cmp.Diff([]string{"small/0", "small/1"}, grantKeys(b)["small"]); diff != "" || b.Models["small"].Grants["small/0"].Share.RequestsPerMinute != 30 {
+		t.Errorf("right after small/1 ended: grants %v (-want +got %s), small/0's share %d rpm; want it kept at 30",
+			grantKeys(b)["small"], diff, b.Models["small"].Grants["small/0"].Share.RequestsPerMinute)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > cluster.RateWindow {
+		t.Errorf("RequeueAfter = %v, want at most a window (%v): the raise is due then", res.RequeueAfter, cluster.RateWindow)
+	}
+	h.clock.Step(cluster.RateWindow)
+	h.create(headCM(t, "arith", run, shardOf3("small", 0), running(3, 0, 3), nil))
+	h.mustReconcile(ev)
+	b = budgetOf(t, h)
+	if diff := cmp.Diff([]string{"small/0"}, grantKeys(b)["small"]); diff != "" || b.Models["small"].Grants["small/0"].Share.RequestsPerMinute != 60 {
+		t.Errorf("a window after small/1 ended: grants (-want +got):\n%s small/0's share %d rpm, want 60", diff, b.Models["small"].Grants["small/0"].Share.RequestsPerMinute)
+	}
+
+	// The runners go silent: their shares are reclaimed once the calls they
+	// may have sent have left the window.
 	h.clock.Step(31 * time.Second)
 	h.mustReconcile(ev)
+	if diff := cmp.Diff([]string{"small/0"}, grantKeys(budgetOf(t, h))["small"]); diff != "" {
+		t.Errorf("grants after StaleAfter, within the window (-want +got):\n%s", diff)
+	}
+	h.clock.Step(30 * time.Second)
+	h.mustReconcile(ev)
 	if diff := cmp.Diff(map[string][]string{"small": {}, "judge": {}}, grantKeys(budgetOf(t, h))); diff != "" {
-		t.Errorf("grants after StaleAfter (-want +got):\n%s", diff)
+		t.Errorf("grants a window after the runners went silent (-want +got):\n%s", diff)
 	}
 }
 

@@ -436,6 +436,8 @@ type headTracker struct {
 type headSeen struct {
 	version string
 	at      time.Time
+	// active is when the shard was last seen running.
+	active time.Time
 }
 
 func newHeadTracker() *headTracker {
@@ -453,10 +455,28 @@ func (h *headTracker) changedAt(ev types.NamespacedName, head, version string, n
 	}
 	s, ok := m[head]
 	if !ok || s.version != version {
-		s = headSeen{version: version, at: now}
+		s = headSeen{version: version, at: now, active: s.active}
 		m[head] = s
 	}
 	return s.at
+}
+
+// sawActive notes that the shard of head runs now.
+func (h *headTracker) sawActive(ev types.NamespacedName, head string, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s, ok := h.seen[ev][head]; ok {
+		s.active = now
+		h.seen[ev][head] = s
+	}
+}
+
+// lastActive is when the shard of head was last seen running; zero if never
+// (by this controller).
+func (h *headTracker) lastActive(ev types.NamespacedName, head string) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seen[ev][head].active
 }
 
 // retain forgets the heads of key that are not in keep.

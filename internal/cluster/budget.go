@@ -67,6 +67,11 @@ type Grant struct {
 	Acked int64 `json:"acked"`
 }
 
+// RateWindow is the window a server counts a rate limit over, as the runners'
+// limiters count it (a minute and their slack): a shard that stopped keeps its
+// share for this long after it was last seen running.
+const RateWindow = ratelimit.Period + ratelimit.DefaultSlack
+
 // Use bounds what the shard holding g may be using, as the controller counted it
 // when it wrote the budget. The grants of a budget never use more than its limits.
 func (g Grant) Use() ratelimit.Limits { return undims(effectiveOf(g, g.Acked)) }
