@@ -94,3 +94,38 @@ func TestGateAgainstABaselineLocally(t *testing.T) {
 		t.Errorf("missing baseline: exit %d, want 2 naming spec.baseline.path\n%s", res.Code, res)
 	}
 }
+
+// TestGatedExample runs the README's gate example (docs/examples/gated.yaml):
+// the offline quickstart's results as its baseline, then the same model (the
+// gate passes), then a worse one (exit 3, below the minimum).
+func TestGatedExample(t *testing.T) {
+	t.Parallel()
+	good := newFake(t, fakellm.Config{WrongRate: 0.25})
+	worse := newFake(t, fakellm.Config{WrongRate: 0.6})
+	read := func(name string) string {
+		b, err := os.ReadFile("../../../docs/examples/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	example, data := read("gated.yaml"), read("arithmetic.jsonl")
+	// The example's layout: docs/examples/gated.yaml, its baseline in out/offline.
+	w := newWorkspace(t)
+	w.write("docs/examples/arithmetic.jsonl", data)
+	baselineSpec, _, _ := strings.Cut(example, "  baseline:")
+	w.write("docs/examples/base.yaml", strings.ReplaceAll(baselineSpec, "http://127.0.0.1:8080", good.URL))
+	if res := w.proctor("run", "-f", filepath.Join(w.dir, "docs/examples/base.yaml"), "-o", filepath.Join(w.dir, "out/offline"), "--progress", "none"); res.Code != 0 {
+		t.Fatalf("the baseline: %s", res)
+	}
+	run := func(url string) result {
+		w.write("docs/examples/gated.yaml", strings.ReplaceAll(example, "http://127.0.0.1:8080", url))
+		return w.proctor("run", "-f", filepath.Join(w.dir, "docs/examples/gated.yaml"), "-o", filepath.Join(w.dir, "out/gated"), "--progress", "none", "--restart")
+	}
+	if res := run(good.URL); res.Code != 0 || !strings.Contains(res.Stdout, "Gate: passed") || !strings.Contains(res.Stdout, "+0.0000") {
+		t.Errorf("the same model: %s", res)
+	}
+	if res := run(worse.URL); res.Code != 3 || !strings.Contains(res.Stdout, "below the minimum 0.7") {
+		t.Errorf("a worse model: want exit 3 below the minimum 0.7: %s", res)
+	}
+}

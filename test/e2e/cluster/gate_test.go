@@ -1,0 +1,157 @@
+//go:build e2e
+
+package cluster_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+)
+
+// gatedEvaluation is an Evaluation of n additions answered by the fake
+// server's port, with spec.baseline and spec.gate when gate is set.
+func gatedEvaluation(ns, name string, port, n int, gate string) string {
+	return fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: %s}
+spec:
+  datasets:
+  - name: add
+    source:
+      inline:
+%s  models:
+  - name: gpt
+    provider: openai
+    model: fake-model
+    baseURL: http://gated.%s.svc:%d/v1
+    apiKey: {env: API_KEY, secretKeyRef: {name: openai, key: api-key}}
+  prompt: {system: "Answer with a number only."}
+  scoring: [{type: exact_match}]
+  shardSize: %d
+%s`, name, additions(n), ns, port, n/2, gate)
+}
+
+// kstatusOfEvaluation is kstatus's view of an Evaluation read with kubectl, as
+// Flux and Helm compute it.
+func kstatusOfEvaluation(t *testing.T, ns, name string) *kstatus.Result {
+	t.Helper()
+	// As a client-go reader decodes it: integers as int64, as kstatus expects.
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON([]byte(mustKubectl(t, "get", "evaluation", "-n", ns, name, "-o", "json"))); err != nil {
+		t.Fatal(err)
+	}
+	res, err := kstatus.Compute(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// waitKstatus polls until kstatus says the Evaluation is Current or Failed,
+// as `flux` and `helm --wait` do, and returns what it said.
+func waitKstatus(t *testing.T, ns, name string, timeout time.Duration) *kstatus.Result {
+	t.Helper()
+	var res *kstatus.Result
+	eventually(t, timeout, time.Second, "kstatus of evaluation/"+name+" Current or Failed", func() error {
+		res = kstatusOfEvaluation(t, ns, name)
+		if res.Status == kstatus.CurrentStatus || res.Status == kstatus.FailedStatus {
+			return nil
+		}
+		return fmt.Errorf("%w: %s (%s)", errNotYet, res.Status, res.Message)
+	})
+	return res
+}
+
+// TestGateInACluster is the GitOps flow: a baseline run, then candidates
+// gated against it. `kubectl wait --for=condition=Ready` returns for the
+// candidate that kept the baseline's score; the one whose model got worse
+// (the fake server answers 40% of the questions wrong) ends Failed with
+// RegressionDetected, Stalled True and Ready False, which `kubectl wait
+// --for=condition=Stalled` and kstatus (Failed) both see, and which `kubectl
+// wait --for=condition=Ready` never accepts.
+func TestGateInACluster(t *testing.T) {
+	ns := namespace(t, "e2e-gate")
+	const n = 80
+	fakeServers(t, ns, "gated", []string{"-seed=3"}, []string{"-wrong-rate=0.4", "-seed=3"})
+	gate := `  baseline: {evaluation: nightly}
+  gate:
+    rules:
+    - {metric: exact_match, min: 0.5, maxDrop: 0.02}
+`
+	start := time.Now()
+	applyYAML(t, ns, gatedEvaluation(ns, "nightly", 8081, n, ""))
+	if res := kstatusOfEvaluation(t, ns, "nightly"); res.Status != kstatus.InProgressStatus {
+		t.Errorf("right after kubectl apply: kstatus %s (%s), want InProgress", res.Status, res.Message)
+	}
+	mustKubectl(t, "wait", "-n", ns, "--for=condition=Ready", "evaluation/nightly", "--timeout=5m")
+	if res := kstatusOfEvaluation(t, ns, "nightly"); res.Status != kstatus.CurrentStatus {
+		t.Errorf("nightly Ready: kstatus %s (%s), want Current", res.Status, res.Message)
+	}
+
+	// Both candidates are applied at once, as a GitOps sync would.
+	applyYAML(t, ns, gatedEvaluation(ns, "same", 8081, n, gate)+"---\n"+gatedEvaluation(ns, "regressed", 8082, n, gate))
+	mustKubectl(t, "wait", "-n", ns, "--for=condition=Ready", "evaluation/same", "--timeout=5m")
+	same := getEvaluation(t, ns, "same")
+	if same.Status.Gate == nil || !same.Status.Gate.Passed || same.Status.Comparison == nil {
+		t.Fatalf("same: gate %+v comparison %+v", same.Status.Gate, same.Status.Comparison)
+	}
+	if c := same.Status.Comparison.Results[0]; c.Paired != n || c.Metrics[0].Diff != "+0.0000" || c.Metrics[0].Test != "mcnemar" {
+		t.Errorf("same: comparison %+v, want %d pairs and no difference", c, n)
+	}
+	if res := waitKstatus(t, ns, "same", time.Minute); res.Status != kstatus.CurrentStatus {
+		t.Errorf("same: kstatus %s (%s), want Current", res.Status, res.Message)
+	}
+
+	mustKubectl(t, "wait", "-n", ns, "--for=condition=Stalled", "evaluation/regressed", "--timeout=5m")
+	record("a baseline and two gated candidates, waited for with kubectl wait", time.Since(start))
+	if res := waitKstatus(t, ns, "regressed", time.Minute); res.Status != kstatus.FailedStatus {
+		t.Errorf("regressed: kstatus %s (%s), want Failed", res.Status, res.Message)
+	}
+	reg := getEvaluation(t, ns, "regressed")
+	st := reg.Status
+	ready := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
+	if st.Phase != v1alpha1.PhaseFailed || st.Reason != v1alpha1.ReasonRegressionDetected || ready == nil ||
+		ready.Status != "False" || ready.Reason != v1alpha1.ReasonRegressionDetected || ready.ObservedGeneration != reg.Generation {
+		t.Errorf("regressed: phase %s reason %s Ready %+v", st.Phase, st.Reason, ready)
+	}
+	if st.Gate == nil || st.Gate.Passed || len(st.Gate.Violations) == 0 || !strings.Contains(st.Gate.Violations[0], "exact_match fell") {
+		t.Errorf("regressed: gate %+v", st.Gate)
+	}
+	if m := st.Comparison.Results[0].Metrics[0]; !strings.HasPrefix(m.Diff, "-") || !strings.HasPrefix(m.Hi, "-") {
+		t.Errorf("regressed: comparison %+v, want a drop whose whole interval is below 0", m)
+	}
+	if !contains(reasons(t, ns, "Evaluation", "regressed"), v1alpha1.ReasonFailed) {
+		t.Errorf("regressed: no Failed event")
+	}
+	// A script blocking on Ready is not fooled: the wait times out.
+	if out, err := kubectl("wait", "-n", ns, "--for=condition=Ready", "evaluation/regressed", "--timeout=3s"); err == nil {
+		t.Errorf("kubectl wait --for=condition=Ready accepted the regressed run: %s", out)
+	}
+	// The summary in NAME-results holds the comparison and the verdict.
+	var sum struct {
+		Comparison *struct{ Baseline string } `json:"comparison"`
+		Gate       *struct{ Passed bool }      `json:"gate"`
+	}
+	raw := mustKubectl(t, "get", "configmap", "-n", ns, "regressed-results", "-o", `jsonpath={.data.summary\.json}`)
+	if err := json.Unmarshal([]byte(raw), &sum); err != nil || sum.Gate == nil || sum.Gate.Passed || sum.Comparison == nil ||
+		!strings.HasPrefix(sum.Comparison.Baseline, "evaluation/nightly") {
+		t.Errorf("regressed-results summary.json: %v\n%s", err, raw)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
