@@ -43,9 +43,13 @@ func baselineEvaluation(t *testing.T, h *harness, phase v1alpha1.Phase) {
 		r := rec("small", "d", i)
 		r.Scores = map[string]float64{"exact_match": 1}
 		b, _ := json.Marshal(&r)
-		zw.Write(append(b, '\n'))
+		if _, err := zw.Write(append(b, '\n')); err != nil {
+			t.Fatal(err)
+		}
 	}
-	zw.Close()
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
 	h.create(&corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "nightly-results", OwnerReferences: ownedBy("nightly"),
 			Annotations: map[string]string{cluster.AnnotationRun: "base0001"}},

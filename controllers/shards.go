@@ -34,7 +34,7 @@ type shardState struct {
 	// lastActive is when this controller last saw it active (zero: never).
 	lastActive time.Time
 	completed  bool
-	failed    bool
+	failed     bool
 	// pod is what its newest pod shows; cause, for a failed shard, why its
 	// last pod failed.
 	pod   podView

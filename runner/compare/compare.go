@@ -99,7 +99,7 @@ type Result struct {
 
 // Metric is a metric's paired difference from the baseline.
 type Metric struct {
-	Metric   string `json:"metric"`
+	Metric   string  `json:"metric"`
 	Baseline float64 `json:"baseline"`
 	Current  float64 `json:"current"`
 	// Diff is Current minus Baseline, over the samples both have.

@@ -53,8 +53,8 @@ func TestPairing(t *testing.T) {
 	c.Add(record("m", "q3", map[string]float64{"exact_match": 0, "f1": 0.5}))
 	c.Add(&results.Record{ID: "q4", Model: "m", Dataset: "d", Error: "timeout"}) // errored: scores 0
 	c.Add(record("m", "q5", map[string]float64{"exact_match": 1, "f1": 0.25}))
-	c.Add(record("m", "q6", map[string]float64{"exact_match": 1, "f1": 1}))  // not in the baseline
-	c.Add(record("other", "q1", map[string]float64{"exact_match": 1}))        // not compared
+	c.Add(record("m", "q6", map[string]float64{"exact_match": 1, "f1": 1})) // not in the baseline
+	c.Add(record("other", "q1", map[string]float64{"exact_match": 1}))      // not compared
 	rep := c.Report()
 	if len(rep.Results) != 1 {
 		t.Fatalf("%d results, want 1", len(rep.Results))

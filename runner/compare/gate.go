@@ -36,12 +36,12 @@ func Check(g *v1alpha1.Gate, summaries []results.Summary, rep *Report) Verdict {
 			}
 			where := fmt.Sprintf("model %s on dataset %s", s.Model, s.Dataset)
 			if rule.Min != nil {
-				min, _ := rule.Min.Float64() // validated at admission
+				lowest, _ := rule.Min.Float64() // validated at admission
 				mean, ok := s.Metrics[rule.Metric]
 				switch {
 				case s.Completed == 0 || !ok:
 					all = append(all, fmt.Sprintf("%s: %s has no finished sample to check min %s on", where, rule.Metric, *rule.Min))
-				case mean < min:
+				case mean < lowest:
 					all = append(all, fmt.Sprintf("%s: %s is %.4f, below the minimum %s", where, rule.Metric, mean, *rule.Min))
 				}
 			}

@@ -138,7 +138,7 @@ func TestGateInACluster(t *testing.T) {
 	// The summary in NAME-results holds the comparison and the verdict.
 	var sum struct {
 		Comparison *struct{ Baseline string } `json:"comparison"`
-		Gate       *struct{ Passed bool }      `json:"gate"`
+		Gate       *struct{ Passed bool }     `json:"gate"`
 	}
 	raw := mustKubectl(t, "get", "configmap", "-n", ns, "regressed-results", "-o", `jsonpath={.data.summary\.json}`)
 	if err := json.Unmarshal([]byte(raw), &sum); err != nil || sum.Gate == nil || sum.Gate.Passed || sum.Comparison == nil ||
