@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -199,28 +200,43 @@ func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool,
 	next, changed := prev, false
 	if limits != nil {
 		judges := p.ev.Spec.JudgeModels()
-		users := map[string][]string{}
+		users := map[string][]cluster.User{}
 		acked := map[string]int64{}
 		for _, s := range p.shards {
+			// A shard that stopped keeps a share that shrinks to nothing over
+			// a window: the server still counts the calls it sent within the
+			// last minute (paced, so no more than its share's worth of the
+			// part of the minute not yet past), which another shard's raise
+			// must not add to.
+			left := 1.0
 			if !s.active {
-				// A shard that stopped keeps its share for a window: the
-				// server still counts the calls it sent within the last
-				// minute, which another shard's raise must not add to.
-				left := cluster.RateWindow - p.now.Sub(s.lastActive)
-				if s.lastActive.IsZero() || left <= 0 {
+				remaining := cluster.RateWindow - p.now.Sub(s.lastActive)
+				if s.lastActive.IsZero() || remaining <= 0 {
 					continue
 				}
-				p.requeueAfter(left)
+				left = float64(remaining) / float64(cluster.RateWindow)
+				p.requeueAfter(min(remaining, cluster.RateWindow/12))
 			}
-			acked[s.Key()] = s.progress.Budget
 			for model := range limits {
 				// A model is called by its own shards, and a judge by every shard.
-				if model == s.Model || judges[model] {
-					users[model] = append(users[model], s.Key())
+				if model != s.Model && !judges[model] {
+					continue
 				}
+				u := cluster.User{Key: s.Key()}
+				if left < 1 {
+					if u.Cap = prev.Lingering(model, s.Key(), left); u.Cap.IsZero() {
+						continue
+					}
+				}
+				users[model] = append(users[model], u)
+			}
+			acked[s.Key()] = s.progress.Budget
+			if left < 1 {
+				// It sends nothing more: its lowered share applies at once.
+				acked[s.Key()] = math.MaxInt64
 			}
 		}
-		next, changed = cluster.Divide(prev, limits, users, acked)
+		next, changed = cluster.DivideWeighted(prev, limits, users, acked)
 	}
 	if budget != nil {
 		limit, err := cluster.SpendLimit(budget)

@@ -271,8 +271,17 @@ func TestDivideBudget(t *testing.T) {
 	if res.RequeueAfter <= 0 || res.RequeueAfter > cluster.RateWindow {
 		t.Errorf("RequeueAfter = %v, want at most a window (%v): the raise is due then", res.RequeueAfter, cluster.RateWindow)
 	}
-	h.clock.Step(cluster.RateWindow)
+	// Half a window on, half of small/1's share may still be in the server's
+	// window: small/0 has the rest.
+	h.clock.Step(cluster.RateWindow / 2)
 	h.create(headCM(t, "arith", run, shardOf3("small", 0), running(3, 0, 3), nil))
+	h.mustReconcile(ev)
+	b = budgetOf(t, h)
+	if s0, s1 := b.Models["small"].Grants["small/0"].Share.RequestsPerMinute, b.Models["small"].Grants["small/1"].Share.RequestsPerMinute; s0 < 43 || s0 > 46 || s0+s1 > 60 {
+		t.Errorf("half a window after small/1 ended: small/0 %d rpm, small/1 %d rpm; want about 45 and 15", s0, s1)
+	}
+	h.clock.Step(cluster.RateWindow / 2)
+	h.create(headCM(t, "arith", run, shardOf3("small", 0), running(4, 0, 4), nil))
 	h.mustReconcile(ev)
 	b = budgetOf(t, h)
 	if diff := cmp.Diff([]string{"small/0"}, grantKeys(b)["small"]); diff != "" || b.Models["small"].Grants["small/0"].Share.RequestsPerMinute != 60 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -97,6 +98,29 @@ func (b *Budget) Lookup(model, key string) (share ratelimit.Limits, limited, pau
 		}
 	}
 	return g.Share, true, false
+}
+
+// Lingering is the cap of a shard that stopped calling model: what it may have
+// been using (its share, or its previous one until it acknowledged the
+// change), times left, the part of the window its calls still count in,
+// rounded up. Zero when it held no share.
+func (b *Budget) Lingering(model, key string, left float64) ratelimit.Limits {
+	if b == nil || b.Models[model] == nil {
+		return ratelimit.Limits{}
+	}
+	g, ok := b.Models[model].Grants[key]
+	if !ok {
+		return ratelimit.Limits{}
+	}
+	used := dims(g.Share)
+	prev := dims(g.Previous)
+	var capped dimVec
+	for d := range used {
+		if v := max(used[d], prev[d]); v > 0 {
+			capped[d] = int64(math.Ceil(float64(v) * left))
+		}
+	}
+	return undims(capped)
 }
 
 // Divide computes the next budget from the previous one. limits are the models'

@@ -127,7 +127,9 @@ func headProgress(t *testing.T, ns, name string) cluster.ShardProgress {
 
 // TestBudgetSharesNeverExceedTheLimit: a model's rate limit is the limit of the
 // whole Evaluation; as its shards start and finish, the shares the controller
-// grants never sum above it, and a lone last shard gets all of it.
+// grants never sum above it, and the last shards get more than an equal third
+// as the finished shards' calls leave the server's window (their shares
+// shrink over it).
 func TestBudgetSharesNeverExceedTheLimit(t *testing.T) {
 	ns := newNamespace(t)
 	// The server counts arrivals in 3-second windows, a finer check than a minute
@@ -141,7 +143,7 @@ func TestBudgetSharesNeverExceedTheLimit(t *testing.T) {
 		Scorer(v1alpha1.ScorerExactMatch).ShardSize(20).Parallelism(3).Concurrency(4).Obj())
 
 	var mu sync.Mutex
-	maxShards, maxSum, loneShare := 0, int64(0), int64(0)
+	maxShards, maxSum, maxShare := 0, int64(0), int64(0)
 	stop := make(chan struct{})
 	watched := make(chan struct{})
 	go func() {
@@ -168,10 +170,8 @@ func TestBudgetSharesNeverExceedTheLimit(t *testing.T) {
 			mu.Lock()
 			maxShards = max(maxShards, len(b.Models["m"].Grants))
 			maxSum = max(maxSum, sum)
-			if len(b.Models["m"].Grants) == 1 {
-				for _, g := range b.Models["m"].Grants {
-					loneShare = max(loneShare, g.Share.RequestsPerMinute)
-				}
+			for _, g := range b.Models["m"].Grants {
+				maxShare = max(maxShare, g.Share.RequestsPerMinute)
 			}
 			mu.Unlock()
 		}
@@ -187,8 +187,8 @@ func TestBudgetSharesNeverExceedTheLimit(t *testing.T) {
 	if maxShards < 2 {
 		t.Errorf("at most %d shard(s) held a grant at once; the budget was never divided", maxShards)
 	}
-	if loneShare != limit {
-		t.Errorf("a lone shard got %d, want the whole limit %d", loneShare, limit)
+	if maxShare <= limit/3 {
+		t.Errorf("no shard got more than %d, an equal third of %d: what finished shards left was never given out", maxShare, limit)
 	}
 	// Summed over shards, calls arrive at the limit's pace: in any 3 seconds,
 	// 3 seconds of budget plus one paced call per shard. Undivided shares would
