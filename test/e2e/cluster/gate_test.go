@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/runner/compare"
 )
 
 // gatedEvaluation is an Evaluation of n additions answered by the fake
@@ -135,6 +138,34 @@ func TestGateInACluster(t *testing.T) {
 	if out, err := kubectl("wait", "-n", ns, "--for=condition=Ready", "evaluation/regressed", "--timeout=3s"); err == nil {
 		t.Errorf("kubectl wait --for=condition=Ready accepted the regressed run: %s", out)
 	}
+	// proctor compare says what status says, from the cluster's results.
+	out, err := run(time.Minute, proctorBin, "compare", "evaluation/nightly", "evaluation/regressed", "-n", ns, "-o", "json")
+	var rep compare.Report
+	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Results) != 1 || len(rep.Results[0].Metrics) != 1 {
+		t.Fatalf("proctor compare: %v\n%s", err, out)
+	}
+	if m, want := rep.Results[0].Metrics[0], st.Comparison.Results[0].Metrics[0]; fmt.Sprintf("%+.4f", m.Diff) != want.Diff || fmt.Sprintf("%.6f", m.PValue) != want.PValue {
+		t.Errorf("proctor compare: diff %+.4f p %.6f; status: diff %s p %s", m.Diff, m.PValue, want.Diff, want.PValue)
+	}
+
+	// A copy of nightly's results kept as the release baseline (a ConfigMap of
+	// the user's own) gates as well as the Evaluation did.
+	var cm corev1.ConfigMap
+	if err := json.Unmarshal([]byte(mustKubectl(t, "get", "configmap", "-n", ns, "nightly-results", "-o", "json")), &cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.ObjectMeta = metav1.ObjectMeta{Name: "release-baseline", Labels: cm.Labels, Annotations: cm.Annotations}
+	copied, err := json.Marshal(&cm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyYAML(t, ns, string(copied))
+	applyYAML(t, ns, gatedEvaluation(ns, "from-copy", 8081, n, strings.Replace(gate, "{evaluation: nightly}", "{configMap: release-baseline}", 1)))
+	mustKubectl(t, "wait", "-n", ns, "--for=condition=Ready", "evaluation/from-copy", "--timeout=5m")
+	if c := getEvaluation(t, ns, "from-copy").Status.Comparison; c == nil || !strings.HasPrefix(c.Baseline, "configMap/release-baseline") || c.Results[0].Paired != n {
+		t.Errorf("from-copy: comparison %+v, want %d samples paired with configMap/release-baseline", c, n)
+	}
+
 	// The summary in NAME-results holds the comparison and the verdict.
 	var sum struct {
 		Comparison *struct{ Baseline string } `json:"comparison"`
