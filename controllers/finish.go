@@ -61,10 +61,10 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	}
 	// A run that succeeded is compared with its baseline, which it may wait
 	// for; a failed one is not gated.
-	judge := p.stalled == nil && !anyFailed
+	gated := p.stalled == nil && !anyFailed
 	var base *compare.Baseline
 	var lost *cluster.Missing
-	if judge && p.ev.Spec.Baseline != nil {
+	if gated && p.ev.Spec.Baseline != nil {
 		b, missing, err := r.readBaseline(ctx, p)
 		switch {
 		case err != nil:
@@ -81,7 +81,7 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		return false, err
 	}
 	sum := compare.Summary{Results: summaries, Comparison: comparison}
-	if judge && p.ev.Spec.Gate != nil {
+	if gated && p.ev.Spec.Gate != nil {
 		v := compare.Check(p.ev.Spec.Gate, summaries, comparison)
 		sum.Gate = &v
 	}
@@ -144,7 +144,7 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 // baseline Evaluation has not ended yet (WaitingForBaseline), or what it
 // names is not there (BaselineNotFound).
 func (r *EvaluationReconciler) readBaseline(ctx context.Context, p *pass) (*compare.Baseline, *cluster.Missing, error) {
-	res, missing, err := cluster.FindResults(ctx, r.APIReader, p.ev.Namespace, p.ev.Spec.Baseline)
+	res, missing, err := cluster.FindBaseline(ctx, r.APIReader, p.ev)
 	switch {
 	case err != nil:
 		return nil, nil, fmt.Errorf("reading the baseline: %w", err)

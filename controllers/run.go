@@ -144,10 +144,10 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 			}
 		}
 	}
-	if b := p.ev.Spec.Baseline; b != nil {
+	if p.ev.Spec.Baseline != nil {
 		// A baseline that is not there would leave the run unjudged: it
 		// waits for it. One that has not ended yet is waited for at the end.
-		_, missing, err := cluster.FindResults(ctx, r.APIReader, ns, b)
+		_, missing, err := cluster.FindBaseline(ctx, r.APIReader, p.ev)
 		switch {
 		case err != nil:
 			return false, fmt.Errorf("looking for the baseline: %w", err)

@@ -968,6 +968,7 @@ type TokenUsage struct {
 // +kubebuilder:printcolumn:name="Batches",type=string,JSONPath=`.status.batches.text`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule=`!has(self.spec.baseline) || !has(self.spec.baseline.evaluation) || self.spec.baseline.evaluation != self.metadata.name`,message="spec.baseline.evaluation names this Evaluation: a run cannot be its own baseline (keep a copy of its results ConfigMap and name it in baseline.configMap)"
 type Evaluation struct {
 	metav1.TypeMeta `json:",inline"`
 	// metadata is the standard object metadata.

@@ -58,7 +58,7 @@ ConfigMap (configmap/NAME).`,
 			if err != nil {
 				return err
 			}
-			rep, err := compareResults(ctx, base, cand, baselineModel)
+			rep, err := compareResults(base, cand, baselineModel)
 			if err != nil {
 				return &exitError{code: exitFailed, err: err}
 			}
@@ -150,7 +150,7 @@ func clusterClient(namespace string) (client.Client, string, error) {
 // compareResults pairs the candidate's records with the baseline's, on the
 // candidate's models, datasets and metrics (from its summary, else its
 // records).
-func compareResults(_ context.Context, base, cand *resultsSource, baselineModel string) (*compare.Report, error) {
+func compareResults(base, cand *resultsSource, baselineModel string) (*compare.Report, error) {
 	var pairs []results.Pair
 	metrics := map[string]bool{}
 	for _, s := range cand.summaries {

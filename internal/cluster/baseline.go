@@ -33,7 +33,19 @@ type Missing struct{ Reason, Message string }
 // results ConfigMap's (a copy of one, say). Missing says why there are none
 // yet; a read's errors are returned as they are.
 func FindResults(ctx context.Context, r client.Reader, ns string, b *v1alpha1.Baseline) (*Results, *Missing, error) {
+	return findResults(ctx, r, ns, "", b)
+}
+
+// FindBaseline is FindResults for Evaluation self: it cannot be its own
+// baseline (it would wait for itself to end).
+func FindBaseline(ctx context.Context, r client.Reader, self *v1alpha1.Evaluation) (*Results, *Missing, error) {
+	return findResults(ctx, r, self.Namespace, self.Name, self.Spec.Baseline)
+}
+
+func findResults(ctx context.Context, r client.Reader, ns, self string, b *v1alpha1.Baseline) (*Results, *Missing, error) {
 	switch {
+	case b.Evaluation != "" && b.Evaluation == self:
+		return nil, &Missing{v1alpha1.ReasonBaselineNotFound, "spec.baseline.evaluation names this Evaluation: a run cannot be its own baseline"}, nil
 	case b.Evaluation != "":
 		ev := &v1alpha1.Evaluation{}
 		if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: b.Evaluation}, ev); err != nil {

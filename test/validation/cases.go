@@ -635,6 +635,14 @@ var Differences = []Case{
 			set("spec.datasets[0].source", `{inline: [], url: "https://example.com/qs.jsonl"}`)),
 		Admission: "spec.datasets[0].source.inline in body should have at least 1 items",
 	},
+	// A local run reads no Evaluation (it refuses baseline.evaluation when it
+	// runs, not when it loads the file); the API server refuses one that names
+	// itself, which would wait for its own end.
+	{
+		Name:      "baseline-is-itself",
+		Manifest:  build("baseline-is-itself", set("spec.baseline", `{evaluation: baseline-is-itself}`)),
+		Admission: "a run cannot be its own baseline",
+	},
 	// An empty format counts as unset locally; the schema's enum has no "".
 	{
 		Name:      "empty-format",
