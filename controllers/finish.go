@@ -153,7 +153,12 @@ func (r *EvaluationReconciler) readBaseline(ctx context.Context, p *pass) (*comp
 	}
 	foreign := func(fe *cluster.ForeignError) { r.ignoreForeign(p, fe.Kind, &metav1.ObjectMeta{Name: fe.Name}) }
 	b, err := res.Baseline(ctx, r.APIReader, metricNames(&p.ev.Spec), foreign)
-	if err != nil {
+	switch {
+	case apierrors.IsNotFound(err):
+		// A copy of results that lists its records in a run's ConfigMaps
+		// outlives them when that Evaluation runs again.
+		return nil, &cluster.Missing{Reason: v1alpha1.ReasonBaselineNotFound, Message: fmt.Sprintf("the records of %s are gone: %v", res.Label, err)}, nil
+	case err != nil:
 		return nil, nil, fmt.Errorf("reading the baseline %s: %w", res.Label, err)
 	}
 	return b, nil, nil

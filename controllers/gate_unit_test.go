@@ -172,3 +172,31 @@ func TestBaselineNotThere(t *testing.T) {
 		t.Errorf("phase %s comparison %+v, want Succeeded with 10 pairs", st.Phase, st.Comparison)
 	}
 }
+
+// TestBaselineCopyWhoseRecordsAreGone: a copied results ConfigMap that lists
+// its records in ConfigMaps of a run since replaced can no longer be read: the
+// run ends BaselineNotFound, with its own results written, rather than
+// failing its reconciles forever.
+func TestBaselineCopyWhoseRecordsAreGone(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	baselineEvaluation(t, h, v1alpha1.PhaseSucceeded)
+	h.create(&corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "release",
+			Labels:      map[string]string{cluster.LabelEvaluation: "nightly"},
+			Annotations: map[string]string{cluster.AnnotationRun: "gone0001"}},
+		Data: map[string]string{cluster.ResultsKeySummary: `{"results": []}`, cluster.ResultsKeyChunks: "nightly-gone0001-small-0\n"},
+	})
+	h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) { s.Baseline = &v1alpha1.Baseline{ConfigMap: "release"} })
+	storeModelRecords(t, h, run, "small")
+	h.setJobStatus("arith-small-"+run, completeStatus("0-1"))
+	if _, err := h.reconcile(ev); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	st := h.eval("arith").Status
+	if st.Phase != v1alpha1.PhaseFailed || st.Reason != v1alpha1.ReasonBaselineNotFound || !strings.Contains(st.Message, "configMap/release") {
+		t.Errorf("phase %s reason %s message %q; want Failed BaselineNotFound naming the copy", st.Phase, st.Reason, st.Message)
+	}
+	if st.ResultsConfigMap != "arith-results" || len(st.Results) != 1 {
+		t.Errorf("the run's own results were not kept: %q %v", st.ResultsConfigMap, st.Results)
+	}
+}
