@@ -185,28 +185,13 @@ func TestCrashedServiceIsRestarted(t *testing.T) {
 // TestSinceProbesAtOnce: a sample that fails the moment its service goes
 // down hears of it, though the next periodic probe is a while away.
 func TestSinceProbesAtOnce(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := int32(ln.Addr().(*net.TCPAddr).Port)
-	go acceptAndClose(ln)
-	s := Watch([]Config{{Name: "db", Probe: &corev1.Probe{
-		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(port)}},
-		PeriodSeconds: 3600,
-	}}}, opts(t))
-	defer s.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatalf("WaitReady: %v", err)
-	}
+	s, ln := watchListener(t, opts(t))
 	mark := s.Mark()
 	if err := s.Since(mark); err != nil {
 		t.Fatalf("Since while up: %v", err)
 	}
 	ln.Close()
-	err = s.Since(mark)
+	err := s.Since(mark)
 	var se *runner.ServiceError
 	if !errors.As(err, &se) || !strings.HasPrefix(err.Error(), "service db was not ready (tcpSocket probe: ") {
 		t.Errorf("Since after the service closed: %v", err)
@@ -218,28 +203,36 @@ func TestSinceProbesAtOnce(t *testing.T) {
 // socket for a moment); probing again over the settle window finds the
 // service down, and the failure is blamed on it, not on the sample.
 func TestSinceWaitsForAServiceGoingDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := int32(ln.Addr().(*net.TCPAddr).Port)
-	go acceptAndClose(ln)
 	o := opts(t)
 	o.Settle = 2 * time.Second
-	s := Watch([]Config{{Name: "db", Probe: &corev1.Probe{
-		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(port)}},
-		PeriodSeconds: 3600,
-	}}}, o)
-	defer s.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatalf("WaitReady: %v", err)
-	}
+	s, ln := watchListener(t, o)
 	mark := s.Mark()
 	time.AfterFunc(300*time.Millisecond, func() { ln.Close() })
 	var se *runner.ServiceError
 	if err := s.Since(mark); !errors.As(err, &se) {
 		t.Errorf("Since while the service went down: %v, want it named", err)
 	}
+}
+
+// watchListener watches a service "db" listening on a port of this process,
+// probed over TCP once an hour (so only Since probes it), once it is ready.
+func watchListener(t *testing.T, o Options) (*Supervisor, net.Listener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := int32(ln.Addr().(*net.TCPAddr).Port)
+	go acceptAndClose(ln)
+	s := Watch([]Config{{Name: "db", Probe: &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(port)}},
+		PeriodSeconds: 3600,
+	}}}, o)
+	t.Cleanup(s.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatalf("WaitReady: %v", err)
+	}
+	return s, ln
 }

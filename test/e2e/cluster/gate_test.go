@@ -22,24 +22,11 @@ import (
 // gatedEvaluation is an Evaluation of n additions answered by the fake
 // server's port, with spec.baseline and spec.gate when gate is set.
 func gatedEvaluation(ns, name string, port, n int, gate string) string {
-	return fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
-kind: Evaluation
-metadata: {name: %s}
-spec:
-  datasets:
-  - name: add
-    source:
-      inline:
-%s  models:
-  - name: gpt
-    provider: openai
+	return additionsEvaluation(name, n, fmt.Sprintf(`    provider: openai
     model: fake-model
     baseURL: http://gated.%s.svc:%d/v1
     apiKey: {env: API_KEY, secretKeyRef: {name: openai, key: api-key}}
-  prompt: {system: "Answer with a number only."}
-  scoring: [{type: exact_match}]
-  shardSize: %d
-%s`, name, additions(n), ns, port, n/2, gate)
+`, ns, port), fmt.Sprintf("  shardSize: %d\n%s", n/2, gate))
 }
 
 // kstatusOfEvaluation is kstatus's view of an Evaluation read with kubectl, as

@@ -19,28 +19,13 @@ func spendEvaluation(ns, name string, port, n int, maxCost string) string {
 	if maxCost != "" {
 		budget = "  budget: {maxCost: " + maxCost + "}\n"
 	}
-	return fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
-kind: Evaluation
-metadata: {name: %s}
-spec:
-  datasets:
-  - name: add
-    source:
-      inline:
-%s  models:
-  - name: gpt
-    provider: openai
+	return additionsEvaluation(name, n, fmt.Sprintf(`    provider: openai
     model: fake-model
     baseURL: http://spend.%s.svc:%d/v1
     apiKey: {env: API_KEY, secretKeyRef: {name: openai, key: api-key}}
     parameters: {maxTokens: 16}
     pricing: {inputPerMillion: 300, outputPerMillion: 1200}
-  prompt: {system: "Answer with a number only."}
-  scoring: [{type: exact_match, normalize: [trim]}]
-  concurrency: 2
-  shardSize: %d
-  parallelism: 4
-%s`, name, additions(n), ns, port, n/4, budget)
+`, ns, port), fmt.Sprintf("  concurrency: 2\n  shardSize: %d\n  parallelism: 4\n%s", n/4, budget))
 }
 
 // bill is what a fake server's answers cost at spendEvaluation's prices.

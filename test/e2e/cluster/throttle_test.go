@@ -235,6 +235,14 @@ func teamKeyEvaluation(name string, weight, n int) string {
 	if weight > 0 {
 		ref = fmt.Sprintf("{name: team-key, weight: %d}", weight)
 	}
+	return additionsEvaluation(name, n, fmt.Sprintf("    endpointRef: %s\n    model: fake-model\n", ref),
+		"  concurrency: 8\n  shardSize: 30\n  parallelism: 2\n")
+}
+
+// additionsEvaluation is an Evaluation document asking model gpt n additions,
+// scored by exact match: model holds the model's fields but its name, spec
+// the spec's fields after scoring (YAML, indented as they stand).
+func additionsEvaluation(name string, n int, model, spec string) string {
 	return fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
 kind: Evaluation
 metadata: {name: %s}
@@ -245,14 +253,9 @@ spec:
       inline:
 %s  models:
   - name: gpt
-    endpointRef: %s
-    model: fake-model
-  prompt: {system: "Answer with a number only."}
+%s  prompt: {system: "Answer with a number only."}
   scoring: [{type: exact_match, normalize: [trim]}]
-  concurrency: 8
-  shardSize: 30
-  parallelism: 2
-`, name, additions(n), ref)
+%s`, name, additions(n), model, spec)
 }
 
 // additions are n inline samples "What is i+i?", indented as a dataset's
