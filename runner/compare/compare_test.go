@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -166,5 +167,24 @@ func TestGate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestViolationsFitStatus: however many rules fail and however long the names,
+// a verdict fits the status's bounds.
+func TestViolationsFitStatus(t *testing.T) {
+	long := strings.Repeat("é", 600) // names are bounded by the API; a metric's text is not
+	var ss []results.Summary
+	for i := range 40 {
+		ss = append(ss, results.Summary{Model: fmt.Sprintf("m%d", i), Dataset: long, Completed: 1, Metrics: map[string]float64{"exact_match": 0}})
+	}
+	v := Check(&v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", Min: num("1")}}}, ss, nil)
+	if len(v.Violations) != MaxViolations || !strings.HasPrefix(v.Violations[MaxViolations-1], "and 9 more") {
+		t.Fatalf("%d violations, the last %q", len(v.Violations), v.Violations[len(v.Violations)-1])
+	}
+	for _, line := range v.Violations {
+		if len(line) > MaxViolationBytes || !utf8.ValidString(line) {
+			t.Errorf("a violation of %d bytes (valid UTF-8: %v)", len(line), utf8.ValidString(line))
+		}
 	}
 }

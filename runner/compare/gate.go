@@ -2,6 +2,7 @@ package compare
 
 import (
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/runner/results"
@@ -13,9 +14,13 @@ type Verdict struct {
 	Violations []string `json:"violations,omitempty"`
 }
 
-// MaxViolations bounds the violations a verdict lists (status has room for
-// so many); the last one says how many more there were.
-const MaxViolations = 32
+// MaxViolations bounds the violations a verdict lists, and MaxViolationBytes
+// each one's length (status has room for so many, so long); the last one says
+// how many more there were.
+const (
+	MaxViolations     = 32
+	MaxViolationBytes = 1000
+)
 
 // Check checks the gate's rules on every model and dataset they select: min
 // on the summaries (errored samples scoring 0), maxDrop on the comparison with
@@ -68,7 +73,22 @@ func Check(g *v1alpha1.Gate, summaries []results.Summary, rep *Report) Verdict {
 		if len(all) > MaxViolations {
 			all = append(all[:MaxViolations-1], fmt.Sprintf("and %d more", len(all)-MaxViolations+1))
 		}
+		for i, line := range all {
+			all[i] = cut(line, MaxViolationBytes)
+		}
 		v.Violations = all
 	}
 	return v
+}
+
+// cut shortens s to at most n bytes, on a character boundary, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	end := n - len("...")
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[:end] + "..."
 }
