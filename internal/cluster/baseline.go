@@ -83,6 +83,9 @@ func findResults(ctx context.Context, r client.Reader, ns, self string, b *v1alp
 			// it was copied from controls.
 			owner := &v1alpha1.Evaluation{}
 			name := cm.Labels[LabelEvaluation]
+			if name == "" {
+				return nil, &Missing{v1alpha1.ReasonBaselineNotFound, fmt.Sprintf("ConfigMap %s lists its records in another run's ConfigMaps (%s) but names no Evaluation: keep its label %s", cm.Name, ResultsKeyChunks, LabelEvaluation)}, nil
+			}
 			if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, owner); err != nil {
 				if apierrors.IsNotFound(err) {
 					return nil, &Missing{v1alpha1.ReasonBaselineNotFound, fmt.Sprintf("ConfigMap %s lists its records in ConfigMaps of Evaluation %q, which is not found", cm.Name, name)}, nil
