@@ -199,6 +199,7 @@ func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool,
 	}
 	next, changed := prev, false
 	if limits != nil {
+		key := client2key(p.ev)
 		judges := p.ev.Spec.JudgeModels()
 		users := map[string][]cluster.User{}
 		acked := map[string]int64{}
@@ -224,7 +225,7 @@ func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool,
 				}
 				u := cluster.User{Key: s.Key()}
 				if left < 1 {
-					if u.Cap = prev.Lingering(model, s.Key(), left); u.Cap.IsZero() {
+					if u.Cap = cluster.Lingering(r.heads.using(key, s.head, model), left); u.Cap.IsZero() {
 						continue
 					}
 				}
@@ -237,6 +238,15 @@ func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool,
 			}
 		}
 		next, changed = cluster.DivideWeighted(prev, limits, users, acked)
+		// What each running shard may use from now on: its share, should it
+		// stop before the next division.
+		for _, s := range p.shards {
+			if s.active {
+				for model := range limits {
+					r.heads.noteUsing(key, s.head, model, next.Using(model, s.Key()))
+				}
+			}
+		}
 	}
 	if budget != nil {
 		limit, err := cluster.SpendLimit(budget)

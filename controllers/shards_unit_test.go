@@ -272,10 +272,14 @@ func TestDivideBudget(t *testing.T) {
 		t.Errorf("RequeueAfter = %v, want at most a window (%v): the raise is due then", res.RequeueAfter, cluster.RateWindow)
 	}
 	// Half a window on, half of small/1's share may still be in the server's
-	// window: small/0 has the rest.
-	h.clock.Step(cluster.RateWindow / 2)
-	h.create(headCM(t, "arith", run, shardOf3("small", 0), running(3, 0, 3), nil))
-	h.mustReconcile(ev)
+	// window: small/0 has the rest. The controller re-divides every twelfth of
+	// a window meanwhile; each division shrinks small/1's share from what it
+	// had while it ran, not from the last division's.
+	for i := range 6 {
+		h.clock.Step(cluster.RateWindow / 12)
+		h.create(headCM(t, "arith", run, shardOf3("small", 0), running(3, 0, float64(i)+0.5), nil))
+		h.mustReconcile(ev)
+	}
 	b = budgetOf(t, h)
 	if s0, s1 := b.Models["small"].Grants["small/0"].Share.RequestsPerMinute, b.Models["small"].Grants["small/1"].Share.RequestsPerMinute; s0 < 43 || s0 > 46 || s0+s1 > 60 {
 		t.Errorf("half a window after small/1 ended: small/0 %d rpm, small/1 %d rpm; want about 45 and 15", s0, s1)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
 // pass is what one reconcile learns and decides.
@@ -436,8 +437,10 @@ type headTracker struct {
 type headSeen struct {
 	version string
 	at      time.Time
-	// active is when the shard was last seen running.
+	// active is when the shard was last seen running; using, what it may use
+	// of each model's limits since (cluster.Budget.Using, by model).
 	active time.Time
+	using  map[string]ratelimit.Limits
 }
 
 func newHeadTracker() *headTracker {
@@ -455,7 +458,7 @@ func (h *headTracker) changedAt(ev types.NamespacedName, head, version string, n
 	}
 	s, ok := m[head]
 	if !ok || s.version != version {
-		s = headSeen{version: version, at: now, active: s.active}
+		s = headSeen{version: version, at: now, active: s.active, using: s.using}
 		m[head] = s
 	}
 	return s.at
@@ -477,6 +480,27 @@ func (h *headTracker) lastActive(ev types.NamespacedName, head string) time.Time
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.seen[ev][head].active
+}
+
+// noteUsing notes what the running shard of head may use of model's limits.
+func (h *headTracker) noteUsing(ev types.NamespacedName, head, model string, l ratelimit.Limits) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s, ok := h.seen[ev][head]; ok {
+		if s.using == nil {
+			s.using = map[string]ratelimit.Limits{}
+		}
+		s.using[model] = l
+		h.seen[ev][head] = s
+	}
+}
+
+// using is what the shard of head may use of model's limits since it last
+// ran (zero if this controller never saw it run).
+func (h *headTracker) using(ev types.NamespacedName, head, model string) ratelimit.Limits {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seen[ev][head].using[model]
 }
 
 // retain forgets the heads of key that are not in keep.

@@ -100,11 +100,10 @@ func (b *Budget) Lookup(model, key string) (share ratelimit.Limits, limited, pau
 	return g.Share, true, false
 }
 
-// Lingering is the cap of a shard that stopped calling model: what it may have
-// been using (its share, or its previous one until it acknowledged the
-// change), times left, the part of the window its calls still count in,
-// rounded up. Zero when it held no share.
-func (b *Budget) Lingering(model, key string, left float64) ratelimit.Limits {
+// Using is what the shard key may be using of model's limits under b (its
+// share, or its previous one until it acknowledged the change); zero when it
+// holds no share.
+func (b *Budget) Using(model, key string) ratelimit.Limits {
 	if b == nil || b.Models[model] == nil {
 		return ratelimit.Limits{}
 	}
@@ -112,11 +111,17 @@ func (b *Budget) Lingering(model, key string, left float64) ratelimit.Limits {
 	if !ok {
 		return ratelimit.Limits{}
 	}
-	used := dims(g.Share)
-	prev := dims(g.Previous)
+	return g.Use()
+}
+
+// Lingering is the cap of a shard that stopped: used, what it may have been
+// using when it last ran (Using), times left, the part of the window its calls
+// still count in, rounded up. It shrinks from what the shard ran with, never
+// from an earlier lingering cap, which would compound the shrinking.
+func Lingering(used ratelimit.Limits, left float64) ratelimit.Limits {
 	var capped dimVec
-	for d := range used {
-		if v := max(used[d], prev[d]); v > 0 {
+	for d, v := range dims(used) {
+		if v > 0 {
 			capped[d] = int64(math.Ceil(float64(v) * left))
 		}
 	}
