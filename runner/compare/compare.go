@@ -117,8 +117,10 @@ type Comparer struct {
 	base          *Baseline
 	baselineModel string
 	metrics       []string
-	order         []pairKey
-	pairs         map[pairKey]*pairing
+	// baseIndex is each metric's place among the baseline's (-1: it has none).
+	baseIndex []int
+	order     []pairKey
+	pairs     map[pairKey]*pairing
 }
 
 type pairing struct {
@@ -134,6 +136,9 @@ type pairing struct {
 // baseline's model of its own name.
 func New(base *Baseline, baselineModel string, metrics []string, pairs []results.Pair) *Comparer {
 	c := &Comparer{base: base, baselineModel: baselineModel, metrics: metrics, pairs: map[pairKey]*pairing{}}
+	for _, m := range metrics {
+		c.baseIndex = append(c.baseIndex, slices.Index(base.metrics, m))
+	}
 	for _, p := range pairs {
 		k := pairKey{p.Model, p.Dataset}
 		if _, dup := c.pairs[k]; dup {
@@ -167,8 +172,7 @@ func (c *Comparer) Add(r *results.Record) {
 		return
 	}
 	cur := scoresOf(r, c.base.metrics)
-	for i, m := range c.metrics {
-		bi := slices.Index(c.base.metrics, m)
+	for i, bi := range c.baseIndex {
 		if bi < 0 {
 			continue
 		}
