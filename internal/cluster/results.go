@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -27,17 +26,7 @@ func ResultRecords(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation
 		if err != nil {
 			return fmt.Errorf("%s: %w", cm.Name, err)
 		}
-		sc := bufio.NewScanner(zr)
-		sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
-		for sc.Scan() {
-			if len(sc.Bytes()) == 0 {
-				continue
-			}
-			if err := fn(sc.Bytes()); err != nil {
-				return err
-			}
-		}
-		if err := sc.Err(); err != nil {
+		if err := results.EachRecordLine(zr, func(_ int, line []byte) error { return fn(line) }); err != nil {
 			return fmt.Errorf("%s: %w", cm.Name, err)
 		}
 		return nil

@@ -1,7 +1,6 @@
 package compare
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,27 +19,17 @@ type Summary struct {
 	Gate       *Verdict          `json:"gate,omitempty"`
 }
 
-// maxLine bounds a record's line (outputs are capped well below it).
-const maxLine = 64 << 20
-
 // ReadRecords reads records, one JSON object per line (results.jsonl), and
 // calls fn with each. A line that is not a record is an error naming it.
 func ReadRecords(r io.Reader, fn func(*results.Record)) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
-	line := 0
-	for sc.Scan() {
-		line++
-		if len(sc.Bytes()) == 0 {
-			continue
-		}
+	return results.EachRecordLine(r, func(n int, line []byte) error {
 		var rec results.Record
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			return fmt.Errorf("line %d: %w", line, err)
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return fmt.Errorf("line %d: %w", n, err)
 		}
 		fn(&rec)
-	}
-	return sc.Err()
+		return nil
+	})
 }
 
 // ReadDir reads the records of a results directory (its results.jsonl), or of

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
@@ -150,4 +151,26 @@ func GunzipLines(gz []byte) ([][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// MaxRecordLine bounds a line of results.jsonl (outputs are capped well below
+// it).
+const MaxRecordLine = 64 << 20
+
+// EachRecordLine calls fn with each non-empty line of results.jsonl-style
+// text (one record a line) and its number, from 1.
+func EachRecordLine(r io.Reader, fn func(n int, line []byte) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), MaxRecordLine)
+	n := 0
+	for sc.Scan() {
+		n++
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		if err := fn(n, sc.Bytes()); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
 }
