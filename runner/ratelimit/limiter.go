@@ -3,9 +3,17 @@
 // Each budget (requests, input tokens, output tokens per minute) is enforced by two
 // mechanisms working together:
 //
-//   - pacing, a token bucket from golang.org/x/time/rate holding about one second of
-//     budget, spreads calls evenly so that servers enforcing their limit over shorter
-//     periods (many quantize a per-minute limit to per-second) see no bursts;
+//   - pacing, a token bucket refilled continuously at the limit's rate that holds
+//     a second of it (Burst; one request at a time for requests), as providers
+//     enforce their limits: Anthropic documents a token bucket, and that a 60 RPM
+//     limit may be enforced as 1 request per second. A call larger than the bucket
+//     goes when it is full and leaves it in debt (a server's bucket cannot hold
+//     more, so that is the only moment it can accept the call). It is the generic
+//     cell rate algorithm (a theoretical time at which the bucket is full again)
+//     rather than golang.org/x/time/rate, whose Limiter refuses any call larger
+//     than its burst and gives back a cancelled reservation only approximately:
+//     here a call's estimate settled lower, or a call cancelled, re-times exactly
+//     what was reserved after it;
 //   - a sliding log of what was sent makes the limit exact: no window of one period
 //     (a minute plus a little slack for the time a request takes to reach the server)
 //     ever holds more than the limit. A token bucket alone allows its burst on top of
@@ -28,7 +36,6 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"golang.org/x/time/rate"
 )
 
 const (
@@ -37,7 +44,19 @@ const (
 	// DefaultSlack widens the window the limiter counts over, so that requests whose
 	// arrival at the server is delayed unevenly cannot crowd into one server window.
 	DefaultSlack = 500 * time.Millisecond
+	// DefaultBurst is how much of a token limit the pacing bucket holds, as the
+	// time the limit takes to refill it: a second, limit/60.
+	DefaultBurst = time.Second
 )
+
+// Burst is how much of each limit the pacing bucket holds, as the time the
+// limit takes to refill it (a bucket of capacity limit × burst / minute).
+type Burst struct {
+	// Requests: 0 holds one request, so that calls go one at a time, evenly.
+	Requests time.Duration
+	// Tokens, of input and output tokens: 0 is DefaultBurst.
+	Tokens time.Duration
+}
 
 // Limits are per-minute budgets, and a bound on the calls in flight at once
 // (which the Limiter leaves to InFlight); 0 means unlimited.
@@ -93,8 +112,9 @@ type Limiter struct {
 	clock  clockwork.Clock
 	window time.Duration
 
-	mu   sync.Mutex
-	dims [numDims]dim
+	mu    sync.Mutex
+	dims  [numDims]dim
+	burst Burst
 	// last is the time of the latest reservation: reservations never go before it,
 	// which keeps the logs sorted and service first come, first served.
 	last time.Time
@@ -105,7 +125,6 @@ type Limiter struct {
 
 type dim struct {
 	limit int64
-	pace  *rate.Limiter // nil when unlimited
 	// log[head:] holds what was reserved within the last window, oldest first;
 	// sum is its total. Pruning advances head, and the slice is compacted only when
 	// the dead prefix dominates, so a long log is not copied on every call.
@@ -114,6 +133,9 @@ type dim struct {
 	log  []*entry
 	head int
 	sum  float64
+	// base is the pacing bucket's full-again time after the entries pruned
+	// from the log (each entry holds the same after itself).
+	base time.Time
 }
 
 type entry struct {
@@ -121,6 +143,13 @@ type entry struct {
 	n      float64
 	scale  float64 // current limit / limit when reserved: n is the amount × scale
 	logged bool    // still counted in its dim's sum
+	// full is when the pacing bucket is full again after this entry and every
+	// earlier one: max(the previous entry's full, at) + n at the limit's rate.
+	full time.Time
+	// paced: reserved under the limit in force, so full follows its amount.
+	// A limit change re-times the bucket (dim.base) and leaves earlier
+	// entries out of it.
+	paced bool
 }
 
 // epsilon absorbs the rounding of rescaled amounts.
@@ -131,6 +160,14 @@ func New(limits Limits, slack time.Duration, clock clockwork.Clock) *Limiter {
 	l := &Limiter{clock: clock, window: Period + slack}
 	l.SetLimits(limits)
 	return l
+}
+
+// SetBurst sets how much of each limit the pacing bucket holds. It applies
+// to calls reserved from then on.
+func (l *Limiter) SetBurst(b Burst) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.burst = b
 }
 
 // SetLimits changes the budgets, for example when a cluster re-divides a model's
@@ -151,9 +188,7 @@ func (l *Limiter) SetLimits(limits Limits) {
 	vals := limits.values()
 	changed := false
 	for i, v := range vals {
-		v = max(v, 0)
-		d := &l.dims[i]
-		if d.limit != v || (v > 0 && d.pace == nil) {
+		if l.dims[i].limit != max(v, 0) {
 			changed = true
 		}
 	}
@@ -183,26 +218,24 @@ func (l *Limiter) SetLimits(limits Limits) {
 			for _, e := range d.log[d.head:] {
 				e.logged = false
 			}
-			d.limit, d.pace, d.log, d.head, d.sum = 0, nil, nil, 0, 0
+			d.limit, d.log, d.head, d.sum, d.base = 0, nil, 0, 0, time.Time{}
 			continue
 		}
 		if d.limit > 0 && d.limit != v {
 			d.rescale(float64(v) / float64(d.limit))
+			// What the bucket still owes is repaid at the new rate from now
+			// on, as a bucket refilled at that rate would: a raise applies
+			// at once, and a cut makes the debt last longer.
+			if f := d.full(); f.After(now) {
+				d.base = now.Add(time.Duration(float64(f.Sub(now)) * float64(d.limit) / float64(v)))
+			} else {
+				d.base = f
+			}
+			for _, e := range d.log[d.head:] {
+				e.paced = false
+			}
 		}
 		d.limit = v
-		r := rate.Limit(float64(v) / l.window.Seconds())
-		burst := int(max(1, v/60))
-		if i == 0 {
-			// Requests: pace one at a time; even a per-second quantized limit is met.
-			burst = 1
-		}
-		// A new bucket, as empty as the last call sent left it: the calls taken
-		// back above no longer hold its tokens.
-		d.pace = rate.NewLimiter(r, burst)
-		if n := len(d.log); n > d.head {
-			last := d.log[n-1]
-			d.pace.ReserveN(last.at, burst)
-		}
 	}
 	for _, r := range waiting {
 		l.reserve(r, now)
@@ -252,7 +285,6 @@ type Reservation struct {
 	cost      Cost
 	at        time.Time // guarded by l.mu, like the fields below
 	entries   [numDims]*entry
-	paces     [numDims]*rate.Reservation
 	cancelled bool
 	// moved is closed when SetLimits gives the reservation a new time.
 	moved chan struct{}
@@ -293,51 +325,79 @@ func (l *Limiter) reserve(r *Reservation, now time.Time) {
 	for changed := true; changed; {
 		changed = false
 		for i := range l.dims {
-			if e := l.dims[i].earliest(now, t, costs[i], l.window); e.After(t) {
+			if e := l.dims[i].earliest(now, t, costs[i], l.window, l.tolerance(i)); e.After(t) {
 				t, changed = e, true
 			}
 		}
 	}
 	r.at = t
-	r.entries, r.paces = [numDims]*entry{}, [numDims]*rate.Reservation{}
+	r.entries = [numDims]*entry{}
 	for i := range l.dims {
 		d := &l.dims[i]
 		if d.limit == 0 {
 			continue
 		}
-		e := &entry{at: t, n: float64(costs[i]), scale: 1, logged: true}
+		e := &entry{at: t, n: float64(costs[i]), scale: 1, logged: true, paced: true}
+		e.full = later(d.full(), t).Add(d.duration(e.n, l.window))
 		d.log = append(d.log, e)
 		d.sum += e.n
 		r.entries[i] = e
-		if n := d.paceCost(costs[i]); n > 0 {
-			r.paces[i] = d.pace.ReserveN(t, n)
-		}
 	}
 	l.last = t
 }
 
-// paceCost is the pacing bucket's share of n: capped at the burst, since a bucket
-// cannot hold more, and the exact bound is the log's job anyway.
-func (d *dim) paceCost(n int64) int {
-	if d.pace == nil || n <= 0 {
-		return 0
+// tolerance is how far ahead of the pacing bucket's rate dimension i may go:
+// the time its limit takes to refill the bucket.
+func (l *Limiter) tolerance(i int) time.Duration {
+	if i == 0 {
+		return l.burst.Requests // at least one request: see earliest
 	}
-	return int(min(n, int64(d.pace.Burst())))
+	if l.burst.Tokens > 0 {
+		return l.burst.Tokens
+	}
+	return DefaultBurst
 }
 
-// earliest is the first time at or after t when n more fits this budget.
-func (d *dim) earliest(now, t time.Time, n int64, window time.Duration) time.Time {
+// duration is how long the limit takes to refill n.
+func (d *dim) duration(n float64, window time.Duration) time.Duration {
+	if d.limit <= 0 || n <= 0 {
+		return 0
+	}
+	return time.Duration(math.Ceil(n / float64(d.limit) * float64(window)))
+}
+
+// full is when the pacing bucket is full again after every call reserved.
+func (d *dim) full() time.Time {
+	if n := len(d.log); n > d.head && d.log[n-1].paced {
+		return d.log[n-1].full
+	}
+	return d.base
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// earliest is the first time at or after t when n more fits this budget, with
+// a pacing bucket holding tol of it (at least one unit of the requests budget).
+func (d *dim) earliest(now, t time.Time, n int64, window, tol time.Duration) time.Time {
 	if d.limit == 0 || n <= 0 {
 		return t
 	}
 	d.prune(now, window)
-	if pn := d.paceCost(n); pn > 0 {
-		if tokens := d.pace.TokensAt(t); tokens < float64(pn) {
-			wait := (float64(pn) - tokens) / float64(d.pace.Limit())
-			t = t.Add(time.Duration(math.Ceil(wait * float64(time.Second))))
-		}
+	// Pacing: the bucket holds tol; n takes need of it, all of it when n is more
+	// than it holds (the call goes when it is full, and leaves it in debt).
+	need := d.duration(float64(n), window)
+	if tol <= 0 {
+		tol = d.duration(1, window) // one request at a time
 	}
-	need := float64(min(n, d.limit))
+	if at := d.full().Add(min(need, tol) - tol); at.After(t) {
+		t = at
+	}
+	want := float64(min(n, d.limit))
 	limit := float64(d.limit) + epsilon
 	// Entries at or before t-window no longer count at t.
 	live := d.log[d.head:]
@@ -348,7 +408,7 @@ func (d *dim) earliest(now, t time.Time, n int64, window time.Duration) time.Tim
 		}
 		inWindow -= e.n
 	}
-	if inWindow+need <= limit {
+	if inWindow+want <= limit {
 		return t
 	}
 	// Drop the oldest entries still counted until n fits; t moves to when the last
@@ -359,7 +419,7 @@ func (d *dim) earliest(now, t time.Time, n int64, window time.Duration) time.Tim
 		}
 		inWindow -= e.n
 		t = e.at.Add(window)
-		if inWindow+need <= limit {
+		if inWindow+want <= limit {
 			break
 		}
 	}
@@ -373,6 +433,9 @@ func (d *dim) prune(now time.Time, window time.Duration) {
 		e := d.log[d.head]
 		d.sum -= e.n
 		e.logged = false
+		if e.paced {
+			d.base = e.full
+		}
 		d.log[d.head] = nil
 		d.head++
 	}
@@ -420,16 +483,30 @@ func (r *Reservation) Wait(ctx context.Context) error {
 func (r *Reservation) Cancel() {
 	r.l.mu.Lock()
 	defer r.l.mu.Unlock()
+	if r.cancelled {
+		return
+	}
 	r.cancelled = true
-	now := r.l.clock.Now()
 	for i, e := range r.entries {
-		if e == nil {
-			continue
+		if e != nil {
+			d := &r.l.dims[i]
+			d.adjust(e, 0, r.l.window)
+			if n := len(d.log); n > d.head && d.log[n-1] == e {
+				// The latest call gives its turn back too.
+				e.logged = false
+				d.log[n-1] = nil
+				d.log = d.log[:n-1]
+			}
 		}
-		r.l.dims[i].adjust(e, 0)
-		if p := r.paces[i]; p != nil {
-			p.CancelAt(now)
+	}
+	if r.at.Equal(r.l.last) {
+		var last time.Time
+		for i := range r.l.dims {
+			if d := &r.l.dims[i]; len(d.log) > d.head {
+				last = later(last, d.log[len(d.log)-1].at)
+			}
 		}
+		r.l.last = last
 	}
 }
 
@@ -438,19 +515,44 @@ func (r *Reservation) Cancel() {
 func (r *Reservation) Settle(actual Cost) {
 	r.l.mu.Lock()
 	defer r.l.mu.Unlock()
+	if r.cancelled {
+		return
+	}
 	for i, v := range actual.values() {
 		if i == 0 || r.entries[i] == nil {
 			continue
 		}
-		r.l.dims[i].adjust(r.entries[i], v)
+		r.l.dims[i].adjust(r.entries[i], v, r.l.window)
 	}
 }
 
-// adjust sets an entry's amount, keeping the sum right if it is still logged.
-func (d *dim) adjust(e *entry, n int64) {
+// adjust sets an entry's amount, keeping the sum right if it is still logged,
+// and re-times the pacing bucket from the entry on: as if the call had cost
+// that much when it was sent (which, the bucket refilling up to its capacity
+// since, never promises more than a server adjusting its count at the end of
+// the call, as Anthropic does for output tokens, would have).
+func (d *dim) adjust(e *entry, n int64, window time.Duration) {
 	v := float64(n) * e.scale
 	if e.logged {
 		d.sum += v - e.n
 	}
 	e.n = v
+	if !e.logged || !e.paced {
+		return
+	}
+	i := len(d.log) - 1
+	for i >= d.head && d.log[i] != e {
+		i--
+	}
+	if i < d.head {
+		return
+	}
+	prev := d.base
+	if i > d.head && d.log[i-1].paced {
+		prev = d.log[i-1].full
+	}
+	for _, x := range d.log[i:] {
+		x.full = later(prev, x.at).Add(d.duration(x.n, window))
+		prev = x.full
+	}
 }
