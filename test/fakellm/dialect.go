@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // dialect is one API's wire format: how to read a request and write answers.
@@ -18,6 +20,9 @@ type dialect interface {
 	writeError(w http.ResponseWriter, e apiError)
 	// failureStatuses are the statuses an injected failure picks from.
 	failureStatuses() []int
+	// rateLimitHeaders writes the rate limits' state, as the provider's
+	// headers report it, at now on the server's clock.
+	rateLimitHeaders(h http.Header, st limitState, now time.Time)
 }
 
 // completion is a successful answer, ready to be written.
@@ -88,3 +93,44 @@ func checkRange(name string, v *float64, lo, hi float64) error {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// rateLimitHeaders writes what OpenAI documents in its rate-limit headers:
+// x-ratelimit-{limit,remaining,reset}-{requests,tokens}, the reset as a
+// duration ("1s", "6m0s"). Its tokens limit is the input tokens' here.
+func (openAI) rateLimitHeaders(h http.Header, st limitState, _ time.Time) {
+	for d, name := range map[int]string{0: "requests", 1: "tokens"} {
+		ds := st.dims[d]
+		if ds.limit == 0 {
+			continue
+		}
+		h.Set("X-Ratelimit-Limit-"+name, strconv.FormatInt(ds.limit, 10))
+		h.Set("X-Ratelimit-Remaining-"+name, strconv.FormatInt(ds.remaining, 10))
+		h.Set("X-Ratelimit-Reset-"+name, time.Duration(ds.reset).Round(time.Millisecond).String())
+	}
+}
+
+// rateLimitHeaders writes what Anthropic documents:
+// anthropic-ratelimit-{requests,input-tokens,output-tokens}-{limit,remaining,reset},
+// the reset as an RFC 3339 time on the server's clock, and
+// anthropic-ratelimit-tokens-* for the most restrictive token limit.
+func (anthropic) rateLimitHeaders(h http.Header, st limitState, now time.Time) {
+	set := func(name string, ds dimState) {
+		h.Set("Anthropic-Ratelimit-"+name+"-Limit", strconv.FormatInt(ds.limit, 10))
+		h.Set("Anthropic-Ratelimit-"+name+"-Remaining", strconv.FormatInt(ds.remaining, 10))
+		h.Set("Anthropic-Ratelimit-"+name+"-Reset", now.Add(time.Duration(ds.reset)).UTC().Format(time.RFC3339))
+	}
+	var tightest *dimState
+	for d, name := range []string{"Requests", "Input-Tokens", "Output-Tokens"} {
+		ds := st.dims[d]
+		if ds.limit == 0 {
+			continue
+		}
+		set(name, ds)
+		if d > 0 && (tightest == nil || ds.remaining*tightest.limit < tightest.remaining*ds.limit) {
+			tightest = &st.dims[d]
+		}
+	}
+	if tightest != nil {
+		set("Tokens", *tightest)
+	}
+}

@@ -95,7 +95,7 @@ func TestDrops(t *testing.T) {
 func TestConcurrentCounters(t *testing.T) {
 	t.Parallel()
 	const workers, each, rpm = 8, 40, 100
-	s, url := start(t, fakellm.Config{RequestsPerMinute: rpm, FailureRate: 0.2, DropRate: 0.1, Seed: 1})
+	s, url := start(t, fakellm.Config{LimitMode: fakellm.LimitWindow, RequestsPerMinute: rpm, FailureRate: 0.2, DropRate: 0.1, Seed: 1})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
 	defer client.CloseIdleConnections()
 	var transportErrors atomic.Int64

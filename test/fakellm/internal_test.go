@@ -48,7 +48,7 @@ func TestLimiterWindow(t *testing.T) {
 		steps []step
 	}{{
 		name: "requests",
-		cfg:  Config{RequestsPerMinute: 3},
+		cfg:  Config{LimitMode: LimitWindow, RequestsPerMinute: 3},
 		steps: []step{
 			{0, 1, ok}, {100, 1, ok}, {200, 1, ok},
 			{500, 1, decision{wait: 500, limit: limitRequests}}, // the request at 0 leaves at 1000
@@ -59,7 +59,7 @@ func TestLimiterWindow(t *testing.T) {
 		},
 	}, {
 		name: "tokens",
-		cfg:  Config{InputTokensPerMinute: 100},
+		cfg:  Config{LimitMode: LimitWindow, InputTokensPerMinute: 100},
 		steps: []step{
 			{0, 60, ok},
 			{10, 50, decision{wait: 990, limit: limitTokens}}, // needs the 60 at 0 gone
@@ -71,7 +71,7 @@ func TestLimiterWindow(t *testing.T) {
 		},
 	}, {
 		name: "longest wait wins",
-		cfg:  Config{RequestsPerMinute: 2, InputTokensPerMinute: 100},
+		cfg:  Config{LimitMode: LimitWindow, RequestsPerMinute: 2, InputTokensPerMinute: 100},
 		steps: []step{
 			{0, 10, ok}, {300, 80, ok},
 			{400, 50, decision{wait: 900, limit: limitTokens}}, // requests free at 1000, tokens at 1300
@@ -83,7 +83,7 @@ func TestLimiterWindow(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			l := newLimiter(tt.cfg, 1000, 0)
 			for i, s := range tt.steps {
-				if got := l.admit(s.at, s.tokens); got != s.want {
+				if got := verdict(l.admit(s.at, s.tokens, 0)); got != s.want {
 					t.Errorf("step %d (t=%d, %d tokens): got %+v, want %+v", i, s.at, s.tokens, got, s.want)
 				}
 			}
@@ -91,9 +91,16 @@ func TestLimiterWindow(t *testing.T) {
 	}
 }
 
+// verdict is a decision without the state the headers report.
+func verdict(d decision) decision {
+	d.state = limitState{}
+	return d
+}
+
 func TestLimiterBucket(t *testing.T) {
-	// 10 requests and 1000 tokens per 1000ns: one request per 100ns, one token per ns.
-	l := newLimiter(Config{LimitMode: LimitBucket, RequestsPerMinute: 10, InputTokensPerMinute: 1000, Burst: 2}, 1000, 0)
+	// 10 requests and 1000 tokens per 1000ns: one request per 100ns, one token
+	// per ns; buckets of 2 requests and the whole token limit.
+	l := newLimiter(Config{LimitMode: LimitBucket, RequestsPerMinute: 10, InputTokensPerMinute: 1000, Burst: 2, BurstWindow: 1000}, 1000, 0)
 	steps := []struct {
 		at, tokens int64
 		want       decision
@@ -107,10 +114,75 @@ func TestLimiterBucket(t *testing.T) {
 		{300, 1001, decision{limit: limitTokens, never: true}},
 	}
 	for i, s := range steps {
-		if got := l.admit(s.at, s.tokens); got != s.want {
+		if got := verdict(l.admit(s.at, s.tokens, 0)); got != s.want {
 			t.Errorf("step %d (t=%d, %d tokens): got %+v, want %+v", i, s.at, s.tokens, got, s.want)
 		}
 	}
+}
+
+// By default, as providers document: each bucket holds a sixtieth of its
+// limit (a second of a per-minute one), at least one request; a request
+// costing more than its bucket holds goes when it is full and leaves it in
+// debt; output tokens are charged max_tokens up front and given back as the
+// answer did not use them.
+func TestLimiterBucketByDefault(t *testing.T) {
+	ok := decision{ok: true}
+	type step struct {
+		at, in, out int64
+		want        decision
+	}
+	check := func(t *testing.T, l *limiter, steps []step) {
+		t.Helper()
+		for i, s := range steps {
+			if got := verdict(l.admit(s.at, s.in, s.out)); got != s.want {
+				t.Errorf("step %d (t=%d, %d in, %d out): got %+v, want %+v", i, s.at, s.in, s.out, got, s.want)
+			}
+		}
+	}
+	const window = 60000 // a minute of 60000ns: a "second" is 1000ns
+	t.Run("requests", func(t *testing.T) {
+		// 120 a minute: a bucket of 2, one more every 500ns.
+		l := newLimiter(Config{RequestsPerMinute: 120}, window, 0)
+		check(t, l, []step{
+			{0, 1, 1, ok}, {0, 1, 1, ok},
+			{0, 1, 1, decision{wait: 500, limit: limitRequests}},
+			{500, 1, 1, ok},
+		})
+		// The headers see a bucket of the whole limit: 3 taken, 1 back.
+		if got, want := l.state(500).dims[0], (dimState{limit: 120, remaining: 118, reset: 1000}); got != want {
+			t.Errorf("state %+v, want %+v", got, want)
+		}
+	})
+	t.Run("input tokens", func(t *testing.T) {
+		// 600 a minute: a bucket of 10, one more every 100ns; 25 is more than
+		// it holds: accepted when it is full, and it leaves it 15 in debt.
+		l := newLimiter(Config{InputTokensPerMinute: 600}, window, 0)
+		check(t, l, []step{
+			{0, 3, 1, ok},
+			{0, 25, 1, decision{wait: 300, limit: limitTokens}},
+			{300, 25, 1, ok},
+			{400, 1, 1, decision{wait: 1500, limit: limitTokens}},
+			{1900, 1, 1, ok},
+			{1900, 601, 1, decision{limit: limitTokens, never: true}},
+		})
+	})
+	t.Run("output tokens", func(t *testing.T) {
+		// 1200 a minute: a bucket of 20, max_tokens charged up front.
+		l := newLimiter(Config{OutputTokensPerMinute: 1200}, window, 0)
+		check(t, l, []step{
+			{0, 1, 5, ok}, {0, 1, 5, ok}, {0, 1, 5, ok}, {0, 1, 5, ok},
+			{0, 1, 5, decision{wait: 250, limit: limitOutputTokens}},
+			{0, 1, 1201, decision{limit: limitOutputTokens, never: true}},
+		})
+		// Three answers of no tokens give 15 back.
+		for range 3 {
+			l.settle(0, 5, 0)
+		}
+		check(t, l, []step{{0, 1, 20, decision{wait: 250, limit: limitOutputTokens}}})
+		if got, want := l.state(0).dims[2], (dimState{limit: 1200, remaining: 1195, reset: 250}); got != want {
+			t.Errorf("state %+v, want %+v", got, want)
+		}
+	})
 }
 
 // A client that always waits exactly the advertised time is always accepted, in
@@ -124,13 +196,13 @@ func TestLimiterAdvertisedWaitSuffices(t *testing.T) {
 			now, accepted := int64(0), 0
 			for range 3000 {
 				tokens := int64(1 + r.IntN(300))
-				d := l.admit(now, tokens)
+				d := l.admit(now, tokens, 0)
 				if !d.ok {
 					if d.never || d.wait <= 0 || d.wait > window {
 						t.Fatalf("t=%d: bad decision %+v", now, d)
 					}
 					now += d.wait
-					if d2 := l.admit(now, tokens); !d2.ok {
+					if d2 := l.admit(now, tokens, 0); !d2.ok {
 						t.Fatalf("t=%d: refused again after the advertised wait: %+v", now, d2)
 					}
 				}
@@ -190,7 +262,7 @@ func TestDequeCompacts(t *testing.T) {
 // The server's window tracking and limiter share one clock; with a fake one, the
 // 429's retry-after-ms is exactly the time until the oldest request leaves.
 func TestServerRetryAfterExact(t *testing.T) {
-	s := New(Config{RequestsPerMinute: 2, Window: time.Second})
+	s := New(Config{LimitMode: LimitWindow, RequestsPerMinute: 2, Window: time.Second})
 	var now int64
 	s.clock = func() int64 { return now }
 	do := func() *httptest.ResponseRecorder {

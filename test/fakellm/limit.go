@@ -3,6 +3,7 @@ package fakellm
 import (
 	"math"
 	"sync"
+	"time"
 )
 
 // All times in this file are int64 nanoseconds on the server's monotonic clock
@@ -113,37 +114,67 @@ func (t *tracker) reset() {
 
 // Names of the limits, as OpenAI's 429 error type spells them.
 const (
-	limitRequests = "requests"
-	limitTokens   = "tokens"
+	limitRequests     = "requests"
+	limitTokens       = "tokens"
+	limitOutputTokens = "output_tokens"
 )
 
 // decision is the limiter's answer for one request.
 type decision struct {
 	ok    bool
 	wait  int64  // when !ok: nanoseconds until the request would be accepted
-	limit string // when !ok: limitRequests or limitTokens
-	never bool   // when !ok: the request alone exceeds the token limit
+	limit string // when !ok: limitRequests, limitTokens or limitOutputTokens
+	never bool   // when !ok: the request alone exceeds a token limit
+	// state is what the rate-limit headers report, after the decision.
+	state limitState
 }
 
-// limiter enforces the request and input-token limits. Only accepted requests
-// consume budget. It exists only when a limit is configured, so an unlimited
-// server takes no lock here.
+// limitState is a limit's state as the providers' rate-limit headers report
+// it: per dimension, the limit (per Window), what remains of it and when it is
+// whole again.
+type limitState struct {
+	dims [3]dimState // requests, input tokens, output tokens
+}
+
+type dimState struct {
+	limit     int64 // 0: not limited
+	remaining int64
+	reset     int64 // nanoseconds until remaining is back to limit
+}
+
+// limiter enforces the request, input-token and output-token limits. Only
+// accepted requests consume budget. It exists only when a limit is configured,
+// so an unlimited server takes no lock here.
+//
+// In bucket mode (the default) each limit is a token bucket refilled
+// continuously at its rate, holding a second of it (limit/60 of a per-minute
+// limit, at least one request), as providers document: Anthropic says its
+// limits are token buckets and that a 60 RPM limit may be enforced as 1
+// request per second. A request is accepted when each bucket holds what it
+// costs, or is full when it costs more than the bucket can hold (then the
+// bucket goes into debt); output tokens are charged max_tokens up front and
+// the unused part given back when the answer is complete, as Anthropic
+// describes its output-token limit. The headers report each limit as a bucket
+// of the whole limit (what remains, when it is full again), as both providers
+// document their headers. Window mode is the lenient server of earlier tests:
+// at most the limit in any sliding Window, and no output-token limit.
 type limiter struct {
 	mu     sync.Mutex
 	bucket bool
 	window int64
 	rpm    int64 // 0 = unlimited
 	tpm    int64 // 0 = unlimited
+	otpm   int64 // 0 = unlimited (bucket mode only)
 
 	// Window mode: the accepted requests still inside the window.
 	log    deque[event]
 	logTok int64
 
-	// Bucket mode: levels refill continuously at rpm (tpm) per window, up to
-	// their capacity; a request costs 1 request and its input tokens.
-	reqCap, tokCap     float64
-	reqLevel, tokLevel float64
-	last               int64
+	// Bucket mode: levels refill continuously at their limits per window, up
+	// to their capacity; caps are the enforcing buckets', and whole the
+	// levels of buckets of the whole limit that the headers show.
+	caps, levels, whole [3]float64
+	last                int64
 }
 
 // bucketSlack absorbs float rounding, so that a client that waited exactly the
@@ -152,19 +183,28 @@ const bucketSlack = 1e-9
 
 func newLimiter(cfg Config, window int64, now int64) *limiter {
 	l := &limiter{
-		bucket: cfg.LimitMode == LimitBucket,
+		bucket: cfg.LimitMode != LimitWindow,
 		window: window,
 		rpm:    int64(cfg.RequestsPerMinute),
 		tpm:    int64(cfg.InputTokensPerMinute),
-		reqCap: float64(cfg.RequestsPerMinute),
-		tokCap: float64(cfg.InputTokensPerMinute),
+		otpm:   int64(cfg.OutputTokensPerMinute),
 	}
+	burst := cfg.BurstWindow
+	if burst <= 0 {
+		burst = time.Duration(window / 60)
+	}
+	for d, limit := range l.limits() {
+		l.caps[d] = float64(limit) * float64(burst) / float64(window)
+	}
+	l.caps[0] = max(l.caps[0], 1)
 	if cfg.Burst > 0 {
-		l.reqCap = float64(cfg.Burst)
+		l.caps[0] = float64(cfg.Burst)
 	}
 	l.resetLocked(now)
 	return l
 }
+
+func (l *limiter) limits() [3]int64 { return [3]int64{l.rpm, l.tpm, l.otpm} }
 
 func (l *limiter) reset(now int64) {
 	l.mu.Lock()
@@ -175,28 +215,95 @@ func (l *limiter) reset(now int64) {
 func (l *limiter) resetLocked(now int64) {
 	l.log.reset()
 	l.logTok = 0
-	l.reqLevel, l.tokLevel, l.last = l.reqCap, l.tokCap, now
+	l.levels = l.caps
+	for d, limit := range l.limits() {
+		l.whole[d] = float64(limit)
+	}
+	l.last = now
 }
 
-// admit decides on a request with the given input tokens arriving at now and, if
-// it is accepted, charges it.
-func (l *limiter) admit(now, tokens int64) decision {
+// admit decides on a request with the given input tokens and max_tokens
+// (output) arriving at now and, if it is accepted, charges it.
+func (l *limiter) admit(now, tokens, maxOut int64) decision {
 	if l.tpm > 0 && tokens > l.tpm {
 		return decision{limit: limitTokens, never: true}
 	}
+	if l.bucket && l.otpm > 0 && maxOut > l.otpm {
+		return decision{limit: limitOutputTokens, never: true}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var d decision
 	if l.bucket {
-		return l.admitBucket(now, tokens)
+		d = l.admitBucket(now, [3]int64{1, tokens, maxOut})
+	} else {
+		d = l.admitWindow(now, tokens)
 	}
-	return l.admitWindow(now, tokens)
+	d.state = l.stateLocked(now)
+	return d
 }
 
-func (l *limiter) admitWindow(now, tokens int64) decision {
+// settle gives back the output tokens charged up front that the answer did
+// not use.
+func (l *limiter) settle(now, charged, used int64) {
+	if !l.bucket || l.otpm == 0 || charged <= used {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refill(now)
+	back := float64(charged - used)
+	l.levels[2] = math.Min(l.caps[2], l.levels[2]+back)
+	l.whole[2] = math.Min(float64(l.otpm), l.whole[2]+back)
+}
+
+// state is what the headers of an answer at now report.
+func (l *limiter) state(now int64) limitState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stateLocked(now)
+}
+
+func (l *limiter) stateLocked(now int64) limitState {
+	var st limitState
+	if l.bucket {
+		l.refill(now)
+		for d, limit := range l.limits() {
+			if limit == 0 {
+				continue
+			}
+			st.dims[d] = dimState{limit: limit, remaining: int64(math.Floor(math.Max(l.whole[d], 0) + bucketSlack)),
+				reset: refillTime(float64(limit)-l.whole[d], limit, l.window)}
+		}
+		return st
+	}
+	l.pruneWindow(now)
+	for d, limit := range [3]int64{l.rpm, l.tpm, 0} {
+		if limit == 0 {
+			continue
+		}
+		used := int64(l.log.len())
+		if d == 1 {
+			used = l.logTok
+		}
+		var reset int64
+		if !l.log.empty() {
+			reset = l.log.at(l.log.len()-1).t + l.window - now
+		}
+		st.dims[d] = dimState{limit: limit, remaining: max(limit-used, 0), reset: reset}
+	}
+	return st
+}
+
+func (l *limiter) pruneWindow(now int64) {
 	for !l.log.empty() && l.log.front().t <= now-l.window {
 		l.logTok -= l.log.front().tokens
 		l.log.popFront()
 	}
+}
+
+func (l *limiter) admitWindow(now, tokens int64) decision {
+	l.pruneWindow(now)
 	d := decision{ok: true}
 	// Too many requests: the request fits once all but rpm-1 of the logged ones
 	// have left the window, i.e. when entry n-rpm expires.
@@ -224,28 +331,42 @@ func (l *limiter) admitWindow(now, tokens int64) decision {
 	return d
 }
 
-func (l *limiter) admitBucket(now, tokens int64) decision {
+// refill brings the buckets' levels to now.
+func (l *limiter) refill(now int64) {
 	if elapsed := float64(now - l.last); elapsed > 0 {
 		w := float64(l.window)
-		l.reqLevel = math.Min(l.reqCap, l.reqLevel+elapsed*float64(l.rpm)/w)
-		l.tokLevel = math.Min(l.tokCap, l.tokLevel+elapsed*float64(l.tpm)/w)
+		for d, limit := range l.limits() {
+			gain := elapsed * float64(limit) / w
+			l.levels[d] = math.Min(l.caps[d], l.levels[d]+gain)
+			l.whole[d] = math.Min(float64(limit), l.whole[d]+gain)
+		}
 		l.last = now
 	}
+}
+
+var limitNames = [3]string{limitRequests, limitTokens, limitOutputTokens}
+
+func (l *limiter) admitBucket(now int64, cost [3]int64) decision {
+	l.refill(now)
 	d := decision{ok: true}
-	if need := 1 - l.reqLevel; l.rpm > 0 && need > bucketSlack {
-		d = decision{wait: refillTime(need, l.rpm, l.window), limit: limitRequests}
-	}
-	if need := float64(tokens) - l.tokLevel; l.tpm > 0 && need > bucketSlack {
-		if w := refillTime(need, l.tpm, l.window); d.ok || w > d.wait {
-			d = decision{wait: w, limit: limitTokens}
+	for i, limit := range l.limits() {
+		if limit == 0 {
+			continue
+		}
+		// A cost the bucket cannot hold is accepted when it is full.
+		need := math.Min(float64(cost[i]), l.caps[i]) - l.levels[i]
+		if need > bucketSlack {
+			if w := refillTime(need, limit, l.window); d.ok || w > d.wait {
+				d = decision{wait: w, limit: limitNames[i]}
+			}
 		}
 	}
 	if d.ok {
-		if l.rpm > 0 {
-			l.reqLevel--
-		}
-		if l.tpm > 0 {
-			l.tokLevel -= float64(tokens)
+		for i, limit := range l.limits() {
+			if limit > 0 {
+				l.levels[i] -= float64(cost[i])
+				l.whole[i] -= float64(cost[i])
+			}
 		}
 	}
 	return d
@@ -254,5 +375,8 @@ func (l *limiter) admitBucket(now, tokens int64) decision {
 // refillTime is how long a bucket refilling at rate per window takes to gain
 // need, rounded up to the nanosecond so that waiting that long is always enough.
 func refillTime(need float64, rate, window int64) int64 {
+	if need <= 0 {
+		return 0
+	}
 	return max(int64(math.Ceil(need*float64(window)/float64(rate))), 1)
 }

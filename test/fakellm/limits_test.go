@@ -36,7 +36,7 @@ func TestWindowLimit(t *testing.T) {
 			t.Parallel()
 			// 5 requests take a few milliseconds: far inside the window.
 			const window = 500 * time.Millisecond
-			s, url := start(t, fakellm.Config{RequestsPerMinute: 5, Window: window})
+			s, url := start(t, fakellm.Config{LimitMode: fakellm.LimitWindow, RequestsPerMinute: 5, Window: window})
 			for i := range 5 {
 				if r := post(t, url+api.path, api.body); r.status != http.StatusOK {
 					t.Fatalf("request %d: status %d", i+1, r.status)
@@ -100,7 +100,7 @@ func textOf(n int) map[string]any {
 
 func TestInputTokenLimit(t *testing.T) {
 	t.Parallel()
-	s, url := start(t, fakellm.Config{InputTokensPerMinute: 30})
+	s, url := start(t, fakellm.Config{LimitMode: fakellm.LimitWindow, InputTokensPerMinute: 30})
 	r := post(t, url+openAIPath, textOf(20))
 	if r.status != http.StatusOK || r.body["usage"].(map[string]any)["prompt_tokens"] != 20.0 {
 		t.Fatalf("first request: status %d, body %v", r.status, r.body)
@@ -159,7 +159,7 @@ func TestOmitRetryAfter(t *testing.T) {
 // MaxRequestsInWindow counts arrivals, including the ones turned away, and Reset
 // clears both the counters and the limiter.
 func TestMaxInWindowAndReset(t *testing.T) {
-	s, url := start(t, fakellm.Config{RequestsPerMinute: 2})
+	s, url := start(t, fakellm.Config{LimitMode: fakellm.LimitWindow, RequestsPerMinute: 2})
 	for range 5 {
 		post(t, url+openAIPath, textOf(10))
 	}
@@ -187,5 +187,51 @@ func TestMaxInWindowAndReset(t *testing.T) {
 	}
 	if st := s2.Stats(); st.MaxRequestsInWindow != 3 || st.MaxInputTokensInWindow != 21 {
 		t.Errorf("unlimited server: %+v", st)
+	}
+}
+
+// Both APIs' answers carry the rate limits' state as each provider documents
+// its headers: a bucket of the whole limit, what remains of it and when it is
+// full again (OpenAI: a duration; Anthropic: a time on the server's clock).
+func TestRateLimitHeaders(t *testing.T) {
+	t.Parallel()
+	const offset = -90 * time.Second // the server's clock is behind
+	_, url := start(t, fakellm.Config{RequestsPerMinute: 120, InputTokensPerMinute: 60000, OutputTokensPerMinute: 60000, ClockOffset: offset})
+
+	r := post(t, url+openAIPath, openAIText("hi"))
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d", r.status)
+	}
+	h := r.header
+	if h.Get("X-Ratelimit-Limit-Requests") != "120" || h.Get("X-Ratelimit-Remaining-Requests") != "119" ||
+		h.Get("X-Ratelimit-Limit-Tokens") != "60000" || h.Get("X-Ratelimit-Remaining-Tokens") == "" {
+		t.Errorf("OpenAI headers %v", h)
+	}
+	if d, err := time.ParseDuration(h.Get("X-Ratelimit-Reset-Requests")); err != nil || d <= 0 || d > 500*time.Millisecond {
+		t.Errorf("x-ratelimit-reset-requests %q: want a duration within the half second one request takes", h.Get("X-Ratelimit-Reset-Requests"))
+	}
+
+	before := time.Now()
+	r = post(t, url+anthropicPath, anthropicText("hi"))
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d: %v", r.status, r.body)
+	}
+	h = r.header
+	if h.Get("Anthropic-Ratelimit-Requests-Limit") != "120" || h.Get("Anthropic-Ratelimit-Requests-Remaining") != "118" ||
+		h.Get("Anthropic-Ratelimit-Input-Tokens-Limit") != "60000" || h.Get("Anthropic-Ratelimit-Output-Tokens-Limit") != "60000" {
+		t.Errorf("Anthropic headers %v", h)
+	}
+	reset, err := time.Parse(time.RFC3339, h.Get("Anthropic-Ratelimit-Requests-Reset"))
+	if err != nil {
+		t.Fatalf("anthropic-ratelimit-requests-reset: %v", err)
+	}
+	// Whole seconds on the server's clock, 90 s behind ours, a second ahead of it at most.
+	if lo, hi := before.Add(offset).Add(-time.Second), time.Now().Add(offset).Add(2*time.Second); reset.Before(lo) || reset.After(hi) {
+		t.Errorf("reset %v, want between %v and %v", reset, lo, hi)
+	}
+	// A refusal carries them too.
+	r = post(t, url+anthropicPath, anthropicText("hi"))
+	if r.status != http.StatusTooManyRequests || r.header.Get("Anthropic-Ratelimit-Requests-Remaining") == "" {
+		t.Errorf("third request at once: status %d, headers %v; want 429 with the state", r.status, r.header)
 	}
 }

@@ -7,6 +7,10 @@
 //	defer srv.Close()
 //	// OpenAI base URL: srv.URL + "/v1"; Anthropic base URL: srv.URL.
 //
+// Rate limits are enforced as providers document them (Config.LimitMode): token
+// buckets refilled continuously, holding a second of each per-minute limit, and
+// every answer carries the provider's rate-limit headers.
+//
 // It serves POST /v1/chat/completions (OpenAI chat completions, non-streaming),
 // POST /v1/messages (Anthropic messages, non-streaming), GET /v1/models,
 // GET /healthz, GET /stats and POST /stats/reset.
@@ -42,19 +46,31 @@ type Config struct {
 	// Jitter adds a uniform random latency in [0, Jitter).
 	Jitter time.Duration
 
-	// RequestsPerMinute and InputTokensPerMinute are the rate limits per Window;
-	// 0 means unlimited. Input tokens are counted by CountInputTokens.
-	RequestsPerMinute    int
-	InputTokensPerMinute int
+	// RequestsPerMinute, InputTokensPerMinute and OutputTokensPerMinute are
+	// the rate limits per Window; 0 means unlimited. Input tokens are counted
+	// by CountInputTokens; output tokens are charged max_tokens when a request
+	// is accepted (DefaultMaxOutputTokens when it sets none) and what the
+	// answer did not use is given back (bucket mode only).
+	RequestsPerMinute     int
+	InputTokensPerMinute  int
+	OutputTokensPerMinute int
 	// Window is the limits' period; 0 means one minute.
 	Window time.Duration
-	// LimitMode is LimitWindow (the default; at most N accepted requests in any
-	// sliding Window) or LimitBucket (a token bucket of capacity Burst refilled
-	// at N per Window).
+	// LimitMode is LimitBucket (the default: each limit a token bucket refilled
+	// continuously, holding BurstWindow of it, as providers document) or
+	// LimitWindow (lenient: at most N accepted requests in any sliding Window).
 	LimitMode string
-	// Burst is the request bucket's capacity in bucket mode; 0 means
-	// RequestsPerMinute. The input-token bucket always holds InputTokensPerMinute.
+	// BurstWindow is how much of each limit its bucket holds, as the time the
+	// limit takes to refill it; 0 means Window/60 (a second of a per-minute
+	// limit: 60 RPM enforced as 1 request per second). A request bucket holds
+	// at least one request.
+	BurstWindow time.Duration
+	// Burst, if set, is the request bucket's capacity instead.
 	Burst int
+	// ClockOffset is added to the wall-clock times the server reports
+	// (batches' creation times, rate-limit reset times): a provider's clock
+	// is not the client's.
+	ClockOffset time.Duration
 	// OmitRetryAfter makes 429s carry no retry-after headers at all.
 	OmitRetryAfter bool
 	// OmitRetryAfterMillis makes 429s carry only retry-after (whole seconds),
@@ -98,14 +114,18 @@ const (
 	LimitBucket = "bucket"
 )
 
+// DefaultMaxOutputTokens is what a request without max_tokens is charged of
+// an output-token limit.
+const DefaultMaxOutputTokens = 4096
+
 // Validate reports what is wrong with c, if anything. New panics on an invalid
 // Config, so a command should validate user input first.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Latency < 0 || c.Jitter < 0 || c.Window < 0 {
-		errs = append(errs, errors.New("latency, jitter and window must not be negative"))
+	if c.Latency < 0 || c.Jitter < 0 || c.Window < 0 || c.BurstWindow < 0 {
+		errs = append(errs, errors.New("latency, jitter, window and burst window must not be negative"))
 	}
-	if c.RequestsPerMinute < 0 || c.InputTokensPerMinute < 0 || c.Burst < 0 {
+	if c.RequestsPerMinute < 0 || c.InputTokensPerMinute < 0 || c.OutputTokensPerMinute < 0 || c.Burst < 0 {
 		errs = append(errs, errors.New("rate limits and burst must not be negative"))
 	}
 	switch c.LimitMode {
@@ -214,7 +234,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, window: int64(cfg.Window), key: []byte(cfg.APIKey), start: time.Now()}
 	s.clock = func() int64 { return int64(time.Since(s.start)) }
 	s.track.window = s.window
-	if cfg.RequestsPerMinute > 0 || cfg.InputTokensPerMinute > 0 {
+	if cfg.RequestsPerMinute > 0 || cfg.InputTokensPerMinute > 0 || (cfg.OutputTokensPerMinute > 0 && cfg.LimitMode != LimitWindow) {
 		s.lim = newLimiter(cfg, s.window, 0)
 	}
 
@@ -355,8 +375,15 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, d dialect) {
 	in := CountInputTokens(req)
 	s.track.addTokens(s.clock, in)
 
+	var maxOut int64
 	if s.lim != nil {
-		if dec := s.lim.admit(s.clock(), in); !dec.ok {
+		maxOut = int64(req.MaxTokens)
+		if maxOut <= 0 {
+			maxOut = DefaultMaxOutputTokens
+		}
+		dec := s.lim.admit(s.clock(), in, maxOut)
+		d.rateLimitHeaders(w.Header(), dec.state, s.wallClock())
+		if !dec.ok {
 			s.rateLimited.Add(1)
 			s.writeRateLimited(w, d, dec, in)
 			return
@@ -382,10 +409,16 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, d dialect) {
 		delay += time.Duration(unitFloat(s.random(seq, drawJitter)) * float64(s.cfg.Jitter))
 	}
 	if delay > 0 && !sleep(r.Context(), delay) {
+		if s.lim != nil {
+			s.lim.settle(s.clock(), maxOut, 0)
+		}
 		return // the client has gone: nobody to answer
 	}
 
 	if reply.Status != 0 && reply.Status != http.StatusOK {
+		if s.lim != nil {
+			s.lim.settle(s.clock(), maxOut, 0)
+		}
 		s.writeStatus(w, d, reply.Status)
 		return
 	}
@@ -396,6 +429,9 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, d dialect) {
 		return
 	}
 	out := countOutputTokens(reply.Text, calls)
+	if s.lim != nil {
+		s.lim.settle(s.clock(), maxOut, out)
+	}
 	s.succeeded.Add(1)
 	s.inputTokens.Add(in)
 	s.outputTokens.Add(out)
@@ -458,15 +494,26 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, d dialect) (Reque
 	return req, nil
 }
 
+// wallClock is the server's wall clock, as it reports times: ClockOffset
+// away from the client's.
+func (s *Server) wallClock() time.Time { return time.Now().Add(s.cfg.ClockOffset) }
+
 func (s *Server) writeRateLimited(w http.ResponseWriter, d dialect, dec decision, in int64) {
 	limit := s.cfg.RequestsPerMinute
-	if dec.limit == limitTokens {
+	switch dec.limit {
+	case limitTokens:
 		limit = s.cfg.InputTokensPerMinute
+	case limitOutputTokens:
+		limit = s.cfg.OutputTokensPerMinute
 	}
 	if dec.never {
 		// No wait would help, so no retry-after: a client must not retry this.
+		what := fmt.Sprintf("%d input tokens exceed the limit of %d input tokens", in, limit)
+		if dec.limit == limitOutputTokens {
+			what = fmt.Sprintf("its max_tokens exceeds the limit of %d output tokens", limit)
+		}
 		d.writeError(w, apiError{status: http.StatusTooManyRequests, limit: dec.limit, message: fmt.Sprintf(
-			"Request too large: %d input tokens exceed the limit of %d input tokens per %v.", in, limit, s.cfg.Window)})
+			"Request too large: %s per %v.", what, s.cfg.Window)})
 		return
 	}
 	wait := time.Duration(dec.wait)
