@@ -49,6 +49,9 @@ type Options struct {
 	// Resources are the default requests and limits of runner pods'
 	// containers; DefaultPodResources when all are empty.
 	Resources PodResources
+	// PacerURL is the manager's pacer as runner pods reach it; "" gives them
+	// none (each paces its calls on its own).
+	PacerURL string
 }
 
 func (o *Options) defaults() {

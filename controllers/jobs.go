@@ -37,6 +37,8 @@ const (
 	// tokenDir is where client-go's in-cluster configuration looks.
 	tokenDir    = "/var/run/secrets/kubernetes.io/serviceaccount"
 	tokenVolume = "kube-api-access"
+	// pacerVolume holds the runner's token for the pacer.
+	pacerVolume = "pacer-token"
 	// podUser runs every container of runner pods (distroless "nonroot").
 	podUser        = int64(65532)
 	graceSeconds   = 30
@@ -176,10 +178,7 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 	if rs.Image != "" {
 		runnerImage = rs.Image
 	}
-	sa := cluster.RunnerName(p.ev.Name)
-	if rs.ServiceAccountName != "" {
-		sa = rs.ServiceAccountName
-	}
+	sa := cluster.RunnerServiceAccount(p.ev)
 	defaults := r.Options.Resources
 
 	c := corev1.Container{
@@ -217,6 +216,17 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 		agent := m != nil && m.Agent != nil
 		c.Env = append(c.Env, r.keyEnv(spec, model, !agent)...)
 		c.Env = append(c.Env, agentEndpointKeyEnv(m, p.agentEndpoints)...)
+		if u := r.Options.PacerURL; u != "" {
+			// The pacer, and a token only it accepts (its audience).
+			c.Env = append(c.Env, corev1.EnvVar{Name: cluster.EnvPacerURL, Value: u})
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: pacerVolume, MountPath: cluster.PacerTokenDir, ReadOnly: true})
+			volumes = append(volumes, corev1.Volume{Name: pacerVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				DefaultMode: ptr.To(int32(0o644)),
+				Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+					Audience: cluster.PacerAudience, Path: cluster.PacerTokenFile, ExpirationSeconds: ptr.To(int64(3607)),
+				}}},
+			}}})
+		}
 		// Services first: the agent and the hooks start once they are up.
 		services, serviceVolumes := r.serviceContainers(spec)
 		initContainers = append(initContainers, services...)

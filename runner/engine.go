@@ -121,6 +121,9 @@ type modelRun struct {
 	// the endpoint's limiter, which every model calling through it reserves
 	// from as well as from its own (then only a cap).
 	shared *ratelimit.Limiter
+	// pacer, for a model calling through a rate-limited key in a cluster,
+	// spaces its calls with every other runner pod's through the key.
+	pacer ratelimit.Pacer
 	// inFlight bounds the model's calls in flight (its maxInFlight share);
 	// sharedInFlight, locally, its endpoint's together with its other callers.
 	inFlight, sharedInFlight *ratelimit.InFlight
@@ -177,16 +180,19 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 	sharedInFlight := map[string]*ratelimit.InFlight{}
 	for name, l := range plan.Endpoints {
 		shared[name] = ratelimit.New(l, opts.Slack, opts.Clock)
+		shared[name].SetBurst(ratelimit.Burst{Tokens: plan.EndpointBursts[name]})
 		if l.MaxInFlight > 0 {
 			sharedInFlight[name] = ratelimit.NewInFlight(l.MaxInFlight)
 		}
 	}
 	newRun := func(m *Model) *modelRun {
+		own := ratelimit.New(m.Limits, opts.Slack, opts.Clock)
+		own.SetBurst(ratelimit.Burst{Tokens: m.Burst})
 		return &modelRun{
 			Model:          m,
 			window:         ratelimit.NewWindow(max(1, m.Concurrency), opts.ThrottleCooldown, opts.Clock),
 			gate:           ratelimit.NewGate(opts.Clock),
-			limiter:        ratelimit.New(m.Limits, opts.Slack, opts.Clock),
+			limiter:        own,
 			inFlight:       ratelimit.NewInFlight(m.Limits.MaxInFlight),
 			est:            newEstimator(m.MaxTokens),
 			shared:         shared[m.Endpoint],
@@ -292,6 +298,17 @@ func (e *Engine) SetLimits(model string, l ratelimit.Limits) error {
 	m.limiter.SetLimits(l)
 	m.inFlight.SetMax(l.MaxInFlight)
 	return nil
+}
+
+// SetPacer has the calls of callers (models, and agents' callers) spaced by
+// p after their own limiter: a cluster's pacer, for the callers of
+// rate-limited keys. Call it before Run.
+func (e *Engine) SetPacer(p ratelimit.Pacer, callers ...string) {
+	for _, c := range callers {
+		if m := e.models[c]; m != nil {
+			m.pacer = p
+		}
+	}
 }
 
 // ShareInFlight makes models share one bound on calls in flight (a runner
@@ -1081,6 +1098,18 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 			return nil, 0, nil, none, waitErr(ctx, err)
 		}
 	}
+	if m.pacer != nil {
+		// Likewise the pacer's, which spaces it with the other pods' calls.
+		p, err := m.pacer.Pace(wctx, m.Name, cost)
+		if err != nil {
+			res.cancel()
+			return nil, 0, nil, none, waitErr(ctx, err)
+		}
+		res = append(res, p)
+		if err := res.wait(wctx); err != nil {
+			return nil, 0, nil, none, waitErr(ctx, err)
+		}
+	}
 	// The places in flight are taken last, so that waiting for the limiter
 	// holds none; and given back while the gate is closed (a 429 may have
 	// closed it meanwhile, or the shard paused), so that a held model holds
@@ -1209,8 +1238,8 @@ func (m *modelRun) takeInFlight(ctx context.Context) (release func(), err error)
 }
 
 // reservation is a call's place in its model's limiter and, for a model
-// calling through a shared endpoint, in the endpoint's.
-type reservation []*ratelimit.Reservation
+// calling through a shared endpoint, in the endpoint's (or the pacer's).
+type reservation []ratelimit.Paced
 
 // wait waits for every limiter; if ctx ends first, all are given back.
 func (r reservation) wait(ctx context.Context) error {

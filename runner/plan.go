@@ -38,6 +38,8 @@ type Plan struct {
 	// by name, each shared by its models (a local run: in a cluster the
 	// endpoint's budget gives each model its share instead).
 	Endpoints map[string]ratelimit.Limits
+	// EndpointBursts are those endpoints' bursts (limits.burst), where set.
+	EndpointBursts map[string]time.Duration
 	// Hooks run around each sample in its slot; nil when there are none.
 	Hooks *Hooks
 	// RepairTimeout bounds how long a slot may stay broken (a hook failing
@@ -68,6 +70,10 @@ type Model struct {
 	// Limits are the model's own limits: in a cluster, its share of the
 	// budget, set while it runs; in a local run, its rateLimit.
 	Limits ratelimit.Limits
+	// Burst is how much of its token limits the provider lets through at
+	// once (rateLimit.burst, or its endpoint's); 0: ratelimit.DefaultBurst.
+	// Requests go one at a time.
+	Burst time.Duration
 	// Endpoint is the ModelEndpoint the model calls through, if any; its
 	// limits (Plan.Endpoints) bound the model together with the others
 	// calling through it.

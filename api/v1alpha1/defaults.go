@@ -26,6 +26,9 @@ const (
 	DefaultAnthropicMaxToken = 1024
 	DefaultStallTimeout      = 5 * time.Minute
 	DefaultEndpointWeight    = 1
+	// DefaultBurst is what a rate limit's burst (a model's rateLimit, a
+	// ModelEndpoint's or ModelQuota's limits) is when unset.
+	DefaultBurst = time.Second
 	// MaxAgentEndpoints bounds agent.endpoints.
 	MaxAgentEndpoints = 8
 	// MaxServices bounds spec.services.
@@ -154,4 +157,12 @@ func (d *Dataset) Limited(n int) int {
 		return int(d.Limit)
 	}
 	return n
+}
+
+// BurstOf is a burst setting, defaulted.
+func BurstOf(d *metav1.Duration) time.Duration {
+	if d == nil || d.Duration <= 0 {
+		return DefaultBurst
+	}
+	return d.Duration
 }

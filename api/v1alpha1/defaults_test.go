@@ -24,6 +24,7 @@ func TestDefaultsDocumented(t *testing.T) {
 		{[]string{"retry", "maxBackoff"}, v1alpha1.DefaultMaxBackoff},
 		{[]string{"retry", "maxThrottleWait"}, v1alpha1.DefaultMaxThrottleWait},
 		{[]string{"runner", "stallTimeout"}, v1alpha1.DefaultStallTimeout},
+		{[]string{"models", "rateLimit", "burst"}, v1alpha1.DefaultBurst},
 		{[]string{"hooks", "setup"}, v1alpha1.DefaultSetupTimeout},
 		{[]string{"hooks", "beforeSample"}, v1alpha1.DefaultSampleHookTimeout},
 		{[]string{"hooks", "afterSample"}, v1alpha1.DefaultSampleHookTimeout},

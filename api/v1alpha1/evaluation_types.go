@@ -425,6 +425,21 @@ type RateLimit struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	OutputTokensPerMinute int64 `json:"outputTokensPerMinute,omitempty"`
+
+	// burst is how much of each limit the provider lets through at once, as
+	// the time the limit takes to refill it. Providers enforce rate limits as
+	// token buckets refilled continuously, and may enforce a per-minute limit
+	// over shorter periods (Anthropic: a 60 RPM limit may be enforced as 1
+	// request per second). Default 1s: a bucket holds a sixtieth of each limit,
+	// at least one request, and every shard's calls together stay within it.
+	// A provider whose buckets hold more may say so, up to 1m. A duration
+	// between 1s and 1m.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="rateLimit.burst must be a duration such as 1s or 10s"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) >= duration('1s') && duration(self) <= duration('1m'))`,message="rateLimit.burst must be at least 1s and at most 1m"
+	Burst *metav1.Duration `json:"burst,omitempty"`
 }
 
 // +kubebuilder:validation:XValidation:rule=`has(self.image) && self.image != ""`,message="agent.image is needed in a cluster: the image holding the agent CLI (Proctor copies its runner into it)"

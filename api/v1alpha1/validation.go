@@ -214,6 +214,7 @@ func validateModels(spec *EvaluationSpec, p *field.Path) field.ErrorList {
 		errs = append(errs, validateParameters(m.Parameters, mp.Child("parameters"))...)
 		if r := m.RateLimit; r != nil {
 			errs = append(errs, validateRates(mp.Child("rateLimit"), r.RequestsPerMinute, r.InputTokensPerMinute, r.OutputTokensPerMinute)...)
+			errs = append(errs, validateBurst(r.Burst, mp.Child("rateLimit", "burst"))...)
 		}
 		errs = append(errs, validateBound(m.Concurrency, 1, MaxConcurrency, mp.Child("concurrency"))...)
 		if m.Agent != nil {
@@ -378,7 +379,15 @@ func validateEndpointLimits(p *field.Path, l *EndpointLimits) field.ErrorList {
 	if l.MaxInFlight < 0 {
 		errs = append(errs, field.Invalid(p.Child("maxInFlight"), l.MaxInFlight, "must be 0 (unlimited) or more"))
 	}
-	return errs
+	return append(errs, validateBurst(l.Burst, p.Child("burst"))...)
+}
+
+// validateBurst checks a limits' burst: between 1s and 1m.
+func validateBurst(d *metav1.Duration, p *field.Path) field.ErrorList {
+	if d == nil || (d.Duration >= time.Second && d.Duration <= time.Minute) {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(p, d.Duration.String(), "must be at least 1s and at most 1m")}
 }
 
 // validateRates checks per-minute limits (a rateLimit, an endpoint's limits):

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	batchv1 "k8s.io/api/batch/v1"
@@ -14,6 +15,11 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/apis/apiserver"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	authenticationv1 "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -26,6 +32,7 @@ import (
 	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/compile"
+	"github.com/proctor-dev/proctor/internal/pacer"
 )
 
 type managerOptions struct {
@@ -36,6 +43,8 @@ type managerOptions struct {
 	runnerImage     string
 	watchNamespaces string
 	storageBudget   int64
+	pacerAddr       string
+	pacerURL        string
 	resources       controllers.PodResources
 	zap             zap.Options
 }
@@ -57,6 +66,8 @@ func newManagerCommand(s streams) *cobra.Command {
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader, so that only one replica reconciles")
 	f.StringVar(&o.runnerImage, "runner-image", os.Getenv("PROCTOR_RUNNER_IMAGE"), "image of runner pods, unless an Evaluation names one (default $PROCTOR_RUNNER_IMAGE)")
 	f.StringVar(&o.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default all)")
+	f.StringVar(&o.pacerAddr, "pacer-bind-address", "0", "address of the pacer, which spaces the calls of every runner pod through a rate-limited key (the leader serves it; 0 to disable)")
+	f.StringVar(&o.pacerURL, "pacer-url", "", "the pacer's URL as runner pods reach it, e.g. http://proctor-pacer.proctor-system.svc:8082 (required with --pacer-bind-address)")
 	f.Int64Var(&o.storageBudget, "storage-budget", cluster.DefaultStorageBudget, "bytes of records one run may store in the cluster (their JSON, before compression); past it, outputs are not stored. 0: unbounded")
 	o.resources = controllers.DefaultPodResources()
 	for _, x := range []struct {
@@ -87,6 +98,9 @@ func runManager(o *managerOptions, s streams) error {
 				return invalid(fmt.Errorf("--%s-requests: %s %s is more than --%s-limits %s", name, r, req.String(), name, lim.String()))
 			}
 		}
+	}
+	if pacing := o.pacerAddr != "" && o.pacerAddr != "0"; pacing != (o.pacerURL != "") {
+		return invalid(errors.New("--pacer-bind-address and --pacer-url go together: the pacer serves at the first, runner pods reach it at the second"))
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap), zap.WriteTo(s.errOut)))
 	log := ctrl.Log.WithName("setup")
@@ -119,7 +133,7 @@ func runManager(o *managerOptions, s streams) error {
 		Recorder:    mgr.GetEventRecorder("proctor"),
 		RunnerImage: o.runnerImage,
 		CheckSpec:   compile.CheckData,
-		Options:     controllers.Options{StorageBudget: storageBudgetOption(o.storageBudget), Resources: o.resources},
+		Options:     controllers.Options{StorageBudget: storageBudgetOption(o.storageBudget), Resources: o.resources, PacerURL: o.pacerURL},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)
@@ -131,6 +145,15 @@ func runManager(o *managerOptions, s streams) error {
 	qr := &controllers.ModelQuotaReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
 	if err := qr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ModelQuota controller: %w", err)
+	}
+	if o.pacerURL != "" {
+		p, err := NewPacer(mgr, o.pacerAddr)
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(p); err != nil {
+			return fmt.Errorf("adding the pacer: %w", err)
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
@@ -221,4 +244,27 @@ func (r *resourceList) Set(s string) error {
 	}
 	*r.l = out
 	return nil
+}
+
+// NewPacer is the manager's pacer, listening on addr: buckets resolved from
+// the manager's cache, runner pods' tokens checked by TokenReview for the
+// pacer's audience (cached for a minute).
+func NewPacer(mgr ctrl.Manager, addr string) (*pacer.Server, error) {
+	authn, err := authenticationv1.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return nil, err
+	}
+	auth, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
+		Anonymous:                &apiserver.AnonymousAuthConfig{Enabled: false},
+		CacheTTL:                 time.Minute,
+		TokenAccessReviewClient:  authn,
+		TokenAccessReviewTimeout: 10 * time.Second,
+		APIAudiences:             authenticator.Audiences{cluster.PacerAudience},
+		WebhookRetryBackoff:      &wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5},
+	}.New()
+	if err != nil {
+		return nil, fmt.Errorf("the pacer's authenticator: %w", err)
+	}
+	return &pacer.Server{Addr: addr, Resolver: pacer.CacheResolver{Reader: mgr.GetClient()}, Authenticator: auth,
+		Log: mgr.GetLogger().WithName("pacer")}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/pacer"
 	"github.com/proctor-dev/proctor/internal/shard"
 	"github.com/proctor-dev/proctor/runner/provider"
 )
@@ -45,6 +47,12 @@ func newShardCommand(s streams) *cobra.Command {
 	cmd.Flags().StringVar(&index, "index", index, "the shard's index (default $JOB_COMPLETION_INDEX)")
 	cmd.Flags().StringVar(&o.AgentSocket, cluster.FlagAgentSocket, "", "the Unix socket of the pod's agent executor (proctor agent-exec), which runs an agent model's processes in the agent's container")
 	cmd.Flags().StringVar(&o.HookSocket, cluster.FlagHookSocket, "", "the Unix socket of the executor of the pod's hooks container, which runs spec.hooks")
+	cmd.Flags().StringVar(&o.PacerURL, "pacer", os.Getenv(cluster.EnvPacerURL), "the manager's pacer, which spaces every pod's calls through a rate-limited key (default $"+cluster.EnvPacerURL+"; empty: none)")
+	pacerToken := filepath.Join(cluster.PacerTokenDir, cluster.PacerTokenFile)
+	cmd.Flags().StringVar(&pacerToken, "pacer-token", pacerToken, "the file holding the token presented to the pacer")
+	// Read once the flags are parsed, then again each minute.
+	token := sync.OnceValue(func() func() (string, error) { return pacer.FileToken(pacerToken) })
+	o.PacerToken = func() (string, error) { return token()() }
 	return cmd
 }
 

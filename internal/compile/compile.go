@@ -16,6 +16,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
@@ -133,6 +134,12 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 					plan.Endpoints = map[string]ratelimit.Limits{}
 				}
 				plan.Endpoints[name] = l
+				if ep := env.ModelEndpoints[name]; ep != nil && ep.Limits != nil && ep.Limits.Burst != nil {
+					if plan.EndpointBursts == nil {
+						plan.EndpointBursts = map[string]time.Duration{}
+					}
+					plan.EndpointBursts[name] = ep.Limits.Burst.Duration
+				}
 			}
 		}
 		plan.Models = append(plan.Models, m)
@@ -213,12 +220,18 @@ func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.
 		Concurrency: concurrency,
 	}
 	out.Limits = cluster.LimitsOf(m.RateLimit)
+	if m.RateLimit != nil && m.RateLimit.Burst != nil {
+		out.Burst = m.RateLimit.Burst.Duration
+	}
 	if r := m.EndpointRef; r != nil {
 		if m.Provider == "" {
 			// The loader (locally) or the runner pod resolves endpoints first.
 			return nil, nil, fmt.Errorf("%s.endpointRef: ModelEndpoint %q was not resolved", path, r.Name)
 		}
 		out.Endpoint, out.EndpointWeight = r.Name, r.EndpointWeight()
+		if ep := env.ModelEndpoints[r.Name]; ep != nil && ep.Limits != nil && ep.Limits.Burst != nil && out.Burst == 0 {
+			out.Burst = ep.Limits.Burst.Duration
+		}
 	}
 	remoteAgent := m.Provider == v1alpha1.ProviderAgent && env.Cluster && env.AgentExecutor != ""
 	var key string

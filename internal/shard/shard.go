@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/compile"
+	"github.com/proctor-dev/proctor/internal/pacer"
 	"github.com/proctor-dev/proctor/internal/services"
 	"github.com/proctor-dev/proctor/internal/source"
 	"github.com/proctor-dev/proctor/runner"
@@ -64,6 +66,11 @@ type Options struct {
 	// StorageBudget is what the planner puts in the plan as the run's storage
 	// budget for records (cluster.Plan.StorageBytes); 0 means unbounded.
 	StorageBudget int64
+	// PacerURL is the manager's pacer (cluster.EnvPacerURL), which spaces the
+	// calls of every runner pod through a rate-limited key; "" paces this
+	// pod's calls on their own. PacerToken returns the token it presents.
+	PacerURL   string
+	PacerToken func() (string, error)
 	Clock         clock.WithTicker
 	Log           logr.Logger
 }
@@ -186,6 +193,13 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	}
 	for _, callers := range byEndpoint {
 		eng.ShareInFlight(callers...)
+	}
+	if o.PacerURL != "" && len(limited)+len(viaEndpoint) > 0 {
+		// Every pod's calls through a limited key, spaced together.
+		pc := pacer.NewClient(pacer.ClientOptions{URL: o.PacerURL, Namespace: ev.Namespace, Evaluation: ev.Name,
+			Token: o.PacerToken, Log: log.WithName("pacer")})
+		defer pc.Close()
+		eng.SetPacer(pc, append(slices.Collect(maps.Keys(limited)), slices.Collect(maps.Keys(viaEndpoint))...)...)
 	}
 	b := &budgetFollower{c: c, o: o, ev: ev, run: o.Run, shard: sh, eng: eng, store: store, limited: limited, viaEndpoint: viaEndpoint,
 		agentOf: agentOf, models: models, log: log, ledger: engOpts.Ledger}

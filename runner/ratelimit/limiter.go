@@ -96,9 +96,9 @@ func (l Limits) values() [numDims]int64 {
 
 // Cost is what one call spends of each budget.
 type Cost struct {
-	Requests     int64
-	InputTokens  int64
-	OutputTokens int64
+	Requests     int64 `json:"requests,omitempty"`
+	InputTokens  int64 `json:"inputTokens,omitempty"`
+	OutputTokens int64 `json:"outputTokens,omitempty"`
 }
 
 func (c Cost) values() [numDims]int64 {
@@ -555,4 +555,49 @@ func (d *dim) adjust(e *entry, n int64, window time.Duration) {
 		x.full = later(prev, x.at).Add(d.duration(x.n, window))
 		prev = x.full
 	}
+}
+
+// Drain empties the pacing buckets at at: calls reserved from then on go as
+// if the bucket had just been emptied then. A limiter that cannot know what
+// was sent before it (a new leader's) starts so.
+func (l *Limiter) Drain(at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.dims {
+		d := &l.dims[i]
+		if d.limit == 0 {
+			continue
+		}
+		tol := l.tolerance(i)
+		if tol <= 0 {
+			tol = d.duration(1, l.window)
+		}
+		if f := at.Add(tol); f.After(d.full()) {
+			d.base = f
+			for _, e := range d.log[d.head:] {
+				e.paced = false
+			}
+		}
+	}
+}
+
+// A Pacer paces calls that several processes make through one key (a
+// cluster's runner pods): it says when each may go, so that together they
+// stay within the key's buckets. The engine waits for it after its own
+// limiter.
+type Pacer interface {
+	// Pace takes a place for a call of caller costing cost. It fails only
+	// when ctx ends; a pacer that cannot be reached lets the call go.
+	Pace(ctx context.Context, caller string, cost Cost) (Paced, error)
+}
+
+// Paced is a call's place with a Pacer (or a Limiter's Reservation).
+type Paced interface {
+	// Wait waits for the call's time; if ctx ends first the place is given
+	// back and ctx's error returned.
+	Wait(ctx context.Context) error
+	// Settle replaces the estimated token amounts with what the call cost.
+	Settle(actual Cost)
+	// Cancel gives the place back: the call was not made.
+	Cancel()
 }

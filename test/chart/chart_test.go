@@ -306,8 +306,10 @@ func defaults() summary {
 			"ClusterRole proctor-metrics-reader",
 			"ClusterRole proctor-modelendpoint-admin-role",
 			"ClusterRole proctor-modelendpoint-viewer-role",
+			"ClusterRole proctor-pacer-auth-role",
 			"ClusterRoleBinding proctor-manager-rolebinding",
 			"ClusterRoleBinding proctor-metrics-auth-rolebinding",
+			"ClusterRoleBinding proctor-pacer-auth-rolebinding",
 			"CustomResourceDefinition evaluations.proctor.dev",
 			"CustomResourceDefinition modelendpoints.proctor.dev",
 			"CustomResourceDefinition modelquotas.proctor.dev",
@@ -315,6 +317,7 @@ func defaults() summary {
 			"Role proctor-system/proctor-leader-election-role",
 			"RoleBinding proctor-system/proctor-leader-election-rolebinding",
 			"Service proctor-system/proctor-controller-manager-metrics-service",
+			"Service proctor-system/proctor-pacer",
 			"ServiceAccount proctor-system/proctor-controller-manager",
 		},
 		Replicas:           1,
@@ -325,6 +328,8 @@ func defaults() summary {
 			"--leader-elect",
 			"--health-probe-bind-address=:8081",
 			"--metrics-bind-address=:8443",
+			"--pacer-bind-address=:8082",
+			"--pacer-url=http://proctor-pacer.proctor-system.svc:8082",
 			"--zap-log-level=info",
 			"--agent-requests=cpu=50m,memory=128Mi",
 			"--agent-limits=cpu=2,memory=2Gi",
@@ -337,7 +342,7 @@ func defaults() summary {
 			"PROCTOR_RUNNER_IMAGE": defaultImage,
 			"POD_NAMESPACE":        "fieldRef:metadata.namespace",
 		},
-		Ports:    []string{"https:8443", "health:8081"},
+		Ports:    []string{"https:8443", "pacer:8082", "health:8081"},
 		Subjects: []string{"ServiceAccount proctor-system/proctor-controller-manager"},
 		CRDAnnotations: map[string]string{
 			"controller-gen.kubebuilder.io/version": controllerGenVersion,
@@ -444,7 +449,19 @@ func TestRender(t *testing.T) {
 					"ClusterRoleBinding proctor-metrics-auth-rolebinding",
 					"Service proctor-system/proctor-controller-manager-metrics-service")
 				s.Args[3] = "--metrics-bind-address=0"
-				s.Ports = []string{"health:8081"}
+				s.Ports = []string{"pacer:8082", "health:8081"}
+			},
+		},
+		{
+			name:   "no pacer",
+			values: "pacer: {enabled: false}",
+			want: func(s *summary) {
+				s.Objects = without(s.Objects,
+					"ClusterRole proctor-pacer-auth-role",
+					"ClusterRoleBinding proctor-pacer-auth-rolebinding",
+					"Service proctor-system/proctor-pacer")
+				s.Args = without(s.Args, "--pacer-bind-address=:8082", "--pacer-url=http://proctor-pacer.proctor-system.svc:8082")
+				s.Ports = []string{"https:8443", "health:8081"}
 			},
 		},
 		{
@@ -674,6 +691,7 @@ func TestRulesMatchConfig(t *testing.T) {
 		{config: "leader_election_role.yaml", chart: all.get(t, "Role proctor-system/proctor-leader-election-role")},
 		{config: "metrics_auth_role.yaml", chart: all.get(t, "ClusterRole proctor-metrics-auth-role")},
 		{config: "metrics_reader_role.yaml", chart: all.get(t, "ClusterRole proctor-metrics-reader")},
+		{config: "pacer_auth_role.yaml", chart: all.get(t, "ClusterRole proctor-pacer-auth-role")},
 		{config: "evaluation_editor_role.yaml", chart: all.get(t, "ClusterRole proctor-evaluation-editor-role")},
 		{config: "evaluation_viewer_role.yaml", chart: all.get(t, "ClusterRole proctor-evaluation-viewer-role")},
 		{config: "modelendpoint_admin_role.yaml", chart: all.get(t, "ClusterRole proctor-modelendpoint-admin-role")},

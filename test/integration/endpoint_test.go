@@ -136,8 +136,8 @@ func TestEndpointSharedByTwoEvaluations(t *testing.T) {
 	if bound := int(limit*window/time.Minute) + 4*2; st.MaxRequestsInWindow > bound {
 		t.Errorf("the server saw %d requests within %v, want at most %d: the Evaluations did not share the limit", st.MaxRequestsInWindow, window, bound)
 	}
-	if st.Rejected != 0 || st.Succeeded != 240 {
-		t.Errorf("server stats %+v: want 240 answered calls and none refused for a bad key", st)
+	if st.Rejected != 0 || st.Succeeded != 240 || st.RateLimited != 0 {
+		t.Errorf("server stats %+v: want 240 answered calls, none refused for a bad key and none by the server's bucket", st)
 	}
 	var jobs batchv1.JobList
 	if err := k8sClient.List(context.Background(), &jobs, client.InNamespace(ns)); err != nil {
@@ -305,12 +305,15 @@ func TestEndpointLimitEditAppliesWithinSeconds(t *testing.T) {
 func TestQuotaSharedAcrossNamespaces(t *testing.T) {
 	nsA, nsB, nsC := newNamespace(t), newNamespace(t), newNamespace(t)
 	const window = 3 * time.Second
-	srv, url := fakeLLM(t, fakellm.Config{Latency: 10 * time.Millisecond, Window: window})
+	// The account's limit as a provider enforces it: a bucket refilled
+	// continuously holding a second of it (the server counts over window).
+	const limit = 1200
+	srv, url := fakeLLM(t, fakellm.Config{Latency: 10 * time.Millisecond, Window: window,
+		RequestsPerMinute: int(limit * window / time.Minute), BurstWindow: time.Second})
 	startManager(t, nsA+","+nsB+","+nsC)
 	for _, ns := range []string{nsA, nsB, nsC} {
 		startKubelet(t, ns)
 	}
-	const limit = 1200
 	quota := &v1alpha1.ModelQuota{ObjectMeta: metav1.ObjectMeta{Name: "account-" + nsA},
 		Spec: v1alpha1.ModelQuotaSpec{Limits: v1alpha1.EndpointLimits{RequestsPerMinute: limit},
 			Namespaces: []v1alpha1.QuotaNamespace{{Name: nsA, Weight: ptrTo[int32](2)}, {Name: nsB}}}}
@@ -396,13 +399,19 @@ func TestQuotaSharedAcrossNamespaces(t *testing.T) {
 	if bound := int(limit*window/time.Minute) + 4*2; st.MaxRequestsInWindow > bound {
 		t.Errorf("the server saw %d requests within %v, want at most %d: the namespaces did not share the quota", st.MaxRequestsInWindow, window, bound)
 	}
+	if st.RateLimited != 0 {
+		t.Errorf("the server's bucket refused %d of %d calls: the namespaces' calls went in bursts together", st.RateLimited, st.Requests)
+	}
 }
 
 // teamEndpoint starts the manager and the kubelet for ns, a fake server
 // (counting over window) that wants key, and ModelEndpoint team limited to
 // limit rpm, its key in Secret team.
 func teamEndpoint(t *testing.T, ns, key string, limit int64, window time.Duration) *fakellm.Server {
-	srv, url := fakeLLM(t, fakellm.Config{APIKey: key, Latency: 10 * time.Millisecond, Window: window})
+	// The key's limit as a provider enforces it: a bucket refilled
+	// continuously holding a second of it (the server counts over window).
+	srv, url := fakeLLM(t, fakellm.Config{APIKey: key, Latency: 10 * time.Millisecond, Window: window,
+		RequestsPerMinute: int(limit * int64(window) / int64(time.Minute)), BurstWindow: time.Second})
 	startManager(t, ns)
 	startKubelet(t, ns)
 	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "team"}, StringData: map[string]string{"key": key}})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http/httptest"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -100,8 +102,22 @@ func startManagerWith(t testing.TB, ns string, edit func(*controllers.Options)) 
 		CheckSpec:   compile.CheckData,
 		Options:     controllers.Options{StaleAfter: testStaleAfter, ProgressInterval: 100 * time.Millisecond, RecheckAfter: 300 * time.Millisecond, ShardRetries: 3},
 	}
+	// The pacer, on loopback, as the chart serves it to runner pods.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Options.PacerURL = "http://" + ln.Addr().String()
 	if edit != nil {
 		edit(&r.Options)
+	}
+	pc, err := cli.NewPacer(mgr, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.Listener = ln
+	if err := mgr.Add(pc); err != nil {
+		t.Fatal(err)
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
@@ -290,6 +306,9 @@ func (k *kubelet) runJob(ctx context.Context, j *batchv1.Job, r *jobRun) {
 		GracePeriod: time.Second,
 		Log:         k.log.WithValues("job", j.Name),
 	}
+	// The pacer, with a token of the pod's ServiceAccount for its audience.
+	opts.PacerURL, _ = opts.LookupEnv(cluster.EnvPacerURL)
+	opts.PacerToken = pacerToken(j)
 	if k.edit != nil {
 		k.edit(&opts)
 	}
@@ -398,6 +417,28 @@ func (k *kubelet) runIndex(ctx context.Context, j *batchv1.Job, r *jobRun, opts 
 		if done {
 			return
 		}
+	}
+}
+
+// pacerToken returns a token of the ServiceAccount of Job j's pods for the
+// pacer's audience, as the kubelet projects it into runner containers.
+func pacerToken(j *batchv1.Job) func() (string, error) {
+	var mu sync.Mutex
+	var token string
+	return func() (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if token != "" {
+			return token, nil
+		}
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Spec.Template.Spec.ServiceAccountName}}
+		tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+			Audiences: []string{cluster.PacerAudience}, ExpirationSeconds: ptrTo[int64](3600)}}
+		if err := k8sClient.SubResource("token").Create(context.Background(), sa, tr); err != nil {
+			return "", err
+		}
+		token = tr.Status.Token
+		return token, nil
 	}
 }
 

@@ -153,3 +153,39 @@ func TestThrottledRunSaysSoAndLosesNothing(t *testing.T) {
 		t.Errorf("RateLimited after the run = %+v; want False", c)
 	}
 }
+
+// TestShardsShareAPerSecondBucket: one Evaluation's shards share a 120 rpm
+// limit, which the provider enforces as a bucket of 2 refilled at 2 a second
+// (Anthropic: 60 RPM may be enforced as 1 request per second). Each shard
+// keeps to its share of the minute; together, asking the pacer, they never
+// overflow the bucket (unpaced, about a quarter of their calls were refused),
+// and they use the limit.
+func TestShardsShareAPerSecondBucket(t *testing.T) {
+	ns := newNamespace(t)
+	const rpm, samples = 120, 60
+	var arr arrivals // of the calls the server accepted
+	srv, url := fakeLLM(t, fakellm.Config{Latency: 50 * time.Millisecond, RequestsPerMinute: rpm, Responder: func(req fakellm.Request) fakellm.Reply {
+		arr.add()
+		return fakellm.DefaultReply(req)
+	}})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	create(t, testutil.MakeEvaluation("paced", ns).InlineDataset("d", samples).OpenAIModel("m", url).RateLimit(rpm).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(samples/3).Parallelism(3).Concurrency(4).Obj())
+	waitPhase(t, ns, "paced", v1alpha1.PhaseSucceeded, 120*time.Second)
+	checkRecords(t, ns, "paced", []string{"m"}, sampleIDs("d", samples))
+	st := srv.Stats()
+	if st.RateLimited != 0 || st.Succeeded != samples {
+		t.Errorf("server stats %+v: want %d answered and none refused by its bucket", st, samples)
+	}
+	at := arr.since(time.Time{})
+	if len(at) < 2 {
+		t.Fatalf("%d calls seen", len(at))
+	}
+	span := at[len(at)-1].Sub(at[0])
+	ideal := time.Duration(len(at)-1) * time.Minute / rpm
+	t.Logf("%d calls in %v (%.3f of the limit)", len(at), span, ideal.Seconds()/span.Seconds())
+	if span > ideal*10/9 {
+		t.Errorf("%d calls took %v: under 0.9 of the limit (%v at the limit)", len(at), span, ideal)
+	}
+}

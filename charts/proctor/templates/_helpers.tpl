@@ -104,3 +104,10 @@ A resource list as the manager's flags take it: cpu=50m,memory=64Mi (sorted).
 {{- end }}
 {{- join "," $parts }}
 {{- end }}
+
+{{/*
+The pacer's Service: a DNS label, 63 characters at most.
+*/}}
+{{- define "proctor.pacerService" -}}
+{{- printf "%s-pacer" (include "proctor.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
