@@ -71,8 +71,8 @@ type Options struct {
 	// pod's calls on their own. PacerToken returns the token it presents.
 	PacerURL   string
 	PacerToken func() (string, error)
-	Clock         clock.WithTicker
-	Log           logr.Logger
+	Clock      clock.WithTicker
+	Log        logr.Logger
 }
 
 // InvalidError is a problem no retry can fix (a template naming a missing field,
