@@ -244,15 +244,16 @@ type QuotaReference struct {
 // +kubebuilder:validation:XValidation:rule=`(has(self.limits.requestsPerMinute) && self.limits.requestsPerMinute > 0) || (has(self.limits.inputTokensPerMinute) && self.limits.inputTokensPerMinute > 0) || (has(self.limits.outputTokensPerMinute) && self.limits.outputTokensPerMinute > 0) || (has(self.limits.maxInFlight) && self.limits.maxInFlight > 0)`,message="a ModelQuota needs at least one limit above 0"
 type ModelQuotaSpec struct {
 	// limits of the provider account, shared by every ModelEndpoint naming the
-	// quota: each endpoint in use gets a part in proportion to its namespace's
-	// weight, within the endpoint's own limits, and what one does not take goes
-	// to the others. Edits apply at once.
+	// quota: each namespace with an endpoint in use gets a part in proportion to
+	// its weight, which its endpoints in use share equally (within each
+	// endpoint's own limits), and what one does not take goes to the others. A
+	// namespace gets no more by making more endpoints. Edits apply at once.
 	// +required
 	Limits EndpointLimits `json:"limits"`
 
 	// namespaces whose ModelEndpoints may use the quota, each with the weight
-	// of its endpoints' parts (default 1). Unset: every namespace, each of
-	// weight 1. An endpoint of a namespace not listed is not Ready, and the
+	// of its part (default 1), which its endpoints share. Unset: every
+	// namespace, each of weight 1. An endpoint of a namespace not listed is not Ready, and the
 	// Evaluations calling through it wait.
 	// +optional
 	// +kubebuilder:validation:MaxItems=1000
@@ -268,7 +269,8 @@ type QuotaNamespace struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
-	// weight of each of the namespace's endpoints against the others'. Default 1.
+	// weight of the namespace's part against the others'; its endpoints share
+	// it. Default 1.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000

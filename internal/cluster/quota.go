@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
@@ -24,8 +25,10 @@ func QuotaUserKey(namespace, endpoint string) string { return namespace + "/" + 
 
 // QuotaUser is an endpoint naming a quota.
 type QuotaUser struct {
+	// Key is QuotaUserKey: its namespace, a slash, its name.
 	Key string
-	// Weight is its namespace's weight in the quota.
+	// Weight is its namespace's weight in the quota, which its namespace's
+	// endpoints share: making more endpoints never buys a namespace more.
 	Weight int64
 	// Cap is the endpoint's own limits (0: none).
 	Cap ratelimit.Limits
@@ -61,21 +64,50 @@ func DivideQuota(prev *Budget, quota string, lim ratelimit.Limits, users []Quota
 			active = append(active, u)
 		}
 	}
+	// Parts by namespace first (its weight, within what its endpoints' caps
+	// allow together), then equally among the namespace's endpoints (each
+	// within its cap): the weight is the namespace's, however many endpoints
+	// it made.
+	var namespaces []string
+	members := map[string][]QuotaUser{}
+	for _, u := range active {
+		ns := quotaNamespace(u.Key)
+		if members[ns] == nil {
+			namespaces = append(namespaces, ns)
+		}
+		members[ns] = append(members[ns], u)
+	}
 	fair := map[string]dimVec{}
 	limit := dims(lim)
-	weights := make([]int64, len(active))
-	for i, u := range active {
-		weights[i] = u.Weight
+	weights := make([]int64, len(namespaces))
+	for i, ns := range namespaces {
+		for _, u := range members[ns] {
+			weights[i] = max(weights[i], u.Weight)
+		}
 	}
 	for d := range limit {
-		caps := make([]int64, len(active))
-		for i, u := range active {
-			caps[i] = dims(u.Cap)[d]
+		caps := make([]int64, len(namespaces))
+		for i, ns := range namespaces {
+			for _, u := range members[ns] {
+				c := dims(u.Cap)[d]
+				if c <= 0 {
+					caps[i] = 0 // one endpoint without a cap: none for the namespace
+					break
+				}
+				caps[i] += c
+			}
 		}
 		for i, part := range ratelimit.WaterFill(limit[d], weights, caps) {
-			f := fair[active[i].Key]
-			f[d] = part
-			fair[active[i].Key] = f
+			ms := members[namespaces[i]]
+			mcaps := make([]int64, len(ms))
+			for j, u := range ms {
+				mcaps[j] = dims(u.Cap)[d]
+			}
+			for j, share := range ratelimit.WaterFill(part, make([]int64, len(ms)), mcaps) {
+				f := fair[ms[j].Key]
+				f[d] = share
+				fair[ms[j].Key] = f
+			}
 		}
 	}
 	next := &Budget{Version: prev.Version + 1, Models: map[string]*ModelBudget{}}
@@ -89,6 +121,15 @@ func DivideQuota(prev *Budget, quota string, lim ratelimit.Limits, users []Quota
 		return prev, false
 	}
 	return next, true
+}
+
+// quotaNamespace is the namespace of a QuotaUserKey.
+func quotaNamespace(key string) string {
+	ns, _, ok := strings.Cut(key, "/")
+	if !ok {
+		return key
+	}
+	return ns
 }
 
 // QuotaLimits is an endpoint's limits in force from its part of a quota

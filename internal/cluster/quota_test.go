@@ -203,3 +203,46 @@ func TestDivideQuotaKeepsIdleEndpointsUntilTheyStop(t *testing.T) {
 		t.Errorf("keys %v", keys)
 	}
 }
+
+// TestDivideQuotaWeighsNamespaces: a quota's weights are per namespace, so a
+// namespace that makes more endpoints gets no more of the quota; its part is
+// shared by its endpoints, within their caps, what a cap leaves going to its
+// other endpoints and then to the other namespaces.
+func TestDivideQuotaWeighsNamespaces(t *testing.T) {
+	rpm := func(n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: n} }
+	for _, tc := range []struct {
+		name  string
+		users []QuotaUser
+		want  map[string]int64
+	}{{
+		name:  "three endpoints buy nothing",
+		users: []QuotaUser{{Key: "a/x", Weight: 1}, {Key: "a/y", Weight: 1}, {Key: "a/z", Weight: 1}, {Key: "b/x", Weight: 1}},
+		want:  map[string]int64{"a/x": 20, "a/y": 20, "a/z": 20, "b/x": 60},
+	}, {
+		name:  "weights 2:1, two endpoints each",
+		users: []QuotaUser{{Key: "a/x", Weight: 2}, {Key: "a/y", Weight: 2}, {Key: "b/x", Weight: 1}, {Key: "b/y", Weight: 1}},
+		want:  map[string]int64{"a/x": 40, "a/y": 40, "b/x": 20, "b/y": 20},
+	}, {
+		name:  "a capped endpoint leaves the rest to its namespace",
+		users: []QuotaUser{{Key: "a/x", Weight: 1, Cap: rpm(10)}, {Key: "a/y", Weight: 1}, {Key: "b/x", Weight: 1}},
+		want:  map[string]int64{"a/x": 10, "a/y": 50, "b/x": 60},
+	}, {
+		name:  "a namespace capped in all leaves the rest to the others",
+		users: []QuotaUser{{Key: "a/x", Weight: 1, Cap: rpm(10)}, {Key: "a/y", Weight: 1, Cap: rpm(5)}, {Key: "b/x", Weight: 1}},
+		want:  map[string]int64{"a/x": 10, "a/y": 5, "b/x": 105},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range tc.users {
+				tc.users[i].Active = true
+			}
+			div, _ := DivideQuota(nil, "q", rpm(120), tc.users, nil)
+			got := map[string]int64{}
+			for k, g := range div.Models["q"].Grants {
+				got[k] = g.Share.RequestsPerMinute
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("parts (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
