@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -34,6 +35,9 @@ type ModelEndpointReconciler struct {
 	client.Client
 	Scheme *runtime.Scheme
 	Clock  clock.PassiveClock
+	// Recorder, if set, says when the provider's limits disagree with the
+	// endpoint's (events after the status write).
+	Recorder events.EventRecorder
 	// Options: StaleAfter (when a shard is taken for dead), ProgressInterval
 	// (how often usage alone is written to status), RecheckAfter.
 	Options Options
@@ -144,6 +148,13 @@ type endpointPass struct {
 	quota *cluster.QuotaApplied
 	// notReady says why the endpoint cannot be called through ("" if it can).
 	notReadyReason, notReady string
+	// provider is what the provider's headers last said of the key, by any
+	// shard calling through the endpoint; declared, the key's limits as
+	// declared (the quota's, for an endpoint naming one: one account's), and
+	// keyUsage what went through the key over the last minute (nil: unknown).
+	provider cluster.ProviderSeen
+	declared ratelimit.Limits
+	keyUsage *cluster.Usage
 }
 
 // limitsInForce sets the pass's limits: the endpoint's own, or its part of
@@ -155,6 +166,7 @@ func (r *ModelEndpointReconciler) limitsInForce(ctx context.Context, p *endpoint
 		own = *p.ep.Spec.Limits
 	}
 	p.limits = cluster.EndpointLimitsOf(own)
+	p.declared = p.limits
 	ref := p.ep.Spec.QuotaRef
 	if ref == nil {
 		return nil
@@ -169,6 +181,13 @@ func (r *ModelEndpointReconciler) limitsInForce(ctx context.Context, p *endpoint
 		return nil
 	}
 	quotaLimits := cluster.QuotaLimitsOf(&q)
+	// The provider limits the account: every endpoint of the quota.
+	p.declared = quotaLimits
+	if u := q.Status.Usage; u != nil {
+		p.keyUsage = &cluster.Usage{Requests: u.RequestsPerMinute, InputTokens: u.InputTokensPerMinute, OutputTokens: u.OutputTokensPerMinute}
+	} else {
+		p.keyUsage = &cluster.Usage{}
+	}
 	division, err := cluster.ParseBudget(q.Annotations)
 	if err != nil {
 		return fmt.Errorf("ModelQuota %s: %w", ref.Name, err)
@@ -242,6 +261,7 @@ func (r *ModelEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		if err := r.divide(ctx, p, budget); err != nil {
 			return ctrl.Result{}, err
 		}
+		r.compareWithProvider(p, status)
 		if p.stale {
 			result.RequeueAfter = 100 * time.Millisecond
 		}
@@ -277,6 +297,7 @@ func (r *ModelEndpointReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	r.limitsEvent(ep, status)
 	if wait > 0 {
 		result.RequeueAfter = min(nonZero(result.RequeueAfter, wait), wait)
 	}
@@ -444,6 +465,7 @@ func (r *ModelEndpointReconciler) observeEvaluation(ctx context.Context, p *endp
 					p.acks[k] = a
 				}
 				p.usage.Add(prog.Usage[c.Name])
+				p.provider = p.provider.Latest(prog.Provider[c.Name])
 				calls = true
 			}
 			if calls {
@@ -458,6 +480,49 @@ func (r *ModelEndpointReconciler) observeEvaluation(ctx context.Context, p *endp
 	}
 	p.groups = append(p.groups, groups...)
 	return nil
+}
+
+// compareWithProvider shows what the provider's headers last said of the
+// key (status.provider) and whether it agrees with the declared limits
+// (condition LimitsMismatch), once a runner pod saw them.
+func (r *ModelEndpointReconciler) compareWithProvider(p *endpointPass, status *v1alpha1.ModelEndpointStatus) {
+	if p.provider.At.IsZero() {
+		return
+	}
+	seen := p.provider
+	status.Provider = &v1alpha1.ProviderLimits{RequestsPerMinute: seen.Requests.Limit, InputTokensPerMinute: seen.InputTokens.Limit,
+		OutputTokensPerMinute: seen.OutputTokens.Limit, TokensPerMinute: seen.Tokens.Limit, RemainingRequests: seen.Requests.Remaining,
+		ObservedAt: &seen.At}
+	used := p.keyUsage
+	if p.ep.Spec.QuotaRef == nil {
+		used = &p.usage
+	}
+	setLimitsMismatch(&status.Conditions, p.ep.Generation, p.now, p.declared, seen, used)
+}
+
+// setLimitsMismatch sets condition LimitsMismatch from a key's declared
+// limits and what its provider's headers said.
+func setLimitsMismatch(conds *[]metav1.Condition, generation int64, now time.Time, declared ratelimit.Limits, seen cluster.ProviderSeen, used *cluster.Usage) {
+	reason, msg := cluster.LimitsMismatch(declared, seen, used, now)
+	c := metav1.Condition{Type: v1alpha1.ConditionLimitsMismatch, Status: metav1.ConditionTrue, Reason: reason, Message: msg,
+		ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now)}
+	if reason == "" {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.ReasonLimitsAgree, "the provider's rate-limit headers agree with the declared limits"
+	}
+	meta.SetStatusCondition(conds, c)
+}
+
+// limitsEvent warns, after the status write, when the provider's limits
+// came to disagree with the endpoint's.
+func (r *ModelEndpointReconciler) limitsEvent(ep *v1alpha1.ModelEndpoint, status *v1alpha1.ModelEndpointStatus) {
+	now := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionLimitsMismatch)
+	if r.Recorder == nil || now == nil || now.Status != metav1.ConditionTrue {
+		return
+	}
+	if was := meta.FindStatusCondition(ep.Status.Conditions, v1alpha1.ConditionLimitsMismatch); was != nil && was.Status == now.Status && was.Reason == now.Reason {
+		return
+	}
+	r.Recorder.Eventf(ep, nil, corev1.EventTypeWarning, now.Reason, now.Reason, "%s", now.Message)
 }
 
 // planOf is the plan ev's plan ConfigMap holds; nil if it is not ev's, not
@@ -509,6 +574,13 @@ func (r *ModelEndpointReconciler) divide(ctx context.Context, p *endpointPass, c
 func (r *ModelEndpointReconciler) writeStatus(ctx context.Context, ep *v1alpha1.ModelEndpoint, st *v1alpha1.ModelEndpointStatus, now time.Time) (time.Duration, error) {
 	old := ep.Status.DeepCopy()
 	old.Usage = st.Usage
+	if old.Provider != nil && st.Provider != nil && old.Provider.RequestsPerMinute == st.Provider.RequestsPerMinute &&
+		old.Provider.InputTokensPerMinute == st.Provider.InputTokensPerMinute && old.Provider.OutputTokensPerMinute == st.Provider.OutputTokensPerMinute &&
+		old.Provider.TokensPerMinute == st.Provider.TokensPerMinute {
+		// What remains, and when it was seen, change with every call: like
+		// usage, written at most every ProgressInterval.
+		old.Provider = st.Provider
+	}
 	updated := ep.DeepCopy()
 	updated.Status = *st
 	return writeUsageStatus(ctx, r.Client, r.wrote, r.Options.ProgressInterval, updated,

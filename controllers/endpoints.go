@@ -1,8 +1,10 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -47,6 +49,13 @@ func (r *EvaluationReconciler) resolveEndpoints(ctx context.Context, p *pass) (b
 		}
 		if cond := meta.FindStatusCondition(ep.Status.Conditions, v1alpha1.ConditionReady); cond != nil && cond.Status == metav1.ConditionFalse {
 			notReady = append(notReady, fmt.Sprintf("ModelEndpoint %s (%s, model %s) is not ready: %s", ref.Name, c.Path, c.Model.Name, cond.Message))
+		}
+		if cond := meta.FindStatusCondition(ep.Status.Conditions, v1alpha1.ConditionLimitsMismatch); cond != nil && cond.Status == metav1.ConditionTrue {
+			msg := fmt.Sprintf("ModelEndpoint %s (%s): %s", ref.Name, c.Path, cond.Message)
+			if !slices.Contains(p.endpointLimits, msg) {
+				p.endpointReason = cmp.Or(p.endpointReason, cond.Reason)
+				p.endpointLimits = append(p.endpointLimits, msg)
+			}
 		}
 		if c.Agent != nil {
 			// The runner's proxy calls it with its key (keyEnv).

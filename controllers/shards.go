@@ -133,6 +133,7 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 			anyActive = anyActive || st.active
 			if st.active {
 				p.noteThrottled(st.progress.Throttled)
+				p.noteProvider(st.progress.Provider, st.progress.Usage)
 			}
 			progress.Completed += int64(st.progress.Done)
 			progress.Errored += int64(st.progress.Errored)

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -78,6 +79,61 @@ type pass struct {
 	// throttled holds, by model, the runs of 429s the active shards reported:
 	// the earliest start and the latest retry-after end.
 	throttled map[string]cluster.Throttle
+	// provider is what the providers' headers last said of each caller's key,
+	// and used what the active shards sent each over the last minute;
+	// endpointLimits what the ModelEndpoints called through say of theirs
+	// (their LimitsMismatch conditions that are True).
+	provider       map[string]cluster.ProviderSeen
+	used           map[string]cluster.Usage
+	endpointLimits []string
+	endpointReason string
+	// mismatch says where they disagree with the declared limits, and why.
+	mismatch, mismatchReason string
+}
+
+// noteProvider adds what an active shard saw of its keys and sent to them.
+func (p *pass) noteProvider(seen map[string]cluster.ProviderSeen, used map[string]cluster.Usage) {
+	for m, s := range seen {
+		if p.provider == nil {
+			p.provider = map[string]cluster.ProviderSeen{}
+		}
+		p.provider[m] = p.provider[m].Latest(s)
+	}
+	for m, u := range used {
+		if p.used == nil {
+			p.used = map[string]cluster.Usage{}
+		}
+		have := p.used[m]
+		have.Add(u)
+		p.used[m] = have
+	}
+}
+
+// limitsMismatch says where a provider's headers disagree with the declared
+// limits: the models' own rateLimits (their keys are the Evaluation's), and
+// the ModelEndpoints called through (as their status says).
+func (p *pass) limitsMismatch() (reason, msg string) {
+	var parts []string
+	for i := range p.ev.Spec.Models {
+		m := &p.ev.Spec.Models[i]
+		seen, ok := p.provider[m.Name]
+		if m.EndpointRef != nil || m.RateLimit == nil || !ok {
+			continue
+		}
+		var used *cluster.Usage
+		if u, ok := p.used[m.Name]; ok {
+			used = &u
+		}
+		if r, why := cluster.LimitsMismatchOf(cluster.LimitsOf(m.RateLimit), seen, used, p.now); r != "" {
+			reason = cmp.Or(reason, r)
+			parts = append(parts, fmt.Sprintf("model %s (spec.models[%d].rateLimit): %s", m.Name, i, why))
+		}
+	}
+	if len(p.endpointLimits) > 0 {
+		reason = cmp.Or(reason, p.endpointReason)
+		parts = append(parts, p.endpointLimits...)
+	}
+	return reason, strings.Join(parts, "; ")
 }
 
 // noteThrottled adds a shard's rate-limited models to the pass.
@@ -156,6 +212,7 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 	}
 	suspended := p.ev.Spec.Suspend != nil && *p.ev.Spec.Suspend
 	st.Reason = ""
+	p.mismatchReason, p.mismatch = p.limitsMismatch()
 	switch {
 	case p.failureReason != "":
 		st.Phase, st.Message, st.Reason = v1alpha1.PhaseFailed, p.failureMessage, p.failureReason
@@ -204,6 +261,9 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 		case len(p.throttled) > 0:
 			st.Message, st.Reason = p.rateLimitMessage(), v1alpha1.ReasonRateLimited
 			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
+		case p.mismatchReason != "":
+			st.Message, st.Reason = p.mismatch, p.mismatchReason
+			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
 		default:
 			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
 		}
@@ -226,6 +286,7 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 	r.setDegraded(p, set, suspended)
 	setStandardConditions(p, set)
 	r.setRateLimited(p, set)
+	setLimitsMismatchOf(p, set)
 	r.setNameConflict(p, set)
 	setEndpointUnavailable(p, set)
 	if (st.Phase == v1alpha1.PhaseSucceeded || st.Phase == v1alpha1.PhaseFailed) && st.CompletionTime == nil {
@@ -359,6 +420,26 @@ func (r *EvaluationReconciler) setRateLimited(p *pass, set func(t string, status
 			p.event(corev1.EventTypeNormal, v1alpha1.ReasonRateLimitLifted, "No model is rate limited any more")
 		}
 		set(v1alpha1.ConditionRateLimited, metav1.ConditionFalse, v1alpha1.ReasonRateLimitLifted, "")
+	}
+}
+
+// setLimitsMismatchOf sets LimitsMismatch while a provider's headers
+// disagree with what the run declares, with a warning when they come to; it
+// is left alone by passes that did not look at the shards, and once the run
+// ended.
+func setLimitsMismatchOf(p *pass, set func(t string, status metav1.ConditionStatus, reason, msg string)) {
+	if p.plan == nil || p.status.Phase != v1alpha1.PhaseRunning {
+		return
+	}
+	old := meta.FindStatusCondition(p.status.Conditions, v1alpha1.ConditionLimitsMismatch)
+	switch {
+	case p.mismatchReason != "":
+		if old == nil || old.Status != metav1.ConditionTrue || old.Reason != p.mismatchReason {
+			p.event(corev1.EventTypeWarning, p.mismatchReason, "%s", p.mismatch)
+		}
+		set(v1alpha1.ConditionLimitsMismatch, metav1.ConditionTrue, p.mismatchReason, p.mismatch)
+	case old != nil && old.Status == metav1.ConditionTrue:
+		set(v1alpha1.ConditionLimitsMismatch, metav1.ConditionFalse, v1alpha1.ReasonLimitsAgree, "")
 	}
 }
 

@@ -427,6 +427,7 @@ func (f *forwarder) Complete(ctx context.Context, _ *provider.Request) (*provide
 		return nil, err
 	}
 	defer resp.Body.Close()
+	provider.ObserveRateLimits(ctx, resp.Header)
 	if resp.StatusCode/100 != 2 {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxRelayedError))
 		fc.failed = &relayedAnswer{status: resp.StatusCode, header: resp.Header.Clone(), body: raw}

@@ -128,6 +128,9 @@ type modelRun struct {
 	// sharedInFlight, locally, its endpoint's together with its other callers.
 	inFlight, sharedInFlight *ratelimit.InFlight
 	usage                    usageMeter
+	// observed is what the provider's rate-limit headers said last, and when.
+	observedMu sync.Mutex
+	observed   ObservedLimits
 	// proxies are an agent model's agent endpoints.
 	proxies *agentProxies
 	// forwarded: the calls of an agent endpoint, made for an agent (no cache).
@@ -287,6 +290,35 @@ func (e *Engine) Usage(model string) Usage {
 		return Usage{}
 	}
 	return m.usage.lastMinute()
+}
+
+// ObservedLimits are what a model's provider said of its key's limits in the
+// rate-limit headers of its latest answer that had them, and when.
+type ObservedLimits struct {
+	provider.RateLimits
+	At time.Time
+}
+
+// observe returns the observer keeping m's latest rate-limit headers.
+func (m *modelRun) observe(clock clockwork.Clock) provider.RateLimitObserver {
+	return func(r provider.RateLimits) {
+		now := clock.Now()
+		m.observedMu.Lock()
+		defer m.observedMu.Unlock()
+		m.observed = ObservedLimits{RateLimits: r, At: now}
+	}
+}
+
+// Observed is what a model's provider last said of its key's limits (zero
+// when it never did).
+func (e *Engine) Observed(model string) ObservedLimits {
+	m := e.models[model]
+	if m == nil {
+		return ObservedLimits{}
+	}
+	m.observedMu.Lock()
+	defer m.observedMu.Unlock()
+	return m.observed
 }
 
 // SetLimits changes a model's budgets while running (a cluster re-dividing them).
@@ -1134,7 +1166,7 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 			return nil, 0, nil, none, waitErr(ctx, err)
 		}
 	}
-	actx, cancel := context.WithTimeout(ctx, timeout)
+	actx, cancel := context.WithTimeout(provider.WithRateLimitObserver(ctx, m.observe(e.clock)), timeout)
 	defer cancel()
 	start := e.clock.Now()
 	resp, err := m.Provider.Complete(actx, req)

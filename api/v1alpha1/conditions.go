@@ -140,3 +140,22 @@ const (
 	// ReasonWaitingForQuota: its ModelQuota has given it no part yet.
 	ReasonWaitingForQuota = "WaitingForQuota"
 )
+
+// ConditionLimitsMismatch (of Evaluations, ModelEndpoints and ModelQuotas) is
+// True while a provider's rate-limit headers disagree with what is declared:
+// the limit it says is not the declared one (calls draw 429s above it, or the
+// key is not used as it could be below it), or it counted more calls than
+// Proctor sent through the key (someone else uses it). Its message says the
+// provider's numbers.
+const ConditionLimitsMismatch = "LimitsMismatch"
+
+// Reasons of ConditionLimitsMismatch.
+const (
+	// ReasonDeclaredLimitDiffers: the provider's limit is not the declared one.
+	ReasonDeclaredLimitDiffers = "DeclaredLimitDiffers"
+	// ReasonUsageOutsideProctor: the provider counted more than Proctor sent
+	// through the key over the last minute.
+	ReasonUsageOutsideProctor = "UsageOutsideProctor"
+	// ReasonLimitsAgree: the provider's headers agree with what is declared.
+	ReasonLimitsAgree = "LimitsAgree"
+)

@@ -168,6 +168,35 @@ type ModelEndpointStatus struct {
 	// runner pods counted it.
 	// +optional
 	Usage *EndpointUsage `json:"usage,omitempty"`
+	// provider is what the provider's rate-limit headers last said of the
+	// key's limits; condition LimitsMismatch says when they disagree with the
+	// declared ones.
+	// +optional
+	Provider *ProviderLimits `json:"provider,omitempty"`
+}
+
+// ProviderLimits are a key's limits as its provider's rate-limit headers said
+// them (OpenAI's x-ratelimit-*, Anthropic's anthropic-ratelimit-*).
+type ProviderLimits struct {
+	// requestsPerMinute is the provider's request limit.
+	// +optional
+	RequestsPerMinute int64 `json:"requestsPerMinute,omitempty"`
+	// inputTokensPerMinute is the provider's input-token limit (Anthropic).
+	// +optional
+	InputTokensPerMinute int64 `json:"inputTokensPerMinute,omitempty"`
+	// outputTokensPerMinute is the provider's output-token limit (Anthropic).
+	// +optional
+	OutputTokensPerMinute int64 `json:"outputTokensPerMinute,omitempty"`
+	// tokensPerMinute is the provider's one token limit, of input and output
+	// together (OpenAI).
+	// +optional
+	TokensPerMinute int64 `json:"tokensPerMinute,omitempty"`
+	// remainingRequests is what was left of the request limit then.
+	// +optional
+	RemainingRequests int64 `json:"remainingRequests,omitempty"`
+	// observedAt is when the answer that said so came.
+	// +optional
+	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
 }
 
 // EndpointUsage is what went through an endpoint over the last minute.
@@ -205,6 +234,8 @@ type EndpointUsage struct {
 // +kubebuilder:printcolumn:name="Shards",type=integer,JSONPath=`.status.shards`
 // +kubebuilder:printcolumn:name="Achieved",type=integer,JSONPath=`.status.usage.requestsPerMinute`,description="requests in the last minute"
 // +kubebuilder:printcolumn:name="429s",type=integer,JSONPath=`.status.usage.throttledPerMinute`,description="429 answers in the last minute"
+// +kubebuilder:printcolumn:name="Provider-RPM",type=integer,JSONPath=`.status.provider.requestsPerMinute`,description="the request limit the provider's headers say"
+// +kubebuilder:printcolumn:name="Limits",type=string,JSONPath=`.status.conditions[?(@.type=="LimitsMismatch")].reason`,description="whether the provider's headers agree with the declared limits"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule=`self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63`,message="a ModelEndpoint's name must be a DNS label (lowercase letters, digits and '-', at most 63): runner pods hold its key under a variable named after it"
 type ModelEndpoint struct {

@@ -138,7 +138,7 @@ func runManager(o *managerOptions, s streams) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)
 	}
-	er := &controllers.ModelEndpointReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
+	er := &controllers.ModelEndpointReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorder("proctor")}
 	if err := er.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ModelEndpoint controller: %w", err)
 	}

@@ -120,8 +120,12 @@ type ShardProgress struct {
 	// that it applied, by endpoint name.
 	Endpoints map[string]EndpointAck `json:"endpoints,omitempty"`
 	// Usage is what the shard sent to each model that calls through a
-	// ModelEndpoint over the last minute, by model (for the endpoint's status).
+	// ModelEndpoint or has a rateLimit over the last minute, by caller (for
+	// the endpoint's status, and to compare with the provider's counts).
 	Usage map[string]Usage `json:"usage,omitempty"`
+	// Provider is what the providers' rate-limit headers last said of each
+	// caller's key.
+	Provider map[string]ProviderSeen `json:"provider,omitempty"`
 	// Spent is what the shard's records cost (their calls and their judging),
 	// over all its pods.
 	Spent spend.Totals `json:"spent"`
@@ -528,6 +532,14 @@ func (s *Store) SetEndpoints(acks map[string]EndpointAck, usage map[string]Usage
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.progress.Endpoints, s.progress.Usage = acks, usage
+}
+
+// SetProvider records what the providers' rate-limit headers last said, for
+// the next flush.
+func (s *Store) SetProvider(seen map[string]ProviderSeen) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.progress.Provider = seen
 }
 
 // SetLedger records the runner's account against its allowance, for the

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
@@ -195,6 +196,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	runErr := eng.RunDraining(ctx, tasks, dir, drain)
 	sig := stopWatching()
 	display.Stop()
+	warnLimitsMismatch(warnings(o), plan, eng, time.Now())
 
 	if err := dir.Close(); err != nil {
 		runErr = errors.Join(runErr, err)
@@ -216,6 +218,38 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Budget = &st
 	}
 	return res, runErr
+}
+
+// warnLimitsMismatch says where a provider's rate-limit headers disagreed
+// with the declared limits: a model's rateLimit, or its ModelEndpoint's
+// (then against what all its models sent).
+func warnLimitsMismatch(w io.Writer, plan *runner.Plan, eng *runner.Engine, now time.Time) {
+	for _, m := range plan.Models {
+		seen := eng.Observed(m.Name)
+		declared, what := m.Limits, "rateLimit"
+		var callers []string
+		if m.Endpoint != "" {
+			declared, what = plan.Endpoints[m.Endpoint], "ModelEndpoint "+m.Endpoint
+			for _, o := range plan.Models {
+				if o.Endpoint == m.Endpoint {
+					callers = append(callers, o.Name)
+				}
+			}
+		} else {
+			callers = []string{m.Name}
+		}
+		if seen.IsZero() || declared.IsZero() {
+			continue
+		}
+		var used cluster.Usage
+		for _, c := range callers {
+			u := eng.Usage(c)
+			used.Add(cluster.Usage{Requests: u.Requests, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens})
+		}
+		if _, msg := cluster.LimitsMismatch(declared, cluster.ProviderSeen{RateLimits: seen.RateLimits, At: metav1.NewTime(seen.At)}, &used, now); msg != "" {
+			fmt.Fprintf(w, "Model %s (%s): %s\n", m.Name, what, msg)
+		}
+	}
 }
 
 // prepared is a run checked and compiled, before anything is written.

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/test/fakellm"
 )
 
 // evaluation writes an Evaluation of an agent that runs sh with script, on
@@ -156,4 +158,43 @@ func (d *stubDisplay) noted() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.notes) > 0
+}
+
+// TestRunWarnsOfALimitTheProviderDoesNotHave: a model declaring 600 rpm on
+// a key the provider's headers say allows 300 is warned of.
+func TestRunWarnsOfALimitTheProviderDoesNotHave(t *testing.T) {
+	srv := httptest.NewServer(fakellm.New(fakellm.Config{RequestsPerMinute: 300}))
+	defer srv.Close()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "eval.yaml")
+	yaml := `apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata:
+  name: declared
+spec:
+  datasets:
+  - name: d
+    source:
+      inline:
+      - {id: s1, input: "What is 1+1?", expected: "2"}
+      - {id: s2, input: "What is 2+1?", expected: "3"}
+  models:
+  - name: m
+    provider: openai
+    model: fake-model
+    baseURL: ` + srv.URL + `/v1
+    rateLimit: {requestsPerMinute: 600}
+  scoring:
+  - type: exact_match
+`
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var warned strings.Builder
+	if _, err := Run(context.Background(), Options{File: file, Output: filepath.Join(dir, "out"), Warnings: &warned}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Model m (rateLimit): the provider's rate-limit headers say 300 requests per minute where 600 are declared"; !strings.Contains(warned.String(), want) {
+		t.Errorf("warnings %q, want %q", warned.String(), want)
+	}
 }

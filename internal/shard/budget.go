@@ -146,6 +146,7 @@ func (b *budgetFollower) flush(ctx context.Context) {
 	}
 	b.store.SetThrottled(throttled(b.eng, b.models))
 	b.store.SetEndpoints(maps.Clone(b.acks), b.usage())
+	b.store.SetProvider(b.providerSeen())
 	if err := b.store.Flush(ctx, false); err != nil && ctx.Err() == nil {
 		b.log.Error(err, "Failed to checkpoint; will retry")
 	}
@@ -430,16 +431,52 @@ func combine(a, b share) share {
 	return share{paused: a.paused || b.paused, limits: a.limits.Lesser(b.limits)}
 }
 
-// usage is what the shard sent to each model calling through an endpoint over
-// the last minute.
+// usage is what the shard sent to each caller of a limited key (a model
+// calling through an endpoint, or with a rateLimit) over the last minute.
 func (b *budgetFollower) usage() map[string]cluster.Usage {
-	if len(b.viaEndpoint) == 0 {
+	if len(b.viaEndpoint)+len(b.limited) == 0 {
 		return nil
 	}
 	out := map[string]cluster.Usage{}
-	for m := range b.viaEndpoint {
+	for _, m := range b.callers() {
 		u := b.eng.Usage(m)
 		out[m] = cluster.Usage{Requests: u.Requests, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, Throttled: u.Throttled}
+	}
+	return out
+}
+
+// callers are the callers of limited keys: the models with a rateLimit, and
+// the callers of endpoints.
+func (b *budgetFollower) callers() []string {
+	out := slices.Collect(maps.Keys(b.viaEndpoint))
+	for m := range b.limited {
+		if b.viaEndpoint[m] == "" {
+			out = append(out, m)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// providerSeen is what the providers' rate-limit headers last said of the
+// keys of the shard's callers, those they said something of.
+func (b *budgetFollower) providerSeen() map[string]cluster.ProviderSeen {
+	var out map[string]cluster.ProviderSeen
+	names := b.callers()
+	for _, m := range b.models {
+		if !slices.Contains(names, m) {
+			names = append(names, m)
+		}
+	}
+	for _, m := range names {
+		o := b.eng.Observed(m)
+		if o.IsZero() {
+			continue
+		}
+		if out == nil {
+			out = map[string]cluster.ProviderSeen{}
+		}
+		out[m] = cluster.ProviderSeen{RateLimits: o.RateLimits, At: metav1.NewTime(o.At)}
 	}
 	return out
 }

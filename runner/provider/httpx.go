@@ -373,6 +373,7 @@ func PostJSON(ctx context.Context, c *http.Client, url string, header http.Heade
 		return contextError(ctx, err)
 	}
 	defer drainAndClose(resp.Body)
+	ObserveRateLimits(ctx, resp.Header)
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return ErrorFromResponse(resp, secrets...)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -590,5 +591,57 @@ func TestEndpointOnePlaceForModelAndJudge(t *testing.T) {
 	waitPhase(t, ns, "judged", v1alpha1.PhaseSucceeded, 60*time.Second)
 	if st := srv.Stats(); st.MaxInFlight != 1 || st.Succeeded != 20 {
 		t.Errorf("server stats %+v: want 20 answered (10 answers, 10 verdicts), one at a time", st)
+	}
+}
+
+// TestProviderLimitsMismatch: a provider whose rate-limit headers say a limit
+// other than the declared one is shown: on the endpoint (status.provider, the
+// Limits column's condition, a warning event) and on each Evaluation calling
+// through it, and on an Evaluation whose own rateLimit is not its key's.
+func TestProviderLimitsMismatch(t *testing.T) {
+	ns := newNamespace(t)
+	// Both servers allow 300 rpm; 600 is declared for each.
+	_, epURL := fakeLLM(t, fakellm.Config{RequestsPerMinute: 300, Latency: 20 * time.Millisecond})
+	_, ownURL := fakeLLM(t, fakellm.Config{RequestsPerMinute: 300, Latency: 20 * time.Millisecond})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	create(t, testutil.MakeEndpoint("team", ns, epURL).RequestsPerMinute(600).Obj())
+	create(t, testutil.MakeEvaluation("via", ns).InlineDataset("d", 80).EndpointModel("m", "team", 0).
+		Scorer(v1alpha1.ScorerExactMatch).Concurrency(2).Obj())
+	create(t, testutil.MakeEvaluation("own", ns).InlineDataset("d", 80).OpenAIModel("m", ownURL).RateLimit(600).
+		Scorer(v1alpha1.ScorerExactMatch).Concurrency(2).Obj())
+
+	eventually(t, 60*time.Second, "the endpoint's LimitsMismatch", func() (bool, string) {
+		ep := getEndpoint(t, ns, "team")
+		c := meta.FindStatusCondition(ep.Status.Conditions, v1alpha1.ConditionLimitsMismatch)
+		ok := c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonDeclaredLimitDiffers &&
+			strings.Contains(c.Message, "300 requests per minute where 600 are declared") &&
+			ep.Status.Provider != nil && ep.Status.Provider.RequestsPerMinute == 300
+		return ok, fmt.Sprintf("condition %+v, provider %+v", c, ep.Status.Provider)
+	})
+	for _, tc := range []struct{ name, says string }{
+		{"via", "ModelEndpoint team (spec.models[0].endpointRef): the provider's rate-limit headers say 300 requests per minute where 600 are declared"},
+		{"own", "model m (spec.models[0].rateLimit): the provider's rate-limit headers say 300 requests per minute where 600 are declared"},
+	} {
+		eventually(t, 60*time.Second, tc.name+"'s LimitsMismatch", func() (bool, string) {
+			ev := getEvaluation(t, ns, tc.name)
+			c := findCondition(ev, v1alpha1.ConditionLimitsMismatch)
+			return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonDeclaredLimitDiffers && strings.Contains(c.Message, tc.says),
+				fmt.Sprintf("%+v", c)
+		})
+		if !slices.Contains(eventReasons(t, ns, tc.name), v1alpha1.ReasonDeclaredLimitDiffers) {
+			t.Errorf("%s: no %s event", tc.name, v1alpha1.ReasonDeclaredLimitDiffers)
+		}
+	}
+	var events corev1.EventList
+	if err := k8sClient.List(context.Background(), &events, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	warned := false
+	for _, e := range events.Items {
+		warned = warned || (e.InvolvedObject.Kind == "ModelEndpoint" && e.Reason == v1alpha1.ReasonDeclaredLimitDiffers && e.Type == corev1.EventTypeWarning)
+	}
+	if !warned {
+		t.Error("no warning event on the endpoint")
 	}
 }

@@ -122,7 +122,7 @@ func startManagerWith(t testing.TB, ns string, edit func(*controllers.Options)) 
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	er := &controllers.ModelEndpointReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Options: r.Options}
+	er := &controllers.ModelEndpointReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Options: r.Options, Recorder: mgr.GetEventRecorder("proctor")}
 	if err := er.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
