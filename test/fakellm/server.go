@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -208,6 +209,40 @@ type Server struct {
 	batch     *batches
 	// inFlight counts the model requests being handled; maxInFlight is its peak.
 	inFlight, maxInFlight atomic.Int64
+	// answers holds when each model's requests were answered 200, by the
+	// model the request named (the first maxAnswers in all).
+	answersMu sync.Mutex
+	answers   map[string][]time.Time
+	answered  int
+}
+
+// maxAnswers bounds the answer times kept.
+const maxAnswers = 1 << 20
+
+// Answers returns when each model's requests were answered 200, by the model
+// each request named: what tests measure a rate or a split with (GET
+// /stats/answers serves it as Unix nanoseconds).
+func (s *Server) Answers() map[string][]time.Time {
+	s.answersMu.Lock()
+	defer s.answersMu.Unlock()
+	out := make(map[string][]time.Time, len(s.answers))
+	for m, at := range s.answers {
+		out[m] = slices.Clone(at)
+	}
+	return out
+}
+
+func (s *Server) noteAnswer(model string) {
+	s.answersMu.Lock()
+	defer s.answersMu.Unlock()
+	if s.answered >= maxAnswers {
+		return
+	}
+	if s.answers == nil {
+		s.answers = map[string][]time.Time{}
+	}
+	s.answers[model] = append(s.answers[model], time.Now())
+	s.answered++
 }
 
 // serveCounted handles a model request, counting it in flight meanwhile.
@@ -265,6 +300,15 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.Stats())
 	})
+	mux.HandleFunc("GET /stats/answers", func(w http.ResponseWriter, r *http.Request) {
+		out := map[string][]int64{}
+		for m, at := range s.Answers() {
+			for _, t := range at {
+				out[m] = append(out[m], t.UnixNano())
+			}
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
 	mux.HandleFunc("POST /stats/reset", func(w http.ResponseWriter, r *http.Request) {
 		s.Reset()
 		w.WriteHeader(http.StatusNoContent)
@@ -313,6 +357,9 @@ func (s *Server) Reset() {
 		c.Store(0)
 	}
 	s.track.reset()
+	s.answersMu.Lock()
+	s.answers, s.answered = nil, 0
+	s.answersMu.Unlock()
 	if s.lim != nil {
 		s.lim.reset(s.clock())
 	}
@@ -433,6 +480,7 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, d dialect) {
 		s.lim.settle(s.clock(), maxOut, out)
 	}
 	s.succeeded.Add(1)
+	s.noteAnswer(req.Model)
 	s.inputTokens.Add(in)
 	s.outputTokens.Add(out)
 	d.writeCompletion(w, &completion{

@@ -268,14 +268,21 @@ func additions(n int) string {
 	return b.String()
 }
 
-// TestTwoNamespacesShareOneQuota is the cross-namespace case: two teams, each
-// with its own key in its own namespace (a ModelEndpoint and its Secret),
-// share one account's limit through a ModelQuota naming both namespaces. The
-// server, which enforces that limit over a strict sliding minute, refuses no
-// call, and `kubectl get modelquotas` shows both.
+// TestTwoNamespacesShareOneQuota is the cross-namespace case, as issue 24
+// measured it: two teams, each with its own key in its own namespace (a
+// ModelEndpoint and its Secret), share one account's 120 rpm through a
+// ModelQuota naming both namespaces, weights 2 and 1, an Evaluation of 3
+// shards each; the server enforces the limit as providers document it, a
+// bucket of 2 refilled at 2 a second (paced only by their shares of the
+// minute, 99 of 459 calls were refused, and the samples split 4.19:1). Goals:
+// no call refused; while both run, at least 0.9 of the limit and the samples
+// answered split 2:1 within ±10%; a runner pod's first call within 2 s of its
+// start; the quota lowered to 60 rpm mid-run applied within 10 s; and
+// `kubectl get modelquotas` shows both.
 func TestTwoNamespacesShareOneQuota(t *testing.T) {
-	const rpm, n = 120, 60
+	const rpm, lowered = 120, 60
 	teams := []string{namespace(t, "e2e-quota-a"), namespace(t, "e2e-quota-b")}
+	samples := map[string]int{teams[0]: 240, teams[1]: 120}
 	fakeServers(t, teams[0], "account", []string{fmt.Sprintf("-rpm=%d", rpm)})
 	quota := "e2e-account"
 	applyYAML(t, teams[0], fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
@@ -286,7 +293,7 @@ spec:
   namespaces: [{name: %s, weight: 2}, {name: %s}]
 `, quota, rpm, teams[0], teams[1]))
 	t.Cleanup(func() { _, _ = kubectl("delete", "modelquota", quota, "--ignore-not-found") })
-	for _, ns := range teams {
+	for i, ns := range teams {
 		applyYAML(t, ns, fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
 kind: ModelEndpoint
 metadata: {name: team-key}
@@ -295,13 +302,26 @@ spec:
   baseURL: http://account.%s.svc:8081/v1
   apiKey: {secretKeyRef: {name: openai, key: api-key}}
   quotaRef: {name: %s}
-`, teams[0], quota)+"---\n"+teamKeyEvaluation("suite", 0, n))
+`, teams[0], quota)+"---\n"+additionsEvaluation("suite", samples[ns],
+			fmt.Sprintf("    endpointRef: {name: team-key}\n    model: fake-team-%d\n", i),
+			fmt.Sprintf("  concurrency: 4\n  shardSize: %d\n  parallelism: 3\n", (samples[ns]+2)/3)))
 	}
 	start := time.Now()
-	sawBoth := false
-	eventually(t, 5*time.Minute, 2*time.Second, "both Evaluations to finish", func() error {
+	sawBoth, edited, raised := false, time.Time{}, false
+	eventually(t, 6*time.Minute, 2*time.Second, "both Evaluations to finish", func() error {
 		if out, err := kubectl("get", "modelquota", quota, "-o", "jsonpath={.status.endpoints}"); err == nil && strings.TrimSpace(out) == "2" {
 			sawBoth = true
+		}
+		// A minute and a half of both running, then the account's limit is
+		// lowered for 30 s.
+		if edited.IsZero() {
+			if a := answers(t, teams[0], "account"); len(a["fake-team-0"])+len(a["fake-team-1"]) >= 3*rpm/2+10 {
+				mustKubectl(t, "patch", "modelquota", quota, "--type=merge", "-p", fmt.Sprintf(`{"spec":{"limits":{"requestsPerMinute":%d}}}`, lowered))
+				edited = time.Now()
+			}
+		} else if !raised && time.Since(edited) > 30*time.Second {
+			mustKubectl(t, "patch", "modelquota", quota, "--type=merge", "-p", fmt.Sprintf(`{"spec":{"limits":{"requestsPerMinute":%d}}}`, rpm))
+			raised = true
 		}
 		for _, ns := range teams {
 			if p := getEvaluation(t, ns, "suite").Status.Phase; p != "Succeeded" && p != "Failed" {
@@ -310,22 +330,91 @@ spec:
 		}
 		return nil
 	})
-	record("2 namespaces x 60 samples through one 120 RPM ModelQuota", time.Since(start))
+	record("2 namespaces (weights 2:1, 3 shards each) x 240 and 120 samples through one 120 RPM ModelQuota (60 for 30 s)", time.Since(start))
 	t.Logf("kubectl get modelquotas:\n%s", mustKubectl(t, "get", "modelquota", quota))
 	if !sawBoth {
 		t.Error("the ModelQuota's status never counted both endpoints")
 	}
+	if edited.IsZero() {
+		t.Fatal("the run ended before the quota was raised")
+	}
 	s := stats(t, teams[0], "account", 8081)
 	t.Logf("server: %v requests, %v answered 429", s["requests"], s["rateLimited"])
-	if s["rateLimited"] != 0 || s["requests"] != 2*n {
-		t.Errorf("server stats %v: want %d requests and no 429 (the namespaces shared the quota)", s, 2*n)
+	if s["rateLimited"] > s["requests"]/1000 {
+		t.Errorf("server stats %v: want at most 0.1%% refused (the namespaces' calls went together within its bucket)", s)
 	}
-	for _, ns := range teams {
+	a := answers(t, teams[0], "account")
+	heavy, light := a["fake-team-0"], a["fake-team-1"]
+	from := heavy[0]
+	if light[0].After(from) {
+		from = light[0]
+	}
+	h, l := countIn(heavy, from, edited), countIn(light, from, edited)
+	achieved := float64(h+l) / edited.Sub(from).Minutes() / rpm
+	split := float64(h) / float64(max(l, 1)) / 2
+	after := countIn(heavy, edited.Add(10*time.Second), edited.Add(20*time.Second)) + countIn(light, edited.Add(10*time.Second), edited.Add(20*time.Second))
+	applied := float64(after) / (lowered / 6.0)
+	t.Logf("both ran %v: %.3f of the limit, answered %d:%d (%.3f of 2:1); 10-20 s after lowering it to %d: %.3f of it",
+		edited.Sub(from).Round(time.Second), achieved, h, l, split, lowered, applied)
+	if achieved < 0.9 || split < 0.9 || split > 1.1 {
+		t.Errorf("goals: >= 0.9 of the limit while both ran, answers split 2:1 within ±10%%; got %.3f and %.3f of 2:1", achieved, split)
+	}
+	if applied > 1.1 {
+		t.Errorf("goal: the lowered limit applied within 10 s; 10-20 s after the edit, %.3f of it", applied)
+	}
+	for i, ns := range teams {
 		ev := getEvaluation(t, ns, "suite")
 		if ev.Status.Phase != "Succeeded" || ev.Status.Score != "1.0000" {
 			t.Errorf("%s: phase %s, score %q, message %q; want Succeeded with every sample right", ns, ev.Status.Phase, ev.Status.Score, ev.Status.Message)
 		}
 		recs, _ := fetchRecords(t, ns, "suite")
-		exactlyOnce(t, recs, n)
+		exactlyOnce(t, recs, samples[ns])
+		// The first call of the Evaluation's first runner pod, from its start.
+		var first time.Time
+		for _, line := range strings.Fields(mustKubectl(t, "get", "pods", "-n", ns, "-l", "proctor.dev/component=runner",
+			"-o", `jsonpath={range .items[*]}{.status.containerStatuses[?(@.name=="runner")].state.*.startedAt}{" "}{end}`)) {
+			if at, err := time.Parse(time.RFC3339, line); err == nil && (first.IsZero() || at.Before(first)) {
+				first = at
+			}
+		}
+		calls := a[fmt.Sprintf("fake-team-%d", i)]
+		if first.IsZero() || len(calls) == 0 {
+			t.Errorf("%s: no runner pod start (%v) or no call", ns, first)
+			continue
+		}
+		// Start times are whole seconds (rounded down): the bound allows one more.
+		lag := calls[0].Sub(first)
+		t.Logf("%s: first call %v after its first runner pod started", ns, lag.Round(10*time.Millisecond))
+		if lag > 3*time.Second {
+			t.Errorf("%s: the first call came %v after the runner pod started, want within 2 s", ns, lag)
+		}
 	}
+}
+
+// answers are the times the fake server svc answered each model 200.
+func answers(t *testing.T, ns, svc string) map[string][]time.Time {
+	t.Helper()
+	out := mustKubectl(t, "get", "--raw", fmt.Sprintf("/api/v1/namespaces/%s/services/%s:8081/proxy/stats/answers", ns, svc))
+	var raw map[string][]int64
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("answers of %s: %v: %s", svc, err, out)
+	}
+	got := map[string][]time.Time{}
+	for m, ts := range raw {
+		for _, n := range ts {
+			got[m] = append(got[m], time.Unix(0, n))
+		}
+	}
+	return got
+}
+
+// countIn counts the times in [lo, hi).
+func countIn(at []time.Time, lo, hi time.Time) int {
+	n := 0
+	for _, t := range at {
+		if !t.Before(lo) && t.Before(hi) {
+			n++
+		}
+	}
+	return n
 }
