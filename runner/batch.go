@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -52,6 +53,8 @@ type batchItem struct {
 	// verdict, and in what the scorer is given to score it.
 	pending *results.Record
 	in      score.Input
+	// tag identifies its request (requestTag), once computed.
+	tag string
 }
 
 // batchRun is a batch model's state while it runs.
@@ -71,28 +74,50 @@ type batchRun struct {
 	// inFlight are the batches submitted and not done, by key.
 	inFlight map[string]*results.BatchRecord
 	known    map[string]bool // provider ids of the model's batches
+	// cancelled are the batches whose cancellation was asked for.
+	cancelled map[string]bool
 	// sync holds the samples to call at once (retryFailed sync, a deadline).
 	sync []*batchItem
 	// mu guards items and sync while results are taken in concurrently.
 	mu sync.Mutex
 }
 
-// batchCustomID names a sample in a batch: unique in it, 64 characters at
-// most of letters, digits and _ (both providers accept that).
-func batchCustomID(dsIndex, index, attempt int) string {
-	return fmt.Sprintf("d%d_s%d_a%d", dsIndex, index, attempt)
+// batchCustomID names a sample's request in a batch: its dataset, sample and
+// attempt, and tag, a hash of the request itself (requestTag), so that a
+// result for another request (another model's, another run's, asked of the
+// same account) is told apart and refused. Unique in its batch, 64
+// characters at most of letters, digits and _ (both providers accept that).
+func batchCustomID(dsIndex, index, attempt int, tag string) string {
+	return fmt.Sprintf("d%d_s%d_a%d_r%s", dsIndex, index, attempt, tag)
 }
 
-func parseBatchCustomID(id string) (dsIndex, index, attempt int, ok bool) {
+// parseBatchCustomID reads a custom id; tag is "" for one written before
+// custom ids carried it (a batch in flight across an upgrade).
+func parseBatchCustomID(id string) (dsIndex, index, attempt int, tag string, ok bool) {
 	parts := strings.Split(id, "_")
+	if len(parts) == 4 && strings.HasPrefix(parts[3], "r") && len(parts[3]) > 1 {
+		tag, parts = parts[3][1:], parts[:3]
+	}
 	if len(parts) != 3 || !strings.HasPrefix(parts[0], "d") || !strings.HasPrefix(parts[1], "s") || !strings.HasPrefix(parts[2], "a") {
-		return 0, 0, 0, false
+		return 0, 0, 0, "", false
 	}
 	var err1, err2, err3 error
 	dsIndex, err1 = strconv.Atoi(parts[0][1:])
 	index, err2 = strconv.Atoi(parts[1][1:])
 	attempt, err3 = strconv.Atoi(parts[2][1:])
-	return dsIndex, index, attempt, err1 == nil && err2 == nil && err3 == nil
+	return dsIndex, index, attempt, tag, err1 == nil && err2 == nil && err3 == nil
+}
+
+// requestTag identifies what a batch item asks: the model (its fingerprint
+// and the batches' name) and the request (messages, tools, parameters). 12
+// hex digits: an accidental match is one in 2^48.
+func (r *batchRun) requestTag(it *batchItem) string {
+	if it.tag == "" {
+		req, _ := json.Marshal(it.req)
+		h := sha256.Sum256([]byte(r.m.Fingerprint + "\n" + r.name + "\n" + string(req)))
+		it.tag = hex.EncodeToString(h[:6])
+	}
+	return it.tag
 }
 
 // itemKey is a sample's key in batchRun.items, whatever its attempt.
@@ -124,7 +149,7 @@ func (e *Engine) runBatchModel(ctx context.Context, fail context.CancelCauseFunc
 
 func newBatchRun(e *Engine, m *modelRun, b provider.Batcher, log results.BatchLog, sink Sink) *batchRun {
 	return &batchRun{e: e, m: m, b: b, cfg: *m.Batch, log: log, name: m.Name, sink: sink, items: map[string]*batchItem{},
-		inFlight: map[string]*results.BatchRecord{}, known: map[string]bool{}}
+		inFlight: map[string]*results.BatchRecord{}, known: map[string]bool{}, cancelled: map[string]bool{}}
 }
 
 // collect renders the samples that have no record yet; a sample that cannot
@@ -215,9 +240,21 @@ func (r *batchRun) adopt(ctx context.Context) error {
 			r.known[b.ID] = true
 		}
 	}
+	failedIn := map[*batchItem]string{}
 	for i := range recs {
 		b := recs[i]
 		if b.State == results.BatchDone {
+			// Its samples still without a record failed in it: a run
+			// stopped before they were retried. They go on from their next
+			// attempt, as retryFailed says (below), so that maxAttempts
+			// bounds their attempts across runs.
+			dsIndex := r.datasetIndex(b.Dataset)
+			for _, idx := range b.Indexes {
+				if it := r.items[itemKey(dsIndex, idx)]; it != nil && it.attempt <= b.Attempt {
+					it.attempt = b.Attempt + 1
+					failedIn[it] = b.ID
+				}
+			}
 			continue
 		}
 		dsIndex := r.datasetIndex(b.Dataset)
@@ -237,29 +274,89 @@ func (r *batchRun) adopt(ctx context.Context) error {
 			continue
 		}
 		if b.State == results.BatchIntended {
-			id, err := r.b.FindBatch(ctx, b.Key, b.Since, len(b.Indexes), func(id string) bool { return r.known[id] })
+			found, err := r.find(ctx, &b)
 			if err != nil {
-				return fmt.Errorf("model %s: looking for batch %s: %w", r.m.Name, b.Key, err)
+				return err
 			}
-			if id == "" {
+			if !found {
 				// Never submitted: it is submitted (again) with the others.
 				continue
-			}
-			r.e.log.Info("Found a batch submitted before the run stopped", "model", r.m.Name, "batch", id, "requests", len(b.Indexes))
-			b.ID, b.State = id, results.BatchSubmitted
-			r.known[id] = true
-			if err := r.log.PutBatch(b); err != nil {
-				return err
 			}
 		}
 		r.e.log.Info("Following a batch submitted earlier", "model", r.m.Name, "batch", b.ID, "pending", len(pending))
 		for _, it := range pending {
 			// Its worst case, which the earlier run held, is held again.
 			it.hold, _ = r.e.holdBatch(r.m, it, true)
+			delete(failedIn, it)
 		}
 		r.inFlight[b.Key] = &b
 	}
+	return r.retryFailed(failedIn)
+}
+
+// retryFailed goes on with samples that failed in a batch of an earlier run
+// and have no record: called at once (retryFailed sync), in a new batch while
+// attempts are left (batch), else errors.
+func (r *batchRun) retryFailed(failedIn map[*batchItem]string) error {
+	for _, it := range r.sorted() {
+		id, ok := failedIn[it]
+		if !ok {
+			continue
+		}
+		switch {
+		case r.cfg.Retry == "sync":
+			r.sync = append(r.sync, it)
+			continue
+		case r.cfg.Retry == "batch" && it.attempt < max(1, r.e.plan.Retry.MaxAttempts):
+			continue
+		}
+		delete(r.items, itemKey(it.dsIndex, it.s.Index))
+		err := fmt.Errorf("batch %s did not answer it (in %d batches)", id, it.attempt)
+		if r.judging != nil {
+			if err := r.judgeFailed(it, err); err != nil {
+				return err
+			}
+			continue
+		}
+		rec := &results.Record{ID: it.s.ID, Model: r.m.Name, Dataset: it.ds.Name, Scores: map[string]float64{}, Cost: r.m.cost(0),
+			Attempts: it.attempt, Batch: id, ErrorKind: results.ErrorKindCall, Error: r.e.redact(err.Error())}
+		if err := r.put(it.ds, &it.s, rec); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// find looks for an intended batch at the provider and, found, claims it (a
+// submitted record). Claims are made one model at a time, and a batch another
+// model of the run claimed is not taken: two models submitting batches of one
+// size at once must not follow one batch (Anthropic's batches keep no tag to
+// tell them apart; a batch taken anyway is refused when its results, whose
+// custom ids name their requests, are read).
+func (r *batchRun) find(ctx context.Context, b *results.BatchRecord) (bool, error) {
+	r.e.claimMu.Lock()
+	defer r.e.claimMu.Unlock()
+	all, err := r.log.Batches("")
+	if err != nil {
+		return false, fmt.Errorf("reading the run's batches: %w", err)
+	}
+	claimed := map[string]bool{}
+	for _, x := range all {
+		if x.ID != "" {
+			claimed[x.ID] = true
+		}
+	}
+	id, err := r.b.FindBatch(ctx, b.Key, b.Since.Add(-provider.BatchClockSkew), len(b.Indexes), func(id string) bool { return r.known[id] || claimed[id] })
+	if err != nil {
+		return false, fmt.Errorf("model %s: looking for batch %s: %w", r.m.Name, b.Key, err)
+	}
+	if id == "" {
+		return false, nil
+	}
+	r.e.log.Info("Found a batch submitted before the run stopped", "model", r.m.Name, "batch", id, "requests", len(b.Indexes))
+	b.ID, b.State = id, results.BatchSubmitted
+	r.known[id] = true
+	return true, r.log.PutBatch(*b)
 }
 
 // datasetIndex is a dataset's position in the plan, as custom ids name it.
@@ -375,7 +472,7 @@ func (r *batchRun) submit(ctx context.Context) error {
 			if covered[itemKey(it.dsIndex, it.s.Index)] || it.ds != first.ds || it.attempt != first.attempt || slices.Contains(r.sync, it) {
 				continue
 			}
-			entry, err := r.b.EncodeBatchRequest(batchCustomID(it.dsIndex, it.s.Index, it.attempt), it.req)
+			entry, err := r.b.EncodeBatchRequest(batchCustomID(it.dsIndex, it.s.Index, it.attempt, r.requestTag(it)), it.req)
 			if err != nil {
 				return fmt.Errorf("model %s: encoding sample %s: %w", m.Name, it.s.ID, err)
 			}
@@ -442,7 +539,15 @@ func (r *batchRun) submitGroup(ctx context.Context, group []*batchItem, entries 
 	}
 	id, err := r.b.SubmitBatch(ctx, rec.Key, entries)
 	if err != nil {
-		// Recorded as intended: the next run looks for it before submitting.
+		// The provider may have made it before the answer was lost (a
+		// connection dropped, a timeout): look for it before anything is
+		// submitted again. Recorded as intended, the next run looks too.
+		if class, _ := retry.Classify(err); class != retry.Final && ctx.Err() == nil {
+			if found, ferr := r.find(ctx, &rec); ferr == nil && found {
+				r.inFlight[rec.Key] = &rec
+				return nil
+			}
+		}
 		return fmt.Errorf("model %s: submitting a batch of %d: %w", m.Name, len(group), err)
 	}
 	rec.ID, rec.State = id, results.BatchSubmitted
@@ -477,17 +582,7 @@ func (r *batchRun) poll(ctx context.Context) error {
 			// Gone from the provider (deleted): nothing of it can be
 			// answered any more, so its samples go in another batch.
 			r.e.log.Info("A batch is gone from the provider; its samples are submitted again", "model", r.m.Name, "batch", b.ID)
-			dsIndex := r.datasetIndex(b.Dataset)
-			for _, idx := range b.Indexes {
-				if it := r.items[itemKey(dsIndex, idx)]; it != nil && it.attempt == b.Attempt {
-					it.hold.Settle(spend.Totals{})
-					it.hold = nil
-					it.attempt++
-				}
-			}
-			b.State = results.BatchDone
-			delete(r.inFlight, k)
-			if err := r.log.PutBatch(*b); err != nil {
+			if err := r.dropBatch(b); err != nil {
 				return err
 			}
 			continue
@@ -496,12 +591,14 @@ func (r *batchRun) poll(ctx context.Context) error {
 			return fmt.Errorf("batch %s: %w", b.ID, err)
 		}
 		if !st.Ended {
-			if d := r.cfg.Deadline; d > 0 && r.e.clock.Since(b.Since) > d {
+			if d := r.cfg.Deadline; d > 0 && r.e.clock.Since(b.Since) > d && !r.cancelled[b.ID] {
+				// Asked once: a cancellation takes the provider a while.
 				r.e.log.Info("Cancelling a batch past its deadline; its unanswered samples are called at once", "model", r.m.Name, "batch", b.ID,
 					"deadline", d.String())
 				if err := r.b.CancelBatch(ctx, b.ID); err != nil {
 					return fmt.Errorf("cancelling batch %s: %w", b.ID, err)
 				}
+				r.cancelled[b.ID] = true
 			}
 			continue
 		}
@@ -510,6 +607,27 @@ func (r *batchRun) poll(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// errForeignBatch says a batch's results answer requests this model did not
+// ask.
+var errForeignBatch = errors.New("the batch's custom ids name other requests (another model's, or another run's)")
+
+// dropBatch gives up a batch none of whose results can be used (gone from
+// the provider, or another's): its samples go in another batch, as their
+// next attempt (the custom ids of the next batch are new).
+func (r *batchRun) dropBatch(b *results.BatchRecord) error {
+	dsIndex := r.datasetIndex(b.Dataset)
+	for _, idx := range b.Indexes {
+		if it := r.items[itemKey(dsIndex, idx)]; it != nil && it.attempt == b.Attempt {
+			it.hold.Settle(spend.Totals{})
+			it.hold = nil
+			it.attempt++
+		}
+	}
+	b.State = results.BatchDone
+	delete(r.inFlight, b.Key)
+	return r.log.PutBatch(*b)
 }
 
 // finish reads an ended batch's results into records.
@@ -526,26 +644,46 @@ func (r *batchRun) finish(ctx context.Context, b *results.BatchRecord, st provid
 		res provider.BatchResult
 	}
 	var outcomes []outcome
+	answered := map[string]bool{} // by item key
+	foreign := 0
 	err := r.b.BatchResults(ctx, b.ID, func(res provider.BatchResult) error {
-		ds, idx, attempt, ok := parseBatchCustomID(res.CustomID)
+		ds, idx, attempt, tag, ok := parseBatchCustomID(res.CustomID)
 		if !ok || ds != dsIndex || attempt != b.Attempt {
-			return nil // not one of this batch's: ignore it
+			foreign++ // not one of this batch's requests
+			return nil
 		}
 		it := r.items[itemKey(ds, idx)]
 		if it == nil || it.attempt != b.Attempt || seen[res.CustomID] {
 			return nil // recorded already
 		}
+		if tag != "" && tag != r.requestTag(it) {
+			// Another model's or run's answer to its own sample: never ours.
+			foreign++
+			return nil
+		}
 		seen[res.CustomID] = true
+		answered[itemKey(ds, idx)] = true
 		outcomes = append(outcomes, outcome{it, res})
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("reading batch %s: %w", b.ID, err)
 	}
+	if foreign > 0 && len(outcomes) == 0 {
+		// A batch taken up after a crash that holds other requests: its
+		// results are refused, and its samples go in another batch (the
+		// batch this one was taken for may be paid for and unread).
+		e.log.Error(errForeignBatch, "Refused the results of a batch that is not this model's: its samples are submitted again",
+			"model", m.Name, "batch", b.ID, "results", foreign)
+		return r.dropBatch(b)
+	}
+	if foreign > 0 {
+		e.log.Error(errForeignBatch, "Refused results of a batch that answer other requests", "model", m.Name, "batch", b.ID, "results", foreign)
+	}
 	// A request the provider gave no result for failed with the batch.
 	for _, idx := range b.Indexes {
 		it := r.items[itemKey(dsIndex, idx)]
-		if it == nil || seen[batchCustomID(dsIndex, idx, b.Attempt)] || it.attempt != b.Attempt {
+		if it == nil || answered[itemKey(dsIndex, idx)] || it.attempt != b.Attempt {
 			continue
 		}
 		why := errors.New("the batch ended without a result for it")

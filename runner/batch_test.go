@@ -167,7 +167,7 @@ func (s *batchSink) Batches(model string) ([]results.BatchRecord, error) {
 	var order []string
 	latest := map[string]results.BatchRecord{}
 	for _, b := range s.batches {
-		if b.Model != model {
+		if model != "" && b.Model != model {
 			continue
 		}
 		if _, ok := latest[b.Key]; !ok {
@@ -268,7 +268,7 @@ func TestBatchRunsEverySampleOnce(t *testing.T) {
 
 func TestBatchFailures(t *testing.T) {
 	odd := func(id string) bool {
-		_, idx, attempt, _ := parseBatchCustomID(id)
+		_, idx, attempt, _, _ := parseBatchCustomID(id)
 		return idx%2 == 1 && attempt == 0
 	}
 	tests := []struct {

@@ -102,6 +102,10 @@ type Engine struct {
 	stopCancel context.CancelFunc
 	randMu     sync.Mutex
 
+	// claimMu makes the models' claims of batches found at the provider one
+	// at a time.
+	claimMu sync.Mutex
+
 	// exhausted is the budget's refusal that stopped the run, if one did.
 	exhausted   error
 	exhaustOnce sync.Once

@@ -139,7 +139,7 @@ func TestJudgeInBatchesFailures(t *testing.T) {
 			f := newFakeBatcher(1)
 			f.answer = verdicts
 			f.fail = func(id string) bool {
-				_, idx, attempt, _ := parseBatchCustomID(id)
+				_, idx, attempt, _, _ := parseBatchCustomID(id)
 				return idx%2 == 1 && attempt == 0
 			}
 			sink := newBatchSink()

@@ -205,7 +205,7 @@ func (s *Store) Batches(model string) ([]results.BatchRecord, error) {
 	defer s.mu.Unlock()
 	var out []results.BatchRecord
 	for _, b := range s.batches {
-		if b.Model == model {
+		if model == "" || b.Model == model {
 			out = append(out, b)
 		}
 	}

@@ -7,6 +7,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,6 +65,9 @@ type Options struct {
 	// Display, when set, shows the run's progress; it is made once the
 	// checkpoint is open, with the model × dataset pairs and their counts so far.
 	Display func(pairs []results.Pair, dir *results.Dir) Display
+	// CancelWait bounds how long --restart waits for the earlier run's
+	// batches to finish cancelling (default 30 minutes).
+	CancelWait time.Duration
 	// Warnings receives notices for the user (processes of killed runs'
 	// agents ended); nil discards them.
 	Warnings io.Writer
@@ -137,7 +141,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	defer func() { _ = dir.Unlock() }() // releasing the lock of a directory left as it is
 	defer dir.Close()
 	if o.Restart {
-		cancelBatches(ctx, plan, dir, warnings(o))
+		cancelBatches(ctx, plan, dir, warnings(o), cmp.Or(o.CancelWait, 30*time.Minute))
 		if err := dir.Reset(); err != nil {
 			return nil, fmt.Errorf("--restart: %w", err)
 		}
@@ -499,39 +503,79 @@ func Estimate(ctx context.Context, o Options) ([]estimate.Row, *v1alpha1.Evaluat
 
 // cancelBatches cancels the batches an earlier run left in flight, before
 // --restart forgets them: their answers would be paid for and never used.
-// A batch that cannot be cancelled is reported, not fatal.
-func cancelBatches(ctx context.Context, plan *runner.Plan, dir *results.Dir, w io.Writer) {
-	for _, m := range plan.Models {
-		b, ok := m.Provider.(provider.Batcher)
-		if m.Batch == nil || !ok {
+// It waits for the cancellations to end (a provider takes a while, and
+// requests it processes meanwhile are billed): a batch submitted anew while
+// the old one still runs would be paid for twice. A batch that cannot be
+// cancelled, or is still cancelling after CancelWait, is reported, not fatal.
+func cancelBatches(ctx context.Context, plan *runner.Plan, dir *results.Dir, w io.Writer, wait time.Duration) {
+	recs, err := dir.Batches("")
+	if err != nil {
+		fmt.Fprintf(w, "--restart: reading the batches: %v\n", err)
+		return
+	}
+	batcherOf := func(name string) (provider.Batcher, string) {
+		model := name
+		if judge, _, ok := strings.Cut(name, "/"); ok {
+			model = judge // a judge's batches: JUDGE/SCORER/MODEL
+		}
+		m := plan.Model(model)
+		if m == nil || m.Batch == nil {
+			return nil, model
+		}
+		b, _ := m.Provider.(provider.Batcher)
+		return b, model
+	}
+	known := map[string]bool{}
+	for _, r := range recs {
+		known[r.ID] = r.ID != ""
+	}
+	type cancelling struct {
+		b         provider.Batcher
+		id, model string
+	}
+	var asked []cancelling
+	for _, r := range recs {
+		b, model := batcherOf(r.Model)
+		if r.State == results.BatchDone || b == nil {
 			continue
 		}
-		recs, err := dir.Batches(m.Name)
-		if err != nil {
-			fmt.Fprintf(w, "--restart: reading the batches of %s: %v\n", m.Name, err)
+		if r.ID == "" {
+			// Recorded as intended: it may have been submitted.
+			id, err := b.FindBatch(ctx, r.Key, r.Since.Add(-provider.BatchClockSkew), len(r.Indexes), func(id string) bool { return known[id] })
+			if err != nil || id == "" {
+				continue
+			}
+			r.ID, known[id] = id, true
+		}
+		if err := b.CancelBatch(ctx, r.ID); err != nil {
+			fmt.Fprintf(w, "--restart: batch %s of %s could not be cancelled (%v); it may still be charged\n", r.ID, model, err)
 			continue
 		}
-		known := map[string]bool{}
-		for _, r := range recs {
-			known[r.ID] = r.ID != ""
+		fmt.Fprintf(w, "--restart: cancelling batch %s of %s, left in flight by the earlier run\n", r.ID, model)
+		asked = append(asked, cancelling{b, r.ID, model})
+	}
+	deadline := time.Now().Add(wait)
+	for delay := 250 * time.Millisecond; len(asked) > 0; delay = min(2*delay, 10*time.Second) {
+		var still []cancelling
+		for _, c := range asked {
+			st, err := c.b.Batch(ctx, c.id)
+			if err == nil && !st.Ended {
+				still = append(still, c)
+			}
 		}
-		for _, r := range recs {
-			if r.State == results.BatchDone {
-				continue
+		asked = still
+		if len(asked) == 0 {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			for _, c := range asked {
+				fmt.Fprintf(w, "--restart: batch %s of %s is still cancelling; what it answers meanwhile is charged\n", c.id, c.model)
 			}
-			if r.ID == "" {
-				// Recorded as intended: it may have been submitted.
-				id, err := b.FindBatch(ctx, r.Key, r.Since, len(r.Indexes), func(id string) bool { return known[id] })
-				if err != nil || id == "" {
-					continue
-				}
-				r.ID, known[id] = id, true
-			}
-			if err := b.CancelBatch(ctx, r.ID); err != nil {
-				fmt.Fprintf(w, "--restart: batch %s of %s could not be cancelled (%v); it may still be charged\n", r.ID, m.Name, err)
-				continue
-			}
-			fmt.Fprintf(w, "--restart: cancelled batch %s of %s, left in flight by the earlier run\n", r.ID, m.Name)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
 		}
 	}
 }

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -196,5 +197,67 @@ spec:
 	}
 	if want := "Model m (rateLimit): the provider's rate-limit headers say 300 requests per minute where 600 are declared"; !strings.Contains(warned.String(), want) {
 		t.Errorf("warnings %q, want %q", warned.String(), want)
+	}
+}
+
+// TestRestartWaitsForCancellations: --restart cancels the batches an earlier
+// run left in flight and waits for the cancellations to end (they take the
+// provider a while) before submitting anew: never more batches in progress
+// than maxInFlight, none paid for twice.
+func TestRestartWaitsForCancellations(t *testing.T) {
+	srv := fakellm.New(fakellm.Config{BatchDelay: time.Hour, BatchCancelDelay: 700 * time.Millisecond})
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "eval.yaml")
+	var items strings.Builder
+	for i := range 10 {
+		fmt.Fprintf(&items, "      - {id: s%d, input: \"What is %d+1?\", expected: \"%d\"}\n", i, i, i+1)
+	}
+	yaml := `apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata:
+  name: batches
+spec:
+  datasets:
+  - name: d
+    source:
+      inline:
+` + items.String() + `  models:
+  - name: m
+    provider: openai
+    model: fake-model
+    baseURL: ` + hs.URL + `/v1
+    batch: {maxRequests: 5, maxInFlight: 2, pollInterval: 1s}
+  scoring:
+  - type: exact_match
+`
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	// The first run submits its two batches, then is interrupted.
+	interrupts := make(chan os.Signal, 2)
+	go func() {
+		for srv.Stats().Batches < 2 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		interrupts <- syscall.SIGINT
+	}()
+	if _, err := Run(context.Background(), Options{File: file, Output: out, GracePeriod: time.Second, Interrupts: interrupts}); err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	srv.SetBatchDelay(10 * time.Millisecond)
+	var warned strings.Builder
+	res, err := Run(context.Background(), Options{File: file, Output: out, Restart: true, Warnings: &warned})
+	if err != nil {
+		t.Fatalf("--restart: %v", err)
+	}
+	st := srv.Stats()
+	if st.BatchesCancelled != 2 || st.MaxBatchesInProgress > 2 {
+		t.Errorf("%d batches cancelled, at most %d in progress at once; want 2 cancelled and at most 2 (maxInFlight)\n%s", st.BatchesCancelled, st.MaxBatchesInProgress, warned.String())
+	}
+	if res.Summaries[0].Completed != 10 {
+		t.Errorf("summaries %+v", res.Summaries)
 	}
 }

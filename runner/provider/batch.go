@@ -28,10 +28,12 @@ type Batcher interface {
 	// SubmitBatch submits encoded requests as one batch, tagged with key
 	// where the provider keeps tags, and returns its id.
 	SubmitBatch(ctx context.Context, key string, entries [][]byte) (string, error)
-	// FindBatch looks for a batch of n requests submitted with key at or
-	// after since, that known does not claim: "" when there is none. It is
-	// how a batch whose submission was not recorded (a crash in between) is
-	// found again instead of submitted twice.
+	// FindBatch looks for a batch of n requests submitted with key that the
+	// provider says it created at or after since (BatchClockSkew before the
+	// intent: the provider's clock is not ours), that known does not claim:
+	// "" when there is none. It is how a batch whose submission was not
+	// recorded (a crash in between) is found again instead of submitted
+	// twice.
 	FindBatch(ctx context.Context, key string, since time.Time, n int, known func(id string) bool) (string, error)
 	// Batch says where a batch is.
 	Batch(ctx context.Context, id string) (BatchState, error)
@@ -41,6 +43,12 @@ type Batcher interface {
 	// processed end canceled.
 	CancelBatch(ctx context.Context, id string) error
 }
+
+// BatchClockSkew is how far a provider's clock may be behind ours: a batch
+// whose submission was not recorded is looked for among those the provider
+// says it created since that long before the intent. Its creation time is
+// the provider's, in whole seconds; ours comes from another clock.
+const BatchClockSkew = 10 * time.Minute
 
 // BatchState is what the provider says of a batch.
 type BatchState struct {

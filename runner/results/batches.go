@@ -66,6 +66,7 @@ const (
 // BatchLog keeps a run's batches durably. PutBatch returns once the record is
 // safe (on disk, or in the cluster); the newest record of a key wins.
 type BatchLog interface {
+	// Batches are model's batches ("": every model's).
 	Batches(model string) ([]BatchRecord, error)
 	PutBatch(b BatchRecord) error
 }
@@ -139,8 +140,8 @@ func (ix *Indexes) UnmarshalJSON(b []byte) error {
 // batchFile is where a local run keeps its batches.
 func (d *Dir) batchFile() string { return filepath.Join(d.root, CheckpointDir, "batches.jsonl") }
 
-// Batches implements BatchLog: the newest record of each of model's batches,
-// in the order they were first recorded.
+// Batches implements BatchLog: the newest record of each of model's batches
+// (every model's for ""), in the order they were first recorded.
 func (d *Dir) Batches(model string) ([]BatchRecord, error) {
 	d.batchMu.Lock()
 	defer d.batchMu.Unlock()
@@ -159,7 +160,7 @@ func (d *Dir) Batches(model string) ([]BatchRecord, error) {
 		line, err := br.ReadBytes('\n')
 		if len(line) > 0 && line[len(line)-1] == '\n' {
 			var b BatchRecord
-			if json.Unmarshal(line, &b) == nil && b.Model == model {
+			if json.Unmarshal(line, &b) == nil && (model == "" || b.Model == model) {
 				if _, seen := latest[b.Key]; !seen {
 					order = append(order, b.Key)
 				}

@@ -83,12 +83,17 @@ type batch struct {
 	window   string
 	// ended: processed (or cancelled); results are in results, in the order
 	// they are served.
-	ended      bool
-	cancelled  bool
-	endedAt    time.Time
-	results    []batchResult
-	outputFile string
-	errorFile  string
+	ended     bool
+	cancelled bool
+	endedAt   time.Time
+	// cancelling: a cancel was asked for at cancelAsked; it takes effect
+	// Config.BatchCancelDelay later, as providers' cancellations take time
+	// ("cancelling", "canceling") during which requests may still finish.
+	cancelling  bool
+	cancelAsked time.Time
+	results     []batchResult
+	outputFile  string
+	errorFile   string
 	// failure, when set, failed the whole batch at validation (OpenAI).
 	failure *apiError
 }
@@ -104,8 +109,9 @@ type batches struct {
 	customIDs map[string]string
 
 	// Counters, read by Stats under mu.
-	created, requests, duplicates, cancelled int64
-	inputTokens, outputTokens                int64
+	created, requests, duplicates, cancelled, cancelRequests int64
+	maxInProgress                                            int64
+	inputTokens, outputTokens                                int64
 }
 
 func (s *Server) batchState() *batches {
@@ -196,6 +202,17 @@ func (s *Server) submit(bt *batch) {
 	defer b.mu.Unlock()
 	bt.created = time.Now()
 	bt.ready = bt.created.Add(s.cfg.BatchDelay)
+	// How many were in progress (a cancellation not yet in effect included)
+	// with it: a client that submits anew while its old batches still run
+	// pays for both.
+	inProgress := 1
+	for _, x := range b.list {
+		s.process(b, x, bt.created)
+		if !x.ended {
+			inProgress++
+		}
+	}
+	b.maxInProgress = max(b.maxInProgress, int64(inProgress))
 	b.list = append(b.list, bt)
 	b.byID[bt.id] = bt
 	b.created++
@@ -323,9 +340,19 @@ func (s *Server) createAnthropicBatch(w http.ResponseWriter, r *http.Request) {
 // process ends a batch once it is due: each request answered, failed or
 // expired. b.mu is held.
 func (s *Server) process(b *batches, bt *batch, now time.Time) {
-	if bt.ended || now.Before(bt.ready) {
+	if bt.ended {
 		return
 	}
+	if bt.cancelling && !now.Before(bt.cancelAsked.Add(s.cancelDelay())) && now.Before(bt.ready) {
+		s.cancelNow(b, bt, now)
+		return
+	}
+	if now.Before(bt.ready) {
+		return
+	}
+	// Processed before a cancellation asked for took effect: answered (and
+	// billed), and shown cancelled.
+	bt.cancelled = bt.cancelling
 	bt.ended, bt.endedAt = true, now
 	var d dialect = openAI{}
 	if bt.api == APIAnthropic {
@@ -428,6 +455,38 @@ func (s *Server) answer(b *batches, d dialect, rq batchRequest) batchResult {
 	return res
 }
 
+// cancelDelay is how long a cancellation takes: Config.BatchCancelDelay,
+// default a second.
+func (s *Server) cancelDelay() time.Duration {
+	if s.cfg.BatchCancelDelay > 0 {
+		return s.cfg.BatchCancelDelay
+	}
+	return time.Second
+}
+
+// cancelNow ends a batch whose cancellation took effect before it was
+// processed: every request canceled; b.mu is held.
+func (s *Server) cancelNow(b *batches, bt *batch, now time.Time) {
+	bt.cancelled, bt.ended, bt.endedAt = true, true, now
+	for _, rq := range bt.requests {
+		bt.results = append(bt.results, batchResult{customID: rq.customID, canceled: true})
+		b.customIDs[bt.api+"/"+rq.customID] = "failed"
+	}
+	if bt.api == APIOpenAI {
+		var errs bytes.Buffer
+		for _, res := range bt.results {
+			enc, _ := json.Marshal(map[string]any{"id": "batch_req_" + strconv.FormatUint(s.ids.Add(1), 10), "custom_id": res.customID, "response": nil,
+				"error": map[string]any{"code": "batch_cancelled", "message": "This request was not executed because the batch was cancelled."}})
+			errs.Write(append(enc, '\n'))
+		}
+		bt.errorFile = "file-" + strconv.FormatUint(s.ids.Add(1), 10)
+		b.files[bt.errorFile] = errs.Bytes()
+	}
+}
+
+// shown is a time as the server reports it, on its own clock.
+func (s *Server) shown(t time.Time) time.Time { return t.Add(s.cfg.ClockOffset) }
+
 // getBatch shows (or, with cancel, cancels) a batch.
 func (s *Server) getBatch(w http.ResponseWriter, r *http.Request, api string, cancel bool) {
 	b := s.batchState()
@@ -443,23 +502,12 @@ func (s *Server) getBatch(w http.ResponseWriter, r *http.Request, api string, ca
 		return
 	}
 	now := time.Now()
-	if cancel && !bt.ended {
+	if cancel {
+		b.cancelRequests++
+	}
+	if cancel && !bt.ended && !bt.cancelling {
 		b.cancelled++
-		bt.cancelled, bt.ended, bt.endedAt = true, true, now
-		for _, rq := range bt.requests {
-			bt.results = append(bt.results, batchResult{customID: rq.customID, canceled: true})
-			b.customIDs[bt.api+"/"+rq.customID] = "failed"
-		}
-		if api == APIOpenAI {
-			var errs bytes.Buffer
-			for _, res := range bt.results {
-				enc, _ := json.Marshal(map[string]any{"id": "batch_req_" + strconv.FormatUint(s.ids.Add(1), 10), "custom_id": res.customID, "response": nil,
-					"error": map[string]any{"code": "batch_cancelled", "message": "This request was not executed because the batch was cancelled."}})
-				errs.Write(append(enc, '\n'))
-			}
-			bt.errorFile = "file-" + strconv.FormatUint(s.ids.Add(1), 10)
-			b.files[bt.errorFile] = errs.Bytes()
-		}
+		bt.cancelling, bt.cancelAsked = true, now
 	}
 	s.process(b, bt, now)
 	var obj any
@@ -563,14 +611,18 @@ func (s *Server) openAIBatchObject(bt *batch) map[string]any {
 	status := "in_progress"
 	o := map[string]any{
 		"id": bt.id, "object": "batch", "endpoint": "/v1/chat/completions", "errors": nil, "input_file_id": bt.inputID,
-		"completion_window": bt.window, "created_at": bt.created.Unix(), "in_progress_at": bt.created.Unix(),
-		"expires_at": bt.created.Add(24 * time.Hour).Unix(), "output_file_id": nil, "error_file_id": nil, "metadata": bt.metadata,
+		"completion_window": bt.window, "created_at": s.shown(bt.created).Unix(), "in_progress_at": s.shown(bt.created).Unix(),
+		"expires_at": s.shown(bt.created).Add(24 * time.Hour).Unix(), "output_file_id": nil, "error_file_id": nil, "metadata": bt.metadata,
+	}
+	if bt.cancelling && !bt.ended {
+		status = "cancelling"
+		o["cancelling_at"] = s.shown(bt.cancelAsked).Unix()
 	}
 	switch {
 	case bt.failure != nil:
 		status, counts["total"] = "failed", 0
 		o["errors"] = map[string]any{"object": "list", "data": []any{map[string]any{"code": "invalid_request", "message": bt.failure.message}}}
-		o["failed_at"] = bt.created.Unix()
+		o["failed_at"] = s.shown(bt.created).Unix()
 	case bt.ended:
 		expired := false
 		for _, res := range bt.results {
@@ -584,13 +636,13 @@ func (s *Server) openAIBatchObject(bt *batch) map[string]any {
 		switch {
 		case bt.cancelled:
 			status = "cancelled"
-			o["cancelled_at"] = bt.endedAt.Unix()
+			o["cancelled_at"] = s.shown(bt.endedAt).Unix()
 		case expired:
 			status = "expired"
-			o["expired_at"] = bt.endedAt.Unix()
+			o["expired_at"] = s.shown(bt.endedAt).Unix()
 		default:
 			status = "completed"
-			o["completed_at"] = bt.endedAt.Unix()
+			o["completed_at"] = s.shown(bt.endedAt).Unix()
 		}
 		if bt.outputFile != "" {
 			o["output_file_id"] = bt.outputFile
@@ -607,12 +659,18 @@ func (s *Server) openAIBatchObject(bt *batch) map[string]any {
 func (s *Server) anthropicBatchObject(bt *batch) map[string]any {
 	counts := map[string]int{"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
 	o := map[string]any{
-		"id": bt.id, "type": "message_batch", "created_at": bt.created.UTC().Format(time.RFC3339Nano),
-		"expires_at": bt.created.Add(24 * time.Hour).UTC().Format(time.RFC3339Nano), "ended_at": nil, "cancel_initiated_at": nil,
+		"id": bt.id, "type": "message_batch", "created_at": s.shown(bt.created).UTC().Format(time.RFC3339Nano),
+		"expires_at": s.shown(bt.created).Add(24 * time.Hour).UTC().Format(time.RFC3339Nano), "ended_at": nil, "cancel_initiated_at": nil,
 		"archived_at": nil, "results_url": nil, "processing_status": "in_progress",
+	}
+	if bt.cancelling {
+		o["cancel_initiated_at"] = s.shown(bt.cancelAsked).UTC().Format(time.RFC3339Nano)
 	}
 	if !bt.ended {
 		counts["processing"] = len(bt.requests)
+		if bt.cancelling {
+			o["processing_status"] = "canceling"
+		}
 	} else {
 		for _, res := range bt.results {
 			switch {
@@ -626,11 +684,8 @@ func (s *Server) anthropicBatchObject(bt *batch) map[string]any {
 				counts["errored"]++
 			}
 		}
-		o["processing_status"], o["ended_at"] = "ended", bt.endedAt.UTC().Format(time.RFC3339Nano)
+		o["processing_status"], o["ended_at"] = "ended", s.shown(bt.endedAt).UTC().Format(time.RFC3339Nano)
 		o["results_url"] = "/v1/messages/batches/" + bt.id + "/results"
-		if bt.cancelled {
-			o["cancel_initiated_at"] = bt.endedAt.UTC().Format(time.RFC3339Nano)
-		}
 	}
 	o["request_counts"] = counts
 	return o

@@ -269,7 +269,7 @@ func TestOpenAIBatchValidation(t *testing.T) {
 }
 
 func TestAnthropicBatch(t *testing.T) {
-	srv, c := newBatchServer(t, fakellm.Config{BatchDelay: 100 * time.Millisecond, BatchFailureRate: 0.1, Seed: 1})
+	srv, c := newBatchServer(t, fakellm.Config{BatchDelay: 100 * time.Millisecond, BatchFailureRate: 0.1, Seed: 1, BatchCancelDelay: 10 * time.Millisecond})
 	var reqs []any
 	for i := 1; i <= 50; i++ {
 		reqs = append(reqs, map[string]any{"custom_id": fmt.Sprintf("s_%d", i), "params": map[string]any{
@@ -320,14 +320,21 @@ func TestAnthropicBatch(t *testing.T) {
 	if code := c.json("POST", "/v1/messages/batches", bad, nil); code != 400 {
 		t.Errorf("a bad custom_id: %d", code)
 	}
-	// Cancelled before it ends: every request canceled.
+	// Cancelled before it ends: canceling for a while, then every request
+	// canceled.
 	var cb struct {
-		ID               string
-		ProcessingStatus string         `json:"processing_status"`
-		RequestCounts    map[string]int `json:"request_counts"`
+		ID                string
+		ProcessingStatus  string         `json:"processing_status"`
+		RequestCounts     map[string]int `json:"request_counts"`
+		CancelInitiatedAt *string        `json:"cancel_initiated_at"`
 	}
 	c.json("POST", "/v1/messages/batches", map[string]any{"requests": reqs[:3]}, &cb)
 	c.json("POST", "/v1/messages/batches/"+cb.ID+"/cancel", nil, &cb)
+	if cb.ProcessingStatus != "canceling" || cb.CancelInitiatedAt == nil {
+		t.Errorf("just cancelled: %+v", cb)
+	}
+	time.Sleep(20 * time.Millisecond)
+	c.json("GET", "/v1/messages/batches/"+cb.ID, nil, &cb)
 	if cb.ProcessingStatus != "ended" || cb.RequestCounts["canceled"] != 3 {
 		t.Errorf("cancelled: %+v", cb)
 	}

@@ -107,6 +107,10 @@ type Config struct {
 	// completion window).
 	BatchFailureRate float64
 	BatchExpireRate  float64
+	// BatchCancelDelay is how long a batch's cancellation takes to take
+	// effect (it shows "cancelling", "canceling" meanwhile, and requests
+	// processed by then are answered); 0 means a second.
+	BatchCancelDelay time.Duration
 }
 
 // The values of Config.LimitMode.
@@ -123,8 +127,8 @@ const DefaultMaxOutputTokens = 4096
 // Config, so a command should validate user input first.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Latency < 0 || c.Jitter < 0 || c.Window < 0 || c.BurstWindow < 0 {
-		errs = append(errs, errors.New("latency, jitter, window and burst window must not be negative"))
+	if c.Latency < 0 || c.Jitter < 0 || c.Window < 0 || c.BurstWindow < 0 || c.BatchCancelDelay < 0 {
+		errs = append(errs, errors.New("latency, jitter, window, burst window and batch cancel delay must not be negative"))
 	}
 	if c.RequestsPerMinute < 0 || c.InputTokensPerMinute < 0 || c.OutputTokensPerMinute < 0 || c.Burst < 0 {
 		errs = append(errs, errors.New("rate limits and burst must not be negative"))
@@ -182,8 +186,14 @@ type Stats struct {
 	DuplicateBatchRequests int64 `json:"duplicateBatchRequests"`
 	BatchInputTokens       int64 `json:"batchInputTokens"`
 	BatchOutputTokens      int64 `json:"batchOutputTokens"`
-	// BatchesCancelled counts the batches cancelled before they ended.
-	BatchesCancelled int64 `json:"batchesCancelled"`
+	// BatchesCancelled counts the batches cancelled before they ended, and
+	// BatchCancelRequests the requests to cancel one (asked again while it
+	// was cancelling, or after it ended, too).
+	BatchesCancelled    int64 `json:"batchesCancelled"`
+	BatchCancelRequests int64 `json:"batchCancelRequests"`
+	// MaxBatchesInProgress is the most batches in progress at once (not
+	// ended: processing, or cancelling).
+	MaxBatchesInProgress int64 `json:"maxBatchesInProgress"`
 }
 
 // Server is the fake model server; it is an http.Handler. Create it with New.
@@ -344,6 +354,7 @@ func (s *Server) Stats() Stats {
 	b.mu.Lock()
 	st.Batches, st.BatchRequests, st.DuplicateBatchRequests = b.created, b.requests, b.duplicates
 	st.BatchInputTokens, st.BatchOutputTokens, st.BatchesCancelled = b.inputTokens, b.outputTokens, b.cancelled
+	st.BatchCancelRequests, st.MaxBatchesInProgress = b.cancelRequests, b.maxInProgress
 	b.mu.Unlock()
 	return st
 }
@@ -367,6 +378,7 @@ func (s *Server) Reset() {
 	b.mu.Lock()
 	b.files, b.list, b.byID, b.customIDs = map[string][]byte{}, nil, map[string]*batch{}, map[string]string{}
 	b.created, b.requests, b.duplicates, b.cancelled, b.inputTokens, b.outputTokens = 0, 0, 0, 0, 0, 0
+	b.cancelRequests, b.maxInProgress = 0, 0
 	b.mu.Unlock()
 }
 

@@ -411,7 +411,7 @@ func TestOtherEndpoints(t *testing.T) {
 	want := map[string]any{
 		"requests": 1.0, "succeeded": 1.0, "rateLimited": 0.0, "failed": 0.0, "dropped": 0.0, "rejected": 0.0,
 		"inputTokens": 8.0, "outputTokens": 3.0, "maxRequestsInWindow": 1.0, "maxInputTokensInWindow": 8.0, "maxInFlight": 1.0, "counted": 0.0,
-		"batches": 0.0, "batchRequests": 0.0, "duplicateBatchRequests": 0.0, "batchInputTokens": 0.0, "batchOutputTokens": 0.0, "batchesCancelled": 0.0,
+		"batches": 0.0, "batchRequests": 0.0, "duplicateBatchRequests": 0.0, "batchInputTokens": 0.0, "batchOutputTokens": 0.0, "batchesCancelled": 0.0, "batchCancelRequests": 0.0, "maxBatchesInProgress": 0.0,
 	}
 	if diff := cmp.Diff(want, stats); diff != "" {
 		t.Errorf("GET /stats (-want +got):\n%s", diff)

@@ -93,7 +93,7 @@ func (p *Provider) FindBatch(ctx context.Context, _ string, since time.Time, n i
 			return "", fmt.Errorf("listing batches: %w", err)
 		}
 		for _, b := range list.Data {
-			if b.CreatedAt.Before(since.Add(-time.Second)) {
+			if b.CreatedAt.Before(since.Add(-time.Second)) /* whole seconds */ {
 				return found, nil
 			}
 			if b.total() == n && !known(b.ID) {

@@ -130,7 +130,7 @@ func (p *Provider) FindBatch(ctx context.Context, key string, since time.Time, _
 			return "", fmt.Errorf("listing batches: %w", err)
 		}
 		for _, b := range list.Data {
-			if time.Unix(b.CreatedAt, 0).Before(since.Add(-time.Second)) {
+			if time.Unix(b.CreatedAt, 0).Before(since.Add(-time.Second)) /* whole seconds */ {
 				return "", nil // older than the submission: not there
 			}
 			if b.Metadata[batchKeyTag] == key && !known(b.ID) {

@@ -57,6 +57,7 @@ func parseFlags(args []string, stderr io.Writer) (string, fakellm.Config, error)
 	fs.DurationVar(&cfg.BatchDelay, "batch-delay", 0, "how long a batch (either batch API) takes to process")
 	fs.Float64Var(&cfg.BatchFailureRate, "batch-fail-rate", 0, "fraction of a batch's requests that fail")
 	fs.Float64Var(&cfg.BatchExpireRate, "batch-expire-rate", 0, "fraction of a batch's requests that expire")
+	fs.DurationVar(&cfg.BatchCancelDelay, "batch-cancel-delay", 0, "how long a batch's cancellation takes (0 = 1s)")
 	if err := fs.Parse(args); err != nil {
 		return "", cfg, err
 	}
