@@ -316,5 +316,3 @@ func (k *killAtDone) PutBatch(b results.BatchRecord) error {
 	}
 	return err
 }
-
-

@@ -22,9 +22,9 @@ func TestParseRateLimits(t *testing.T) {
 	}, {
 		name: "Anthropic",
 		header: map[string]string{"anthropic-ratelimit-requests-limit": "50", "anthropic-ratelimit-requests-remaining": "49",
-			"anthropic-ratelimit-requests-reset": "2026-11-01T12:00:02Z",
+			"anthropic-ratelimit-requests-reset":     "2026-11-01T12:00:02Z",
 			"anthropic-ratelimit-input-tokens-limit": "30000", "anthropic-ratelimit-input-tokens-remaining": "29000",
-			"anthropic-ratelimit-input-tokens-reset": "2026-11-01T12:00:10Z",
+			"anthropic-ratelimit-input-tokens-reset":  "2026-11-01T12:00:10Z",
 			"anthropic-ratelimit-output-tokens-limit": "8000", "anthropic-ratelimit-output-tokens-remaining": "8000"},
 		want: RateLimits{Requests: RateLimit{50, 49, 2 * time.Second}, InputTokens: RateLimit{30000, 29000, 10 * time.Second},
 			OutputTokens: RateLimit{8000, 8000, 0}},
