@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http/httptest"
@@ -259,5 +260,68 @@ spec:
 	}
 	if res.Summaries[0].Completed != 10 {
 		t.Errorf("summaries %+v", res.Summaries)
+	}
+}
+
+// TestServiceProbesAreNotTheReapersToReap: proctor reaps what agents leave
+// behind; the processes it waits for itself (a service's, its probes) are not
+// its to reap. With a service probed every second and agents failing fast,
+// reaping a probe made it fail ("waitid: no child processes"): a service
+// that never went down was blamed for ordinary failures. Every error is the
+// agent's.
+func TestServiceProbesAreNotTheReapersToReap(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "eval.yaml")
+	var items strings.Builder
+	for i := range 128 {
+		fmt.Fprintf(&items, "      - {id: s%d, input: x, expected: y}\n", i)
+	}
+	yaml := `apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata:
+  name: reaped
+spec:
+  datasets:
+  - name: d
+    source:
+      inline:
+` + items.String() + `  services:
+  - name: idle
+    image: busybox
+    command: [sh, -c, "exec sleep 600"]
+    readinessProbe: {exec: {command: ["true"]}, periodSeconds: 1}
+  models:
+  - name: bot
+    provider: agent
+    agent:
+      command: [sh, -c, "sleep 0.02; exit 1"]
+  scoring:
+  - type: exact_match
+  concurrency: 16
+`
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), Options{File: file, Output: filepath.Join(dir, "out")}); err != nil {
+		t.Logf("run: %v", err) // every sample errored: the run says so
+	}
+	kinds := map[string]int{}
+	f, err := os.Open(filepath.Join(dir, "out", results.ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := results.EachRecordLine(f, func(_ int, line []byte) error {
+		var r results.Record
+		if err := json.Unmarshal(line, &r); err != nil {
+			return err
+		}
+		kinds[r.ErrorKind]++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if kinds[results.ErrorKindCall] != 128 {
+		t.Errorf("error kinds %v; want all 128 the agent's (call)", kinds)
 	}
 }

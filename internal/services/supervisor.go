@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/proctor-dev/proctor/runner/provider/agent"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -183,13 +185,16 @@ func (s *Supervisor) start(svc *service) error {
 	// A process group of its own, so that stopping reaches what it forked;
 	// Pdeathsig: it dies with proctor, even by kill -9.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// Started as a child the agents' reaper leaves to this Wait.
+	done, err := agent.StartChild(cmd)
+	if err != nil {
 		out.Close()
 		return &StartupError{Service: svc.cfg.Name, Reason: "could not be started: " + err.Error()}
 	}
 	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
+		done()
 		out.Close()
 		close(exited)
 	}()
@@ -254,6 +259,8 @@ func (s *Supervisor) supervise(svc *service) {
 		}
 		status := exitStatus(svc)
 		s.setReady(svc, false, "exited ("+status+")")
+		// What it forked goes with it before it starts again.
+		s.kill(svc)
 		if time.Since(started) > healthyReset {
 			backoff = s.opts.RestartBackoff
 		}
@@ -306,6 +313,7 @@ func (s *Supervisor) watch(svc *service, exited <-chan struct{}) {
 			first = nil
 		case <-tick:
 		}
+		agent.ReapOrphans()
 		// One failed probe counts: a sample that failed while it did is
 		// the service's (failureThreshold is the budget to start, spent).
 		if err := s.probe(context.Background(), svc); err != nil {
@@ -490,7 +498,20 @@ func (s *Supervisor) terminate(svc *service) {
 	s.kill(svc)
 }
 
-// kill kills svc's whole process group (what it forked too) and waits.
+// runChild runs cmd as a child the agents' reaper leaves alone.
+func runChild(cmd *exec.Cmd) error {
+	done, err := agent.StartChild(cmd)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return cmd.Wait()
+}
+
+// kill kills svc's whole process group (what it forked too) and waits for
+// all of it to be gone, as a container's restart would: the leftovers of a
+// killed server (PostgreSQL's backends, holding its shared memory) would
+// make its next start fail.
 func (s *Supervisor) kill(svc *service) {
 	cmd, exited := s.process(svc)
 	if cmd == nil {
@@ -498,6 +519,10 @@ func (s *Supervisor) kill(svc *service) {
 	}
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	<-exited
+	for deadline := time.Now().Add(10 * time.Second); groupAlive(cmd.Process.Pid) && time.Now().Before(deadline); {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // process is svc's current process, and the channel closed once it has
@@ -528,7 +553,8 @@ func (s *Supervisor) probe(ctx context.Context, svc *service) error {
 		cmd.WaitDelay = time.Second
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
+		err := runChild(cmd)
+		if err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("exec probe %v timed out after %s", argv, timeout)
 			}
@@ -625,4 +651,33 @@ func logTail(path string) string {
 		lines = lines[len(lines)-logTailLines:]
 	}
 	return strings.TrimSpace(strings.Join(lines, "\n"))
+}
+
+// groupAlive reports whether a process of group pgid is alive (a zombie
+// holds nothing).
+func groupAlive(pgid int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+		st := string(b)
+		i := strings.LastIndexByte(st, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(st[i+1:])
+		if len(f) >= 3 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
+			return true
+		}
+	}
+	return false
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -235,4 +236,58 @@ func watchListener(t *testing.T, o Options) (*Supervisor, net.Listener) {
 		t.Fatalf("WaitReady: %v", err)
 	}
 	return s, ln
+}
+
+// TestRestartWaitsForTheGroupToBeGone: a service killed with -9 leaves what
+// it forked running (PostgreSQL's backends, holding its shared memory);
+// before it is started again, its whole process group is stopped, as a
+// container's restart would.
+func TestRestartWaitsForTheGroupToBeGone(t *testing.T) {
+	dir := t.TempDir()
+	script := fmt.Sprintf(`echo $$ >> %[1]s/main; sleep 600 & echo $! >> %[1]s/child; wait`, dir)
+	cfg := Config{Name: "db", Argv: []string{"sh", "-c", script},
+		Probe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}, PeriodSeconds: 1, FailureThreshold: 3}}
+	s, err := Start(context.Background(), []Config{cfg}, opts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	pids := func(f string) []int {
+		b, _ := os.ReadFile(filepath.Join(dir, f))
+		var out []int
+		for _, l := range strings.Fields(string(b)) {
+			n, _ := strconv.Atoi(l)
+			out = append(out, n)
+		}
+		return out
+	}
+	var main, child []int
+	for deadline := time.Now().Add(5 * time.Second); len(child) == 0; time.Sleep(10 * time.Millisecond) {
+		if main, child = pids("main"), pids("child"); time.Now().After(deadline) {
+			t.Fatal("the service did not start its child")
+		}
+	}
+	if err := syscall.Kill(main[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(pids("main")) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the service was not restarted")
+		}
+	}
+	// By the time it started again, the old child was gone.
+	if alive(child[0]) {
+		t.Errorf("the killed service's child %d still runs after its restart", child[0])
+	}
+}
+
+// alive reports whether pid is a running process (not a zombie).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && !strings.HasPrefix(strings.TrimSpace(s[i+1:]), "Z")
 }

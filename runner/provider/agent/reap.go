@@ -224,3 +224,23 @@ func (r *reaper) reapExited() {
 		}
 	}
 }
+
+// StartChild starts cmd, a process proctor waits for itself (a service, a
+// probe), so that the reaper, which reaps the orphans agents leave behind,
+// leaves it to its Wait: reaped by the reaper, its Wait would fail ("waitid:
+// no child processes"), and a probe that passed would count as failed. Call
+// done once cmd.Wait has returned.
+func StartChild(cmd *exec.Cmd) (done func(), err error) {
+	r := newReaper()
+	if err := r.start(cmd); err != nil {
+		return func() {}, err
+	}
+	pid := cmd.Process.Pid
+	return func() { r.waited(pid) }, nil
+}
+
+// ReapOrphans reaps the orphans re-parented to proctor that have exited,
+// leaving alone the children proctor waits for itself (agents, services,
+// probes): a supervisor of services calls it as it goes, so that what they
+// leave behind does not pile up as zombies.
+func ReapOrphans() { newReaper().reapExited() }
