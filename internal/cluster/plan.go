@@ -99,6 +99,11 @@ type Plan struct {
 	// StorageBytes bounds the records the run stores (their JSON, before
 	// compression); 0 means unbounded. Each shard gets StorageShare of it.
 	StorageBytes int64 `json:"storageBytes,omitempty"`
+	// Data are the fingerprints of the datasets as the planner read them
+	// (their content, format and mapping), by name: a runner pod reading
+	// other data (a url without sha256 whose content changed, a file of a
+	// PVC rewritten) fails instead of mixing two versions in one run.
+	Data map[string]string `json:"data,omitempty"`
 }
 
 // NewPlan is the plan of a run of spec whose datasets hold totals samples (after

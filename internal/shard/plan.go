@@ -73,7 +73,15 @@ func Plan(ctx context.Context, c client.Client, o Options) error {
 	if countErr != nil {
 		cm.Annotations[cluster.AnnotationPlanError] = countErr.Error()
 	} else {
-		cluster.SetPlan(cm.Annotations, cluster.NewPlan(&ev.Spec, plan.Totals(), o.StorageBudget))
+		pl := cluster.NewPlan(&ev.Spec, plan.Totals(), o.StorageBudget)
+		// What it read, which every runner pod must read too.
+		for _, d := range plan.Datasets {
+			if pl.Data == nil {
+				pl.Data = map[string]string{}
+			}
+			pl.Data[d.Name] = d.Fingerprint
+		}
+		cluster.SetPlan(cm.Annotations, pl)
 		if cluster.WantsEstimate(&ev.Spec) {
 			b, _ := json.Marshal(runEstimate(ctx, plan, o))
 			cm.Annotations[cluster.AnnotationEstimate] = string(b)

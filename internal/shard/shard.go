@@ -139,6 +139,9 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 	if err != nil {
 		return &InvalidError{err}
 	}
+	if err := sameData(ev, &plan, p); err != nil {
+		return &InvalidError{err}
+	}
 	store, err := cluster.OpenStore(ctx, c, ev, o.Run, sh, o.Pod)
 	if err != nil {
 		return err
@@ -250,6 +253,34 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		return fmt.Errorf("shard ended with %d of %d samples done", store.Progress().Done, sh.End-sh.Start)
 	}
 	log.Info("Finished a shard", "done", store.Progress().Done, "errored", store.Progress().Errored)
+	return nil
+}
+
+// sameData checks that the pod read the data the planner planned: a url
+// without sha256 whose content changed since, or a PVC's file rewritten,
+// would mix two versions of the data in one run (the shards that ran before
+// the change scored the old samples) without a word.
+func sameData(ev *v1alpha1.Evaluation, plan *cluster.Plan, p *runner.Plan) error {
+	for _, d := range p.Datasets {
+		want, ok := plan.Data[d.Name]
+		if !ok || want == d.Fingerprint {
+			continue
+		}
+		path, what := "spec.datasets", "its source"
+		for i := range ev.Spec.Datasets {
+			if ds := &ev.Spec.Datasets[i]; ds.Name == d.Name {
+				path = fmt.Sprintf("spec.datasets[%d].source", i)
+				switch {
+				case ds.Source.URL != "":
+					what = "the data at " + ds.Source.URL
+				case ds.Source.PVC != nil:
+					what = fmt.Sprintf("the file %s of PVC %s", ds.Source.PVC.Path, ds.Source.PVC.ClaimName)
+				}
+			}
+		}
+		return fmt.Errorf("%s: %s changed since the run was planned: its shards would score two versions of dataset %s. "+
+			"Pin it (a url's sha256, or a ConfigMap, which each run copies) and start the run again", path, what, d.Name)
+	}
 	return nil
 }
 

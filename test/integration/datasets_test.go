@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,6 +50,39 @@ func TestURLDatasetIsPlanned(t *testing.T) {
 	}
 	if ev.Status.Score != "1.0000" {
 		t.Errorf("score %q", ev.Status.Score)
+	}
+}
+
+// TestURLDataChangedMidRun: a url dataset without sha256 whose content changes
+// after the run was planned (here, after the planner and the first shard read
+// it) fails the run, loudly, instead of scoring two versions of the data: it
+// used to end Succeeded with samples 1-20 of the old data and 21-40 of the
+// new.
+func TestURLDataChangedMidRun(t *testing.T) {
+	ns := newNamespace(t)
+	_, url := fakeLLM(t, fakellm.Config{})
+	var mu sync.Mutex
+	reads := 0
+	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		reads++
+		n := reads
+		mu.Unlock()
+		prefix := "old"
+		if n > 2 {
+			prefix = "new"
+		}
+		fmt.Fprint(w, fakellm.ArithmeticJSONL(prefix, 40))
+	}))
+	t.Cleanup(files.Close)
+	startManager(t, ns)
+	startKubelet(t, ns)
+	create(t, testutil.MakeEvaluation("moving", ns).
+		Dataset(v1alpha1.Dataset{Name: "web", Source: v1alpha1.DatasetSource{URL: files.URL + "/data.jsonl"}}).
+		OpenAIModel("m", url).Scorer(v1alpha1.ScorerExactMatch).ShardSize(20).Parallelism(1).Obj())
+	ev := waitPhase(t, ns, "moving", v1alpha1.PhaseFailed, 60*time.Second)
+	if !strings.Contains(ev.Status.Message, "spec.datasets[0].source: the data at "+files.URL+"/data.jsonl changed since the run was planned") {
+		t.Errorf("message %q: want it to say the data changed", ev.Status.Message)
 	}
 }
 
