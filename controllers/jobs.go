@@ -67,6 +67,9 @@ func (r *EvaluationReconciler) ensureJobs(ctx context.Context, p *pass) (bool, e
 				return false, err
 			}
 			if err := r.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+				if p.refused("Job", want.Name, err) {
+					return false, nil
+				}
 				return false, fmt.Errorf("creating Job %s: %w", want.Name, err)
 			}
 			job = *want

@@ -163,6 +163,9 @@ func (r *EvaluationReconciler) claim(ctx context.Context, p *pass, obj client.Ob
 		return false, gvkErr
 	}
 	if !apierrors.IsAlreadyExists(err) {
+		if p.refused(gvk.Kind, obj.GetName(), err) {
+			return false, nil
+		}
 		return false, fmt.Errorf("creating %s %s: %w", gvk.Kind, obj.GetName(), err)
 	}
 	m := &metav1.PartialObjectMetadata{}

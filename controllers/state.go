@@ -11,6 +11,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -89,6 +90,43 @@ type pass struct {
 	endpointReason string
 	// mismatch says where they disagree with the declared limits, and why.
 	mismatch, mismatchReason string
+	// refusal is why the API server refused to make an object the run needs
+	// (a ResourceQuota on ConfigMaps or Jobs, an admission policy).
+	refusal *problem
+}
+
+// noteRefusal makes a refused object a problem of the run, as pods that
+// cannot start are: Degraded, a warning, and the run fails after
+// spec.runner.stallTimeout if nothing changes; a run not started yet waits
+// in Pending saying so.
+func (r *EvaluationReconciler) noteRefusal(p *pass) {
+	if p.refusal == nil {
+		return
+	}
+	if len(p.jobs) == 0 && p.pendingReason == "" {
+		p.pendingReason, p.pendingMessage = v1alpha1.ReasonFailedCreate, "the run cannot make its objects"
+	}
+	p.problems = append(p.problems, *p.refusal)
+	p.requeueAfter(r.Options.RecheckAfter)
+	r.judgeHealth(p)
+	if p.stalled != nil && p.failureReason == "" {
+		p.fail(p.stalled.reason, "%s", p.stalled.message)
+	}
+}
+
+// refused notes that creating an object of kind was refused for good until
+// someone changes something (forbidden: a quota, an admission policy), and
+// reports whether it was: the pass then stops, and the status says why,
+// which the manager's log alone used to (for minutes, with no phase).
+func (p *pass) refused(kind, name string, err error) bool {
+	if !apierrors.IsForbidden(err) {
+		return false
+	}
+	if p.refusal == nil {
+		p.refusal = &problem{reason: v1alpha1.ReasonFailedCreate, stall: true,
+			message: fmt.Sprintf("creating %s %s was refused: %s", kind, name, detail(err.Error()))}
+	}
+	return true
 }
 
 // noteProvider adds what an active shard saw of its keys and sent to them.
@@ -213,6 +251,7 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 	suspended := p.ev.Spec.Suspend != nil && *p.ev.Spec.Suspend
 	st.Reason = ""
 	p.mismatchReason, p.mismatch = p.limitsMismatch()
+	r.noteRefusal(p)
 	switch {
 	case p.failureReason != "":
 		st.Phase, st.Message, st.Reason = v1alpha1.PhaseFailed, p.failureMessage, p.failureReason

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/shard"
 	"github.com/proctor-dev/proctor/internal/testutil"
+	"github.com/proctor-dev/proctor/test/fakellm"
 )
 
 // startPod creates the Pod object of a shard's attempt, Running, as the Job
@@ -245,4 +247,42 @@ func TestOOMKilledShardFailsTheRun(t *testing.T) {
 	if failed.Status.Reason != "OOMKilled" || !strings.Contains(failed.Status.Message, "m/0 (d samples 0-3): pod "+job.Name+"-0-oom (shard m/0) container runner was OOMKilled (exit code 137, memory limit 8Mi) (attempt 4)") {
 		t.Errorf("reason %q message %q", failed.Status.Reason, failed.Status.Message)
 	}
+}
+
+// TestQuotaOnConfigMapsShows: a ResourceQuota that leaves no room for the
+// run's ConfigMaps stops it before anything runs; the status says so at once
+// (reason FailedCreate, naming the object and the quota, Degraded, Stalled,
+// an event), where the manager's log alone used to, for minutes; the run
+// fails after spec.runner.stallTimeout, and goes on once the quota allows it.
+func TestQuotaOnConfigMapsShows(t *testing.T) {
+	ns := newNamespace(t)
+	_, url := fakeLLM(t, fakellm.Config{})
+	// No kube-controller-manager here: the quota's use is set by hand, as its
+	// quota controller would.
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm-quota"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/configmaps": resource.MustParse("0")}}}
+	create(t, q)
+	q.Status = corev1.ResourceQuotaStatus{Hard: q.Spec.Hard, Used: corev1.ResourceList{"count/configmaps": resource.MustParse("0")}}
+	if err := k8sClient.Status().Update(context.Background(), q); err != nil {
+		t.Fatal(err)
+	}
+	startManager(t, ns)
+	startKubelet(t, ns)
+	ev := testutil.MakeEvaluation("boxed", ns).InlineDataset("d", 4).OpenAIModel("m", url).Scorer(v1alpha1.ScorerExactMatch).Obj()
+	ev.Spec.Runner = &v1alpha1.Runner{StallTimeout: &metav1.Duration{Duration: 20 * time.Second}}
+	create(t, ev)
+	got, took := waitReason(t, ns, "boxed", v1alpha1.ReasonFailedCreate, 20*time.Second)
+	t.Logf("the refusal showed in %v: %s", took, got.Status.Message)
+	if !strings.Contains(got.Status.Message, "exceeded quota: cm-quota") || got.Status.Phase != v1alpha1.PhasePending {
+		t.Errorf("phase %s, message %q: want Pending naming the quota", got.Status.Phase, got.Status.Message)
+	}
+	for _, c := range []string{v1alpha1.ConditionDegraded, v1alpha1.ConditionStalled} {
+		if cond := findCondition(got, c); cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != v1alpha1.ReasonFailedCreate {
+			t.Errorf("condition %s = %+v", c, cond)
+		}
+	}
+	if !slices.Contains(eventReasons(t, ns, "boxed"), v1alpha1.ReasonFailedCreate) {
+		t.Error("no FailedCreate event")
+	}
+	waitPhase(t, ns, "boxed", v1alpha1.PhaseFailed, 60*time.Second)
 }
