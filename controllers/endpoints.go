@@ -47,8 +47,13 @@ func (r *EvaluationReconciler) resolveEndpoints(ctx context.Context, p *pass) (b
 		case err != nil:
 			return false, err
 		}
-		if cond := meta.FindStatusCondition(ep.Status.Conditions, v1alpha1.ConditionReady); cond != nil && cond.Status == metav1.ConditionFalse {
+		switch cond := meta.FindStatusCondition(ep.Status.Conditions, v1alpha1.ConditionReady); {
+		case cond != nil && cond.Status == metav1.ConditionFalse:
 			notReady = append(notReady, fmt.Sprintf("ModelEndpoint %s (%s, model %s) is not ready: %s", ref.Name, c.Path, c.Model.Name, cond.Message))
+		case cond == nil || ep.Status.ObservedGeneration < ep.Generation:
+			// Its controller has not looked at it yet (just made, or
+			// edited): whether pods could call through it is not known.
+			notReady = append(notReady, fmt.Sprintf("ModelEndpoint %s (%s, model %s) is not ready yet", ref.Name, c.Path, c.Model.Name))
 		}
 		if cond := meta.FindStatusCondition(ep.Status.Conditions, v1alpha1.ConditionLimitsMismatch); cond != nil && cond.Status == metav1.ConditionTrue {
 			msg := fmt.Sprintf("ModelEndpoint %s (%s): %s", ref.Name, c.Path, cond.Message)
@@ -68,13 +73,10 @@ func (r *EvaluationReconciler) resolveEndpoints(ctx context.Context, p *pass) (b
 		c.Model.UseEndpoint(&ep.Spec)
 	}
 	if len(missing) == 0 {
-		if len(notReady) > 0 {
-			// Its runner pods start, and wait for it (its quota, say).
-			p.endpointsReason = v1alpha1.ReasonEndpointNotReady
-			p.endpointsMissing = strings.Join(notReady, "; ")
-			p.requeueAfter(r.Options.RecheckAfter)
+		if len(notReady) == 0 {
+			return true, nil
 		}
-		return true, nil
+		return r.waitForEndpoints(ctx, p, strings.Join(notReady, "; "))
 	}
 	p.endpointsReason, p.endpointsGone = v1alpha1.ReasonEndpointNotFound, true
 	p.requeueAfter(r.Options.RecheckAfter)
@@ -90,6 +92,35 @@ func (r *EvaluationReconciler) resolveEndpoints(ctx context.Context, p *pass) (b
 	}
 	p.endpointsMissing = strings.Join(missing, "; ") + " not found: runner pods hold those models' calls until it is back; finished samples are kept"
 	return true, nil
+}
+
+// waitForEndpoints holds a run whose ModelEndpoints are not Ready (their
+// ModelQuota is missing, or does not list the namespace): its runner pods
+// could not call. A run not started starts no pod (Pending); a started one's
+// pods hold those models' calls. Either way the wait ends with the run, the
+// reason said, after spec.runner.stallTimeout: runner pods used to sit
+// Running for as long as no one fixed the quota.
+func (r *EvaluationReconciler) waitForEndpoints(ctx context.Context, p *pass, notReady string) (bool, error) {
+	p.endpointsReason, p.endpointsMissing = v1alpha1.ReasonEndpointNotReady, notReady
+	p.requeueAfter(r.Options.RecheckAfter)
+	timeout := stallTimeout(&p.ev.Spec)
+	since := p.now
+	if c := meta.FindStatusCondition(p.ev.Status.Conditions, v1alpha1.ConditionEndpointUnavailable); c != nil && c.Status == metav1.ConditionTrue &&
+		c.Reason == v1alpha1.ReasonEndpointNotReady && p.ev.Status.Run == p.run {
+		since = c.LastTransitionTime.Time
+	}
+	if deadline := since.Add(timeout); p.now.Before(deadline) {
+		p.requeueAfter(deadline.Sub(p.now))
+	} else {
+		p.fail(v1alpha1.ReasonEndpointNotReady, "%s; waited %s (spec.runner.stallTimeout)", notReady, timeout)
+		return false, nil
+	}
+	started, err := r.runStarted(ctx, p)
+	if err != nil || started {
+		return err == nil, err
+	}
+	p.pendingReason, p.pendingMessage = v1alpha1.ReasonEndpointNotReady, notReady+": no runner pod starts until it is"
+	return false, nil
 }
 
 // runStarted reports whether the current run has a Job of its own.

@@ -379,8 +379,12 @@ func TestQuotaSharedAcrossNamespaces(t *testing.T) {
 		checkRecords(t, ns, "suite", []string{"m"}, sampleIDs("d", 120))
 	}
 	ev := getEvaluation(t, nsC, "suite")
-	if ev.Status.Phase != v1alpha1.PhaseRunning || ev.Status.Progress == nil || ev.Status.Progress.Completed != 0 {
-		t.Errorf("the unlisted namespace's Evaluation: phase %s progress %+v; want Running with nothing done (held)", ev.Status.Phase, ev.Status.Progress)
+	if ev.Status.Phase != v1alpha1.PhasePending || len(ev.Status.Conditions) == 0 {
+		t.Errorf("the unlisted namespace's Evaluation: phase %s; want Pending, no runner pod started (they could not call)", ev.Status.Phase)
+	}
+	var jobs batchv1.JobList
+	if err := k8sClient.List(context.Background(), &jobs, client.InNamespace(nsC)); err != nil || len(jobs.Items) != 0 {
+		t.Errorf("the unlisted namespace has %d Jobs (%v), want none", len(jobs.Items), err)
 	}
 	if c := findCondition(ev, v1alpha1.ConditionEndpointUnavailable); c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonEndpointNotReady ||
 		!strings.Contains(c.Message, "does not list namespace "+nsC) || ev.Status.Reason != v1alpha1.ReasonEndpointNotReady {
@@ -643,5 +647,39 @@ func TestProviderLimitsMismatch(t *testing.T) {
 	}
 	if !warned {
 		t.Error("no warning event on the endpoint")
+	}
+}
+
+// TestEndpointNotReadyEndsByStallTimeout: an Evaluation whose endpoint is not
+// Ready (its ModelQuota does not list the namespace) starts no runner pod,
+// says why, and fails after spec.runner.stallTimeout; its pods used to sit
+// Running, unable to call, with no deadline.
+func TestEndpointNotReadyEndsByStallTimeout(t *testing.T) {
+	ns := newNamespace(t)
+	_, url := fakeLLM(t, fakellm.Config{})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	quota := &v1alpha1.ModelQuota{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere-" + ns},
+		Spec: v1alpha1.ModelQuotaSpec{Limits: v1alpha1.EndpointLimits{RequestsPerMinute: 60}, Namespaces: []v1alpha1.QuotaNamespace{{Name: "another"}}}}
+	create(t, quota)
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), quota) })
+	ep := testutil.MakeEndpoint("team", ns, url).Obj()
+	ep.Spec.QuotaRef = &v1alpha1.QuotaReference{Name: quota.Name}
+	create(t, ep)
+	ev := testutil.MakeEvaluation("waiting", ns).InlineDataset("d", 4).EndpointModel("m", "team", 0).Scorer(v1alpha1.ScorerExactMatch).Obj()
+	ev.Spec.Runner = &v1alpha1.Runner{StallTimeout: &metav1.Duration{Duration: 10 * time.Second}}
+	create(t, ev)
+	eventually(t, 30*time.Second, "Pending, saying why", func() (bool, string) {
+		got := getEvaluation(t, ns, "waiting")
+		return got.Status.Phase == v1alpha1.PhasePending && got.Status.Reason == v1alpha1.ReasonEndpointNotReady &&
+			strings.Contains(got.Status.Message, "does not list namespace "+ns), fmt.Sprintf("%s %s %q", got.Status.Phase, got.Status.Reason, got.Status.Message)
+	})
+	got := waitPhase(t, ns, "waiting", v1alpha1.PhaseFailed, 60*time.Second)
+	if got.Status.Reason != v1alpha1.ReasonEndpointNotReady || !strings.Contains(got.Status.Message, "spec.runner.stallTimeout") {
+		t.Errorf("reason %q, message %q; want EndpointNotReady and the stall timeout", got.Status.Reason, got.Status.Message)
+	}
+	var jobs batchv1.JobList
+	if err := k8sClient.List(context.Background(), &jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 0 {
+		t.Errorf("%d Jobs (%v), want none: no pod could call", len(jobs.Items), err)
 	}
 }
