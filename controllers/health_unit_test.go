@@ -635,3 +635,46 @@ func TestDetailEscapesControlCharacters(t *testing.T) {
 		}
 	}
 }
+
+// Between the retries of a shard whose pod was OOMKilled, the reason stays:
+// it went blank while the next pod started (REASON flickered).
+func TestReasonStaysBetweenRetries(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	job := "arith-small-" + run
+	h.runnerPod(job, 0, "a", failedPod("OOMKilled", 137, ""))
+	h.clock.Step(10 * time.Second)
+	h.runnerPod(job, 0, "b", corev1.PodStatus{Phase: corev1.PodPending}, func(p *corev1.Pod) {
+		p.Annotations[annotationIndexFailures] = "1"
+	})
+	h.mustReconcile(ev)
+	st := h.eval("arith").Status
+	if st.Reason != "OOMKilled" || !strings.Contains(st.Message, "was OOMKilled") || !strings.Contains(st.Message, "the shard is being retried") {
+		t.Errorf("reason %q message %q while the retry starts; want OOMKilled, said", st.Reason, st.Message)
+	}
+	if st.Phase != v1alpha1.PhaseRunning {
+		t.Errorf("phase %s, want Running: a retry is no stall", st.Phase)
+	}
+}
+
+// Outputs stored cut show in REASON when nothing more pressing does.
+func TestOutputsTruncatedInReason(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	h.runnerPod("arith-small-"+run, 0, "a", podRunning)
+	head := &corev1.ConfigMap{}
+	if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: testNS, Name: cluster.HeadName("arith", run, "small", 0)}, head); err != nil {
+		t.Fatal(err)
+	}
+	prog := running(3, 0, 2)
+	prog.Cut = 2
+	if head.Annotations == nil {
+		head.Annotations = map[string]string{}
+	}
+	head.Annotations[cluster.AnnotationProgress] = progressJSON(t, prog)
+	if err := h.c.Update(h.ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	h.mustReconcile(ev)
+	if st := h.eval("arith").Status; st.Reason != v1alpha1.ReasonOutputsCut {
+		t.Errorf("reason %q, want %s", st.Reason, v1alpha1.ReasonOutputsCut)
+	}
+}

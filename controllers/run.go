@@ -225,6 +225,10 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 		case plan != nil:
 			p.plan = plan
 			observeEstimate(p, cm.Annotations[cluster.AnnotationEstimate])
+			if plan.Requested > 0 && p.ev.Status.Shards == nil {
+				p.event(corev1.EventTypeNormal, v1alpha1.ReasonShardSizeRaised, "spec.shardSize %d would make more than %d shards a model "+
+					"(a pod and ConfigMaps each): raised to %d", plan.Requested, cluster.MaxShards, plan.ShardSize)
+			}
 			return true, nil
 		}
 	}

@@ -85,13 +85,16 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 		job := p.jobs[model]
 		shards := p.plan.Shards(&ev.Spec, model)
 		completed, failed := map[int]bool{}, map[int]bool{}
-		var pods map[int]*corev1.Pod
+		var pods, lastFailed map[int]*corev1.Pod
 		if job != nil {
 			completed = parseIndexes(job.Status.CompletedIndexes, len(shards))
 			if job.Status.FailedIndexes != nil {
 				failed = parseIndexes(*job.Status.FailedIndexes, len(shards))
 			}
 			pods = indexPods(podsByJob[job.Name])
+			lastFailed = indexPods(slices.DeleteFunc(slices.Clone(podsByJob[job.Name]), func(pod corev1.Pod) bool {
+				return pod.Status.Phase != corev1.PodFailed
+			}))
 			if !suspended && job.UID != "" {
 				fc, err := r.failedCreate(ctx, job, podsByJob[job.Name])
 				if err != nil {
@@ -124,6 +127,17 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 				st.pod = viewPod(pod, s.Key(), attempts)
 				if st.failed {
 					st.cause = st.pod.problem
+				}
+				if st.pod.problem == nil && !st.failed && !suspended {
+					// A retry of a shard whose last pod failed: its failure
+					// stays said (REASON went blank between OOM retries).
+					if prev := lastFailed[s.Index]; prev != nil && prev != pod {
+						if pr := viewPod(prev, s.Key(), attempts-1).problem; pr != nil {
+							pr.message += "; the shard is being retried"
+							pr.stall = false
+							st.pod.problem = pr
+						}
+					}
 				}
 				if st.pod.problem != nil && !suspended {
 					p.problems = append(p.problems, *st.pod.problem)

@@ -322,6 +322,14 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 			meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionSuspended)
 		}
 	}
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionOutputsTruncated); st.Reason == "" && st.Phase != v1alpha1.PhaseFailed &&
+		c != nil && c.Status == metav1.ConditionTrue {
+		// Nothing more pressing: the REASON column says outputs are cut.
+		st.Reason = c.Reason
+		if st.Message == "" {
+			st.Message = c.Message
+		}
+	}
 	r.setDegraded(p, set, suspended)
 	setStandardConditions(p, set)
 	r.setRateLimited(p, set)

@@ -111,6 +111,9 @@ const (
 	// ReasonForeignObjectIgnored: objects labelled as the Evaluation's that it
 	// does not control were ignored (neither read, nor deleted).
 	ReasonForeignObjectIgnored = "ForeignObjectIgnored"
+	// ReasonShardSizeRaised (event): spec.shardSize would have made more
+	// shards than a run may (a pod and ConfigMaps each); it was raised.
+	ReasonShardSizeRaised = "ShardSizeRaised"
 )
 
 // ConditionOutputsTruncated is True once some record's output is not whole: cut

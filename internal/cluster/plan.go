@@ -99,6 +99,9 @@ type Plan struct {
 	// StorageBytes bounds the records the run stores (their JSON, before
 	// compression); 0 means unbounded. Each shard gets StorageShare of it.
 	StorageBytes int64 `json:"storageBytes,omitempty"`
+	// Requested, when not 0, is the spec.shardSize that would have made more
+	// than MaxShards shards a model, and ShardSize what it was raised to.
+	Requested int `json:"requested,omitempty"`
 	// Data are the fingerprints of the datasets as the planner read them
 	// (their content, format and mapping), by name: a runner pod reading
 	// other data (a url without sha256 whose content changed, a file of a
@@ -115,7 +118,30 @@ func NewPlan(spec *v1alpha1.EvaluationSpec, totals map[string]int, storageBytes 
 	if spec.ShardSize != nil {
 		plan.ShardSize = int(*spec.ShardSize)
 	}
+	// Each shard is a pod and a head ConfigMap (and its chunks) at least: a
+	// run makes no more than MaxShards a model, whatever spec.shardSize says
+	// (shardSize 1 over 1,000 samples made 1,003 ConfigMaps and a pod per
+	// sample). The shard size is raised until they fit.
+	for plan.ShardSize > 0 && plan.count(spec) > MaxShards {
+		plan.ShardSize = max(plan.ShardSize+1, plan.ShardSize*plan.count(spec)/MaxShards)
+	}
+	plan.Requested = 0
+	if spec.ShardSize != nil && int(*spec.ShardSize) != plan.ShardSize {
+		plan.Requested = int(*spec.ShardSize)
+	}
 	return plan
+}
+
+// MaxShards bounds the shards of each model of a run.
+const MaxShards = 256
+
+// count is the number of shards of each model.
+func (p Plan) count(spec *v1alpha1.EvaluationSpec) int {
+	n := 0
+	for _, d := range spec.Datasets {
+		n += (p.Totals[d.Name] + p.ShardSize - 1) / p.ShardSize
+	}
+	return n
 }
 
 // NewPlanConfigMap is a run's (empty) plan ConfigMap, as the controller makes

@@ -271,3 +271,39 @@ func TestPlanAnnotations(t *testing.T) {
 		t.Errorf("NewPlan without shardSize = %+v, want the default shard size 250 and the storage budget", got)
 	}
 }
+
+// TestPlanBoundsTheShards: shardSize 1 over 1,000 samples made a pod and a
+// head ConfigMap a sample; a run makes at most MaxShards shards a model, the
+// shard size raised (and said) until they fit.
+func TestPlanBoundsTheShards(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		shardSize int32
+		totals    map[string]int
+		want      int // shard size
+	}{
+		{"within the bound", 10, map[string]int{"a": 1000}, 10},
+		{"one a sample", 1, map[string]int{"a": 1000}, 4},
+		{"two datasets", 1, map[string]int{"a": 1000, "b": 7}, 4},
+		{"many small datasets", 1, map[string]int{"a": 300, "b": 300, "c": 3}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := &v1alpha1.EvaluationSpec{ShardSize: &tc.shardSize}
+			for _, name := range []string{"a", "b", "c"} {
+				if _, ok := tc.totals[name]; ok {
+					spec.Datasets = append(spec.Datasets, v1alpha1.Dataset{Name: name})
+				}
+			}
+			plan := NewPlan(spec, tc.totals, 0)
+			if plan.ShardSize != tc.want {
+				t.Errorf("shard size %d, want %d", plan.ShardSize, tc.want)
+			}
+			if n := len(plan.Shards(spec, "m")); n > MaxShards {
+				t.Errorf("%d shards, more than %d", n, MaxShards)
+			}
+			if raised := plan.ShardSize != int(tc.shardSize); raised != (plan.Requested == int(tc.shardSize)) {
+				t.Errorf("requested %d, shard size %d", plan.Requested, plan.ShardSize)
+			}
+		})
+	}
+}
