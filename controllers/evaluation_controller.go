@@ -52,6 +52,13 @@ type Options struct {
 	// PacerURL is the manager's pacer as runner pods reach it; "" gives them
 	// none (each paces its calls on its own).
 	PacerURL string
+	// NamespaceStorageBudget and ClusterStorageBudget bound the records (their
+	// JSON, before compression) the Evaluations of a namespace, and of the
+	// cluster, keep: a new run starts only when its StorageBudget fits beside
+	// theirs (a run not ended counts its whole budget), else it waits
+	// (StorageFull). Defaults cluster.DefaultNamespaceStorageBudget and
+	// cluster.DefaultClusterStorageBudget; negative means unbounded.
+	NamespaceStorageBudget, ClusterStorageBudget int64
 }
 
 func (o *Options) defaults() {
@@ -70,6 +77,12 @@ func (o *Options) defaults() {
 	o.Resources.defaults()
 	if o.StorageBudget == 0 {
 		o.StorageBudget = cluster.DefaultStorageBudget
+	}
+	if o.NamespaceStorageBudget == 0 {
+		o.NamespaceStorageBudget = cluster.DefaultNamespaceStorageBudget
+	}
+	if o.ClusterStorageBudget == 0 {
+		o.ClusterStorageBudget = cluster.DefaultClusterStorageBudget
 	}
 }
 
@@ -177,6 +190,7 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	steps := []step{
 		{"StartRun", r.startRun},
 		{"KeepEnded", r.keepEnded},
+		{"AdmitStorage", r.admitStorage},
 		{"ResolveEndpoints", r.resolveEndpoints},
 		{"ClaimResults", r.claimResults},
 		{"CheckReferences", r.checkReferences},

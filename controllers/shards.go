@@ -81,6 +81,7 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 	var scoreDone int
 	metric := firstMetric(&ev.Spec)
 	anyActive := false
+	var stored int64
 	for mi, model := range subjects {
 		job := p.jobs[model]
 		shards := p.plan.Shards(&ev.Spec, model)
@@ -149,6 +150,7 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 				p.noteThrottled(st.progress.Throttled)
 				p.noteProvider(st.progress.Provider, st.progress.Usage)
 			}
+			stored += st.progress.Stored
 			progress.Completed += int64(st.progress.Done)
 			progress.Errored += int64(st.progress.Errored)
 			if mi == 0 {
@@ -174,6 +176,7 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 	progress.Text = fmt.Sprintf("%d/%d", progress.Completed, progress.Total)
 	p.status.Progress = &progress
 	p.status.Shards = &counts
+	p.status.StoredBytes = stored
 	if metric != "" && scoreDone > 0 {
 		p.status.Score = fmt.Sprintf("%.4f", scoreSum/float64(scoreDone))
 	}

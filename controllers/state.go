@@ -541,6 +541,7 @@ func onlyProgress(a, b *v1alpha1.EvaluationStatus) bool {
 	x, y := a.DeepCopy(), b.DeepCopy()
 	x.Progress, y.Progress = nil, nil
 	x.Score, y.Score = "", ""
+	x.StoredBytes, y.StoredBytes = 0, 0
 	if x.Shards != nil && y.Shards != nil {
 		x.Shards.Active, y.Shards.Active = 0, 0
 		x.Shards.Pending, y.Shards.Pending = 0, 0

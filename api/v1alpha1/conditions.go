@@ -111,6 +111,11 @@ const (
 	// ReasonForeignObjectIgnored: objects labelled as the Evaluation's that it
 	// does not control were ignored (neither read, nor deleted).
 	ReasonForeignObjectIgnored = "ForeignObjectIgnored"
+	// ReasonStorageFull: the Evaluations of the namespace, or of the cluster,
+	// store as many records as the manager's storage budget allows: a new run
+	// waits (Pending) until older Evaluations are deleted or the budget is
+	// raised.
+	ReasonStorageFull = "StorageFull"
 	// ReasonShardSizeRaised (event): spec.shardSize would have made more
 	// shards than a run may (a pod and ConfigMaps each); it was raised.
 	ReasonShardSizeRaised = "ShardSizeRaised"

@@ -804,6 +804,11 @@ type EvaluationStatus struct {
 	// shards counts the current run's shards by state.
 	// +optional
 	Shards *ShardCounts `json:"shards,omitempty"`
+	// storedBytes is what the current run's records hold in the cluster (their
+	// JSON, before compression): what the manager's storage budgets of a run,
+	// a namespace and the cluster count.
+	// +optional
+	StoredBytes int64 `json:"storedBytes,omitempty"`
 	// results has one entry per model and dataset.
 	// +optional
 	// +listType=atomic

@@ -43,6 +43,8 @@ type managerOptions struct {
 	runnerImage     string
 	watchNamespaces string
 	storageBudget   int64
+	nsStorage       int64
+	clusterStorage  int64
 	pacerAddr       string
 	pacerURL        string
 	resources       controllers.PodResources
@@ -68,6 +70,8 @@ func newManagerCommand(s streams) *cobra.Command {
 	f.StringVar(&o.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default all)")
 	f.StringVar(&o.pacerAddr, "pacer-bind-address", "0", "address of the pacer, which spaces the calls of every runner pod through a rate-limited key (the leader serves it; 0 to disable)")
 	f.StringVar(&o.pacerURL, "pacer-url", "", "the pacer's URL as runner pods reach it, e.g. http://proctor-pacer.proctor-system.svc:8082 (required with --pacer-bind-address)")
+	f.Int64Var(&o.nsStorage, "namespace-storage-budget", cluster.DefaultNamespaceStorageBudget, "bytes of records the Evaluations of one namespace may keep in the cluster together; a new run waits (StorageFull) until its --storage-budget fits. 0: unbounded")
+	f.Int64Var(&o.clusterStorage, "cluster-storage-budget", cluster.DefaultClusterStorageBudget, "bytes of records every Evaluation of the cluster may keep together; a new run waits (StorageFull) until its --storage-budget fits. 0: unbounded")
 	f.Int64Var(&o.storageBudget, "storage-budget", cluster.DefaultStorageBudget, "bytes of records one run may store in the cluster (their JSON, before compression); past it, outputs are not stored. 0: unbounded")
 	o.resources = controllers.DefaultPodResources()
 	for _, x := range []struct {
@@ -133,7 +137,8 @@ func runManager(o *managerOptions, s streams) error {
 		Recorder:    mgr.GetEventRecorder("proctor"),
 		RunnerImage: o.runnerImage,
 		CheckSpec:   compile.CheckData,
-		Options:     controllers.Options{StorageBudget: storageBudgetOption(o.storageBudget), Resources: o.resources, PacerURL: o.pacerURL},
+		Options: controllers.Options{StorageBudget: storageBudgetOption(o.storageBudget), Resources: o.resources, PacerURL: o.pacerURL,
+			NamespaceStorageBudget: storageBudgetOption(o.nsStorage), ClusterStorageBudget: storageBudgetOption(o.clusterStorage)},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)

@@ -88,6 +88,15 @@ const (
 	// JSON, before compression) unless the manager is told otherwise: past it,
 	// records are stored without their output.
 	DefaultStorageBudget = 64 << 20
+	// DefaultNamespaceStorageBudget and DefaultClusterStorageBudget bound
+	// the records the Evaluations of a namespace, and of the whole cluster,
+	// keep (their JSON, before compression; etcd holds them compressed, with
+	// their history until it compacts): about 60 runs at the per-run budget
+	// filled a 4 GiB etcd quota, which makes the whole cluster read-only.
+	// A run not ended counts its whole budget: 32 at once a namespace, 64 in
+	// the cluster, by default.
+	DefaultNamespaceStorageBudget = 2 << 30
+	DefaultClusterStorageBudget   = 4 << 30
 )
 
 // ShardProgress is a head's progress annotation.

@@ -330,6 +330,9 @@ func defaults() summary {
 			"--metrics-bind-address=:8443",
 			"--pacer-bind-address=:8082",
 			"--pacer-url=http://proctor-pacer.proctor-system.svc:8082",
+			"--storage-budget=67108864",
+			"--namespace-storage-budget=2147483648",
+			"--cluster-storage-budget=4294967296",
 			"--zap-log-level=info",
 			"--agent-requests=cpu=50m,memory=128Mi",
 			"--agent-limits=cpu=2,memory=2Gi",
@@ -379,6 +382,17 @@ func without(list []string, drop ...string) []string {
 		}
 		if !found {
 			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// replaced is list with old replaced by new, where it stands.
+func replaced(list []string, old, new string) []string {
+	out := append([]string(nil), list...)
+	for i, v := range out {
+		if v == old {
+			out[i] = new
 		}
 	}
 	return out
@@ -448,7 +462,7 @@ func TestRender(t *testing.T) {
 					"ClusterRole proctor-metrics-reader",
 					"ClusterRoleBinding proctor-metrics-auth-rolebinding",
 					"Service proctor-system/proctor-controller-manager-metrics-service")
-				s.Args[3] = "--metrics-bind-address=0"
+				s.Args = replaced(s.Args, "--metrics-bind-address=:8443", "--metrics-bind-address=0")
 				s.Ports = []string{"pacer:8082", "health:8081"}
 			},
 		},
@@ -468,7 +482,7 @@ func TestRender(t *testing.T) {
 			name:   "metrics port",
 			values: "metrics: {port: 9443}",
 			want: func(s *summary) {
-				s.Args[3] = "--metrics-bind-address=:9443"
+				s.Args = replaced(s.Args, "--metrics-bind-address=:8443", "--metrics-bind-address=:9443")
 				s.Ports[0] = "https:9443"
 			},
 		},
@@ -493,15 +507,15 @@ func TestRender(t *testing.T) {
 			name:   "runner pods' default resources",
 			values: "runner: {defaultResources: {agent: {limits: {memory: 8Gi}}, init: {requests: null, limits: null}}}",
 			want: func(s *summary) {
-				s.Args[6] = "--agent-limits=cpu=2,memory=8Gi"
-				s.Args[7] = "--init-requests="
-				s.Args[8] = "--init-limits="
+				s.Args = replaced(s.Args, "--agent-limits=cpu=2,memory=2Gi", "--agent-limits=cpu=2,memory=8Gi")
+				s.Args = replaced(s.Args, "--init-requests=cpu=10m,memory=32Mi", "--init-requests=")
+				s.Args = replaced(s.Args, "--init-limits=cpu=500m,memory=128Mi", "--init-limits=")
 			},
 		},
 		{
 			name:   "log level",
 			values: "logLevel: debug",
-			want:   func(s *summary) { s.Args[4] = "--zap-log-level=debug" },
+			want:   func(s *summary) { s.Args = replaced(s.Args, "--zap-log-level=info", "--zap-log-level=debug") },
 		},
 		{
 			name:   "existing service account",

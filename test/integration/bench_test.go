@@ -112,7 +112,9 @@ func BenchmarkManagerMemory(b *testing.B) {
 		ns := newNamespace(b)
 		_, url := fakeLLM(b, fakellm.Config{})
 		cmd := exec.Command(bin, "manager", "--runner-image", "proctor:bench", "--metrics-bind-address", "0",
-			"--health-probe-bind-address", "0", "--watch-namespaces", ns)
+			"--health-probe-bind-address", "0", "--watch-namespaces", ns,
+			// All at once: no namespace or cluster storage budget holds any.
+			"--namespace-storage-budget", "0", "--cluster-storage-budget", "0")
 		var logs bytes.Buffer
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 		cmd.Stdout, cmd.Stderr = &logs, &logs
