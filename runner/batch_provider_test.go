@@ -43,10 +43,9 @@ func batchServer(t *testing.T, cfg fakellm.Config) (*fakellm.Server, string) {
 type lostAnswer struct {
 	provider.Provider
 	provider.Batcher
-	mu    sync.Mutex
-	lose  int // answers still to lose
-	kill  context.CancelFunc
-	after int // submissions lost before the kill
+	mu   sync.Mutex
+	lose int // answers still to lose
+	kill context.CancelFunc
 }
 
 func (l *lostAnswer) SubmitBatch(ctx context.Context, key string, entries [][]byte) (string, error) {
@@ -82,7 +81,7 @@ func newAnthropicBatcher(t *testing.T, url, model string) *anthropic.Provider {
 }
 
 // runUntil runs plan into sink until it ends or kill is called.
-func runUntil(t *testing.T, plan *Plan, sink Sink, ctx context.Context) error {
+func runUntil(ctx context.Context, t *testing.T, plan *Plan, sink Sink) error {
 	t.Helper()
 	e, err := New(plan, Options{})
 	if err != nil {
@@ -110,10 +109,10 @@ func TestBatchFoundAgainDespiteTheProvidersClock(t *testing.T) {
 			}
 			sink := newBatchSink()
 			plan := batchPlan(t, lost, 10, BatchConfig{})
-			_ = runUntil(t, plan, sink, ctx)
+			_ = runUntil(ctx, t, plan, sink)
 			if kill {
 				// The next run: the intent is in the log, the batch at the provider.
-				if err := runUntil(t, batchPlan(t, p, 10, BatchConfig{}), sink, context.Background()); err != nil {
+				if err := runUntil(context.Background(), t, batchPlan(t, p, 10, BatchConfig{}), sink); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -155,8 +154,8 @@ func TestBatchOfAnotherRunIsRefused(t *testing.T) {
 	ctx, kill := context.WithCancel(context.Background())
 	defer kill()
 	sink := newBatchSink()
-	_ = runUntil(t, batchPlan(t, &lostAnswer{Provider: ours, Batcher: ours, lose: 1, kill: kill}, 10, BatchConfig{}), sink, ctx)
-	if err := runUntil(t, batchPlan(t, ours, 10, BatchConfig{}), sink, context.Background()); err != nil {
+	_ = runUntil(ctx, t, batchPlan(t, &lostAnswer{Provider: ours, Batcher: ours, lose: 1, kill: kill}, 10, BatchConfig{}), sink)
+	if err := runUntil(context.Background(), t, batchPlan(t, ours, 10, BatchConfig{}), sink); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 10 {
@@ -188,8 +187,8 @@ func TestTwoBatchModelsNeverFollowOneBatch(t *testing.T) {
 		return &lostAnswer{Provider: p, Batcher: &waitForBoth{Batcher: p, wg: &wg, kill: kill}, lose: 1}
 	}
 	sink := newBatchSink()
-	_ = runUntil(t, plan(lose(a), lose(b)), sink, ctx)
-	if err := runUntil(t, plan(a, b), sink, context.Background()); err != nil {
+	_ = runUntil(ctx, t, plan(lose(a), lose(b)), sink)
+	if err := runUntil(context.Background(), t, plan(a, b), sink); err != nil {
 		t.Fatal(err)
 	}
 	recs, _ := sink.Batches("")
@@ -238,7 +237,7 @@ func TestBatchDeadlineCancelsOnce(t *testing.T) {
 	srv, url := batchServer(t, fakellm.Config{BatchDelay: time.Hour, BatchCancelDelay: 300 * time.Millisecond})
 	p := newOpenAIBatcher(t, url, "fake-a")
 	sink := newBatchSink()
-	if err := runUntil(t, batchPlan(t, p, 6, BatchConfig{Deadline: 50 * time.Millisecond, PollInterval: 10 * time.Millisecond}), sink, context.Background()); err != nil {
+	if err := runUntil(context.Background(), t, batchPlan(t, p, 6, BatchConfig{Deadline: 50 * time.Millisecond, PollInterval: 10 * time.Millisecond}), sink); err != nil {
 		t.Fatal(err)
 	}
 	if st := srv.Stats(); st.BatchesCancelled != 1 || st.BatchCancelRequests != 1 {
@@ -265,13 +264,13 @@ func TestBatchFailuresKeepTheirAttemptsAcrossRuns(t *testing.T) {
 			sink := &killAtDone{batchSink: newBatchSink(), kill: kill}
 			plan := batchPlan(t, p, 20, BatchConfig{Retry: retry})
 			plan.Retry.MaxAttempts = 1
-			_ = runUntil(t, plan, sink, ctx)
+			_ = runUntil(ctx, t, plan, sink)
 			if !sink.killed {
 				t.Fatal("the first batch did not end")
 			}
 			again := batchPlan(t, p, 20, BatchConfig{Retry: retry})
 			again.Retry.MaxAttempts = 1
-			if err := runUntil(t, again, sink.batchSink, context.Background()); err != nil {
+			if err := runUntil(context.Background(), t, again, sink.batchSink); err != nil {
 				t.Fatal(err)
 			}
 			st := srv.Stats()

@@ -26,7 +26,7 @@ func (c CacheResolver) Resolve(ctx context.Context, namespace, evaluation, calle
 	var ev v1alpha1.Evaluation
 	if err := c.Reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: evaluation}, &ev); err != nil {
 		if apierrors.IsNotFound(err) {
-			return Bucket{}, "", fmt.Errorf("Evaluation %s/%s: %w", namespace, evaluation, ErrUnknown)
+			return Bucket{}, "", fmt.Errorf("evaluation %s/%s: %w", namespace, evaluation, ErrUnknown)
 		}
 		return Bucket{}, "", err
 	}
@@ -50,7 +50,7 @@ func (c CacheResolver) Resolve(ctx context.Context, namespace, evaluation, calle
 		return Bucket{Key: fmt.Sprintf("evaluation/%s/%s/%s", namespace, evaluation, m.Name),
 			Limits: cluster.LimitsOf(m.RateLimit), Burst: v1alpha1.BurstOf(m.RateLimit.Burst)}, sa, nil
 	}
-	return Bucket{}, "", fmt.Errorf("Evaluation %s/%s has no model %q: %w", namespace, evaluation, caller, ErrUnknown)
+	return Bucket{}, "", fmt.Errorf("evaluation %s/%s has no model %q: %w", namespace, evaluation, caller, ErrUnknown)
 }
 
 // endpointBucket is the bucket of the calls through a ModelEndpoint: its

@@ -28,12 +28,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-
-	"github.com/proctor-dev/proctor/runner/provider/agent"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/proctor-dev/proctor/runner"
+	"github.com/proctor-dev/proctor/runner/provider/agent"
 )
 
 // Config is one service, ready to start.

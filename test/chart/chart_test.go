@@ -388,11 +388,11 @@ func without(list []string, drop ...string) []string {
 }
 
 // replaced is list with old replaced by new, where it stands.
-func replaced(list []string, old, new string) []string {
+func replaced(list []string, was, now string) []string {
 	out := append([]string(nil), list...)
 	for i, v := range out {
-		if v == old {
-			out[i] = new
+		if v == was {
+			out[i] = now
 		}
 	}
 	return out
