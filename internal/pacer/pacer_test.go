@@ -290,3 +290,82 @@ func TestClientGivesUpWithItsContext(t *testing.T) {
 		t.Errorf("Pace while told to wait an hour: %v; want the context's deadline", err)
 	}
 }
+
+// TestPacerSpacesTokensToo: the same for an input-token limit, with calls of
+// every size, some larger than the provider's bucket holds (a second of
+// 6,000 a minute: 100 tokens), which it accepts when full and then owes.
+func TestPacerSpacesTokensToo(t *testing.T) {
+	const limit, shards, each = 6000, 3, 40
+	sizes := []int64{30, 160, 45, 90, 20, 120, 60}
+	run := func(paced bool) (times []time.Time, costs []int64) {
+		clock := clockwork.NewFakeClockAt(epoch)
+		b := Bucket{Key: "k", Limits: ratelimit.Limits{InputTokensPerMinute: limit}, Burst: time.Second}
+		s := &Server{Resolver: &fixed{b: b, sa: "ev-runner"}, Clock: clock, Log: testr.New(t)}
+		s.init()
+		clock.Advance(DefaultHorizon + ratelimit.Period)
+		own := make([]*ratelimit.Limiter, shards)
+		next := make([]time.Time, shards)
+		n := make([]int, shards)
+		for i := range own {
+			own[i] = ratelimit.New(ratelimit.Limits{InputTokensPerMinute: limit / shards}, ratelimit.DefaultSlack, clock)
+			next[i] = clock.Now().Add(time.Duration(i) * 30 * time.Millisecond)
+		}
+		for range shards * each {
+			i := 0
+			for j := range next {
+				if next[j].Before(next[i]) {
+					i = j
+				}
+			}
+			if d := next[i].Sub(clock.Now()); d > 0 {
+				clock.Advance(d)
+			}
+			cost := ratelimit.Cost{Requests: 1, InputTokens: sizes[(i*7+n[i])%len(sizes)]}
+			n[i]++
+			at := own[i].Reserve(cost).At()
+			if paced {
+				if d := at.Sub(clock.Now()); d > 0 {
+					clock.Advance(d)
+				}
+				resp := s.Reserve(b, runner, cost)
+				for resp.RetryNanos > 0 {
+					clock.Advance(time.Duration(resp.RetryNanos))
+					resp = s.Reserve(b, runner, cost)
+				}
+				at = clock.Now().Add(time.Duration(resp.WaitNanos))
+			}
+			times, costs = append(times, at), append(costs, cost.InputTokens)
+			next[i] = at.Add(time.Millisecond)
+		}
+		return times, costs
+	}
+	// A provider's bucket of 100 tokens refilled at 100 a second.
+	refusedTokens := func(times []time.Time, costs []int64) int {
+		idx := make([]int, len(times))
+		for i := range idx {
+			idx[i] = i
+		}
+		sort.Slice(idx, func(a, b int) bool { return times[idx[a]].Before(times[idx[b]]) })
+		const c = limit / 60.0
+		level, bad := c, 0
+		for k, i := range idx {
+			if k > 0 {
+				level = math.Min(c, level+limit/60.0*times[i].Sub(times[idx[k-1]]).Seconds())
+			}
+			if level < math.Min(float64(costs[i]), c)-1e-9 {
+				bad++
+				continue
+			}
+			level -= float64(costs[i])
+		}
+		return bad
+	}
+	if bad := refusedTokens(run(false)); bad == 0 {
+		t.Fatal("unpaced, every call fits the provider's bucket: the test shows nothing")
+	} else {
+		t.Logf("unpaced: %d of %d calls refused", bad, shards*each)
+	}
+	if bad := refusedTokens(run(true)); bad > 0 {
+		t.Errorf("paced: the provider's token bucket refuses %d of %d calls", bad, shards*each)
+	}
+}
