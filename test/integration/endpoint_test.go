@@ -633,21 +633,25 @@ func TestProviderLimitsMismatch(t *testing.T) {
 			return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonDeclaredLimitDiffers && strings.Contains(c.Message, tc.says),
 				fmt.Sprintf("%+v", c)
 		})
-		if !slices.Contains(eventReasons(t, ns, tc.name), v1alpha1.ReasonDeclaredLimitDiffers) {
-			t.Errorf("%s: no %s event", tc.name, v1alpha1.ReasonDeclaredLimitDiffers)
+		// Events follow the status write (and the recorder sends them
+		// asynchronously), so they are awaited too.
+		eventually(t, 10*time.Second, tc.name+"'s "+v1alpha1.ReasonDeclaredLimitDiffers+" event", func() (bool, string) {
+			reasons := eventReasons(t, ns, tc.name)
+			return slices.Contains(reasons, v1alpha1.ReasonDeclaredLimitDiffers), fmt.Sprint(reasons)
+		})
+	}
+	eventually(t, 10*time.Second, "a warning event on the endpoint", func() (bool, string) {
+		var events corev1.EventList
+		if err := k8sClient.List(context.Background(), &events, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
 		}
-	}
-	var events corev1.EventList
-	if err := k8sClient.List(context.Background(), &events, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	warned := false
-	for _, e := range events.Items {
-		warned = warned || (e.InvolvedObject.Kind == "ModelEndpoint" && e.Reason == v1alpha1.ReasonDeclaredLimitDiffers && e.Type == corev1.EventTypeWarning)
-	}
-	if !warned {
-		t.Error("no warning event on the endpoint")
-	}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "ModelEndpoint" && e.Reason == v1alpha1.ReasonDeclaredLimitDiffers && e.Type == corev1.EventTypeWarning {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events", len(events.Items))
+	})
 }
 
 // TestEndpointNotReadyEndsByStallTimeout: an Evaluation whose endpoint is not
