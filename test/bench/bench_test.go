@@ -137,8 +137,9 @@ func checkAllCorrect(tb testing.TB, s results.Summary, n int) {
 }
 
 // BenchmarkDeclaredLimit: the model declares the server's own limit (1,200 rpm,
-// 200 ms latency, a strict sliding minute). Goal: achieved rpm / limit >= 0.97 with
-// zero 429s.
+// 200 ms latency, enforced as the providers document it: a bucket refilled
+// continuously that holds one second of the limit, 20 requests). Goal: achieved
+// rpm / limit >= 0.97 with zero 429s.
 func BenchmarkDeclaredLimit(b *testing.B) {
 	const rpm, n = 1200, 1200
 	for range b.N {
