@@ -559,8 +559,11 @@ func cancelBatches(ctx context.Context, plan *runner.Plan, dir *results.Dir, w i
 		var still []cancelling
 		for _, c := range asked {
 			st, err := c.b.Batch(ctx, c.id)
-			if err == nil && !st.Ended {
+			switch {
+			case err == nil && !st.Ended:
 				still = append(still, c)
+			case err == nil:
+				fmt.Fprintf(w, "--restart: batch %s of %s ended (%s)\n", c.id, c.model, st.Status)
 			}
 		}
 		asked = still

@@ -97,7 +97,7 @@ func TestRestartCancelsBatchesInFlight(t *testing.T) {
 	w.writeEval("restarted", batchEval(srv.OpenAIURL(), "    batch: {maxRequests: 20, pollInterval: 100ms}\n"))
 	srv.SetBatchDelay(0)
 	r := w.run("--restart")
-	if r.Code != 0 || strings.Count(r.Stderr, "--restart: cancelled batch batch_") != 2 {
+	if r.Code != 0 || strings.Count(r.Stderr, "--restart: cancelling batch batch_") != 2 || strings.Count(r.Stderr, " ended (cancelled)") != 2 {
 		t.Fatalf("want both batches cancelled:\n%s", r)
 	}
 	if st := srv.Stats(); st.BatchesCancelled != 2 || st.DuplicateBatchRequests != 0 || st.Batches != 3 {

@@ -66,8 +66,9 @@ func TestTwoTeamsOnOneKeyKeepTheirScores(t *testing.T) {
 // keeping what was done, and leaving the rest for a resumed run.
 func TestQuotaThatNeverRecovers(t *testing.T) {
 	t.Parallel()
-	// Two requests an hour: the third is answered 429 with retry-after ~1h.
-	srv := newFake(t, fakellm.Config{RequestsPerMinute: 2, Window: time.Hour})
+	// Two requests an hour, the bucket holding the whole hour's: the third is
+	// answered 429 with retry-after ~30m.
+	srv := newFake(t, fakellm.Config{RequestsPerMinute: 2, Window: time.Hour, BurstWindow: time.Hour})
 	w := newWorkspace(t)
 	w.write("qs.jsonl", arithmeticJSONL("q", 6))
 	w.writeEval("quota", fmt.Sprintf(`  concurrency: 1
