@@ -125,15 +125,19 @@ func (r *EvaluationReconciler) runnerRules(p *pass) []rbacv1.PolicyRule {
 		read = append(read, cluster.PlanName(ev.Name, p.run))
 	}
 	endpoints := ev.Spec.EndpointNames()
+	// The budgets a runner follows, which it watches too (by name only).
+	budgets := []string{cluster.BudgetName(ev.Name)}
 	for _, e := range endpoints {
-		read = append(read, cluster.EndpointBudgetName(e))
+		budgets = append(budgets, cluster.EndpointBudgetName(e))
 	}
+	read = append(read, budgets...)
 	slices.Sort(read)
 	read = slices.Compact(read)
 	slices.Sort(write)
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"evaluations"}, Verbs: []string{"get"}, ResourceNames: []string{ev.Name}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}, ResourceNames: read},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"watch"}, ResourceNames: slices.Sorted(slices.Values(budgets))},
 	}
 	if len(endpoints) > 0 {
 		// Where its models' calls go; never the keys' Secrets (the kubelet

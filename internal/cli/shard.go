@@ -65,7 +65,7 @@ func newPlanCommand(s streams) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runInPod(s, o, shard.Plan)
+			return runInPod(s, o, func(ctx context.Context, c client.WithWatch, o shard.Options) error { return shard.Plan(ctx, c, o) })
 		},
 	}
 	podFlags(cmd, &o)
@@ -88,7 +88,7 @@ func podFlags(cmd *cobra.Command, o *shard.Options) {
 // tell the Job what to do: 0 done (or the run is obsolete), 2 invalid input (the
 // pod failure policy fails the shard at once), 3 a hook that failed for good
 // (so does it), 1 anything else (retried).
-func runInPod(s streams, o shard.Options, fn func(context.Context, client.Client, shard.Options) error) (err error) {
+func runInPod(s streams, o shard.Options, fn func(context.Context, client.WithWatch, shard.Options) error) (err error) {
 	defer func() {
 		if err != nil {
 			writeTerminationMessage(terminationLog, err)
@@ -108,7 +108,8 @@ func runInPod(s streams, o shard.Options, fn func(context.Context, client.Client
 	if err != nil {
 		return &exitError{code: exitFailed, err: fmt.Errorf("connecting to the cluster: %w", err)}
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	// With watches: a runner follows its budgets (shard.watchBudgets).
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return &exitError{code: exitFailed, err: err}
 	}

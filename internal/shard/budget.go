@@ -65,6 +65,8 @@ type budgetFollower struct {
 	granted map[string]bool
 	// versions is what the last poll applied, to acknowledge a change at once.
 	versions string
+	// nudged says a budget changed (watchBudgets): it is read at once.
+	nudged chan struct{}
 }
 
 // share is a model's part of one budget.
@@ -78,7 +80,7 @@ type share struct {
 
 // loop flushes every FlushEvery (or when the store asks), and reads the
 // budgets every BudgetEvery (every FirstGrantEvery while a model waits for its
-// first share), until ctx ends. A poll that applied a new budget version is
+// first share) and when a watch says one changed, until ctx ends. A poll that applied a new budget version is
 // acknowledged at once (a flush): the controllers count a lowered share at its
 // old value until then, so a shard that joins gets its share as soon as the
 // others have acknowledged making room. A failed flush is logged and retried
@@ -110,6 +112,10 @@ func (b *budgetFollower) loop(ctx context.Context) {
 				firstC = nil
 			}
 		case <-poll.C():
+			if polling && b.poll(ctx) {
+				b.flush(ctx)
+			}
+		case <-b.nudged:
 			if polling && b.poll(ctx) {
 				b.flush(ctx)
 			}
@@ -485,4 +491,17 @@ func sortedValues(m map[string]string) []string {
 	out := slices.Collect(maps.Values(m))
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// budgetNames are the ConfigMaps whose budgets the shard follows: its
+// Evaluation's (for its own rate limits and spend) and its endpoints'.
+func (b *budgetFollower) budgetNames() []string {
+	var names []string
+	if len(b.limited) > 0 || b.ledger != nil {
+		names = append(names, cluster.BudgetName(b.ev.Name))
+	}
+	for _, ep := range sortedValues(b.viaEndpoint) {
+		names = append(names, cluster.EndpointBudgetName(ep))
+	}
+	return names
 }

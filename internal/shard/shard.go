@@ -85,7 +85,7 @@ func (e *InvalidError) Unwrap() error { return e.Err }
 // Run evaluates the shard to the end, or until ctx ends (then it checkpoints what
 // finished and returns ctx's error). A run that is no longer the Evaluation's
 // returns cluster.ErrObsolete.
-func Run(ctx context.Context, c client.Client, o Options) error {
+func Run(ctx context.Context, c client.WithWatch, o Options) error {
 	o.defaults()
 	log := o.Log.WithValues("evaluation", o.Evaluation, "run", o.Run, "model", o.Model, "shard", o.Index)
 
@@ -205,8 +205,14 @@ func Run(ctx context.Context, c client.Client, o Options) error {
 		eng.SetPacer(pc, append(slices.Collect(maps.Keys(limited)), slices.Collect(maps.Keys(viaEndpoint))...)...)
 	}
 	b := &budgetFollower{c: c, o: o, ev: ev, run: o.Run, shard: sh, eng: eng, store: store, limited: limited, viaEndpoint: viaEndpoint,
-		agentOf: agentOf, models: models, log: log, ledger: engOpts.Ledger}
+		agentOf: agentOf, models: models, log: log, ledger: engOpts.Ledger, nudged: make(chan struct{}, 1)}
+	// Watched as long as the loops read them (they outlive ctx, see below).
+	watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatching()
 	if len(limited)+len(viaEndpoint) > 0 || b.ledger != nil {
+		watchBudgets(watchCtx, c, o.Clock, ev.Namespace, b.budgetNames(), b.nudged, func(name string, err error) {
+			log.Info("Failed to watch a budget; reading it on a timer meanwhile", "configMap", name, "every", o.BudgetEvery.String(), "error", err.Error())
+		})
 		// Until the controllers grant a share, limited models send nothing.
 		for m := range limited {
 			_ = eng.Pause(m, true)

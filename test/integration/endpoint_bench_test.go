@@ -84,7 +84,7 @@ func (a *modelArrivals) answered(model string) []time.Time {
 }
 
 // countingServer is the fake server behind modelArrivals.
-func countingServer(b *testing.B, cfg fakellm.Config) (*fakellm.Server, *modelArrivals, string) {
+func countingServer(b testing.TB, cfg fakellm.Config) (*fakellm.Server, *modelArrivals, string) {
 	srv := fakellm.New(cfg)
 	a := &modelArrivals{next: srv, at: map[string][]time.Time{}, ok: map[string][]time.Time{}}
 	hs := httptest.NewServer(a)
@@ -292,7 +292,8 @@ func BenchmarkQuotaAtAPerSecondLimit(b *testing.B) {
 // BenchmarkFirstPacedCall: while another Evaluation takes the whole of a
 // shared endpoint's limit, new Evaluations start one after another: from a
 // new one's runner pod starting to its first call reaching the server. Goal:
-// median < 2s.
+// every one within 2 s (issue 24; the median was the goal before the runners
+// watched their budgets).
 func BenchmarkFirstPacedCall(b *testing.B) {
 	const rpm = 600
 	ns := newNamespace(b)
@@ -330,9 +331,9 @@ func BenchmarkFirstPacedCall(b *testing.B) {
 	p50 := lat[len(lat)/2]
 	b.ReportMetric(float64(p50.Milliseconds()), "first-call-p50-ms")
 	b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), "first-call-max-ms")
-	b.Logf("pod start to first paced call over %d Evaluations: p50 %v, max %v (goal: median < 2s); all %v", len(lat), p50, lat[len(lat)-1], lat)
-	if p50 >= 2*time.Second {
-		b.Errorf("goal: median < 2s; got %v", p50)
+	b.Logf("pod start to first paced call over %d Evaluations: p50 %v, max %v (goal: every one within 2 s); all %v", len(lat), p50, lat[len(lat)-1], lat)
+	if lat[len(lat)-1] > 2*time.Second {
+		b.Errorf("goal: every first call within 2 s; the slowest took %v", lat[len(lat)-1])
 	}
 }
 

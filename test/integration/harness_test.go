@@ -443,7 +443,7 @@ func pacerToken(j *batchv1.Job) func() (string, error) {
 }
 
 // podClient is a client acting as the ServiceAccount of Job j's pods.
-func podClient(t testing.TB, j *batchv1.Job) client.Client {
+func podClient(t testing.TB, j *batchv1.Job) client.WithWatch {
 	t.Helper()
 	sa := j.Spec.Template.Spec.ServiceAccountName
 	if sa == "" {
@@ -451,7 +451,7 @@ func podClient(t testing.TB, j *batchv1.Job) client.Client {
 	}
 	c := rest.CopyConfig(cfg)
 	c.Impersonate = rest.ImpersonationConfig{UserName: serviceaccount.MakeUsername(j.Namespace, sa)}
-	pc, err := client.New(c, client.Options{Scheme: k8sClient.Scheme()})
+	pc, err := client.NewWithWatch(c, client.Options{Scheme: k8sClient.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,6 +90,8 @@ func TestRunnerRBAC(t *testing.T) {
 		{[]string{"get", "configmaps/kube-root-ca.crt"}, false},
 		{[]string{"list", "configmaps"}, false},
 		{[]string{"watch", "configmaps"}, false},
+		{[]string{"watch", "configmaps/openai-arithmetic-budget"}, true}, // it follows its budget
+		{[]string{"watch", "configmaps/openai-arithmetic-" + run + "-plan"}, false},
 		{[]string{"delete", "configmaps/openai-arithmetic-budget"}, false},
 		{[]string{"get", "secrets/openai"}, false},
 		{[]string{"list", "secrets"}, false},
