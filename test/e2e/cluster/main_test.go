@@ -101,8 +101,43 @@ func setUp() error {
 	if _, err := kubectl("apply", "-k", filepath.Join(repo, "config", "fakellm")); err != nil {
 		return err
 	}
-	_, err = kubectl("-n", releaseNamespace, "rollout", "status", "deployment/fakellm", "--timeout=2m")
-	return err
+	if _, err := run(3*time.Minute, kubectlBin, "-n", releaseNamespace, "rollout", "status", "deployment/fakellm", "--timeout=2m"); err != nil {
+		return fmt.Errorf("%w\n%s", err, diagnose("app.kubernetes.io/name=fakellm"))
+	}
+	return nil
+}
+
+// diagnose describes the pods matching selector in the release namespace and
+// lists its events: CI prints only the output of a failed run, not the
+// artifacts, so a failed set-up must say itself why a pod never became ready.
+func diagnose(selector string) string {
+	var b strings.Builder
+	for _, args := range [][]string{
+		{"-n", releaseNamespace, "get", "pods", "-o", "wide"},
+		{"-n", releaseNamespace, "describe", "pods", "-l", selector},
+		{"-n", releaseNamespace, "get", "events", "--sort-by=.lastTimestamp"},
+		{"get", "nodes", "-o", "wide"},
+		{"describe", "nodes"},
+	} {
+		out, err := kubectl(args...)
+		fmt.Fprintf(&b, "$ kubectl %s\n%s\n", strings.Join(args, " "), out)
+		if err != nil {
+			fmt.Fprintln(&b, err)
+		}
+	}
+	for _, component := range []string{"kubelet", "containerd"} {
+		if clusterDir == "" {
+			break
+		}
+		log, err := os.ReadFile(filepath.Join(clusterDir, "logs", component+".log"))
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(log), "\n"), "\n")
+		lines = lines[max(0, len(lines)-60):]
+		fmt.Fprintf(&b, "$ tail -60 %s.log\n%s\n", component, strings.Join(lines, "\n"))
+	}
+	return b.String()
 }
 
 // run runs a command and returns its standard output; the error carries its
