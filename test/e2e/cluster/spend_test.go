@@ -94,6 +94,14 @@ func TestBudgetInACluster(t *testing.T) {
 	}
 
 	mustKubectl(t, "-n", ns, "patch", "evaluation", "budgeted", "--type=merge", "-p", fmt.Sprintf(`{"spec":{"budget":{"maxCost":%.6f}}}`, 2*full))
+	// Until the controller has seen the patch, the run still shows Failed.
+	eventually(t, time.Minute, 250*time.Millisecond, "the raised budget observed", func() error {
+		ev := getEvaluation(t, ns, "budgeted")
+		if ev.Status.ObservedGeneration < ev.Generation {
+			return fmt.Errorf("%w: observedGeneration %d of %d", errNotYet, ev.Status.ObservedGeneration, ev.Generation)
+		}
+		return nil
+	})
 	if got := watchColumns(t, ns, 5*time.Minute, "budgeted")["budgeted"]; got != [3]string{"Succeeded", fmt.Sprintf("%d/%d", n, n), "1.0000"} {
 		t.Fatalf("after raising the budget: %v", got)
 	}
