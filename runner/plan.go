@@ -109,6 +109,8 @@ type Dataset struct {
 	Fingerprint string
 	// Total is the number of samples to evaluate (after any limit).
 	Total int
+	// File is the local file the data is read from, when it is one.
+	File string
 	// Open starts reading from the first sample.
 	Open func() (dataset.Reader, io.Closer, error)
 }

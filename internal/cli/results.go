@@ -22,6 +22,7 @@ import (
 // files a local run writes.
 func newResultsCommand(s streams) *cobra.Command {
 	var namespace, output string
+	var overwrite bool
 	cmd := &cobra.Command{
 		Use:   "results NAME [-n NAMESPACE] [-o DIR]",
 		Short: "Fetch an Evaluation's results from the cluster into DIR/results.jsonl and DIR/summary.json",
@@ -32,15 +33,51 @@ The cluster is the one of your kubeconfig (KUBECONFIG, or ~/.kube/config).`,
 		Example: `  proctor results arithmetic -n evals -o out/arithmetic`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fetchResults(cmd.Context(), s, args[0], namespace, output)
+			return fetchResults(cmd.Context(), s, args[0], namespace, output, overwrite)
 		},
 	}
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "the Evaluation's namespace (default: your kubeconfig's)")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output directory (default results/NAME)")
+	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "replace results in DIR that are not this Evaluation's (a local run's, another Evaluation's)")
 	return cmd
 }
 
-func fetchResults(ctx context.Context, s streams, name, namespace, output string) error {
+// fetchedFrom is the file in a directory proctor results wrote saying which
+// Evaluation its results are: fetching the same one again refreshes them,
+// anything else is refused unless told to.
+const fetchedFrom = ".proctor-results.json"
+
+type fetchedSource struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// checkFetchDir refuses to replace results in dir that are not those of the
+// Evaluation namespace/name fetched earlier.
+func checkFetchDir(dir, namespace, name string) error {
+	if _, err := os.Stat(filepath.Join(dir, results.CheckpointDir)); err == nil {
+		return fmt.Errorf("%s holds a local run's results (its %s/): use another output directory (-o), or --overwrite to replace them", dir, results.CheckpointDir)
+	}
+	exists := false
+	for _, f := range []string{results.ResultsFile, results.SummaryFile} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			exists = true
+		}
+	}
+	if !exists {
+		return nil
+	}
+	var was fetchedSource
+	if b, err := os.ReadFile(filepath.Join(dir, fetchedFrom)); err == nil && json.Unmarshal(b, &was) == nil {
+		if was == (fetchedSource{Namespace: namespace, Name: name}) {
+			return nil
+		}
+		return fmt.Errorf("%s holds the results of Evaluation %s/%s: use another output directory (-o), or --overwrite to replace them", dir, was.Namespace, was.Name)
+	}
+	return fmt.Errorf("%s already has results not fetched from Evaluation %s/%s: use another output directory (-o), or --overwrite to replace them", dir, namespace, name)
+}
+
+func fetchResults(ctx context.Context, s streams, name, namespace, output string, overwrite bool) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -66,17 +103,21 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 	if output == "" {
 		output = filepath.Join("results", name)
 	}
+	if !overwrite {
+		if err := checkFetchDir(output, namespace, name); err != nil {
+			return invalid(err)
+		}
+	}
 	if err := os.MkdirAll(output, 0o755); err != nil {
 		return err
 	}
-	summary := []byte(cm.Data[cluster.ResultsKeySummary])
-	if err := os.WriteFile(filepath.Join(output, results.SummaryFile), summary, 0o644); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(output, results.ResultsFile))
+	// Both files are written aside and renamed into place: a failure part way
+	// leaves what was there.
+	f, err := os.CreateTemp(output, ".results-*")
 	if err != nil {
 		return err
 	}
+	defer os.Remove(f.Name())
 	w := bufio.NewWriter(f)
 	foreign := func(fe *cluster.ForeignError) { fmt.Fprintf(s.errOut, "proctor: skipped %v\n", fe) }
 	if err := cluster.ResultRecords(ctx, c, ev, &cm, foreign, func(line []byte) error {
@@ -88,7 +129,18 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 		f.Close()
 		return err
 	}
-	if err := errors.Join(w.Flush(), f.Close()); err != nil {
+	if err := errors.Join(w.Flush(), f.Chmod(0o644), f.Close()); err != nil {
+		return err
+	}
+	src, _ := json.Marshal(fetchedSource{Namespace: namespace, Name: name})
+	if err := os.WriteFile(filepath.Join(output, fetchedFrom), append(src, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), filepath.Join(output, results.ResultsFile)); err != nil {
+		return err
+	}
+	summary := []byte(cm.Data[cluster.ResultsKeySummary])
+	if err := writeAtomic(filepath.Join(output, results.SummaryFile), summary); err != nil {
 		return err
 	}
 	var sum struct{ Results []results.Summary }
@@ -101,4 +153,18 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 	}
 	fmt.Fprintf(s.errOut, "Results: %s, %s\n", filepath.Join(output, results.ResultsFile), filepath.Join(output, results.SummaryFile))
 	return nil
+}
+
+// writeAtomic writes data to path through a file renamed into place.
+func writeAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, werr := f.Write(data)
+	if err := errors.Join(werr, f.Chmod(0o644), f.Close()); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }

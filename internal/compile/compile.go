@@ -633,6 +633,7 @@ func buildDataset(ctx context.Context, d *v1alpha1.Dataset, path string, env Env
 		return nil, fmt.Errorf("%s: %s: %w", srcPath, name, err)
 	}
 	out.Total = limit(n)
+	out.File = file
 	out.Fingerprint = hashJSON(struct {
 		SHA256  string
 		Format  dataset.Format

@@ -134,26 +134,38 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, &InvalidError{err}
 	}
 
+	if err := checkOutputs(plan, outDir); err != nil {
+		return nil, &InvalidError{err}
+	}
 	dir, err := results.OpenDir(outDir)
 	if err != nil {
 		return nil, &InvalidError{fmt.Errorf("output directory: %w", err)}
 	}
 	defer func() { _ = dir.Unlock() }() // releasing the lock of a directory left as it is
 	defer dir.Close()
-	if o.Restart {
-		cancelBatches(ctx, plan, dir, warnings(o), cmp.Or(o.CancelWait, 30*time.Minute))
-		if err := dir.Reset(); err != nil {
-			return nil, fmt.Errorf("--restart: %w", err)
-		}
-	}
 	tasks := plan.Tasks()
 	pairs := make([]results.Pair, len(tasks))
 	for i, t := range tasks {
 		m, d := plan.Model(t.Model), plan.Dataset(t.Dataset)
 		pairs[i] = results.Pair{Model: m.Name, Dataset: d.Name, Fingerprint: plan.CheckpointFingerprint(m, d), Total: d.Total, Metrics: plan.MetricNames()}
-		if _, err := dir.Open(pairs[i], o.RetryErrors); err != nil {
+	}
+	if o.Restart {
+		// Check first, then act: nothing is cancelled or discarded for a
+		// restart that cannot complete.
+		if err := dir.CanReset(); err != nil {
+			return nil, &InvalidError{fmt.Errorf("--restart: %w; nothing was discarded", err)}
+		}
+		cancelBatches(ctx, plan, dir, warnings(o), cmp.Or(o.CancelWait, 30*time.Minute))
+		if err := dir.Reset(); err != nil {
+			return nil, fmt.Errorf("--restart: %w", err)
+		}
+	} else if err := dir.Check(pairs); err != nil {
+		return nil, &InvalidError{fmt.Errorf("%w. Nothing was run: use another output directory (-o), or --restart to discard them", err)}
+	}
+	for _, p := range pairs {
+		if _, err := dir.Open(p, o.RetryErrors); err != nil {
 			if errors.Is(err, results.ErrMismatch) {
-				return nil, &InvalidError{fmt.Errorf("%w; use another output directory, or --restart to discard it", err)}
+				return nil, &InvalidError{fmt.Errorf("%w; use another output directory (-o), or --restart to discard it", err)}
 			}
 			return nil, err
 		}
@@ -222,6 +234,34 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.Budget = &st
 	}
 	return res, runErr
+}
+
+// checkOutputs refuses a run that would write over its own data: a dataset
+// read from the output directory's results.jsonl, summary.json or checkpoint.
+func checkOutputs(plan *runner.Plan, outDir string) error {
+	written := []string{filepath.Join(outDir, results.ResultsFile), filepath.Join(outDir, results.SummaryFile)}
+	cp, _ := filepath.Abs(filepath.Join(outDir, results.CheckpointDir))
+	for i, d := range plan.Datasets {
+		if d.File == "" {
+			continue
+		}
+		abs, _ := filepath.Abs(d.File)
+		if rel, err := filepath.Rel(cp, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return fmt.Errorf("spec.datasets[%d] (%s) reads %s, in the output directory's checkpoint, which the run writes: use another output directory (-o)", i, d.Name, d.File)
+		}
+		st, err := os.Stat(d.File)
+		if err != nil {
+			continue
+		}
+		for _, w := range written {
+			wabs, _ := filepath.Abs(w)
+			if ws, err := os.Stat(w); err == nil && os.SameFile(st, ws) || wabs == abs {
+				return fmt.Errorf("spec.datasets[%d] (%s) reads %s, the output directory's %s, which the run replaces: "+
+					"move the data, or use another output directory (-o)", i, d.Name, d.File, filepath.Base(w))
+			}
+		}
+	}
+	return nil
 }
 
 // warnLimitsMismatch says where a provider's rate-limit headers disagreed

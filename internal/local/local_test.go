@@ -325,3 +325,117 @@ spec:
 		t.Errorf("error kinds %v; want all 128 the agent's (call)", kinds)
 	}
 }
+
+// TestResultsAreNeverReplacedUnasked: a run into a directory holding results it
+// would drop (a model or dataset renamed, another Evaluation's, files no
+// checkpoint accounts for, its own data) is refused before anything runs,
+// naming what differs and the flags that would allow it; the results stay as
+// they were. A model added keeps the others' results, and --restart discards
+// them when told to, checking first that it can.
+func TestResultsAreNeverReplacedUnasked(t *testing.T) {
+	write := func(t *testing.T, dir, name, models, datasetSource string) string {
+		t.Helper()
+		file := filepath.Join(dir, name)
+		if datasetSource == "" {
+			datasetSource = `inline: [{id: s1, input: "a", expected: "a"}, {id: s2, input: "b", expected: "b"}]`
+		}
+		var ms strings.Builder
+		for _, m := range strings.Fields(models) {
+			fmt.Fprintf(&ms, "  - {name: %s, provider: agent, agent: {command: [sh, -c, 'echo \"$1\"', sh, \"{{ .Prompt }}\"]}}\n", m)
+		}
+		yaml := "apiVersion: proctor.dev/v1alpha1\nkind: Evaluation\nmetadata: {name: keep}\nspec:\n  datasets:\n  - name: d\n    source: {" + datasetSource + "}\n" +
+			"  models:\n" + ms.String() + "  scoring: [{type: exact_match}]\n"
+		if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return file
+	}
+	refused := func(t *testing.T, err error, want ...string) {
+		t.Helper()
+		var invalid *InvalidError
+		if !errors.As(err, &invalid) {
+			t.Fatalf("Run: %v; want an *InvalidError", err)
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("error %q does not say %q", err, w)
+			}
+		}
+	}
+	first := func(t *testing.T) (dir, out string, before []byte) {
+		t.Helper()
+		dir = t.TempDir()
+		out = filepath.Join(dir, "out")
+		if _, err := Run(context.Background(), Options{File: write(t, dir, "a.yaml", "bot", ""), Output: out}); err != nil {
+			t.Fatal(err)
+		}
+		before, err := os.ReadFile(filepath.Join(out, results.ResultsFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dir, out, before
+	}
+	unchanged := func(t *testing.T, out string, before []byte) {
+		t.Helper()
+		after, err := os.ReadFile(filepath.Join(out, results.ResultsFile))
+		if err != nil || string(after) != string(before) {
+			t.Errorf("results.jsonl changed: %v\n%s\nwas\n%s", err, after, before)
+		}
+	}
+
+	t.Run("model renamed", func(t *testing.T) {
+		dir, out, before := first(t)
+		_, err := Run(context.Background(), Options{File: write(t, dir, "b.yaml", "bot2", ""), Output: out})
+		refused(t, err, `model "bot" on dataset "d" (2 records)`, "renamed", "-o", "--restart")
+		unchanged(t, out, before)
+		// Told to: --restart discards them.
+		res, err := Run(context.Background(), Options{File: write(t, dir, "b.yaml", "bot2", ""), Output: out, Restart: true})
+		if err != nil || res.Summaries[0].Model != "bot2" || res.Summaries[0].Completed != 2 {
+			t.Fatalf("--restart: %v %+v", err, res)
+		}
+	})
+	t.Run("model added", func(t *testing.T) {
+		dir, out, _ := first(t)
+		res, err := Run(context.Background(), Options{File: write(t, dir, "b.yaml", "bot bot2", ""), Output: out})
+		if err != nil || len(res.Summaries) != 2 || res.Summaries[0].Completed != 2 || res.Summaries[1].Completed != 2 {
+			t.Fatalf("Run: %v %+v", err, res)
+		}
+	})
+	t.Run("results no checkpoint accounts for", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "out")
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		before := []byte(`{"id":"x","model":"other-tool"}` + "\n")
+		if err := os.WriteFile(filepath.Join(out, results.ResultsFile), before, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Run(context.Background(), Options{File: write(t, t.TempDir(), "a.yaml", "bot", ""), Output: out})
+		refused(t, err, "results.jsonl that no checkpoint of it accounts for", "--restart")
+		unchanged(t, out, before)
+	})
+	t.Run("the data is the output", func(t *testing.T) {
+		dir, out, before := first(t)
+		if err := os.WriteFile(filepath.Join(out, results.ResultsFile), []byte(`{"id":"s1","input":"a","expected":"a"}`+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		before, _ = os.ReadFile(filepath.Join(out, results.ResultsFile))
+		_, err := Run(context.Background(), Options{File: write(t, dir, "b.yaml", "bot", "file: out/results.jsonl"), Output: out, Restart: true})
+		refused(t, err, "spec.datasets[0] (d) reads "+filepath.Join(out, results.ResultsFile)+", the output directory's results.jsonl")
+		unchanged(t, out, before)
+	})
+	t.Run("restart that cannot complete discards nothing", func(t *testing.T) {
+		dir, out, _ := first(t)
+		if err := os.Remove(filepath.Join(out, results.SummaryFile)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(out, results.SummaryFile, "x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Run(context.Background(), Options{File: write(t, dir, "a.yaml", "bot", ""), Output: out, Restart: true})
+		refused(t, err, "--restart", "summary.json is a directory", "nothing was discarded")
+		if _, err := os.Stat(filepath.Join(out, results.CheckpointDir, "bot.d.jsonl")); err != nil {
+			t.Errorf("the checkpoint: %v", err)
+		}
+	})
+}

@@ -1,13 +1,18 @@
 package results
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/proctor-dev/proctor/runner/spend"
 )
@@ -76,9 +81,34 @@ func (d *Dir) Unlock() error {
 	return err
 }
 
-// Reset discards everything an earlier run left: journals and results. It
-// destroys paid work: call it only after every check that can refuse the run.
+// CanReset reports why Reset could not discard the directory's results, before
+// anything is discarded: --restart checks first, then acts.
+func (d *Dir) CanReset() error {
+	cp := filepath.Join(d.root, CheckpointDir)
+	for _, dir := range []string{d.root, cp} {
+		// Removing a file needs write and search permission on its directory.
+		if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
+			return fmt.Errorf("cannot remove files from %s: %w", dir, err)
+		}
+	}
+	for _, f := range []string{filepath.Join(d.root, ResultsFile), filepath.Join(d.root, SummaryFile)} {
+		if st, err := os.Lstat(f); err == nil && st.IsDir() {
+			return fmt.Errorf("%s is a directory, not results proctor wrote", f)
+		}
+	}
+	return nil
+}
+
+// Reset discards everything an earlier run left: results and journals. It
+// destroys paid work: call it only after every check that can refuse the run,
+// CanReset included. What is assembled from the journals goes first, so a
+// failure part way leaves the journals, from which the next run resumes.
 func (d *Dir) Reset() error {
+	for _, f := range []string{ResultsFile, SummaryFile} {
+		if err := os.Remove(filepath.Join(d.root, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
 	entries, err := os.ReadDir(filepath.Join(d.root, CheckpointDir))
 	if err != nil {
 		return err
@@ -90,12 +120,102 @@ func (d *Dir) Reset() error {
 			}
 		}
 	}
-	for _, f := range []string{ResultsFile, SummaryFile} {
-		if err := os.Remove(filepath.Join(d.root, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	return nil
+}
+
+// ReplaceError says an output directory holds results a run would replace
+// without having been told to.
+type ReplaceError struct{ Msg string }
+
+func (e *ReplaceError) Error() string { return e.Msg }
+
+// Check refuses a directory whose results the run of pairs would replace:
+// records of a model or dataset the run no longer has (renamed, removed, or
+// another Evaluation's), which results.jsonl would silently drop, and a
+// results.jsonl or summary.json no checkpoint accounts for (written by hand
+// or by another tool). Call it before Open; --restart skips it, as it discards
+// the directory's results anyway.
+func (d *Dir) Check(pairs []Pair) error {
+	want := map[pairKey]bool{}
+	for _, p := range pairs {
+		want[pairKey{p.Model, p.Dataset}] = true
+	}
+	entries, err := os.ReadDir(filepath.Join(d.root, CheckpointDir))
+	if err != nil {
+		return err
+	}
+	var others []string
+	journals := 0
+	for _, e := range entries {
+		if e.IsDir() || filepath.Ext(e.Name()) != ".jsonl" || filepath.Join(d.root, CheckpointDir, e.Name()) == d.batchFile() {
+			continue
+		}
+		h, records, err := readHeader(filepath.Join(d.root, CheckpointDir, e.Name()))
+		if err != nil {
 			return err
+		}
+		if h == nil {
+			continue // empty: a run killed before its first line; nothing to lose
+		}
+		journals++
+		if !want[pairKey{h.Model, h.Dataset}] && records > 0 {
+			others = append(others, fmt.Sprintf("model %q on dataset %q (%d records)", h.Model, h.Dataset, records))
+		}
+	}
+	if len(others) > 0 {
+		return &ReplaceError{fmt.Sprintf("%s holds results of %s, which this Evaluation does not have (renamed, removed, or another Evaluation's): "+
+			"its results.jsonl and summary.json would lose them", d.root, strings.Join(others, ", "))}
+	}
+	if journals == 0 {
+		for _, f := range []string{ResultsFile, SummaryFile} {
+			if _, err := os.Stat(filepath.Join(d.root, f)); err == nil {
+				return &ReplaceError{fmt.Sprintf("%s already has a %s that no checkpoint of it accounts for (not written by proctor run, or its checkpoint was removed), which the run would replace",
+					d.root, f)}
+			}
 		}
 	}
 	return nil
+}
+
+// readHeader reads a journal's header and counts its records (lines after
+// the header); a nil header means an empty file.
+func readHeader(path string) (*header, int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 64<<10)
+	first, err := r.ReadBytes('\n')
+	if len(first) == 0 && errors.Is(err, io.EOF) {
+		return nil, 0, nil
+	}
+	var h header
+	if json.Unmarshal(first, &h) != nil || h.Checkpoint != journalVersion {
+		return nil, 0, fmt.Errorf("%s is not a Proctor checkpoint: %w", path, ErrMismatch)
+	}
+	records := 0
+	for {
+		line, err := r.ReadSlice('\n')
+		if len(line) > 0 && line[len(line)-1] == '\n' {
+			records++
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A long record: skip to its end, counted once.
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = r.ReadSlice('\n')
+			}
+			if err == nil {
+				records++
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return &h, records, nil
+			}
+			return nil, 0, fmt.Errorf("%s: %w", path, err)
+		}
+	}
 }
 
 // Root is the directory's path.
@@ -241,7 +361,8 @@ func (d *Dir) Assemble(pairs []Pair) ([]Summary, error) {
 		}
 		summaries = append(summaries, agg.Summary())
 	}
-	if err := out.Close(); err != nil {
+	// As readable as the checkpoint it is made from (CreateTemp makes 0600).
+	if err := errors.Join(out.Chmod(0o644), out.Close()); err != nil {
 		return nil, err
 	}
 	if err := os.Rename(out.Name(), filepath.Join(d.root, ResultsFile)); err != nil {
@@ -271,7 +392,7 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	defer os.Remove(f.Name())
 	_, werr := f.Write(data)
-	if err := errors.Join(werr, f.Close()); err != nil {
+	if err := errors.Join(werr, f.Chmod(0o644), f.Close()); err != nil {
 		return err
 	}
 	return os.Rename(f.Name(), path)
