@@ -214,6 +214,10 @@ func printVerdict(w io.Writer, v *compare.Verdict) {
 		fmt.Fprintln(w, "Gate: passed")
 		return
 	}
+	if v.Incomplete != "" {
+		fmt.Fprintf(w, "Gate: no verdict: the run is incomplete (%s)\n", v.Incomplete)
+		return
+	}
 	fmt.Fprintf(w, "Gate: FAILED (%d rule violation(s)):\n", len(v.Violations))
 	for _, line := range v.Violations {
 		fmt.Fprintf(w, "  - %s\n", terminalSafe(line))

@@ -145,6 +145,8 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 		// Nothing was evaluated: a server down, a wrong model name, a bad key.
 		// Scores of 0 from that must not pass for a finished run.
 		return &exitError{code: exitFailed, err: fmt.Errorf("all %d samples failed; the most common errors are above", done)}
+	case res.Gate != nil && res.Gate.Incomplete != "":
+		return &exitError{code: exitRegression, err: fmt.Errorf("the run is incomplete (%s): no gate verdict", res.Gate.Incomplete)}
 	case res.Gate != nil && !res.Gate.Passed:
 		return &exitError{code: exitRegression, err: fmt.Errorf("the run missed its gate: %d rule violation(s), listed above", len(res.Gate.Violations))}
 	}

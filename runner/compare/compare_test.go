@@ -152,6 +152,9 @@ func TestGate(t *testing.T) {
 		{"drop within maxDrop", v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", MaxDrop: num("0.1")}}}, summary(0.5, 100), report(regressed), nil},
 		{"drop not significant at 0.01", v1alpha1.Gate{Significance: num("0.01"), Rules: []v1alpha1.GateRule{{Metric: "exact_match", MaxDrop: num("0")}}}, summary(0.5, 100), report(regressed), nil},
 		{"noise", v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", MaxDrop: num("0")}}}, summary(0.59, 100), report(noisy), nil},
+		{"incomplete: no verdict", v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", Min: num("0.5")}}},
+			[]results.Summary{{Model: "m", Dataset: "d", Total: 40, Completed: 16, Metrics: map[string]float64{"exact_match": 1}}}, nil,
+			[]string{"the run is incomplete (16 of 40 samples finished): an incomplete run passes no gate"}},
 		{"no comparison", v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", MaxDrop: num("0")}}}, summary(0.59, 100), nil,
 			[]string{"has no sample paired with the baseline"}},
 	}

@@ -12,6 +12,10 @@ import (
 type Verdict struct {
 	Passed     bool     `json:"passed"`
 	Violations []string `json:"violations,omitempty"`
+	// Incomplete, when set, says why there is no verdict: the run did not
+	// finish every sample (interrupted, out of budget), and a gate judges
+	// whole runs only.
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 // MaxViolations bounds the violations a verdict lists, and MaxViolationBytes
@@ -26,10 +30,22 @@ const (
 // on the summaries (errored samples scoring 0), maxDrop on the comparison with
 // the baseline (rep; nil when there is none). A rule that cannot be checked
 // (nothing finished, nothing paired with the baseline) fails: a gate that
-// cannot see a result does not pass it.
+// cannot see a result does not pass it, and a run that did not finish every
+// sample has no verdict (Incomplete), which does not pass either.
 func Check(g *v1alpha1.Gate, summaries []results.Summary, rep *Report) Verdict {
 	v := Verdict{Passed: true}
 	if g == nil {
+		return v
+	}
+	var done, total int64
+	for _, s := range summaries {
+		done += s.Completed
+		total += s.Total
+	}
+	if done < total {
+		v.Passed = false
+		v.Incomplete = fmt.Sprintf("%d of %d samples finished", done, total)
+		v.Violations = []string{fmt.Sprintf("the run is incomplete (%s): an incomplete run passes no gate", v.Incomplete)}
 		return v
 	}
 	alpha := g.SignificanceLevel()

@@ -121,6 +121,29 @@ func TestBudgetStopsAndResumes(t *testing.T) {
 	}
 }
 
+// TestIncompleteRunHasNoVerdict: a gated run its budget stopped part way
+// passes no gate, however well its finished samples scored: no "Gate: passed"
+// and summary.json's gate says it is incomplete.
+func TestIncompleteRunHasNoVerdict(t *testing.T) {
+	t.Parallel()
+	const n = 40
+	srv := newFake(t, fakellm.Config{})
+	w := newWorkspace(t)
+	w.write("qs.jsonl", arithmeticJSONL("q", n))
+	// About a quarter of the run's cost (every answer is right).
+	budget := float64(n/4) * (20*budgetInputPrice + 4*budgetOutputPrice) / 1e6
+	w.writeEval("gated", pricedEval(srv.OpenAIURL(), 1, budgetMaxTokens, budgetInputPrice, budgetOutputPrice, "",
+		fmt.Sprintf("  budget: {maxCost: %.6f}\n  gate:\n    rules: [{metric: exact_match, min: \"0.5\"}]\n", budget)))
+	r := w.run()
+	if r.Code != 4 || strings.Contains(r.Stdout, "Gate: passed") || !strings.Contains(r.Stdout, "Gate: no verdict: the run is incomplete (") {
+		t.Fatalf("want exit 4 and no verdict:\n%s", r)
+	}
+	g := readSummary(t, w.out).Gate
+	if g == nil || g.Passed || !strings.HasSuffix(g.Incomplete, fmt.Sprintf(" of %d samples finished", n)) {
+		t.Fatalf("summary.json gate %+v, want not passed, incomplete", g)
+	}
+}
+
 // TestUnpricedCostIsUnknown: a model without pricing shows its cost as
 // unknown in the records (no cost), summary.json (null) and the table.
 func TestUnpricedCostIsUnknown(t *testing.T) {

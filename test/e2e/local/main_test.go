@@ -399,6 +399,7 @@ type summary struct {
 	Gate *struct {
 		Passed     bool     `json:"passed"`
 		Violations []string `json:"violations"`
+		Incomplete string   `json:"incomplete"`
 	} `json:"gate"`
 }
 
