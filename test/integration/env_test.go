@@ -9,12 +9,14 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 )
@@ -37,6 +39,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	// Every manager gets its test's logger (logFor); controller-runtime's
+	// global one is only consulted, and complained about when unset, before.
+	ctrllog.SetLogger(logr.Discard())
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		fmt.Fprintln(os.Stderr, "integration: cannot find the test's source file")
