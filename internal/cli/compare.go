@@ -60,14 +60,18 @@ ConfigMap (configmap/NAME).`,
 			}
 			rep, err := compareResults(base, cand, baselineModel)
 			if err != nil {
-				return &exitError{code: exitFailed, err: err}
+				return err
 			}
 			if output == "json" {
 				b, _ := json.MarshalIndent(rep, "", "  ")
 				fmt.Fprintln(s.out, string(b))
-				return nil
+			} else {
+				printComparison(s.out, rep)
 			}
-			printComparison(s.out, rep)
+			if pairedTotal(rep) == 0 {
+				// A comparison of nothing must not pass for one in a script.
+				return &exitError{code: exitFailed, err: fmt.Errorf("no sample of %s pairs with one of %s (by model, dataset and id)", cand.label, base.label)}
+			}
 			return nil
 		},
 	}
@@ -87,7 +91,8 @@ type resultsSource struct {
 // openResults opens a results directory, or an Evaluation's or a ConfigMap's
 // results in the cluster.
 func openResults(ctx context.Context, arg, namespace string, warn io.Writer) (*resultsSource, error) {
-	if _, err := os.Stat(arg); err == nil {
+	_, statErr := os.Stat(arg)
+	if statErr == nil {
 		src := &resultsSource{label: arg, records: func(fn func(*results.Record)) error { return compare.ReadDir(arg, fn) }}
 		if sum, err := compare.ReadSummary(arg); err == nil {
 			src.summaries = sum.Results
@@ -104,11 +109,12 @@ func openResults(ctx context.Context, arg, namespace string, warn io.Writer) (*r
 	case strings.EqualFold(kind, "configmap") || strings.EqualFold(kind, "cm"):
 		b.ConfigMap = name
 	default:
-		return nil, invalid(fmt.Errorf("%s: not a results directory, nor NAME, evaluation/NAME or configmap/NAME", arg))
+		return nil, invalid(fmt.Errorf("%s: not a results directory (%w), nor NAME, evaluation/NAME or configmap/NAME", arg, statErr))
 	}
 	c, ns, err := clusterClient(namespace)
 	if err != nil {
-		return nil, err
+		// A mistyped directory must not read as a kubeconfig problem.
+		return nil, invalid(fmt.Errorf("%s: no such results directory, and no cluster to look for it in as an Evaluation or ConfigMap: %w", arg, err))
 	}
 	res, missing, err := cluster.FindResults(ctx, c, ns, &b)
 	switch {
@@ -170,17 +176,25 @@ func compareResults(base, cand *resultsSource, baselineModel string) (*compare.R
 				metrics[m] = true
 			}
 		}); err != nil {
-			return nil, fmt.Errorf("%s: %w", cand.label, err)
+			return nil, &exitError{code: exitFailed, err: fmt.Errorf("%s: %w", cand.label, err)}
 		}
+	}
+	if len(pairs) == 0 {
+		return nil, &exitError{code: exitFailed, err: fmt.Errorf("%s has no results to compare", cand.label)}
 	}
 	names := slices.Sorted(maps.Keys(metrics))
 	b := compare.NewBaseline(base.label, names)
 	if err := base.records(b.Add); err != nil {
-		return nil, fmt.Errorf("%s: %w", base.label, err)
+		return nil, &exitError{code: exitFailed, err: fmt.Errorf("%s: %w", base.label, err)}
+	}
+	if models := b.Models(); len(models) == 0 {
+		return nil, &exitError{code: exitFailed, err: fmt.Errorf("%s has no results to compare with", base.label)}
+	} else if baselineModel != "" && !slices.Contains(models, baselineModel) {
+		return nil, invalid(fmt.Errorf("--baseline-model: %s has no model %q (its models: %s)", base.label, baselineModel, strings.Join(models, ", ")))
 	}
 	c := compare.New(b, baselineModel, names, pairs)
 	if err := cand.records(c.Add); err != nil {
-		return nil, fmt.Errorf("%s: %w", cand.label, err)
+		return nil, &exitError{code: exitFailed, err: fmt.Errorf("%s: %w", cand.label, err)}
 	}
 	rep := c.Report()
 	return &rep, nil
@@ -206,6 +220,19 @@ func printComparison(w io.Writer, rep *compare.Report) {
 		}
 	}
 	tw.Flush()
+	for _, r := range rep.Results {
+		for _, n := range r.Notes() {
+			fmt.Fprintf(w, "Note: %s\n", terminalSafe(n))
+		}
+	}
+}
+
+// pairedTotal is how many samples paired with the baseline, over all results.
+func pairedTotal(rep *compare.Report) (n int64) {
+	for _, r := range rep.Results {
+		n += r.Paired
+	}
+	return n
 }
 
 // printVerdict says whether the run met its gate, and which rules it missed.

@@ -86,3 +86,75 @@ func TestCompareCommand(t *testing.T) {
 		t.Errorf("compare with pod/x: %v, want an invalid-input error", err)
 	}
 }
+
+// writeIDs writes a results directory of model m on dataset d with the given
+// sample ids, every one passing.
+func writeIDs(t *testing.T, model string, ids []string) string {
+	t.Helper()
+	dir := t.TempDir()
+	var lines []string
+	for _, id := range ids {
+		lines = append(lines, fmt.Sprintf(`{"id":%q,"model":%q,"dataset":"d","output":"","scores":{"exact_match":1},"error":"","attempts":1}`, id, model))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.jsonl"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func ids(format string, from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, fmt.Sprintf(format, i))
+	}
+	return out
+}
+
+// TestCompareSaysWhatItCouldNotCompare: a comparison of nothing exits
+// non-zero (nothing paired, an empty candidate, an unknown baseline model, a
+// mistyped directory), and one of few pairs, or of pairs by position, says so.
+func TestCompareSaysWhatItCouldNotCompare(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
+	base := writeIDs(t, "gpt", ids("q%d", 0, 100))
+	cases := []struct {
+		name     string
+		args     []string
+		code     int // 0: success
+		want     string
+		wantNote string
+	}{
+		{name: "nothing pairs", args: []string{base, writeIDs(t, "other", ids("q%d", 0, 100))}, code: exitFailed,
+			want: "pairs with one of", wantNote: "model other on dataset d: no sample pairs with the baseline (100 here, 0 there)"},
+		{name: "empty candidate", args: []string{base, writeIDs(t, "gpt", nil)}, code: exitFailed, want: "has no results to compare"},
+		{name: "empty baseline", args: []string{writeIDs(t, "gpt", nil), base}, code: exitFailed, want: "has no results to compare with"},
+		{name: "unknown baseline model", args: []string{base, base, "--baseline-model", "gtp"}, code: exitInvalid,
+			want: `has no model "gtp" (its models: gpt)`},
+		{name: "mistyped directory", args: []string{base, filepath.Join(base, "nope")}, code: exitInvalid, want: "not a results directory"},
+		{name: "mistyped name", args: []string{base, "nightlyy"}, code: exitInvalid,
+			want: "nightlyy: no such results directory, and no cluster to look for it in"},
+		{name: "few pair", args: []string{base, writeIDs(t, "gpt", ids("q%d", 70, 170))},
+			wantNote: "model gpt on dataset d: only 30 of 100 samples pair with the baseline (100 here, 100 there): their ids differ"},
+		{name: "by position", args: []string{writeIDs(t, "gpt", ids("%d", 1, 41)), writeIDs(t, "gpt", ids("%d", 1, 41))},
+			wantNote: "model gpt on dataset d: paired by position"},
+		{name: "content ids", args: []string{writeIDs(t, "gpt", ids("sha256:%016x", 1, 41)), writeIDs(t, "gpt", ids("sha256:%016x", 1, 41))}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			root := newRootCommand(streams{out: &out, errOut: &errOut})
+			root.SetArgs(append([]string{"compare"}, c.args...))
+			err := root.Execute()
+			var ee *exitError
+			switch {
+			case c.code == 0 && err != nil:
+				t.Fatalf("compare: %v", err)
+			case c.code != 0 && (!errors.As(err, &ee) || ee.code != c.code || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("compare: %v; want exit %d saying %q", err, c.code, c.want)
+			}
+			notes := strings.Count(out.String(), "Note: ")
+			if c.wantNote != "" && !strings.Contains(out.String(), "Note: "+c.wantNote) || c.wantNote == "" && notes > 0 {
+				t.Errorf("output:\n%s\nwant the note %q", out.String(), c.wantNote)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"math"
 	"slices"
+	"strconv"
 
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/stats"
@@ -95,6 +96,46 @@ type Result struct {
 	Unmatched         int64    `json:"unmatched"`
 	BaselineUnmatched int64    `json:"baselineUnmatched"`
 	Metrics           []Metric `json:"metrics"`
+	// ByPosition says both sides' ids are the samples' positions (1..n), as
+	// records without ids had before ids were hashes of their content: a line
+	// added or removed pairs one question with another.
+	ByPosition bool `json:"byPosition,omitempty"`
+}
+
+// Notes says what a reader of the result must know to trust it: nothing
+// paired, few paired, or pairing by position.
+func (r *Result) Notes() []string {
+	where := fmt.Sprintf("model %s on dataset %s", r.Model, r.Dataset)
+	if r.BaselineModel != r.Model {
+		where = fmt.Sprintf("model %s (against the baseline's %s) on dataset %s", r.Model, r.BaselineModel, r.Dataset)
+	}
+	var notes []string
+	here, there := r.Paired+r.Unmatched, r.Paired+r.BaselineUnmatched
+	switch {
+	case r.Paired == 0:
+		notes = append(notes, fmt.Sprintf("%s: no sample pairs with the baseline (%d here, %d there): their ids differ", where, here, there))
+	case 2*r.Paired < max(here, there):
+		notes = append(notes, fmt.Sprintf("%s: only %d of %d samples pair with the baseline (%d here, %d there): their ids differ", where, r.Paired, max(here, there), here, there))
+	}
+	if r.ByPosition {
+		notes = append(notes, fmt.Sprintf("%s: paired by position: both sides' ids are the samples' line numbers, so a line added or removed "+
+			"pairs one question with another (records without ids are now identified by their content: run the baseline again to pair by it)", where))
+	}
+	return notes
+}
+
+// positional reports whether ids are exactly 1..len(ids), more than one.
+func positional[V any](ids map[string]V) bool {
+	if len(ids) < 2 {
+		return false
+	}
+	for id := range ids {
+		n, err := strconv.Atoi(id)
+		if err != nil || n < 1 || n > len(ids) || strconv.Itoa(n) != id {
+			return false
+		}
+	}
+	return true
 }
 
 // Metric is a metric's paired difference from the baseline.
@@ -190,7 +231,8 @@ func (c *Comparer) Report() Report {
 	for _, k := range c.order {
 		p := c.pairs[k]
 		bk := c.baseKey(k)
-		res := Result{Model: k.model, BaselineModel: bk.model, Dataset: k.dataset, Unmatched: p.unmatched}
+		res := Result{Model: k.model, BaselineModel: bk.model, Dataset: k.dataset, Unmatched: p.unmatched,
+			ByPosition: positional(p.seen) && positional(c.base.scores[bk])}
 		for id := range c.base.scores[bk] {
 			if !p.seen[id] {
 				res.BaselineUnmatched++

@@ -21,8 +21,11 @@ type DuplicateIDError struct {
 }
 
 func (e *DuplicateIDError) Error() string {
-	return fmt.Sprintf("%s %d: id %q is already the id of %s %d; ids must be unique (a record without an id is numbered by its position)",
-		e.Unit, e.Second, e.ID, e.Unit, e.First)
+	if strings.HasPrefix(e.ID, ContentIDPrefix) {
+		return fmt.Sprintf("%s %d: the same record as %s %d; a record without an id is identified by its content, so two equal ones "+
+			"cannot be told apart: remove the repeat, or give the records ids", e.Unit, e.Second, e.Unit, e.First)
+	}
+	return fmt.Sprintf("%s %d: id %q is already the id of %s %d; ids must be unique", e.Unit, e.Second, e.ID, e.Unit, e.First)
 }
 
 // unitOf is the unit a Reader counts Sample.Line in.

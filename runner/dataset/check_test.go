@@ -55,11 +55,17 @@ func TestCheckIDs(t *testing.T) {
 			want:    &DuplicateIDError{ID: "y", Unit: "line", First: 3, Second: 4},
 		},
 		{
-			name:   "a record without an id is numbered by its position",
+			name:   "a record without an id is not numbered by its position",
 			format: FormatJSONL,
 			data:   `{"id":"2"}` + "\n" + `{"input":"x"}` + "\n",
 			n:      10,
-			want:   &DuplicateIDError{ID: "2", Unit: "line", First: 1, Second: 2},
+		},
+		{
+			name:   "two equal records without ids",
+			format: FormatJSONL,
+			data:   `{"input":"x"}` + "\n" + `{"input":"y"}` + "\n" + `{"input":"x","id":""}` + "\n",
+			n:      10,
+			want:   &DuplicateIDError{ID: cid(`{"input":"x"}`), Unit: "line", First: 1, Second: 3},
 		},
 		{
 			name:   "json array elements",
@@ -104,7 +110,12 @@ func TestCheckIDs(t *testing.T) {
 
 func TestDuplicateIDErrorText(t *testing.T) {
 	err := &DuplicateIDError{ID: "q1", Unit: "line", First: 2, Second: 4}
-	want := `line 4: id "q1" is already the id of line 2; ids must be unique (a record without an id is numbered by its position)`
+	want := `line 4: id "q1" is already the id of line 2; ids must be unique`
+	if diff := cmp.Diff(want, err.Error()); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	err = &DuplicateIDError{ID: cid(`{}`), Unit: "element", First: 1, Second: 3}
+	want = `element 3: the same record as element 1; a record without an id is identified by its content, so two equal ones cannot be told apart: remove the repeat, or give the records ids`
 	if diff := cmp.Diff(want, err.Error()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}

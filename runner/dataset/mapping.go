@@ -2,10 +2,12 @@ package dataset
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"maps"
 	"strings"
 
 	"github.com/proctor-dev/proctor/runner/provider"
@@ -35,7 +37,7 @@ func (m *Mapping) sample(rec map[string]any, index, line int, unit string) Sampl
 	s := Sample{
 		Index:  index,
 		Line:   line,
-		ID:     idText(rec[m.ID], index+1),
+		ID:     idText(rec[m.ID], rec, m.ID),
 		Fields: rec,
 		Input:  inputText(rec[m.Input]),
 	}
@@ -51,15 +53,17 @@ func (m *Mapping) sample(rec map[string]any, index, line int, unit string) Sampl
 	return s
 }
 
-// idText is a record's id: strings as they are, numbers as written, the
-// 1-based position when there is none, and compact JSON for anything else.
-func idText(v any, pos int) string {
+// idText is a record's id: strings as they are, numbers as written, compact
+// JSON for anything else, and for a record without one a hash of its content
+// (contentID), which stays the sample's identity when lines are added, removed
+// or moved (a position would pair one question with another in a comparison).
+func idText(v any, rec map[string]any, idField string) string {
 	switch v := v.(type) {
 	case nil:
-		return strconv.Itoa(pos)
+		return contentID(rec, idField)
 	case string:
 		if v == "" {
-			return strconv.Itoa(pos)
+			return contentID(rec, idField)
 		}
 		return v
 	case json.Number:
@@ -67,6 +71,22 @@ func idText(v any, pos int) string {
 	default:
 		return string(compactJSON(v))
 	}
+}
+
+// ContentIDPrefix starts the id of a record that has none.
+const ContentIDPrefix = "sha256:"
+
+// contentID identifies a record by its content: the first 64 bits of the
+// SHA-256 of its canonical JSON (keys sorted), enough that a million samples
+// collide with a chance of one in thirty million. An empty id field is not
+// content.
+func contentID(rec map[string]any, idField string) string {
+	if _, ok := rec[idField]; ok {
+		rec = maps.Clone(rec)
+		delete(rec, idField)
+	}
+	sum := sha256.Sum256(compactJSON(rec))
+	return ContentIDPrefix + hex.EncodeToString(sum[:8])
 }
 
 // inputText is a record's input: strings as they are, absent or null as "",

@@ -1,6 +1,8 @@
 package dataset
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -19,6 +21,14 @@ var errText = cmp.Comparer(func(a, b error) bool {
 })
 
 func num(s string) json.Number { return json.Number(s) }
+
+// cid is the id of a record without one: the SHA-256 of its canonical JSON,
+// given here as written by hand (keys sorted, no HTML escaping, the id field
+// left out), so that the canonical form is checked too.
+func cid(canonical string) string {
+	sum := sha256.Sum256([]byte(canonical))
+	return "sha256:" + hex.EncodeToString(sum[:8])
+}
 
 // readAll drains r. fatal is the error that stopped it, nil at io.EOF.
 func readAll(t *testing.T, r Reader) (samples []Sample, fatal error) {
@@ -121,9 +131,9 @@ func TestJSONL(t *testing.T) {
 			want: []Sample{
 				{Index: 0, Line: 1, ID: "12345678901234567890", Fields: map[string]any{"id": num("12345678901234567890")}},
 				{Index: 1, Line: 2, ID: "1.50", Fields: map[string]any{"id": num("1.50")}},
-				{Index: 2, Line: 3, ID: "3", Fields: map[string]any{}},
-				{Index: 3, Line: 4, ID: "4", Fields: map[string]any{"id": nil}},
-				{Index: 4, Line: 5, ID: "5", Fields: map[string]any{"id": ""}},
+				{Index: 2, Line: 3, ID: cid(`{}`), Fields: map[string]any{}},
+				{Index: 3, Line: 4, ID: cid(`{}`), Fields: map[string]any{"id": nil}},
+				{Index: 4, Line: 5, ID: cid(`{}`), Fields: map[string]any{"id": ""}},
 				{Index: 5, Line: 6, ID: `{"a":"<&>","b":1}`, Fields: map[string]any{"id": map[string]any{"b": num("1"), "a": "<&>"}}},
 				{Index: 6, Line: 7, ID: "true", Fields: map[string]any{"id": true}},
 			},
@@ -132,10 +142,10 @@ func TestJSONL(t *testing.T) {
 			name: "input and expected shapes",
 			data: `{"input":{"q":"<b>"},"expected":null}` + "\n" + `{"input":42}` + "\n" + `{"input":null,"expected":false}`,
 			want: []Sample{
-				{Index: 0, Line: 1, ID: "1", Input: `{"q":"<b>"}`, Expected: nil, HasExpected: true,
+				{Index: 0, Line: 1, ID: cid(`{"expected":null,"input":{"q":"<b>"}}`), Input: `{"q":"<b>"}`, Expected: nil, HasExpected: true,
 					Fields: map[string]any{"input": map[string]any{"q": "<b>"}, "expected": nil}},
-				{Index: 1, Line: 2, ID: "2", Input: "42", Fields: map[string]any{"input": num("42")}},
-				{Index: 2, Line: 3, ID: "3", Input: "", Expected: false, HasExpected: true,
+				{Index: 1, Line: 2, ID: cid(`{"input":42}`), Input: "42", Fields: map[string]any{"input": num("42")}},
+				{Index: 2, Line: 3, ID: cid(`{"expected":false,"input":null}`), Input: "", Expected: false, HasExpected: true,
 					Fields: map[string]any{"input": nil, "expected": false}},
 			},
 		},
@@ -253,7 +263,7 @@ func TestJSON(t *testing.T) {
 			want: []Sample{
 				{Index: 0, Line: 1, ID: "1", Input: `a ] } [ {"`, Fields: map[string]any{"id": num("1"), "input": `a ] } [ {"`}},
 				{Index: 1, Line: 2, ID: "2", Err: recErr("element", 2, "", "not a JSON object")},
-				{Index: 2, Line: 3, ID: "3", HasExpected: true, Fields: map[string]any{"expected": nil}},
+				{Index: 2, Line: 3, ID: cid(`{"expected":null}`), HasExpected: true, Fields: map[string]any{"expected": nil}},
 			},
 		},
 		{
@@ -344,7 +354,7 @@ func TestCSV(t *testing.T) {
 			want: []Sample{
 				{Index: 0, Line: 2, ID: "1", Input: "hello, world", Expected: "x", HasExpected: true,
 					Fields: map[string]any{"id": "1", "input": "hello, world", "expected": "x"}},
-				{Index: 1, Line: 3, ID: "2", Input: "b", Expected: "", HasExpected: true,
+				{Index: 1, Line: 3, ID: cid(`{"expected":"","input":"b"}`), Input: "b", Expected: "", HasExpected: true,
 					Fields: map[string]any{"id": "", "input": "b", "expected": ""}},
 			},
 		},
@@ -353,9 +363,9 @@ func TestCSV(t *testing.T) {
 			data:    "q,a\n\"line one\nline two\",\"x\"\"y\"\n\nthird,z\n",
 			mapping: Mapping{Input: "q", Expected: "a"},
 			want: []Sample{
-				{Index: 0, Line: 2, ID: "1", Input: "line one\nline two", Expected: `x"y`, HasExpected: true,
+				{Index: 0, Line: 2, ID: cid(`{"a":"x\"y","q":"line one\nline two"}`), Input: "line one\nline two", Expected: `x"y`, HasExpected: true,
 					Fields: map[string]any{"q": "line one\nline two", "a": `x"y`}},
-				{Index: 1, Line: 5, ID: "2", Input: "third", Expected: "z", HasExpected: true,
+				{Index: 1, Line: 5, ID: cid(`{"a":"z","q":"third"}`), Input: "third", Expected: "z", HasExpected: true,
 					Fields: map[string]any{"q": "third", "a": "z"}},
 			},
 		},
@@ -476,9 +486,9 @@ func TestInline(t *testing.T) {
 			Messages: messages(msg("user", "hi"))},
 		{Index: 1, Line: 2, ID: "2", Err: recErr("item", 2, "", "not a JSON object")},
 		{Index: 2, Line: 3, ID: "3", Err: recErr("item", 3, "", "invalid JSON: unexpected end of JSON input")},
-		{Index: 3, Line: 4, ID: "4", Fields: map[string]any{"messages": []any{map[string]any{"role": "bot"}}},
+		{Index: 3, Line: 4, ID: cid(`{"messages":[{"role":"bot"}]}`), Fields: map[string]any{"messages": []any{map[string]any{"role": "bot"}}},
 			Err: recErr("item", 4, "messages", `message 1: unknown role "bot"`)},
-		{Index: 4, Line: 5, ID: "5", Input: "last", Fields: map[string]any{"q": "last"}},
+		{Index: 4, Line: 5, ID: cid(`{"q":"last"}`), Input: "last", Fields: map[string]any{"q": "last"}},
 	}
 	if diff := cmp.Diff(want, got, errText); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
