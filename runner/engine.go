@@ -507,6 +507,12 @@ type slotRange struct{ first, total int }
 // samples in flight leave no record, the other models go on, and the error is
 // returned.
 func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *modelRun, tasks []Task, sink Sink, slots slotRange) error {
+	// What the model's end leaves running: the calls the provider accepted,
+	// and the scoring of their answers (the judges' waits end with Stop).
+	runWaits, stopRunWaits := context.WithCancel(ctx)
+	defer stopRunWaits()
+	defer context.AfterFunc(e.stopCtx, stopRunWaits)()
+	ctx = context.WithValue(ctx, runKey{}, runScope{run: ctx, waits: runWaits})
 	ctx, throttledOut := context.WithCancelCause(ctx)
 	defer throttledOut(nil)
 	// The waits before a request is sent end with Stop too: one context for the
@@ -728,6 +734,13 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 			req.Env = append(req.Env, sess.env...)
 		}
 		res := e.call(ctx, m, req)
+		if res.err == nil && ctx.Err() != nil {
+			// The model ended while its call was answered: the answer is
+			// paid for, so it is scored and recorded.
+			live, done := accepted(ctx)
+			defer done()
+			ctx = live
+		}
 		if ctx.Err() == nil {
 			// Whatever the outcome; a failure only takes the slot out of use.
 			_ = e.runHook(ctx, e.plan.afterSample(), hc, sl)
@@ -1081,6 +1094,27 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 	}
 }
 
+// runKey holds, in a model's context, its runScope.
+type runKey struct{}
+
+// runScope is what a model's end does not cancel: run ends with the run
+// (the second interrupt, a failure), waits with Stop as well.
+type runScope struct{ run, waits context.Context }
+
+// accepted returns a context with ctx's values for a call the provider may
+// have accepted and for what follows it, its scoring: the model's end (its
+// quota did not recover, its budget ran out) leaves it running, so that an
+// answer already being paid for is recorded; the run's end stops it.
+func accepted(ctx context.Context) (context.Context, context.CancelFunc) {
+	scope, ok := ctx.Value(runKey{}).(runScope)
+	if !ok {
+		return ctx, func() {}
+	}
+	c, cancel := context.WithCancelCause(context.WithValue(context.WithoutCancel(ctx), waitsKey{}, scope.waits))
+	stop := context.AfterFunc(scope.run, func() { cancel(context.Cause(scope.run)) })
+	return c, func() { stop(); cancel(nil) }
+}
+
 // waitsKey holds, in a model's context, the context of its waits: the
 // model's, also ended by Stop.
 type waitsKey struct{}
@@ -1170,7 +1204,9 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 			return nil, 0, nil, none, waitErr(ctx, err)
 		}
 	}
-	actx, cancel := context.WithTimeout(provider.WithRateLimitObserver(ctx, m.observe(e.clock)), timeout)
+	sent, done := accepted(ctx)
+	defer done()
+	actx, cancel := context.WithTimeout(provider.WithRateLimitObserver(sent, m.observe(e.clock)), timeout)
 	defer cancel()
 	start := e.clock.Now()
 	resp, err := m.Provider.Complete(actx, req)

@@ -199,6 +199,54 @@ func TestQuotaThatNeverRecoversEndsTheModel(t *testing.T) {
 	}
 }
 
+// TestAcceptedCallsOutliveTheModelsEnd: when a quota that never recovers
+// ends a model, the calls its provider had already accepted finish and are
+// recorded (they are paid for); only those refused leave no record.
+func TestAcceptedCallsOutliveTheModelsEnd(t *testing.T) {
+	accepted := make(chan struct{})
+	var acceptedOnce sync.Once
+	p := &fakeProvider{}
+	p.fn = func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
+		if n <= 2 {
+			// Accepted: the answer takes a while, and a cancelled request
+			// is lost, as over HTTP.
+			acceptedOnce.Do(func() { close(accepted) })
+			select {
+			case <-time.After(300 * time.Millisecond):
+				return echo(ctx, req, n)
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		<-accepted
+		return nil, &provider.HTTPError{StatusCode: 429, Code: "rate_limit_exceeded", Message: "quota exhausted", RetryAfter: time.Hour}
+	}
+	plan := testPlan(t).Model("m", p, 4).Dataset("d", 40).
+		Retry(retry.Policy{MaxAttempts: 3, Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond, MaxThrottleWait: 100 * time.Millisecond}).Obj()
+	e, err := New(plan, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := newMemSink()
+	err = e.Run(context.Background(), plan.Tasks(), sink)
+	var out *ThrottledOutError
+	if !errors.As(err, &out) {
+		t.Fatalf("Run = %v; want a ThrottledOutError", err)
+	}
+	var recorded []string
+	for i := range 40 {
+		if r := sink.get("m", "d", i); r != nil {
+			if r.Error != "" || r.Output == "" {
+				t.Errorf("sample %d: %+v; want the accepted call's answer", i, r)
+			}
+			recorded = append(recorded, r.ID)
+		}
+	}
+	if len(recorded) != 2 {
+		t.Errorf("%d records (%v) after %d calls, 2 of them accepted; want the 2 accepted calls recorded", len(recorded), recorded, p.calls.Load())
+	}
+}
+
 // TestThrottledJudgeStopsTheSamplesItScores: a judge whose quota never
 // recovers leaves the judged samples without a record instead of an error.
 func TestThrottledJudgeStopsTheSamplesItScores(t *testing.T) {

@@ -107,6 +107,44 @@ func TestQuotaThatNeverRecovers(t *testing.T) {
 	}
 }
 
+// TestAcceptedCallsAreKeptWhenTheQuotaEnds: the quota gives out while calls
+// it accepted are being answered: they finish and are recorded, every answer
+// the server gave (and billed) is in the results (0 of 40 were, the server
+// having served 2).
+func TestAcceptedCallsAreKeptWhenTheQuotaEnds(t *testing.T) {
+	t.Parallel()
+	srv := newFake(t, fakellm.Config{RequestsPerMinute: 2, Window: time.Hour, BurstWindow: time.Hour, Latency: time.Second})
+	w := newWorkspace(t)
+	w.write("qs.jsonl", arithmeticJSONL("q", 40))
+	w.writeEval("quota", fmt.Sprintf(`  concurrency: 4
+  retry: {maxThrottleWait: 5m}
+  datasets:
+  - name: qs
+    source: {file: qs.jsonl}
+  models:
+  - name: gpt
+    provider: openai
+    model: fake-model
+    baseURL: %s
+  scoring:
+  - type: exact_match
+`, srv.OpenAIURL()))
+	r := w.run()
+	if r.Code != 1 || !strings.Contains(r.Stderr, "retry.maxThrottleWait") {
+		t.Fatalf("want exit 1, the quota given up on\n%s", r)
+	}
+	recs, _ := readRecords(t, w.out)
+	st := srv.Stats()
+	if st.Succeeded != 2 || int64(len(recs)) != st.Succeeded {
+		t.Fatalf("%d records; the server answered %d calls (%d refused): every answer given must be recorded", len(recs), st.Succeeded, st.RateLimited)
+	}
+	for _, rec := range recs {
+		if rec.Error != "" || rec.Scores["exact_match"] != 1 {
+			t.Errorf("%s: %q %v; want the answer, scored", rec.ID, rec.Error, rec.Scores)
+		}
+	}
+}
+
 // TestSigtermWhileOnlyWaitingStopsAtOnce: when every sample is only waiting
 // (for the rate limiter here), SIGTERM ends the run at once instead of after
 // the grace period, and the waiting samples run next time.
