@@ -634,6 +634,11 @@ func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCa
 		e.exhaust(err)
 		return
 	}
+	var exhausted *LocalExhaustedError
+	if errors.As(err, &exhausted) {
+		fail(exhausted)
+		return
+	}
 	if err != nil {
 		// The model (or its judge) is throttled out, or its provider is
 		// unavailable: stop the model's work.
@@ -777,6 +782,10 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		if endsModel(res.err) {
 			return nil, res.err
 		}
+		var exhausted *LocalExhaustedError
+		if errors.As(res.err, &exhausted) {
+			return nil, exhausted
+		}
 		rec.Attempts = res.attempts
 		rec.LatencyMillis = res.latency.Milliseconds()
 		rec.CacheKey = res.key
@@ -840,7 +849,8 @@ func (e *Engine) score(ctx context.Context, rec *results.Record, s *dataset.Samp
 			if ctx.Err() != nil || errors.Is(err, errStopping) {
 				return nil, nil
 			}
-			if isThrottledOut(err) || IsBudgetExceeded(err) {
+			var exhausted *LocalExhaustedError
+			if isThrottledOut(err) || IsBudgetExceeded(err) || errors.As(err, &exhausted) {
 				return nil, err
 			}
 			rec.Scores = map[string]float64{}
@@ -1036,6 +1046,9 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 		}
 		if provider.IsUnavailable(err) {
 			return callResult{charge: charge, attempts: attempts, latency: latency, err: err}
+		}
+		if localExhaustion(err) {
+			return callResult{charge: charge, attempts: attempts, latency: latency, err: &LocalExhaustedError{Err: err}}
 		}
 		class, retryAfter := retry.Classify(err)
 		if errors.Is(err, context.DeadlineExceeded) {

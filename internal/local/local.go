@@ -133,6 +133,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if _, err := runner.New(plan, runner.Options{Log: logr.Discard()}); err != nil {
 		return nil, &InvalidError{err}
 	}
+	// Files the process cannot open would fail samples for a reason that is
+	// not the model's.
+	if err := runner.EnsureOpenFiles(plan); err != nil {
+		return nil, &InvalidError{fmt.Errorf("concurrency (spec.concurrency, a model's concurrency, --concurrency): %w", err)}
+	}
 
 	if err := checkOutputs(plan, outDir); err != nil {
 		return nil, &InvalidError{err}

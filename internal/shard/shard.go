@@ -148,6 +148,9 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 	}
 	store.SetStorageBudget(plan.StorageShare(&ev.Spec, sh))
 	tasks := []runner.Task{{Model: sh.Model, Dataset: sh.Dataset, Start: sh.Start, End: sh.End}}
+	if err := runner.EnsureOpenFiles(p, sh.Model); err != nil {
+		return &InvalidError{fmt.Errorf("the concurrency of model %s: %w", sh.Model, err)}
+	}
 	engOpts := runner.Options{Log: log}
 	if ev.Spec.Budget != nil {
 		// Calls wait for an allowance of the budget (none yet); what the

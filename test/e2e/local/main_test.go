@@ -82,6 +82,8 @@ type workspace struct {
 	env      map[string]string
 	// cred, when set, runs proctor as another user (see unprivileged).
 	cred *syscall.Credential
+	// wrap, when set, is a command that runs proctor (prlimit ... --).
+	wrap []string
 	// timeout bounds each proctor process; 0 means runTimeout.
 	timeout time.Duration
 }
@@ -190,6 +192,9 @@ func (w *workspace) start(args ...string) *process {
 	timeout := cmp.Or(w.timeout, runTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	cmd := exec.CommandContext(ctx, proctorBin, args...)
+	if len(w.wrap) > 0 {
+		cmd = exec.CommandContext(ctx, w.wrap[0], append(append(w.wrap[1:len(w.wrap):len(w.wrap)], proctorBin), args...)...)
+	}
 	cmd.Dir = w.dir
 	cmd.Env = w.environ()
 	if w.cred != nil {

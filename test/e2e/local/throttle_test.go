@@ -2,6 +2,8 @@ package local_test
 
 import (
 	"fmt"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -181,5 +183,60 @@ func TestSigtermWhileOnlyWaitingStopsAtOnce(t *testing.T) {
 	recs, _ := readRecords(t, w.out)
 	if len(recs) != 1 || recs[0].Error != "" {
 		t.Errorf("records after SIGTERM: %+v; want the one answered sample", recs)
+	}
+}
+
+// TestConcurrencyBeyondOpenFiles: samples in flight that need more files than
+// the process may open (ulimit -n 1024) never become model errors: a process
+// whose hard limit allows more raises its soft one and runs every sample
+// right; one that may not is refused before any call, saying how much
+// concurrency fits.
+func TestConcurrencyBeyondOpenFiles(t *testing.T) {
+	t.Parallel()
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Fatal("prlimit (util-linux) is needed to lower the open-file limit")
+	}
+	const n = 3000
+	srv := newFake(t, fakellm.Config{})
+	spec := fmt.Sprintf(`  datasets:
+  - name: qs
+    source: {file: qs.jsonl}
+  models:
+  - name: gpt
+    provider: openai
+    model: fake-model
+    baseURL: %s
+  scoring:
+  - type: exact_match
+`, srv.OpenAIURL())
+
+	raised := newWorkspace(t)
+	raised.wrap = []string{prlimit, "--nofile=1024:8192", "--"}
+	raised.write("qs.jsonl", arithmeticJSONL("q", n))
+	raised.writeEval("many", spec)
+	if r := raised.run("--concurrency", strconv.Itoa(n)); r.Code != 0 {
+		t.Fatalf("with a limit it may raise:\n%s", r)
+	}
+	recs, _ := readRecords(t, raised.out)
+	expectIDs(t, recs, "q", n)
+	for _, rec := range recs {
+		if rec.Error != "" || rec.Scores["exact_match"] != 1 {
+			t.Fatalf("%s: %q %v", rec.ID, rec.Error, rec.Scores)
+		}
+	}
+
+	refused := newWorkspace(t)
+	refused.unprivileged()
+	refused.wrap = []string{prlimit, "--nofile=1024:1024", "--"}
+	refused.write("qs.jsonl", arithmeticJSONL("q", n))
+	refused.writeEval("many", spec)
+	before := srv.Stats().Requests
+	r := refused.run("--concurrency", strconv.Itoa(n))
+	if r.Code != 2 || !strings.Contains(r.Stderr, "may open 1024 (ulimit -n): lower concurrency to at most 448") {
+		t.Fatalf("with a limit it may not raise: want exit 2 saying what fits\n%s", r)
+	}
+	if got := srv.Stats().Requests - before; got != 0 {
+		t.Errorf("%d calls before the refusal", got)
 	}
 }
