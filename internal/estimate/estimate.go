@@ -261,7 +261,7 @@ func count(ctx context.Context, plan *runner.Plan, m *runner.Model, reqs []*prov
 	for range max(1, m.Concurrency) {
 		wg.Go(func() {
 			for r := range next {
-				n, err := countOne(ctx, plan.Retry, counter, r, o)
+				n, err := countOne(ctx, plan.Retry, callTimeout(plan, m), counter, r, o)
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -294,12 +294,38 @@ func count(ctx context.Context, plan *runner.Plan, m *runner.Model, reqs []*prov
 	return total, !unsupported, ctx.Err()
 }
 
-// countOne counts one request, retrying as the engine retries a call.
-func countOne(ctx context.Context, policy retry.Policy, c provider.TokenCounter, r *provider.Request, o Options) (int64, error) {
+// defaultCountTimeout bounds a count when neither the model nor the plan
+// says how long a call may take: a server that never answers must not hang
+// the estimate.
+const defaultCountTimeout = time.Minute
+
+// callTimeout is how long one of m's calls may take: the model's timeout,
+// else the plan's, else defaultCountTimeout.
+func callTimeout(plan *runner.Plan, m *runner.Model) time.Duration {
+	switch {
+	case m.Timeout > 0:
+		return m.Timeout
+	case plan.Timeout > 0:
+		return plan.Timeout
+	}
+	return defaultCountTimeout
+}
+
+// countOne counts one request, each attempt bounded by timeout, retrying as
+// the engine retries a call.
+func countOne(ctx context.Context, policy retry.Policy, timeout time.Duration, c provider.TokenCounter, r *provider.Request, o Options) (int64, error) {
 	for attempt := 1; ; attempt++ {
-		n, err := c.CountTokens(ctx, r)
+		actx, cancel := context.WithTimeout(ctx, timeout)
+		n, err := c.CountTokens(actx, r)
+		cancel()
 		if err == nil || isUnsupported(err) {
 			return n, err
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within %v (the call timeout): %w", timeout, err)
 		}
 		class, after := retry.Classify(err)
 		if class == retry.Final || (class == retry.Transient && attempt >= max(1, policy.MaxAttempts)) || attempt >= 100 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,5 +99,43 @@ func TestCounts(t *testing.T) {
 				t.Errorf("costs %v %v", r.Cost, r.BatchCost)
 			}
 		})
+	}
+}
+
+// blackHole is a counting endpoint that never answers: it waits until the
+// request is given up on, as an HTTP call does.
+type blackHole struct{ calls atomic.Int64 }
+
+func (*blackHole) Complete(context.Context, *provider.Request) (*provider.Response, error) {
+	return nil, errors.New("an estimate must not call the model")
+}
+
+func (b *blackHole) CountTokens(ctx context.Context, _ *provider.Request) (int64, error) {
+	b.calls.Add(1)
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// TestCountsHaveADeadline: a server that never answers fails the estimate
+// after the call timeout and its retries, naming it, instead of hanging.
+func TestCountsHaveADeadline(t *testing.T) {
+	b := &blackHole{}
+	plan := testPlan(t, b, 5)
+	plan.Timeout = 50 * time.Millisecond
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), plan, Options{Sleep: func(context.Context, time.Duration) error { return nil }})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "no answer within 50ms (the call timeout)") {
+			t.Fatalf("error %v; want one naming the timeout", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the estimate still waits for a server that never answers")
+	}
+	if got := b.calls.Load(); got > 3*3+3 {
+		t.Errorf("%d counts; want at most maxAttempts (3) for each of the 3 in flight, and one more each", got)
 	}
 }
