@@ -120,6 +120,10 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 		}
 		// On stderr: stdout holds the table alone, for scripts.
 		printErrors(s.errOut, top)
+		if res.EarlierErrors > 0 {
+			fmt.Fprintf(s.errOut, "%d of these errors were recorded by an earlier run and kept, their samples not run again: "+
+				"run the same command with --retry-errors to retry them.\n", res.EarlierErrors)
+		}
 	}
 	fmt.Fprintf(s.errOut, "Results: %s, %s\n", filepath.Join(res.Dir, results.ResultsFile), filepath.Join(res.Dir, results.SummaryFile))
 	if b := res.Budget; b != nil {
@@ -144,6 +148,10 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 	case done > 0 && errored == done:
 		// Nothing was evaluated: a server down, a wrong model name, a bad key.
 		// Scores of 0 from that must not pass for a finished run.
+		if res.EarlierErrors > 0 {
+			return &exitError{code: exitFailed, err: fmt.Errorf("all %d samples failed, %d of them in an earlier run (--retry-errors retries them); the most common errors are above",
+				done, res.EarlierErrors)}
+		}
 		return &exitError{code: exitFailed, err: fmt.Errorf("all %d samples failed; the most common errors are above", done)}
 	case res.Gate != nil && res.Gate.Incomplete != "":
 		return &exitError{code: exitRegression, err: fmt.Errorf("the run is incomplete (%s): no gate verdict", res.Gate.Incomplete)}

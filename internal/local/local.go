@@ -103,6 +103,9 @@ type Result struct {
 	Comparison *compare.Report
 	// Gate is spec.gate's verdict, when the run has a gate.
 	Gate *compare.Verdict
+	// EarlierErrors counts the errored records an earlier run left, which
+	// this one kept (without RetryErrors) instead of running their samples.
+	EarlierErrors int64
 }
 
 // InvalidError is a problem with the input: nothing was run or written.
@@ -167,6 +170,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	} else if err := dir.Check(pairs); err != nil {
 		return nil, &InvalidError{fmt.Errorf("%w. Nothing was run: use another output directory (-o), or --restart to discard them", err)}
 	}
+	var earlierErrors int64
 	for _, p := range pairs {
 		if _, err := dir.Open(p, o.RetryErrors); err != nil {
 			if errors.Is(err, results.ErrMismatch) {
@@ -174,6 +178,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			}
 			return nil, err
 		}
+		_, errored := dir.Counts(p.Model, p.Dataset)
+		earlierErrors += int64(errored)
 	}
 
 	var display Display = silent{}
@@ -226,7 +232,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("writing results: %w", errors.Join(runErr, err))
 	}
-	res := &Result{Dir: outDir, Summaries: summaries, Metrics: plan.MetricNames(), Interrupted: sig}
+	res := &Result{Dir: outDir, Summaries: summaries, Metrics: plan.MetricNames(), Interrupted: sig, EarlierErrors: earlierErrors}
 	if pr.baseline != "" || ev.Spec.Gate != nil {
 		sum, err := compareAndGate(ev, pr.baseline, outDir, pairs, plan.MetricNames(), summaries)
 		if err != nil {

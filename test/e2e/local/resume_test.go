@@ -3,6 +3,7 @@ package local_test
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -452,5 +453,62 @@ func TestTwoRunsOnOneOutputDirectory(t *testing.T) {
 	recs, _ := readRecords(t, w.out)
 	if len(recs) != n {
 		t.Errorf("both runs exited 0, but results.jsonl holds %d of %d samples\nA: %s\nB: %s", len(recs), n, ra, rb)
+	}
+}
+
+// TestEarlierErrorsAreSaidToBeEarlier: rerun after the server came back, a
+// run whose samples all failed last time makes no call (the errors are
+// results), and says so: these are an earlier run's errors, and
+// --retry-errors retries them; with it, every sample is right.
+func TestEarlierErrorsAreSaidToBeEarlier(t *testing.T) {
+	t.Parallel()
+	// A port nothing listens on yet: connection refused.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	w := newWorkspace(t)
+	w.write("qs.jsonl", arithmeticJSONL("q", 5))
+	w.writeEval("down", fmt.Sprintf(`  retry: {maxAttempts: 1}
+  datasets:
+  - name: qs
+    source: {file: qs.jsonl}
+  models:
+  - name: gpt
+    provider: openai
+    model: fake-model
+    baseURL: http://%s/v1
+  scoring:
+  - type: exact_match
+`, addr))
+	if r := w.run(); r.Code != 1 || !strings.Contains(r.Stderr, "connection refused") {
+		t.Fatalf("the server down: want exit 1, connection refused\n%s", r)
+	}
+
+	// The server is back, on the same address.
+	l, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the port was taken meanwhile: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(fakellm.New(fakellm.Config{}))
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	again := w.run()
+	if again.Code != 1 || !strings.Contains(again.Stderr, "5 of these errors were recorded by an earlier run") ||
+		!strings.Contains(again.Stderr, "--retry-errors") {
+		t.Fatalf("rerun: want exit 1 saying the errors are earlier ones and how to retry them\n%s", again)
+	}
+	retried := w.run("--retry-errors")
+	if retried.Code != 0 || strings.Contains(retried.Stderr, "earlier run") {
+		t.Fatalf("--retry-errors:\n%s", retried)
+	}
+	recs, _ := readRecords(t, w.out)
+	for _, rec := range recs {
+		if rec.Error != "" || rec.Scores["exact_match"] != 1 {
+			t.Errorf("%s: %q %v", rec.ID, rec.Error, rec.Scores)
+		}
 	}
 }
