@@ -775,7 +775,7 @@ func (r *batchRun) result(ctx context.Context, b *results.BatchRecord, it *batch
 	}
 	rec := &results.Record{ID: it.s.ID, Model: m.Name, Dataset: it.ds.Name, Scores: map[string]float64{},
 		Attempts: it.attempt + 1, LatencyMillis: turnaround.Milliseconds(), Batch: b.ID,
-		Output: e.redact(resp.Text), ToolCalls: e.redactToolCalls(resp.ToolCalls),
+		Output: e.redact(resp.Text), ToolCalls: e.redactToolCalls(resp.ToolCalls), MaxTokensReached: resp.MaxTokensReached(),
 		InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens, Cost: m.cost(charge.Cost)}
 	if resp.Truncated {
 		rec.OutputTruncated, rec.OutputBytes = true, resp.FullBytes

@@ -712,6 +712,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		rec.Attempts, rec.LatencyMillis = answered.Attempts, answered.LatencyMillis
 		rec.Output, rec.ToolCalls = answered.Output, answered.ToolCalls
 		rec.OutputTruncated, rec.OutputBytes = answered.OutputTruncated, answered.OutputBytes
+		rec.MaxTokensReached = answered.MaxTokensReached
 		rec.InputTokens, rec.OutputTokens = answered.InputTokens, answered.OutputTokens
 		rec.Cost = answered.Cost
 		output, toolCalls = answered.Output, answered.ToolCalls
@@ -810,6 +811,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 			rec.OutputTruncated, rec.OutputBytes = true, res.resp.FullBytes
 		}
 		rec.ToolCalls = e.redactToolCalls(res.resp.ToolCalls)
+		rec.MaxTokensReached = res.resp.MaxTokensReached()
 		rec.InputTokens = res.resp.Usage.InputTokens
 		rec.OutputTokens = res.resp.Usage.OutputTokens
 		output, toolCalls = res.resp.Text, res.resp.ToolCalls

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -111,6 +112,7 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 	runErr := err
 
 	printSummary(s.out, res.Summaries, res.Metrics)
+	printCut(s.errOut, res.Summaries)
 	done, total := progressTotals(res.Summaries)
 	errored := erroredTotal(res.Summaries)
 	if errored > 0 {
@@ -244,4 +246,16 @@ func notStarted(err error) error {
 		return &exitError{code: signalExitCode(interrupted.Signal), err: err}
 	}
 	return &exitError{code: exitFailed, err: err}
+}
+
+// printCut says which models stopped answers at parameters.maxTokens: a
+// reasoning model that spends them thinking answers nothing, and scores 0
+// for it.
+func printCut(w io.Writer, ss []results.Summary) {
+	for _, s := range ss {
+		if s.MaxTokensReached > 0 {
+			fmt.Fprintf(w, "Model %s on dataset %s: %d of %d answers stopped at parameters.maxTokens (maxTokensReached in their records): "+
+				"cut short, or empty; raise maxTokens to score whole answers.\n", terminalSafe(s.Model), terminalSafe(s.Dataset), s.MaxTokensReached, s.Completed)
+		}
+	}
 }

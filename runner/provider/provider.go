@@ -112,6 +112,12 @@ type Response struct {
 	ReportedCost *float64 `json:"reportedCost,omitempty"`
 }
 
+// MaxTokensReached reports whether the model stopped at its output limit:
+// OpenAI's finish_reason "length", Anthropic's stop_reason "max_tokens".
+func (r *Response) MaxTokensReached() bool {
+	return r.FinishReason == "length" || r.FinishReason == "max_tokens"
+}
+
 // Provider makes one call. It must be safe for concurrent use. Errors are either
 // *HTTPError (the server answered with an error status), *ExitError (an agent process
 // failed), a context error (the attempt's deadline or the run's cancellation), or a

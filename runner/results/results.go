@@ -41,6 +41,11 @@ type Record struct {
 	OutputTokens  int64 `json:"outputTokens"`
 	// ToolCalls are the tools the model called, when it called any.
 	ToolCalls []provider.ToolCall `json:"toolCalls,omitempty"`
+	// MaxTokensReached says the model stopped because it reached
+	// parameters.maxTokens (OpenAI's finish_reason "length", Anthropic's
+	// stop_reason "max_tokens"): its answer is cut, or empty when a
+	// reasoning model spent them all thinking.
+	MaxTokensReached bool `json:"maxTokensReached,omitempty"`
 	// JudgeInputTokens and JudgeOutputTokens are what judging this sample cost.
 	JudgeInputTokens  int64 `json:"judgeInputTokens,omitempty"`
 	JudgeOutputTokens int64 `json:"judgeOutputTokens,omitempty"`
@@ -93,6 +98,8 @@ type Summary struct {
 	Total     int64  `json:"total"`
 	Completed int64  `json:"completed"`
 	Errored   int64  `json:"errored"`
+	// MaxTokensReached counts the answers cut at parameters.maxTokens.
+	MaxTokensReached int64 `json:"maxTokensReached,omitempty"`
 	// Metrics maps metric names to means over the completed samples. An errored
 	// sample scores 0 on every metric: failures lower a score visibly instead of
 	// shrinking its denominator.
@@ -237,6 +244,9 @@ func (a *Aggregate) Add(r *Record) {
 	}
 	for i, m := range a.metrics {
 		a.observe(i, r.Scores[m])
+	}
+	if r.MaxTokensReached {
+		a.s.MaxTokensReached++
 	}
 	a.latencies = append(a.latencies, r.LatencyMillis)
 }

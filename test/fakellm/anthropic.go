@@ -195,13 +195,16 @@ func (anthropic) parse(body []byte) (Request, error) {
 
 func (anthropic) writeCompletion(w http.ResponseWriter, c *completion) {
 	content := make([]anOutBlock, 0, 1+len(c.toolCalls))
-	if c.text != "" || len(c.toolCalls) == 0 {
+	if c.text != "" || len(c.toolCalls) == 0 && !c.cut {
 		content = append(content, anOutBlock{Type: "text", Text: &c.text})
 	}
 	stop := "end_turn"
 	for _, tc := range c.toolCalls {
 		content = append(content, anOutBlock{Type: "tool_use", ID: tc.ID, Name: tc.Name, Input: tc.Arguments})
 		stop = "tool_use"
+	}
+	if c.cut {
+		stop = "max_tokens"
 	}
 	writeJSON(w, http.StatusOK, anResponse{
 		ID:         "msg_" + c.id,

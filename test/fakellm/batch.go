@@ -446,11 +446,12 @@ func (s *Server) answer(b *batches, d dialect, rq batchRequest) batchResult {
 		res.status, res.errType, res.message = http.StatusInternalServerError, "api_error", err.Error()
 		return res
 	}
-	in, out := CountInputTokens(req), countOutputTokens(reply.Text, calls)
+	in := CountInputTokens(req)
+	text, calls, out, cut := limitOutput(req.MaxTokens, reply.Reasoning, reply.Text, calls)
 	b.inputTokens += in
 	b.outputTokens += out
 	rec := httptest.NewRecorder()
-	d.writeCompletion(rec, &completion{id: strconv.FormatUint(s.ids.Add(1), 10), model: req.Model, text: reply.Text, toolCalls: calls, in: in, out: out})
+	d.writeCompletion(rec, &completion{id: strconv.FormatUint(s.ids.Add(1), 10), model: req.Model, text: text, toolCalls: calls, in: in, out: out, cut: cut})
 	res.status, res.body = http.StatusOK, rec.Body.Bytes()
 	return res
 }

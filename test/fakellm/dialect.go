@@ -32,6 +32,8 @@ type completion struct {
 	text      string
 	toolCalls []ToolCall // ids assigned, arguments compacted
 	in, out   int64
+	// cut says max_tokens stopped the answer.
+	cut bool
 }
 
 // apiError is an error answer.

@@ -186,8 +186,11 @@ func argumentsJSON(s string) json.RawMessage {
 func (openAI) writeCompletion(w http.ResponseWriter, c *completion) {
 	msg := oaOutMessage{Role: "assistant"}
 	finish := "stop"
-	if c.text != "" || len(c.toolCalls) == 0 {
-		msg.Content = &c.text
+	if c.text != "" || len(c.toolCalls) == 0 && !c.cut {
+		msg.Content = &c.text // null when max_tokens left nothing to say
+	}
+	if c.cut {
+		finish = "length"
 	}
 	if len(c.toolCalls) > 0 {
 		finish = "tool_calls"

@@ -65,6 +65,11 @@ type Reply struct {
 	// Status, when neither 0 nor 200, makes the server answer with this error
 	// status (in the API's error shape) instead of a completion.
 	Status int
+	// Reasoning is how many tokens the model spends thinking before it
+	// answers: billed as output, and within the request's max_tokens, so that
+	// a reasoning model given too few answers nothing (OpenAI: content null,
+	// finish_reason "length"; Anthropic: stop_reason "max_tokens").
+	Reasoning int
 }
 
 // The API names in Request.API.
@@ -80,6 +85,7 @@ const (
 	MarkerStatus = "STATUS:" // STATUS: <code>        answer with this error status
 	MarkerReply  = "REPLY:"  // REPLY: <text>         answer with this text
 	MarkerTool   = "TOOL:"   // TOOL: <name> <json>   call this tool with these arguments
+	MarkerThink  = "THINK:"  // THINK: <tokens>       think this many tokens first (Reply.Reasoning), and go on
 
 	// A judge prompt has a line starting with each of these.
 	MarkerExpected  = "[Expected answer]:"
@@ -96,7 +102,8 @@ var arithRe = regexp.MustCompile(`(-?\d+(?:\.\d+)?)\s*([-+*/×x])\s*(-?\d+(?:\.\
 // DefaultReply answers req by the default rules, applied to the text of the last
 // user message:
 //
-//  1. a line "SLEEP: <duration>" sets Reply.Delay, and the rules go on;
+//  1. a line "SLEEP: <duration>" sets Reply.Delay, and a line "THINK: <n>"
+//     Reply.Reasoning, and the rules go on;
 //  2. a line "STATUS: <code>" answers with that error status;
 //  3. a line "REPLY: <text>" answers with the text;
 //  4. a line "TOOL: <name> <json object>" calls that tool with those arguments;
@@ -120,7 +127,11 @@ func DefaultReply(req Request) Reply {
 	var haveReply, haveTool, haveExpected, haveSubmitted bool
 	for line := range strings.SplitSeq(text, "\n") {
 		line = strings.TrimSpace(line)
-		if rest, ok := strings.CutPrefix(line, MarkerSleep); ok && reply.Delay == 0 {
+		if rest, ok := strings.CutPrefix(line, MarkerThink); ok && reply.Reasoning == 0 {
+			if n, err := strconv.Atoi(strings.TrimSpace(rest)); err == nil && n > 0 {
+				reply.Reasoning = n
+			}
+		} else if rest, ok := strings.CutPrefix(line, MarkerSleep); ok && reply.Delay == 0 {
 			if d, err := time.ParseDuration(strings.TrimSpace(rest)); err == nil && d > 0 {
 				reply.Delay = d
 			}

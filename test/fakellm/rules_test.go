@@ -192,3 +192,50 @@ func TestWrongRate(t *testing.T) {
 		t.Errorf("wrongly answered questions differ between servers (-first +again):\n%s", diff)
 	}
 }
+
+// TestMaxTokensStopsTheAnswer: as the providers document, an answer stops
+// where max_tokens runs out (OpenAI finish_reason "length", Anthropic
+// stop_reason "max_tokens"), and a reasoning model that thought them all away
+// answers nothing (OpenAI: content null), billed max_tokens of output.
+func TestMaxTokensStopsTheAnswer(t *testing.T) {
+	_, url := start(t, fakellm.Config{})
+	oa := func(maxTokens int, text string) map[string]any {
+		return post(t, url+openAIPath, map[string]any{"model": "m", "max_tokens": maxTokens,
+			"messages": []any{map[string]any{"role": "user", "content": text}}}, "Authorization", "Bearer k").body
+	}
+	an := func(maxTokens int, text string) map[string]any {
+		return post(t, url+anthropicPath, map[string]any{"model": "m", "max_tokens": maxTokens,
+			"messages": []any{map[string]any{"role": "user", "content": text}}}, "x-api-key", "k", "anthropic-version", "2023-06-01").body
+	}
+	choice := func(b map[string]any) (content any, finish any, out any) {
+		c := b["choices"].([]any)[0].(map[string]any)
+		return c["message"].(map[string]any)["content"], c["finish_reason"], b["usage"].(map[string]any)["completion_tokens"]
+	}
+	cases := []struct {
+		name                 string
+		maxTokens            int
+		text                 string
+		content, finish, out any
+	}{
+		{"room enough", 16, "REPLY: one two three", "one two three", "stop", 3.0},
+		{"cut", 2, "REPLY: one two three", "one two", "length", 2.0},
+		{"thought it all away", 50, "THINK: 80\nWhat is 2+2?", nil, "length", 50.0},
+		{"thought, then answered", 50, "THINK: 20\nWhat is 2+2?", "4", "stop", 21.0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			content, finish, out := choice(oa(c.maxTokens, c.text))
+			if content != c.content || finish != c.finish || out != c.out {
+				t.Errorf("OpenAI: content %v, finish_reason %v, completion_tokens %v; want %v, %v, %v", content, finish, out, c.content, c.finish, c.out)
+			}
+			b := an(c.maxTokens, c.text)
+			wantStop := map[any]string{"stop": "end_turn", "length": "max_tokens"}[c.finish]
+			if b["stop_reason"] != wantStop {
+				t.Errorf("Anthropic: stop_reason %v, want %s", b["stop_reason"], wantStop)
+			}
+			if blocks := b["content"].([]any); c.content == nil && len(blocks) != 0 || c.content != nil && (len(blocks) != 1 || blocks[0].(map[string]any)["text"] != c.content) {
+				t.Errorf("Anthropic: content %v, want %v", blocks, c.content)
+			}
+		})
+	}
+}

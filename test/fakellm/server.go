@@ -487,7 +487,7 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, d dialect) {
 		d.writeError(w, apiError{status: http.StatusInternalServerError, message: err.Error()})
 		return
 	}
-	out := countOutputTokens(reply.Text, calls)
+	text, calls, out, cut := limitOutput(req.MaxTokens, reply.Reasoning, reply.Text, calls)
 	if s.lim != nil {
 		s.lim.settle(s.clock(), maxOut, out)
 	}
@@ -498,10 +498,11 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, d dialect) {
 	d.writeCompletion(w, &completion{
 		id:        strconv.FormatUint(s.ids.Add(1), 10),
 		model:     req.Model,
-		text:      reply.Text,
+		text:      text,
 		toolCalls: calls,
 		in:        in,
 		out:       out,
+		cut:       cut,
 	})
 }
 

@@ -77,3 +77,45 @@ func isAlnum(c byte) bool {
 func isSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r'
 }
+
+// limitOutput applies a request's max_tokens (0: none) to an answer of text
+// and calls after reasoning tokens of thought, as providers do: the answer
+// stops where the tokens run out (a tool call cut short is no call), and a
+// model that thought them all away answers nothing. It returns what is
+// answered, the output tokens billed, and whether max_tokens stopped it.
+func limitOutput(maxTokens, reasoning int, text string, calls []ToolCall) (string, []ToolCall, int64, bool) {
+	out := int64(reasoning) + countOutputTokens(text, calls)
+	if maxTokens <= 0 || out <= int64(maxTokens) {
+		return text, calls, out, false
+	}
+	return firstTokens(text, maxTokens-reasoning), nil, int64(maxTokens), true
+}
+
+// firstTokens is the start of s holding its first n tokens (CountTokens's).
+func firstTokens(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	seen := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case isAlnum(c):
+			for i < len(s) && isAlnum(s[i]) {
+				i++
+			}
+		case c < utf8.RuneSelf:
+			i++
+			if isSpace(c) {
+				continue
+			}
+		default:
+			_, size := utf8.DecodeRuneInString(s[i:])
+			i += size
+		}
+		if seen++; seen == n {
+			return s[:i]
+		}
+	}
+	return s
+}

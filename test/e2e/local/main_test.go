@@ -314,6 +314,7 @@ type record struct {
 	InputTokens   int64              `json:"inputTokens"`
 	OutputTokens  int64              `json:"outputTokens"`
 	ToolCalls     json.RawMessage    `json:"toolCalls"`
+	MaxTokens     bool               `json:"maxTokensReached"`
 	JudgeIn       int64              `json:"judgeInputTokens"`
 	JudgeOut      int64              `json:"judgeOutputTokens"`
 	AgentCalls    int64              `json:"agentCalls"`
@@ -414,6 +415,7 @@ type summaryEntry struct {
 	Total     int64              `json:"total"`
 	Completed int64              `json:"completed"`
 	Errored   int64              `json:"errored"`
+	Cut       int64              `json:"maxTokensReached"`
 	Metrics   map[string]float64 `json:"metrics"`
 	Intervals map[string]struct {
 		Lo float64 `json:"lo"`

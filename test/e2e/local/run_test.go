@@ -586,3 +586,43 @@ func TestRetryErrorsRerunsOnlyErroredSamples(t *testing.T) {
 		t.Errorf("summary after --retry-errors: %+v, want 4 completed, none errored", s)
 	}
 }
+
+// TestAnswersCutAtMaxTokensAreSaid: a reasoning model that spends its
+// maxTokens thinking answers nothing (content null, finish_reason length):
+// its record says the answer was stopped, the summary counts it, and the run
+// says so, instead of an empty answer passing for the model's.
+func TestAnswersCutAtMaxTokensAreSaid(t *testing.T) {
+	t.Parallel()
+	srv := newFake(t, fakellm.Config{})
+	w := newWorkspace(t)
+	w.write("qs.jsonl", `{"id":"q1","input":"What is 2+2?","expected":"4"}
+{"id":"q2","input":"THINK: 100\nWhat is 3+3?","expected":"6"}
+{"id":"q3","input":"THINK: 10\nWhat is 4+4?","expected":"8"}
+`)
+	w.writeEval("cut", fmt.Sprintf(`  datasets:
+  - name: qs
+    source: {file: qs.jsonl}
+  models:
+  - name: thinker
+    provider: openai
+    model: fake-reasoner
+    baseURL: %s
+    parameters: {maxTokens: 64}
+  scoring:
+  - type: exact_match
+`, srv.OpenAIURL()))
+	r := w.run()
+	if r.Code != 0 || !strings.Contains(r.Stderr, "Model thinker on dataset qs: 1 of 3 answers stopped at parameters.maxTokens") {
+		t.Fatalf("want exit 0 and the cut answer said\n%s", r)
+	}
+	recs, _ := readRecords(t, w.out)
+	for _, rec := range recs {
+		cut := rec.ID == "q2"
+		if rec.MaxTokens != cut || cut && (rec.Output != "" || rec.OutputTokens != 64) || !cut && rec.Scores["exact_match"] != 1 {
+			t.Errorf("%s: maxTokensReached %v, output %q, %d output tokens, scores %v", rec.ID, rec.MaxTokens, rec.Output, rec.OutputTokens, rec.Scores)
+		}
+	}
+	if s := readSummary(t, w.out).Results[0]; s.Cut != 1 {
+		t.Errorf("summary maxTokensReached %d, want 1", s.Cut)
+	}
+}
