@@ -136,7 +136,23 @@ type dim struct {
 	// base is the pacing bucket's full-again time after the entries pruned
 	// from the log (each entry holds the same after itself).
 	base time.Time
+	// pad widens the pacing of a small requests limit (0 counts as 1): see
+	// smallRequests.
+	pad float64
 }
+
+// A provider enforcing a requests limit of at most smallRequests a minute as
+// a bucket of one request refilled continuously (Anthropic: "a 60 RPM limit
+// may be enforced as 1 request per second") refuses a call that arrives a
+// moment early, and calls do not reach it as evenly as they leave (the
+// network, scheduling, the pacer's grants). Calls under such a limit are
+// spaced smallRequestsPad wider: at 30 rpm a call may arrive 100 ms later
+// than the one after it expects, at 0.95 of the limit. Larger limits hold
+// more than one request a second, which absorbs the same unevenness.
+const (
+	smallRequests    = 60
+	smallRequestsPad = 1.05
+)
 
 type entry struct {
 	at     time.Time
@@ -168,6 +184,18 @@ func (l *Limiter) SetBurst(b Burst) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.burst = b
+	l.setPad()
+}
+
+// setPad widens the pacing of a small requests limit whose bucket holds one
+// request (see smallRequests); a bucket holding two or more absorbs uneven
+// arrivals itself.
+func (l *Limiter) setPad() {
+	d := &l.dims[0]
+	d.pad = 1
+	if d.limit > 0 && d.limit <= smallRequests && l.burst.Requests < 2*d.duration(1, l.window) {
+		d.pad = smallRequestsPad
+	}
 }
 
 // SetLimits changes the budgets, for example when a cluster re-divides a model's
@@ -237,6 +265,7 @@ func (l *Limiter) SetLimits(limits Limits) {
 		}
 		d.limit = v
 	}
+	l.setPad()
 	for _, r := range waiting {
 		l.reserve(r, now)
 		close(r.moved)
@@ -363,7 +392,7 @@ func (d *dim) duration(n float64, window time.Duration) time.Duration {
 	if d.limit <= 0 || n <= 0 {
 		return 0
 	}
-	return time.Duration(math.Ceil(n / float64(d.limit) * float64(window)))
+	return time.Duration(math.Ceil(n / float64(d.limit) * float64(window) * max(d.pad, 1)))
 }
 
 // full is when the pacing bucket is full again after every call reserved.
