@@ -281,8 +281,10 @@ func TestQuotaOnConfigMapsShows(t *testing.T) {
 			t.Errorf("condition %s = %+v", c, cond)
 		}
 	}
-	if !slices.Contains(eventReasons(t, ns, "boxed"), v1alpha1.ReasonFailedCreate) {
-		t.Error("no FailedCreate event")
-	}
+	// Events follow the status write.
+	eventually(t, 10*time.Second, "a FailedCreate event", func() (bool, string) {
+		got := eventReasons(t, ns, "boxed")
+		return slices.Contains(got, v1alpha1.ReasonFailedCreate), fmt.Sprint(got)
+	})
 	waitPhase(t, ns, "boxed", v1alpha1.PhaseFailed, 60*time.Second)
 }
