@@ -698,7 +698,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 	rec := &results.Record{ID: s.ID, Model: m.Name, Dataset: ds.Name, Scores: map[string]float64{}, Cost: m.cost(0)}
 	if s.Err != nil {
 		rec.Error, rec.ErrorKind = e.redact(s.Err.Error()), results.ErrorKindData
-		return rec, nil //nolint:nilerr // the sample's error is its record, not the run's
+		return rec, nil // the sample's error is its record, not the run's
 	}
 	req, err := e.plan.Prompt.Request(s)
 	if err != nil {
@@ -778,7 +778,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 			rec.AgentCalls = calls
 		}
 		if ctx.Err() != nil || errors.Is(res.err, errStopping) {
-			return nil, nil //nolint:nilerr // stopping: the sample leaves no record
+			return nil, nil // stopping: the sample leaves no record
 		}
 		if endsModel(res.err) {
 			return nil, res.err

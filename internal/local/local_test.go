@@ -415,11 +415,11 @@ func TestResultsAreNeverReplacedUnasked(t *testing.T) {
 		unchanged(t, out, before)
 	})
 	t.Run("the data is the output", func(t *testing.T) {
-		dir, out, before := first(t)
+		dir, out, _ := first(t)
 		if err := os.WriteFile(filepath.Join(out, results.ResultsFile), []byte(`{"id":"s1","input":"a","expected":"a"}`+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		before, _ = os.ReadFile(filepath.Join(out, results.ResultsFile))
+		before, _ := os.ReadFile(filepath.Join(out, results.ResultsFile))
 		_, err := Run(context.Background(), Options{File: write(t, dir, "b.yaml", "bot", "file: out/results.jsonl"), Output: out, Restart: true})
 		refused(t, err, "spec.datasets[0] (d) reads "+filepath.Join(out, results.ResultsFile)+", the output directory's results.jsonl")
 		unchanged(t, out, before)
