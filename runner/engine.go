@@ -30,6 +30,10 @@ import (
 type Options struct {
 	Clock clockwork.Clock
 	Log   logr.Logger
+	// Shares says the plan's limits are this process's shares of keys that
+	// the pacer paces against the providers (a runner pod): they are kept
+	// exactly, without the wider spacing of a small limit's own pacing.
+	Shares bool
 	// Rand returns uniform numbers in [0, 1) for backoff jitter.
 	Rand func() float64
 	// Observer hears of every finished sample (progress displays).
@@ -188,6 +192,7 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 	for name, l := range plan.Endpoints {
 		shared[name] = ratelimit.New(l, opts.Slack, opts.Clock)
 		shared[name].SetBurst(ratelimit.Burst{Tokens: plan.EndpointBursts[name]})
+		shared[name].SetExact(opts.Shares)
 		if l.MaxInFlight > 0 {
 			sharedInFlight[name] = ratelimit.NewInFlight(l.MaxInFlight)
 		}
@@ -195,6 +200,7 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 	newRun := func(m *Model) *modelRun {
 		own := ratelimit.New(m.Limits, opts.Slack, opts.Clock)
 		own.SetBurst(ratelimit.Burst{Tokens: m.Burst})
+		own.SetExact(opts.Shares)
 		return &modelRun{
 			Model:          m,
 			window:         ratelimit.NewWindow(max(1, m.Concurrency), opts.ThrottleCooldown, opts.Clock),

@@ -151,7 +151,7 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 	if err := runner.EnsureOpenFiles(p, sh.Model); err != nil {
 		return &InvalidError{fmt.Errorf("the concurrency of model %s: %w", sh.Model, err)}
 	}
-	engOpts := runner.Options{Log: log}
+	engOpts := runner.Options{Log: log, Shares: true}
 	if ev.Spec.Budget != nil {
 		// Calls wait for an allowance of the budget (none yet); what the
 		// shard's earlier pods spent counts against it.

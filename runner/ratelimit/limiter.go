@@ -111,6 +111,9 @@ const numDims = 3
 type Limiter struct {
 	clock  clockwork.Clock
 	window time.Duration
+	// exact turns off the wider pacing of small requests limits: the limits
+	// are shares of a key that something else paces against the provider.
+	exact bool
 
 	mu    sync.Mutex
 	dims  [numDims]dim
@@ -187,13 +190,22 @@ func (l *Limiter) SetBurst(b Burst) {
 	l.setPad()
 }
 
+// SetExact says the limits are shares of a key another limiter paces
+// against the provider (the pacer): a small one is not spaced wider.
+func (l *Limiter) SetExact(exact bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.exact = exact
+	l.setPad()
+}
+
 // setPad widens the pacing of a small requests limit whose bucket holds one
 // request (see smallRequests); a bucket holding two or more absorbs uneven
 // arrivals itself.
 func (l *Limiter) setPad() {
 	d := &l.dims[0]
 	d.pad = 1
-	if d.limit > 0 && d.limit <= smallRequests && l.burst.Requests < 2*d.duration(1, l.window) {
+	if !l.exact && d.limit > 0 && d.limit <= smallRequests && l.burst.Requests < 2*d.duration(1, l.window) {
 		d.pad = smallRequestsPad
 	}
 }

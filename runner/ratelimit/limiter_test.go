@@ -433,3 +433,22 @@ func TestSmallLimitsTolerateUnevenArrivals(t *testing.T) {
 		}
 	}
 }
+
+// TestSharesAreKeptExactly: a limiter of shares (SetExact) spaces a small
+// limit's calls exactly; the pacer pads the key's.
+func TestSharesAreKeptExactly(t *testing.T) {
+	for _, exact := range []bool{false, true} {
+		clock := clockwork.NewFakeClockAt(epoch)
+		l := New(Limits{RequestsPerMinute: 30}, DefaultSlack, clock)
+		l.SetExact(exact)
+		events := simulate(t, l, clock, 61, func(int) Cost { return Cost{Requests: 1} })
+		gap := events[60].at.Sub(events[0].at) / 60
+		want := (Period + DefaultSlack) / 30
+		if !exact {
+			want = time.Duration(float64(want) * smallRequestsPad)
+		}
+		if d := gap - want; d < -time.Millisecond || d > time.Millisecond {
+			t.Errorf("exact %v: calls %v apart, want %v", exact, gap, want)
+		}
+	}
+}
