@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -88,4 +90,33 @@ func cmdLine(args []string) string {
 		b.WriteString(a)
 	}
 	return b.String()
+}
+
+// TestRunTakesItsFileEitherWay: proctor run FILE is proctor run -f FILE;
+// both, or neither, is refused naming what to do; run --help lists the exit
+// codes.
+func TestRunTakesItsFileEitherWay(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "missing.yaml"}, "missing.yaml"},
+		{[]string{"run", "a.yaml", "-f", "b.yaml"}, "the Evaluation is given twice: a.yaml and -f b.yaml"},
+		{[]string{"run"}, "proctor run -f EVALUATION.yaml (or proctor run EVALUATION.yaml)"},
+	} {
+		var out, errOut bytes.Buffer
+		root := newRootCommand(streams{out: &out, errOut: &errOut})
+		root.SetArgs(c.args)
+		err := root.Execute()
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != exitInvalid || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "unknown command") {
+			t.Errorf("%v: %v; want exit 2 saying %q", c.args, err, c.want)
+		}
+	}
+	var out, errOut bytes.Buffer
+	root := newRootCommand(streams{out: &out, errOut: &errOut})
+	root.SetArgs([]string{"run", "--help"})
+	if err := root.Execute(); err != nil || !strings.Contains(out.String(), "Exit codes:") || !strings.Contains(out.String(), "130") {
+		t.Errorf("run --help: %v\n%s", err, out.String())
+	}
 }

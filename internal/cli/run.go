@@ -38,7 +38,7 @@ type runOptions struct {
 func newRunCommand(s streams) *cobra.Command {
 	o := &runOptions{}
 	cmd := &cobra.Command{
-		Use:   "run -f EVALUATION.yaml [-o DIR]",
+		Use:   "run [-f] EVALUATION.yaml [-o DIR]",
 		Short: "Run an Evaluation locally",
 		Long: `Run every model of an Evaluation on every dataset, on this machine, with the same
 engine, limits, retries and cache as in a cluster.
@@ -46,12 +46,30 @@ engine, limits, retries and cache as in a cluster.
 Finished samples are checkpointed in DIR as they complete. Interrupt the run (Ctrl-C
 lets samples in flight finish; a second Ctrl-C stops at once) or kill it, and the same
 command resumes where it stopped. At the end DIR holds results.jsonl (one record per
-sample per model, in sample order) and summary.json, and a summary table is printed.`,
+sample per model, in sample order) and summary.json, and a summary table is printed.
+-f - reads the Evaluation from standard input (relative paths are then the working
+directory's).
+
+Exit codes:
+  0    the run finished (samples that failed are results, not failures)
+  1    the run could not finish (data unreadable, disk full), or every sample failed
+  2    invalid input: nothing was run, nothing was written
+  3    the run missed its gate (spec.gate), or has no verdict
+  4    the budget ran out: raise spec.budget and run the same command to resume
+  130  interrupted (Ctrl-C); 143 terminated (SIGTERM): run the same command to resume`,
 		Example: `  proctor run -f evaluation.yaml -o out/
   proctor run -f evaluation.yaml -o out/ --concurrency 32
   proctor run -f evaluation.yaml -o out/ --retry-errors`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 1 && o.file != "":
+				return invalid(fmt.Errorf("the Evaluation is given twice: %s and -f %s", args[0], o.file))
+			case len(args) == 1:
+				o.file = args[0]
+			case o.file == "":
+				return invalid(errors.New(`required flag(s) "file" not set: proctor run -f EVALUATION.yaml (or proctor run EVALUATION.yaml)`))
+			}
 			// This process holds the API keys; the agents it starts run as the
 			// same user.
 			if err := setNonDumpable(); err != nil {
@@ -61,7 +79,7 @@ sample per model, in sample order) and summary.json, and a summary table is prin
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.file, "file", "f", "", "the Evaluation manifest (YAML)")
+	f.StringVarP(&o.file, "file", "f", "", "the Evaluation manifest (YAML); - reads it from standard input")
 	f.StringVarP(&o.output, "output", "o", "", "output directory (default results/NAME, NAME being the Evaluation's)")
 	f.IntVar(&o.concurrency, "concurrency", 0, "samples in flight per model, overriding the file")
 	f.StringVar(&o.cacheDir, "cache-dir", "", "response cache directory, used when the Evaluation enables the cache (default: the user cache dir)")
@@ -71,7 +89,6 @@ sample per model, in sample order) and summary.json, and a summary table is prin
 	f.StringVar(&o.progress, "progress", "auto", "progress display: auto (a bar on a terminal, else lines), bar, plain or none")
 	f.BoolVar(&o.keepWorkspaces, "keep-workspaces", false, "keep agent workspaces for inspection instead of removing them")
 	f.BoolVar(&o.estimate, "estimate", false, "say what the run would cost, calling no model and writing nothing: input tokens counted by the providers, answers bounded by maxTokens")
-	_ = cmd.MarkFlagRequired("file")
 	return cmd
 }
 

@@ -39,8 +39,10 @@ import (
 
 // Options say what to run and how.
 type Options struct {
-	// File is the Evaluation manifest.
+	// File is the Evaluation manifest; StdinFile reads it from Stdin.
 	File string
+	// Stdin is where File "-" is read from; nil means os.Stdin.
+	Stdin io.Reader
 	// Output is the results directory; empty means results/NAME, NAME being the
 	// Evaluation's (or the file's).
 	Output string
@@ -326,7 +328,20 @@ func prepare(ctx context.Context, o Options) (*prepared, error) {
 	if o.Concurrency < 0 || o.Concurrency > v1alpha1.MaxConcurrency {
 		return nil, &InvalidError{fmt.Errorf("--concurrency: must be between 1 and %d", v1alpha1.MaxConcurrency)}
 	}
-	file, err := evalfile.LoadFile(o.File)
+	if o.GracePeriod < 0 {
+		return nil, &InvalidError{fmt.Errorf("--grace-period: %v is negative", o.GracePeriod)}
+	}
+	var file *evalfile.File
+	var err error
+	if o.File == StdinFile {
+		// Read from standard input: relative paths are the working directory's.
+		var data []byte
+		if data, err = io.ReadAll(cmp.Or[io.Reader](o.Stdin, os.Stdin)); err == nil {
+			file, err = evalfile.DecodeFile("<stdin>", data)
+		}
+	} else {
+		file, err = evalfile.LoadFile(o.File)
+	}
 	if err != nil {
 		return nil, &InvalidError{err}
 	}
@@ -395,11 +410,17 @@ func prepare(ctx context.Context, o Options) (*prepared, error) {
 	return &prepared{ev: ev, plan: plan, services: svcs, outDir: outDir, baseline: baseline, cleanup: cleanup}, nil
 }
 
+// StdinFile is the File that means standard input.
+const StdinFile = "-"
+
 // runName names a run's default results directory: the Evaluation's name, or
 // the file's.
 func runName(ev *v1alpha1.Evaluation, file string) string {
 	if ev.Name != "" {
 		return ev.Name
+	}
+	if file == StdinFile {
+		return "evaluation"
 	}
 	name := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
 	if name == "" || name == "." || name == ".." {

@@ -439,3 +439,22 @@ func TestResultsAreNeverReplacedUnasked(t *testing.T) {
 		}
 	})
 }
+
+// TestEvaluationFromStdin: File "-" reads the Evaluation from standard
+// input, and a negative grace period is refused before anything runs.
+func TestEvaluationFromStdin(t *testing.T) {
+	yaml, err := os.ReadFile(evaluation(t, `echo "$1"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	res, err := Run(context.Background(), Options{File: StdinFile, Stdin: strings.NewReader(string(yaml)), Output: out})
+	if err != nil || res.Summaries[0].Completed != 3 {
+		t.Fatalf("Run from stdin: %v %+v", err, res)
+	}
+	_, err = Run(context.Background(), Options{File: StdinFile, Stdin: strings.NewReader(string(yaml)), Output: filepath.Join(t.TempDir(), "o"), GracePeriod: -5 * time.Second})
+	var invalid *InvalidError
+	if !errors.As(err, &invalid) || !strings.Contains(err.Error(), "--grace-period: -5s is negative") {
+		t.Errorf("a negative grace period: %v", err)
+	}
+}
