@@ -74,10 +74,11 @@ type GateRule struct {
 	Dataset string `json:"dataset,omitempty"`
 
 	// min is the lowest mean score the metric may have, errored samples
-	// counting 0.
+	// counting 0. Scores are between 0 and 1, so is min: a gate no run could
+	// pass is refused before any is paid for.
 	// +optional
-	// +kubebuilder:validation:Minimum=-1000000000
-	// +kubebuilder:validation:Maximum=1000000000
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1
 	Min *Number `json:"min,omitempty"`
 
 	// maxDrop is how far the metric's mean may fall below the baseline's, on
@@ -87,7 +88,7 @@ type GateRule struct {
 	// significant drop. Needs spec.baseline.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=1000000000
+	// +kubebuilder:validation:Maximum=1
 	MaxDrop *Number `json:"maxDrop,omitempty"`
 }
 

@@ -75,13 +75,15 @@ func validateGate(spec *EvaluationSpec, p *field.Path) field.ErrorList {
 			errs = append(errs, field.Required(rp, "a gate rule needs min or maxDrop"))
 		}
 		if r.Min != nil {
-			if _, err := r.Min.Float64(); err != nil {
+			if v, err := r.Min.Float64(); err != nil {
 				errs = append(errs, field.Invalid(rp.Child("min"), string(*r.Min), err.Error()))
+			} else if v < 0 || v > 1 {
+				errs = append(errs, field.Invalid(rp.Child("min"), string(*r.Min), "must be between 0 and 1, as scores are: no run could pass this gate"))
 			}
 		}
 		if r.MaxDrop != nil {
-			if v, err := r.MaxDrop.Float64(); err != nil || v < 0 {
-				errs = append(errs, field.Invalid(rp.Child("maxDrop"), string(*r.MaxDrop), "must be a number, 0 or more"))
+			if v, err := r.MaxDrop.Float64(); err != nil || v < 0 || v > 1 {
+				errs = append(errs, field.Invalid(rp.Child("maxDrop"), string(*r.MaxDrop), "must be a number between 0 and 1, as scores are"))
 			}
 			if spec.Baseline == nil {
 				errs = append(errs, field.Required(field.NewPath("spec", "baseline"), "gate.rules[].maxDrop needs spec.baseline, the result a drop is measured from"))

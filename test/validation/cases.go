@@ -483,7 +483,10 @@ func init() {
 		bad("gate-significance-out-of-range", `spec.gate.significance: Invalid value: "0.7": must be more than 0 and at most 0.5`,
 			"spec.gate.significance in body should be less than or equal to 0.5",
 			set("spec.gate", `{significance: 0.7, rules: [{metric: exact_match, min: 0.5}]}`)),
-		bad("gate-negative-drop", `spec.gate.rules[0].maxDrop: Invalid value: "-0.1": must be a number, 0 or more`,
+		bad("gate-impossible-min", `spec.gate.rules[0].min: Invalid value: "1.5": must be between 0 and 1, as scores are: no run could pass this gate`,
+			"spec.gate.rules[0].min in body should be less than or equal to 1",
+			set("spec.gate", `{rules: [{metric: exact_match, min: 1.5}]}`)),
+		bad("gate-negative-drop", `spec.gate.rules[0].maxDrop: Invalid value: "-0.1": must be a number between 0 and 1, as scores are`,
 			"spec.gate.rules[0].maxDrop in body should be greater than or equal to 0",
 			set("spec.baseline", `{evaluation: nightly}`), set("spec.gate", `{rules: [{metric: exact_match, maxDrop: -0.1}]}`)),
 
