@@ -140,7 +140,7 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 		return err
 	}
 	summary := []byte(cm.Data[cluster.ResultsKeySummary])
-	if err := writeAtomic(filepath.Join(output, results.SummaryFile), summary); err != nil {
+	if err := results.WriteFileAtomic(filepath.Join(output, results.SummaryFile), summary); err != nil {
 		return err
 	}
 	var sum struct{ Results []results.Summary }
@@ -153,18 +153,4 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 	}
 	fmt.Fprintf(s.errOut, "Results: %s, %s\n", filepath.Join(output, results.ResultsFile), filepath.Join(output, results.SummaryFile))
 	return nil
-}
-
-// writeAtomic writes data to path through a file renamed into place.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	_, werr := f.Write(data)
-	if err := errors.Join(werr, f.Chmod(0o644), f.Close()); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

@@ -382,10 +382,12 @@ func WriteSummary(dir string, v any) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, SummaryFile), append(b, '\n'))
+	return WriteFileAtomic(filepath.Join(dir, SummaryFile), append(b, '\n'))
 }
 
-func writeFileAtomic(path string, data []byte) error {
+// WriteFileAtomic writes data to path through a file renamed into place
+// (0644, as the checkpoint): a failure part way leaves what was there.
+func WriteFileAtomic(path string, data []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return err
