@@ -20,11 +20,11 @@ const (
 	filesBase     = 128
 )
 
-// OpenFilesNeeded is about how many files the plan's samples in flight hold
-// open at once: every model under evaluation (of those named, when some are)
-// runs its concurrency at once.
-func (p *Plan) OpenFilesNeeded(models ...string) uint64 {
-	need := uint64(filesBase)
+// openFiles is about how many files the plan's samples in flight hold open
+// at once (every model under evaluation, of those named when some are, runs
+// its concurrency at once), and the most one sample in flight of them holds.
+func (p *Plan) openFiles(models []string) (need, perSample uint64) {
+	need, perSample = filesBase, filesPerCall
 	for _, m := range p.Models {
 		if m.JudgeOnly || m.Batch != nil || len(models) > 0 && !slices.Contains(models, m.Name) {
 			continue // a judge is called from its subjects' samples; batches are a few requests
@@ -33,9 +33,10 @@ func (p *Plan) OpenFilesNeeded(models ...string) uint64 {
 		if m.Agent {
 			per = filesPerAgent
 		}
+		perSample = max(perSample, per)
 		need += uint64(max(1, m.Concurrency)) * per
 	}
-	return need
+	return need, perSample
 }
 
 // OpenFilesError says the process may not open what the run's samples in
@@ -62,7 +63,7 @@ func EnsureOpenFiles(p *Plan, models ...string) error {
 }
 
 func ensureOpenFiles(p *Plan, models []string, getrlimit, setrlimit func(int, *unix.Rlimit) error) error {
-	need := p.OpenFilesNeeded(models...)
+	need, perSample := p.openFiles(models)
 	var lim unix.Rlimit
 	if err := getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		return nil //nolint:nilerr // no limit to read: nothing to check against
@@ -82,13 +83,7 @@ func ensureOpenFiles(p *Plan, models []string, getrlimit, setrlimit func(int, *u
 	}
 	fit := uint64(0)
 	if lim.Cur > filesBase {
-		per := uint64(filesPerCall)
-		for _, m := range p.Models {
-			if m.Agent && !m.JudgeOnly && (len(models) == 0 || slices.Contains(models, m.Name)) {
-				per = filesPerAgent
-			}
-		}
-		fit = (lim.Cur - filesBase) / per
+		fit = (lim.Cur - filesBase) / perSample
 	}
 	return &OpenFilesError{Need: need, Limit: lim.Cur, Concurrency: fit}
 }
