@@ -73,19 +73,7 @@ func TestQuotaThatNeverRecovers(t *testing.T) {
 	srv := newFake(t, fakellm.Config{RequestsPerMinute: 2, Window: time.Hour, BurstWindow: time.Hour})
 	w := newWorkspace(t)
 	w.write("qs.jsonl", arithmeticJSONL("q", 6))
-	w.writeEval("quota", fmt.Sprintf(`  concurrency: 1
-  retry: {maxThrottleWait: 5m}
-  datasets:
-  - name: qs
-    source: {file: qs.jsonl}
-  models:
-  - name: gpt
-    provider: openai
-    model: fake-model
-    baseURL: %s
-  scoring:
-  - type: exact_match
-`, srv.OpenAIURL()))
+	w.writeEval("quota", quotaEval(srv.OpenAIURL(), 1))
 	r := w.run()
 	if r.Code != 1 {
 		t.Fatalf("want exit 1\n%s", r)
@@ -118,19 +106,7 @@ func TestAcceptedCallsAreKeptWhenTheQuotaEnds(t *testing.T) {
 	srv := newFake(t, fakellm.Config{RequestsPerMinute: 2, Window: time.Hour, BurstWindow: time.Hour, Latency: time.Second})
 	w := newWorkspace(t)
 	w.write("qs.jsonl", arithmeticJSONL("q", 40))
-	w.writeEval("quota", fmt.Sprintf(`  concurrency: 4
-  retry: {maxThrottleWait: 5m}
-  datasets:
-  - name: qs
-    source: {file: qs.jsonl}
-  models:
-  - name: gpt
-    provider: openai
-    model: fake-model
-    baseURL: %s
-  scoring:
-  - type: exact_match
-`, srv.OpenAIURL()))
+	w.writeEval("quota", quotaEval(srv.OpenAIURL(), 4))
 	r := w.run()
 	if r.Code != 1 || !strings.Contains(r.Stderr, "retry.maxThrottleWait") {
 		t.Fatalf("want exit 1, the quota given up on\n%s", r)
@@ -239,4 +215,22 @@ func TestConcurrencyBeyondOpenFiles(t *testing.T) {
 	if got := srv.Stats().Requests - before; got != 0 {
 		t.Errorf("%d calls before the refusal", got)
 	}
+}
+
+// quotaEval is an Evaluation of model gpt at url on qs.jsonl, with
+// concurrency samples in flight, giving up on a quota after 5 minutes.
+func quotaEval(url string, concurrency int) string {
+	return fmt.Sprintf(`  concurrency: %d
+  retry: {maxThrottleWait: 5m}
+  datasets:
+  - name: qs
+    source: {file: qs.jsonl}
+  models:
+  - name: gpt
+    provider: openai
+    model: fake-model
+    baseURL: %s
+  scoring:
+  - type: exact_match
+`, concurrency, url)
 }
