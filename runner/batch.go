@@ -216,6 +216,7 @@ func (r *batchRun) put(ds *Dataset, s *dataset.Sample, rec *results.Record) erro
 	if r.judging != nil {
 		model = r.judging.subject.Name
 	}
+	r.e.zeroFailed(rec)
 	if err := r.sink.Put(model, ds.Name, s.Index, rec); err != nil {
 		return fmt.Errorf("saving the result of %s on %s sample %s: %w", model, ds.Name, s.ID, err)
 	}

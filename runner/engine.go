@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -660,6 +662,7 @@ func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCa
 	if rec == nil {
 		return
 	}
+	e.zeroFailed(rec)
 	if err := sink.Put(m.Name, j.ds.Name, j.s.Index, rec); err != nil {
 		fail(fmt.Errorf("saving the result of %s on %s sample %s: %w", m.Name, j.ds.Name, j.s.ID, err))
 		return
@@ -713,14 +716,14 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 	}
 	var output string // what scorers see: the whole answer, before redaction
 	var toolCalls []provider.ToolCall
+	if answered != nil && answered.ID != s.ID {
+		answered = nil // not this sample's answer: the data moved under it
+	}
 	if answered != nil {
-		// The judge failed last time, not the model: pay for the judge only.
-		rec.Attempts, rec.LatencyMillis = answered.Attempts, answered.LatencyMillis
-		rec.Output, rec.ToolCalls = answered.Output, answered.ToolCalls
-		rec.OutputTruncated, rec.OutputBytes = answered.OutputTruncated, answered.OutputBytes
-		rec.MaxTokensReached = answered.MaxTokensReached
-		rec.InputTokens, rec.OutputTokens = answered.InputTokens, answered.OutputTokens
-		rec.Cost = answered.Cost
+		// The model answered in an earlier run (its judge failed, or the
+		// scoring changed since): score that answer, paying for judges only.
+		rec = carried(answered)
+		rec.Model, rec.Dataset = m.Name, ds.Name
 		output, toolCalls = answered.Output, answered.ToolCalls
 	} else {
 		hc := HookContext{Slot: sl.n, Slots: sl.of, Model: m.Name, Dataset: ds.Name, Sample: s}
@@ -838,15 +841,15 @@ func (e *Engine) score(ctx context.Context, rec *results.Record, s *dataset.Samp
 	if e.judged {
 		judged := new(judgeUsage)
 		defer func() {
-			rec.JudgeInputTokens, rec.JudgeOutputTokens = judged.in.Load(), judged.out.Load()
-			if judged.calls.Load() > 0 && !judged.unpriced.Load() {
-				rec.JudgeCost = ptrDollars(spend.Amount(judged.cost.Load()))
-			}
+			addJudging(rec, judged.in.Load(), judged.out.Load(), judged.calls.Load() > 0, judged.unpriced.Load(), spend.Amount(judged.cost.Load()))
 		}()
 		ctx = context.WithValue(ctx, judgeUsageKey{}, judged)
 	}
 	var waiting []string
 	for _, sc := range e.scorers {
+		if _, kept := rec.Scores[sc.Name()]; kept {
+			continue // scored earlier by this very scorer (a carried answer's)
+		}
 		if sc.batchJudge != nil {
 			waiting = append(waiting, sc.Name())
 			continue
@@ -861,15 +864,98 @@ func (e *Engine) score(ctx context.Context, rec *results.Record, s *dataset.Samp
 			if isThrottledOut(err) || IsBudgetExceeded(err) || errors.As(err, &exhausted) {
 				return nil, err
 			}
-			rec.Scores = map[string]float64{}
-			rec.Error, rec.ErrorKind = e.redact(fmt.Sprintf("scorer %s: %v", sc.Name(), err)), results.ErrorKindScoring
-			return rec, nil
+			// This scorer's failure is its own: the others still score.
+			setScorerError(e, rec, sc.Name(), err)
+			continue
 		}
 		rec.Scores[sc.Name()] = v
 	}
 	// Kept with its answer until the judges' batches give their verdicts.
 	rec.JudgePending = waiting
 	return rec, nil
+}
+
+// zeroFailed gives a failed sample's record a 0 for every metric it has no
+// score for, as the summary counts it, so that averaging results.jsonl gives
+// the summary's metrics.
+func (e *Engine) zeroFailed(rec *results.Record) {
+	if rec.Error == "" {
+		return
+	}
+	if rec.Scores == nil {
+		rec.Scores = map[string]float64{}
+	}
+	for _, sc := range e.scorers {
+		if _, ok := rec.Scores[sc.Name()]; !ok && !slices.Contains(rec.JudgePending, sc.Name()) {
+			rec.Scores[sc.Name()] = 0
+		}
+	}
+}
+
+// carried is a new record of an earlier record's answer, to be scored again:
+// its answer, tokens and costs (paid already: Rescored says so), and the
+// scores of scorers that are to be kept (the journal keeps only those of
+// scorers unchanged since, and none that failed).
+func carried(answered *results.Record) *results.Record {
+	rec := &results.Record{
+		ID: answered.ID, Model: answered.Model, Dataset: answered.Dataset,
+		Output: answered.Output, ToolCalls: answered.ToolCalls,
+		Attempts: answered.Attempts, LatencyMillis: answered.LatencyMillis,
+		InputTokens: answered.InputTokens, OutputTokens: answered.OutputTokens,
+		JudgeInputTokens: answered.JudgeInputTokens, JudgeOutputTokens: answered.JudgeOutputTokens,
+		OutputTruncated: answered.OutputTruncated, OutputBytes: answered.OutputBytes,
+		MaxTokensReached: answered.MaxTokensReached, AgentCalls: answered.AgentCalls,
+		Cost: answered.Cost, JudgeCost: answered.JudgeCost, Batch: answered.Batch,
+		Rescored: true,
+		Scores:   map[string]float64{},
+	}
+	for k, v := range answered.Scores {
+		if _, failed := answered.ScoreErrors[k]; !failed {
+			rec.Scores[k] = v
+		}
+	}
+	return rec
+}
+
+// addJudging adds what judging a sample cost now to what its record carries
+// (a re-scored answer's earlier judging): the tokens, and the cost, unknown
+// once any judge call was unpriced.
+func addJudging(rec *results.Record, in, out int64, called, unpriced bool, cost spend.Amount) {
+	if !called {
+		return
+	}
+	before := rec.JudgeCost != nil || rec.JudgeInputTokens > 0 || rec.JudgeOutputTokens > 0
+	rec.JudgeInputTokens += in
+	rec.JudgeOutputTokens += out
+	switch {
+	case unpriced || (before && rec.JudgeCost == nil):
+		rec.JudgeCost = nil
+	case rec.JudgeCost != nil:
+		rec.JudgeCost = ptrDollars(cost + spend.FromDollars(*rec.JudgeCost))
+	default:
+		rec.JudgeCost = ptrDollars(cost)
+	}
+}
+
+// setScorerError records one scorer's failure in rec: the metric scores 0
+// (as in the summary), ScoreErrors says why, and the record is a scoring
+// failure, which --retry-errors scores again without calling the model. The
+// other scorers' scores stay.
+func setScorerError(e *Engine, rec *results.Record, scorer string, err error) {
+	if rec.ScoreErrors == nil {
+		rec.ScoreErrors = map[string]string{}
+	}
+	rec.ScoreErrors[scorer] = e.redact(err.Error())
+	if rec.Scores == nil {
+		rec.Scores = map[string]float64{}
+	}
+	rec.Scores[scorer] = 0
+	names := slices.Sorted(maps.Keys(rec.ScoreErrors))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = "scorer " + n + ": " + rec.ScoreErrors[n]
+	}
+	rec.Error, rec.ErrorKind = strings.Join(parts, "; "), results.ErrorKindScoring
 }
 
 // redact removes secrets from text the engine writes out.

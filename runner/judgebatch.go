@@ -156,7 +156,7 @@ func (r *batchRun) judged(ctx context.Context, it *batchItem, resp *provider.Res
 	in.Judge = func(context.Context, string) (string, error) { return resp.Text, nil }
 	v, err := j.sc.Score(ctx, in)
 	if err != nil {
-		setScoringError(r.e, rec, j.sc.Name(), err)
+		setScorerError(r.e, rec, j.sc.Name(), err)
 	} else {
 		rec.Scores[j.sc.Name()] = v
 	}
@@ -170,7 +170,7 @@ func (r *batchRun) judged(ctx context.Context, it *batchItem, resp *provider.Res
 // be had (--retry-errors judges it again, without calling its model).
 func (r *batchRun) judgeFailed(it *batchItem, err error) error {
 	rec := awaitedRecord(it.pending, r.judging.sc.Name())
-	setScoringError(r.e, rec, r.judging.sc.Name(), fmt.Errorf("judge %s: %w", r.m.Name, err))
+	setScorerError(r.e, rec, r.judging.sc.Name(), fmt.Errorf("judge %s: %w", r.m.Name, err))
 	r.mu.Lock()
 	delete(r.items, itemKey(it.dsIndex, it.s.Index))
 	r.mu.Unlock()
@@ -205,12 +205,4 @@ func awaitedRecord(pending *results.Record, scorer string) *results.Record {
 		rec.JudgePending = nil
 	}
 	return &rec
-}
-
-// setScoringError makes rec a scoring failure, as Engine.score does: its
-// answer, tokens and costs kept, no scores, and nothing awaited any more.
-func setScoringError(e *Engine, rec *results.Record, scorer string, err error) {
-	rec.Scores = map[string]float64{}
-	rec.JudgePending = nil
-	rec.Error, rec.ErrorKind = e.redact(fmt.Sprintf("scorer %s: %v", scorer, err)), results.ErrorKindScoring
 }

@@ -496,13 +496,13 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 func (s *Store) count(rec *results.Record) {
 	if rec.Error != "" {
 		s.progress.Errored++
-	} else {
-		if s.progress.Scores == nil {
-			s.progress.Scores = map[string]float64{}
-		}
-		for k, v := range rec.Scores {
-			s.progress.Scores[k] += v
-		}
+	}
+	// A failed sample's scores are 0, but for the scorers that did score it.
+	if s.progress.Scores == nil {
+		s.progress.Scores = map[string]float64{}
+	}
+	for k, v := range rec.Scores {
+		s.progress.Scores[k] += v
 	}
 	s.progress.Tokens.Input += rec.InputTokens
 	s.progress.Tokens.Output += rec.OutputTokens

@@ -70,10 +70,10 @@ func scoresOf(r *results.Record, metrics []string) []float64 {
 	for i, m := range metrics {
 		v, ok := r.Scores[m]
 		switch {
+		case ok:
+			out[i] = v // a failed scorer's 0, or what the others scored
 		case r.Error != "":
 			out[i] = 0
-		case ok:
-			out[i] = v
 		default:
 			out[i] = math.NaN()
 		}

@@ -22,7 +22,10 @@ type Record struct {
 	Dataset string `json:"dataset"`
 	// Output is the model's text answer (an agent's standard output).
 	Output string `json:"output"`
-	// Scores maps metric names to scores in [0, 1]; empty when Error is set.
+	// Scores maps metric names to scores in [0, 1]. A metric whose scorer
+	// failed scores 0, as does every metric of a sample that failed before it
+	// was scored: as the summary counts them, so averaging results.jsonl
+	// gives the summary's metrics.
 	Scores map[string]float64 `json:"scores"`
 	// Error says why the sample failed; "" when it did not.
 	Error string `json:"error"`
@@ -33,6 +36,14 @@ type Record struct {
 	// latency the record keeps). --retry-errors re-scores a "scoring" failure without calling the
 	// model again.
 	ErrorKind string `json:"errorKind,omitempty"`
+	// ScoreErrors says why each failed scorer failed, by metric name. One
+	// scorer's failure is its own: the other metrics keep their scores.
+	ScoreErrors map[string]string `json:"scoreErrors,omitempty"`
+	// Rescored says the answer is an earlier run's, scored again (the
+	// scoring changed, or its judge had failed): Output, tokens, latency and
+	// Cost are that answer's, paid for then; JudgeCost adds this scoring's
+	// judging to the earlier one's.
+	Rescored bool `json:"rescored,omitempty"`
 	// Attempts counts the calls made; 0 when the answer came from the cache.
 	Attempts int `json:"attempts"`
 	// LatencyMillis is how long the answering call took (the original call's, for a cached answer).
@@ -235,15 +246,16 @@ func (a *Aggregate) Add(r *Record) {
 	if len(r.JudgePending) > 0 {
 		return
 	}
-	if r.Error != "" {
-		a.s.Errored++
-		for i := range a.metrics {
-			a.observe(i, 0) // an errored sample scores 0
-		}
-		return
-	}
+	// An errored sample scores 0 on the metrics it has no score for (all,
+	// unless only some of its scorers failed).
 	for i, m := range a.metrics {
 		a.observe(i, r.Scores[m])
+	}
+	if r.Error != "" {
+		a.s.Errored++
+		if r.ErrorKind != ErrorKindScoring {
+			return
+		}
 	}
 	if r.MaxTokensReached {
 		a.s.MaxTokensReached++
