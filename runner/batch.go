@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/proctor-dev/proctor/runner/dataset"
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/results"
@@ -78,6 +80,9 @@ type batchRun struct {
 	cancelled map[string]bool
 	// sync holds the samples to call at once (retryFailed sync, a deadline).
 	sync []*batchItem
+	// answered holds the samples whose earlier answers are scored again
+	// (Answered), never submitted.
+	answered []*batchItem
 	// mu guards items and sync while results are taken in concurrently.
 	mu sync.Mutex
 }
@@ -141,6 +146,9 @@ func (e *Engine) runBatchModel(ctx context.Context, fail context.CancelCauseFunc
 	if err := r.collect(tasks); err != nil {
 		return err
 	}
+	if err := r.scoreAnswered(ctx); err != nil {
+		return err
+	}
 	if err := r.adopt(ctx); err != nil {
 		return err
 	}
@@ -174,7 +182,18 @@ func (r *batchRun) collect(tasks []Task) error {
 				return r.put(ds, &s, rec)
 			}
 			req.Model, req.Dataset = m.Name, ds.Name
-			r.items[itemKey(dsIndex, s.Index)] = &batchItem{ds: ds, dsIndex: dsIndex, s: s, req: req}
+			it := &batchItem{ds: ds, dsIndex: dsIndex, s: s, req: req}
+			if a, ok := r.sink.(Answered); ok {
+				if rec := a.Answered(m.Name, ds.Name, s.Index); rec != nil && rec.ID == s.ID {
+					it.pending = rec
+					r.answered = append(r.answered, it)
+					return nil
+				}
+			}
+			if e.opts.ScoreOnly {
+				return nil // no answer to score: left unanswered
+			}
+			r.items[itemKey(dsIndex, s.Index)] = it
 			return nil
 		})
 		if err != nil {
@@ -182,6 +201,32 @@ func (r *batchRun) collect(tasks []Task) error {
 		}
 	}
 	return nil
+}
+
+// scoreAnswered scores the earlier answers collect found (the scoring
+// changed, or their judge had failed), as many at a time as the model's
+// concurrency, calling judges only.
+func (r *batchRun) scoreAnswered(ctx context.Context) error {
+	e := r.e
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, r.m.Concurrency))
+	for _, it := range r.answered {
+		g.Go(func() error {
+			rec := carried(it.pending)
+			rec.Model, rec.Dataset = r.m.Name, it.ds.Name
+			scored, err := e.score(gctx, rec, &it.s, it.req, it.pending.Output, it.pending.ToolCalls)
+			if IsBudgetExceeded(err) {
+				e.exhaust(err)
+				return nil
+			}
+			if err != nil || scored == nil {
+				return err // stopping, or the judge's quota ended
+			}
+			return r.put(it.ds, &it.s, scored)
+		})
+	}
+	r.answered = nil
+	return g.Wait()
 }
 
 // eachSample calls fn with the samples of ds from start to end (exclusive).

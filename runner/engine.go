@@ -57,6 +57,10 @@ type Options struct {
 	// Ledger, when the run has a budget, is what every call reserves its
 	// worst case from before it is sent.
 	Ledger *spend.Ledger
+	// ScoreOnly scores the answers the sink holds (Answered) and calls no
+	// model under evaluation: a sample without an answer is left as it is
+	// (proctor score).
+	ScoreOnly bool
 }
 
 // Observer hears of finished samples. It must be safe for concurrent use and quick.
@@ -64,9 +68,9 @@ type Observer interface {
 	SampleFinished(model, dataset string, rec *results.Record)
 }
 
-// Answered is a Sink that keeps the earlier records of samples whose call
-// succeeded and whose scoring failed (a retry of errors): only their scoring
-// runs again.
+// Answered is a Sink that keeps earlier records of samples whose answers
+// are to be scored again, without calling the model: their scoring failed
+// (a retry of errors), or the scoring changed since.
 type Answered interface {
 	Answered(model, dataset string, index int) *results.Record
 }
@@ -622,6 +626,9 @@ func (e *Engine) dispatch(ctx context.Context, m *modelRun, t Task, sink Sink, j
 		j := job{ds: ds, s: s}
 		if a, ok := sink.(Answered); ok {
 			j.answered = a.Answered(m.Name, ds.Name, s.Index)
+		}
+		if e.opts.ScoreOnly && (j.answered == nil || j.answered.ID != s.ID) {
+			continue // nothing to score: left unanswered
 		}
 		select {
 		case jobs <- j:

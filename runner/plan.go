@@ -16,6 +16,7 @@ import (
 	"github.com/proctor-dev/proctor/runner/dataset"
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
+	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/retry"
 	"github.com/proctor-dev/proctor/runner/score"
 	"github.com/proctor-dev/proctor/runner/spend"
@@ -199,6 +200,35 @@ func (p *Plan) CheckpointFingerprint(m *Model, d *Dataset) string {
 	}
 	b, _ := json.Marshal(v)
 	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Parts fingerprints one by one what CheckpointFingerprint covers, so a
+// checkpoint refused for a change says which, and a change to the scoring
+// alone keeps the answers.
+func (p *Plan) Parts(m *Model, d *Dataset) *results.Parts {
+	out := &results.Parts{
+		Model: m.Fingerprint, Data: d.Fingerprint,
+		System: hashOf(p.Prompt.systemSrc), Template: hashOf(p.Prompt.userSrc),
+		Scorers: map[string]string{},
+	}
+	names := p.MetricNames()
+	for i, s := range p.Scorers {
+		sc := struct {
+			Config score.Config
+			Judge  string
+		}{Config: s.Config}
+		if j := p.Model(s.JudgeModel); j != nil {
+			sc.Judge = j.Fingerprint
+		}
+		b, _ := json.Marshal(sc)
+		out.Scorers[names[i]] = hashOf(string(b))
+	}
+	return out
+}
+
+func hashOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
 

@@ -89,7 +89,7 @@ func newRootCommand(s streams) *cobra.Command {
 	v := verbosity(0)
 	f := root.PersistentFlags().VarPF(&v, "verbosity", "v", "log verbosity of proctor run: -v every retry, -vv debug (or -v N)")
 	f.NoOptDefVal = "+1"
-	root.AddCommand(newRunCommand(s), newManagerCommand(s), newShardCommand(s), newPlanCommand(s), newInstallCommand(s),
+	root.AddCommand(newRunCommand(s), newScoreCommand(s), newManagerCommand(s), newShardCommand(s), newPlanCommand(s), newInstallCommand(s),
 		newAgentExecCommand(s), newResultsCommand(s), newCompareCommand(s))
 	return root
 }

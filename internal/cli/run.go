@@ -33,6 +33,8 @@ type runOptions struct {
 	progress       string
 	keepWorkspaces bool
 	estimate       bool
+	// rescore and rescoreAll are proctor score's.
+	rescore, rescoreAll bool
 }
 
 func newRunCommand(s streams) *cobra.Command {
@@ -115,6 +117,8 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 		CacheDir:       o.cacheDir,
 		RetryErrors:    o.retryErrors,
 		Restart:        o.restart,
+		Rescore:        o.rescore,
+		RescoreAll:     o.rescoreAll,
 		KeepWorkspaces: o.keepWorkspaces,
 		GracePeriod:    o.gracePeriod,
 		Interrupts:     sigs,

@@ -55,6 +55,11 @@ type Options struct {
 	RetryErrors bool
 	// Restart discards the checkpoint in the output directory.
 	Restart bool
+	// Rescore scores every answer in the output directory again with the
+	// file's scoring, calling no model under evaluation, only judges; a
+	// sample without an answer is left as it is (proctor score). The scores
+	// of scorers unchanged since, which succeeded, are kept unless RescoreAll.
+	Rescore, RescoreAll bool
 	// KeepWorkspaces keeps agent workspaces for inspection.
 	KeepWorkspaces bool
 	// GracePeriod is how long samples in flight may take to finish once the
@@ -108,6 +113,9 @@ type Result struct {
 	// EarlierErrors counts the errored records an earlier run left, which
 	// this one kept (without RetryErrors) instead of running their samples.
 	EarlierErrors int64
+	// Rescoring lists the pairs whose earlier answers were scored again
+	// (the scoring changed, or Rescore), and why.
+	Rescoring []results.Rescoring
 }
 
 // InvalidError is a problem with the input: nothing was run or written.
@@ -147,6 +155,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := checkOutputs(plan, outDir); err != nil {
 		return nil, &InvalidError{err}
 	}
+	if o.Rescore {
+		if _, err := os.Stat(filepath.Join(outDir, results.CheckpointDir)); err != nil {
+			return nil, &InvalidError{fmt.Errorf("%s holds no checkpoint of a run (%w): nothing to score; proctor run answers the samples", outDir, err)}
+		}
+	}
 	dir, err := results.OpenDir(outDir)
 	if err != nil {
 		return nil, &InvalidError{fmt.Errorf("output directory: %w", err)}
@@ -157,7 +170,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	pairs := make([]results.Pair, len(tasks))
 	for i, t := range tasks {
 		m, d := plan.Model(t.Model), plan.Dataset(t.Dataset)
-		pairs[i] = results.Pair{Model: m.Name, Dataset: d.Name, Fingerprint: plan.CheckpointFingerprint(m, d), Total: d.Total, Metrics: plan.MetricNames()}
+		pairs[i] = results.Pair{Model: m.Name, Dataset: d.Name, Fingerprint: plan.CheckpointFingerprint(m, d), Parts: plan.Parts(m, d),
+			Total: d.Total, Metrics: plan.MetricNames()}
+	}
+	if o.Rescore {
+		if err := dir.HasAnswers(pairs); err != nil {
+			return nil, &InvalidError{fmt.Errorf("%w: nothing to score; proctor run answers the samples", err)}
+		}
 	}
 	if o.Restart {
 		// Check first, then act: nothing is cancelled or discarded for a
@@ -170,11 +189,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, fmt.Errorf("--restart: %w", err)
 		}
 	} else if err := dir.Check(pairs); err != nil {
-		return nil, &InvalidError{fmt.Errorf("%w. Nothing was run: use another output directory (-o), or --restart to discard them", err)}
+		advice := "use another output directory (-o), or --restart to discard them"
+		if errors.Is(err, results.ErrMismatch) {
+			advice = "use another output directory (-o), or --restart to discard them and call the models again"
+		}
+		return nil, &InvalidError{fmt.Errorf("%w. Nothing was run: %s", err, advice)}
 	}
 	var earlierErrors int64
 	for _, p := range pairs {
-		if _, err := dir.Open(p, o.RetryErrors); err != nil {
+		if _, err := dir.Open(p, results.OpenOptions{RetryErrors: o.RetryErrors, Rescore: o.Rescore, RescoreAll: o.RescoreAll}); err != nil {
 			if errors.Is(err, results.ErrMismatch) {
 				return nil, &InvalidError{fmt.Errorf("%w; use another output directory (-o), or --restart to discard it", err)}
 			}
@@ -182,6 +205,19 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		_, errored := dir.Counts(p.Model, p.Dataset)
 		earlierErrors += int64(errored)
+	}
+	rescoring := dir.Rescoring()
+	if o.Rescore && len(rescoring) == 0 {
+		fmt.Fprintf(warnings(o), "Nothing to score again: no scorer changed or failed since the answers in %s were scored (--all scores them all again).\n", outDir)
+	}
+	for _, r := range rescoring {
+		why := "as asked"
+		if len(r.Changed) > 0 {
+			why = "the scoring changed: " + strings.Join(r.Changed, ", ")
+		} else if !o.Rescore {
+			why = "resuming an interrupted re-scoring"
+		}
+		fmt.Fprintf(warnings(o), "Scoring %d answers of model %s on dataset %s again (%s), without calling the model.\n", r.Answers, r.Model, r.Dataset, why)
 	}
 
 	var display Display = silent{}
@@ -194,7 +230,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			log.Info("Using a model as judge only", "model", m.Name)
 		}
 	}
-	engOpts := runner.Options{Log: log, Observer: display}
+	engOpts := runner.Options{Log: log, Observer: display, ScoreOnly: o.Rescore}
 	if limit, _ := cluster.SpendLimit(ev.Spec.Budget); !limit.IsZero() {
 		// The budget is the run's, over its resumptions: what the records
 		// already written cost counts.
@@ -234,7 +270,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("writing results: %w", errors.Join(runErr, err))
 	}
-	res := &Result{Dir: outDir, Summaries: summaries, Metrics: plan.MetricNames(), Interrupted: sig, EarlierErrors: earlierErrors}
+	res := &Result{Dir: outDir, Summaries: summaries, Metrics: plan.MetricNames(), Interrupted: sig, EarlierErrors: earlierErrors, Rescoring: rescoring}
 	if pr.baseline != "" || ev.Spec.Gate != nil {
 		sum, err := compareAndGate(ev, pr.baseline, outDir, pairs, plan.MetricNames(), summaries)
 		if err != nil {

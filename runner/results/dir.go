@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,8 +44,10 @@ type pairKey struct{ model, dataset string }
 type Pair struct {
 	Model, Dataset string
 	Fingerprint    string
-	Total          int
-	Metrics        []string
+	// Parts fingerprint the model, data, prompt and scorers one by one.
+	Parts   *Parts
+	Total   int
+	Metrics []string
 }
 
 // ErrLocked is returned when another process is using an output directory.
@@ -136,15 +139,16 @@ func (e *ReplaceError) Error() string { return e.Msg }
 // or by another tool). Call it before Open; --restart skips it, as it discards
 // the directory's results anyway.
 func (d *Dir) Check(pairs []Pair) error {
-	want := map[pairKey]bool{}
-	for _, p := range pairs {
-		want[pairKey{p.Model, p.Dataset}] = true
+	want := map[pairKey]*Pair{}
+	for i := range pairs {
+		want[pairKey{pairs[i].Model, pairs[i].Dataset}] = &pairs[i]
 	}
 	entries, err := os.ReadDir(filepath.Join(d.root, CheckpointDir))
 	if err != nil {
 		return err
 	}
 	var others []string
+	var mismatches []error
 	journals := 0
 	for _, e := range entries {
 		if e.IsDir() || filepath.Ext(e.Name()) != ".jsonl" || filepath.Join(d.root, CheckpointDir, e.Name()) == d.batchFile() {
@@ -158,9 +162,20 @@ func (d *Dir) Check(pairs []Pair) error {
 			continue // empty: a run killed before its first line; nothing to lose
 		}
 		journals++
-		if !want[pairKey{h.Model, h.Dataset}] && records > 0 {
+		p := want[pairKey{h.Model, h.Dataset}]
+		if p == nil && records > 0 {
 			others = append(others, fmt.Sprintf("model %q on dataset %q (%d records)", h.Model, h.Dataset, records))
 		}
+		if p != nil && d.journalPath(p.Model, p.Dataset) == filepath.Join(d.root, CheckpointDir, e.Name()) {
+			// Answers that cannot be reused refuse the run before any
+			// journal is opened (and any re-scored).
+			if _, err := checkJournal(d.journalPath(p.Model, p.Dataset), pairHeader(*p), false, false); err != nil {
+				mismatches = append(mismatches, err)
+			}
+		}
+	}
+	if len(mismatches) > 0 {
+		return errors.Join(mismatches...)
 	}
 	if len(others) > 0 {
 		return &ReplaceError{fmt.Sprintf("%s holds results of %s, which this Evaluation does not have (renamed, removed, or another Evaluation's): "+
@@ -175,6 +190,21 @@ func (d *Dir) Check(pairs []Pair) error {
 		}
 	}
 	return nil
+}
+
+// HasAnswers refuses a directory that holds no record of any of pairs:
+// there is nothing in it to score again.
+func (d *Dir) HasAnswers(pairs []Pair) error {
+	for _, p := range pairs {
+		if checkName("model", p.Model) != nil || checkName("dataset", p.Dataset) != nil {
+			continue
+		}
+		h, records, err := readHeader(d.journalPath(p.Model, p.Dataset))
+		if err == nil && h != nil && records > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s holds no answers of this Evaluation's models and datasets", d.root)
 }
 
 // readHeader reads a journal's header and counts its records (lines after
@@ -243,11 +273,11 @@ func checkName(kind, name string) error {
 }
 
 // Open opens the journal of a pair, loading what an earlier run left.
-func (d *Dir) Open(p Pair, retryErrors bool) (*Journal, error) {
+func (d *Dir) Open(p Pair, opts OpenOptions) (*Journal, error) {
 	if err := errors.Join(checkName("model", p.Model), checkName("dataset", p.Dataset)); err != nil {
 		return nil, err
 	}
-	j, err := OpenJournal(d.journalPath(p.Model, p.Dataset), p.Model, p.Dataset, p.Fingerprint, p.Total, retryErrors)
+	j, err := OpenJournal(d.journalPath(p.Model, p.Dataset), p, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -261,6 +291,20 @@ func (d *Dir) journal(model, dataset string) *Journal {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.journals[pairKey{model, dataset}]
+}
+
+// Rescoring lists the pairs whose answers are scored again, and why.
+func (d *Dir) Rescoring() []Rescoring {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	var out []Rescoring
+	for _, j := range d.journals {
+		if r := j.Rescoring(); r != nil {
+			out = append(out, *r)
+		}
+	}
+	slices.SortFunc(out, func(a, b Rescoring) int { return strings.Compare(a.Model+"."+a.Dataset, b.Model+"."+b.Dataset) })
+	return out
 }
 
 // Done reports whether a sample already has a record.

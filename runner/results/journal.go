@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/proctor-dev/proctor/runner/spend"
@@ -18,12 +20,18 @@ const journalVersion = 1
 
 // header is a journal's first line. Fingerprint identifies everything that decides
 // a record (model, prompt, scoring, data), so records of an edited Evaluation are
-// never mixed with new ones.
+// never mixed with new ones; Parts fingerprint those one by one (journals
+// written before they existed lack them).
 type header struct {
 	Checkpoint  int    `json:"checkpoint"`
 	Model       string `json:"model"`
 	Dataset     string `json:"dataset"`
 	Fingerprint string `json:"fingerprint"`
+	Parts       *Parts `json:"parts,omitempty"`
+}
+
+func pairHeader(p Pair) header {
+	return header{Checkpoint: journalVersion, Model: p.Model, Dataset: p.Dataset, Fingerprint: p.Fingerprint, Parts: p.Parts}
 }
 
 // ErrMismatch is returned when a journal was written by a different evaluation.
@@ -48,9 +56,14 @@ type Journal struct {
 	done    []bool
 	nDone   int
 	nErrors int
-	// rescore holds, with retryErrors, the records whose scoring failed after a
-	// successful call: their samples are scored again, not called again.
-	rescore map[int]*Record
+	// rescore locates the records whose answers are to be scored again, not
+	// called again: unscored ones (the scoring changed), and with
+	// retryErrors those whose scoring failed.
+	rescore map[int]span
+	// rescoring says why answers are scored again, when they are, and
+	// nUnscored how many are (unscored records).
+	rescoring *Rescoring
+	nUnscored int
 	// spent is what the records read at opening cost.
 	spent spend.Totals
 	// awaiting holds the records whose judging waits for a judge's batch
@@ -62,18 +75,47 @@ type Journal struct {
 	closeOne sync.Once
 }
 
-// OpenJournal opens (creating) the journal at path for model and dataset, and loads
-// what it holds for samples below total. With retryErrors, errored records do not
-// count as done, so their samples run again (the newer record wins at assembly).
-func OpenJournal(path, model, dataset, fingerprint string, total int, retryErrors bool) (*Journal, error) {
-	j := &Journal{path: path, done: make([]bool, total), kick: make(chan struct{}, 1), flushed: make(chan struct{})}
-	want := header{Checkpoint: journalVersion, Model: model, Dataset: dataset, Fingerprint: fingerprint}
+// span is where a line is in a journal.
+type span struct {
+	off int64
+	n   int32
+}
+
+// OpenOptions say how a journal is opened.
+type OpenOptions struct {
+	// RetryErrors: errored records do not count as done, so their samples
+	// run again (the newer record wins at assembly); a scoring failure is
+	// scored again without calling its model.
+	RetryErrors bool
+	// Rescore scores again the answers the journal holds whose scorer
+	// changed or failed, also when nothing changed (proctor score);
+	// RescoreAll scores them all again, with every scorer.
+	Rescore, RescoreAll bool
+}
+
+// OpenJournal opens (creating) the journal at path for a pair, and loads what
+// it holds for samples below p.Total. A journal of the pair whose scoring
+// alone changed (or every journal, with Rescore) keeps its answers, marked to
+// be scored again (Rescoring says so); any other change is a *MismatchError.
+func OpenJournal(path string, p Pair, opts OpenOptions) (*Journal, error) {
+	j := &Journal{path: path, done: make([]bool, p.Total), kick: make(chan struct{}, 1), flushed: make(chan struct{})}
+	want := pairHeader(p)
+	keep, err := checkJournal(path, want, opts.Rescore || opts.RescoreAll, opts.RescoreAll)
+	if err != nil {
+		return nil, err
+	}
+	if keep != nil {
+		if err := rewriteUnscored(path, want, keep.keep, p.Metrics); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: keeping its answers to score them again: %w", path, err)
+		}
+		j.rescoring = &Rescoring{Model: p.Model, Dataset: p.Dataset, Changed: keep.scoring}
+	}
 	// O_APPEND: every write lands at the end, whatever else has the file open.
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	end, err := j.load(f, want, retryErrors)
+	end, err := j.load(f, want, opts.RetryErrors)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -90,25 +132,204 @@ func OpenJournal(path, model, dataset, fingerprint string, total int, retryError
 			return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 		}
 	}
+	switch n := j.nUnscored; {
+	case n == 0:
+		j.rescoring = nil // nothing to score (a scorer removed, reordered)
+	case j.rescoring == nil:
+		// A re-scoring interrupted earlier resumes.
+		j.rescoring = &Rescoring{Model: p.Model, Dataset: p.Dataset, Answers: n}
+	default:
+		j.rescoring.Answers = n
+	}
 	go j.flusher()
 	return j, nil
 }
 
+// checkJournal compares the journal at path (if any) with want: nil when
+// it is want's as it is; a change that keeps its answers (the scoring alone
+// changed, or rescore: every scorer counts as changed); or a *MismatchError.
+func checkJournal(path string, want header, rescore, all bool) (*partsChange, error) {
+	h, records, err := readHeader(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil || h == nil {
+		return nil, err
+	}
+	if records == 0 {
+		// Nothing to keep (a run stopped before its first record, perhaps
+		// of another version of the evaluation): start over under want's
+		// header.
+		return nil, os.Truncate(path, 0)
+	}
+	if h.Model != want.Model || h.Dataset != want.Dataset {
+		return nil, &MismatchError{Path: path, Model: h.Model, Dataset: h.Dataset}
+	}
+	same := h.Fingerprint == want.Fingerprint
+	if same && !rescore {
+		return nil, nil
+	}
+	var c partsChange
+	switch {
+	case h.Parts != nil && want.Parts != nil:
+		c = compareParts(h.Model, h.Dataset, h.Parts, want.Parts)
+		if len(c.answers) > 0 {
+			return nil, &MismatchError{Path: path, Model: h.Model, Dataset: h.Dataset, Changed: append(c.answers, c.scoring...)}
+		}
+	case same:
+		// Written before checkpoints said which part is which: what
+		// decides the answers is unchanged, and so is every scorer.
+		c.keep = map[string]bool{}
+		if want.Parts != nil {
+			for name := range want.Parts.Scorers {
+				c.keep[name] = true
+			}
+		}
+	default:
+		return nil, &MismatchError{Path: path, Model: h.Model, Dataset: h.Dataset}
+	}
+	if all {
+		c.keep = map[string]bool{}
+	}
+	return &c, nil
+}
+
+// rewriteUnscored replaces the journal at path by one under want's header
+// whose answers are to be scored again: each answered record keeps the
+// scores of the scorers in keep (unchanged since) and is marked unscored
+// unless those are all of metrics. Records without an answer (the call,
+// the prompt or the data failed) stay, their scores made metrics' zeros.
+// The new journal is renamed into place: a crash leaves the old or the new.
+func rewriteUnscored(path string, want header, keep map[string]bool, metrics []string) error {
+	in, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.CreateTemp(filepath.Dir(path), ".rescore-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(out.Name())
+	w := bufio.NewWriterSize(out, 256<<10)
+	h, _ := json.Marshal(want)
+	w.Write(append(h, '\n'))
+	r := bufio.NewReaderSize(in, 256<<10)
+	first := true
+	var buf []byte
+	for {
+		b, err := r.ReadBytes('\n')
+		if len(b) == 0 || b[len(b)-1] != '\n' {
+			break // the end, or a line a crash cut short
+		}
+		if err != nil {
+			return err
+		}
+		if first {
+			first = false
+			continue
+		}
+		l, err := ParseLine(b)
+		var rec Record
+		if err != nil || json.Unmarshal(l.Record, &rec) != nil {
+			continue // a corrupt line: its sample runs again
+		}
+		rec.CacheKey = l.Key
+		if unscoredAnswer(&rec, keep, metrics) {
+			buf, err = appendUnscoredLine(buf[:0], l.Index, &rec)
+		} else {
+			buf, err = AppendLine(buf[:0], l.Index, &rec)
+		}
+		if err != nil {
+			return err
+		}
+		w.Write(append(buf, '\n'))
+	}
+	if err := w.Flush(); err != nil {
+		out.Close()
+		return err
+	}
+	if err := errors.Join(out.Chmod(0o644), out.Sync(), out.Close()); err != nil {
+		return err
+	}
+	return os.Rename(out.Name(), path)
+}
+
+// unscoredAnswer prepares rec to be scored again by the current scorers
+// (metrics): it keeps the scores of unchanged scorers (keep) that did not
+// fail, and reports whether any metric is left to score. A record without
+// an answer only has its scores made the metrics' zeros.
+func unscoredAnswer(rec *Record, keep map[string]bool, metrics []string) bool {
+	answered := rec.Error == "" || rec.ErrorKind == ErrorKindScoring || len(rec.JudgePending) > 0
+	scores := map[string]float64{}
+	if !answered {
+		for _, m := range metrics {
+			scores[m] = 0
+		}
+		rec.Scores = scores
+		return false
+	}
+	missing := false
+	for _, m := range metrics {
+		_, failed := rec.ScoreErrors[m]
+		v, ok := rec.Scores[m]
+		if ok && keep[m] && !failed && !slices.Contains(rec.JudgePending, m) {
+			scores[m] = v
+		} else {
+			missing = true
+		}
+	}
+	rec.Scores, rec.ScoreErrors, rec.JudgePending = scores, nil, nil
+	if rec.ErrorKind == ErrorKindScoring {
+		rec.Error, rec.ErrorKind = "", ""
+	}
+	return missing
+}
+
+// Rescoring says why and how many of the journal's answers are scored
+// again; nil when none are.
+func (j *Journal) Rescoring() *Rescoring {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.rescoring == nil {
+		return nil
+	}
+	r := *j.rescoring
+	return &r
+}
+
+// Line states while a journal loads: what a sample's latest record makes it.
+const (
+	stNone uint8 = iota
+	stDone
+	stErrored
+	stRetry    // errored, to run again (retryErrors)
+	stRescore  // answered, to score again (unscored)
+	stRejudge  // answered, its scoring failed: to score again (retryErrors)
+	stAwaiting // answered, awaiting a judge's batch
+)
+
 // load reads the journal, returning the offset where appending must resume (the
-// end of the last whole line).
+// end of the last whole line). A sample's latest record decides what it is.
 func (j *Journal) load(f *os.File, want header, retryErrors bool) (int64, error) {
 	r := bufio.NewReaderSize(f, 64<<10)
 	var off int64
 	first := true
+	state := make([]uint8, len(j.done))
+	// carry holds what the latest record of a sample cost when a later
+	// record may carry those costs: one awaiting verdicts, or an answer to
+	// score again (a record re-scoring it says Rescored).
+	carry := map[int]spend.Totals{}
 	for {
 		b, err := r.ReadBytes('\n')
 		if len(b) == 0 || (errors.Is(err, io.EOF) && b[len(b)-1] != '\n') {
 			// End of file, or a line the crash cut short: resume before it.
-			return off, nil
+			break
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
 			return 0, fmt.Errorf("checkpoint %s: %w", j.path, err)
 		}
+		at := span{off: off, n: int32(len(b))}
 		off += int64(len(b))
 		if first {
 			first = false
@@ -116,9 +337,8 @@ func (j *Journal) load(f *os.File, want header, retryErrors bool) (int64, error)
 			if json.Unmarshal(b, &h) != nil || h.Checkpoint != journalVersion {
 				return 0, fmt.Errorf("%s is not a Proctor checkpoint: %w", j.path, ErrMismatch)
 			}
-			if h != want {
-				return 0, fmt.Errorf("%s holds results of model %q on dataset %q from a different version of the evaluation "+
-					"(the model, prompt, scoring or data changed): %w", j.path, h.Model, h.Dataset, ErrMismatch)
+			if h.Model != want.Model || h.Dataset != want.Dataset || h.Fingerprint != want.Fingerprint {
+				return 0, &MismatchError{Path: j.path, Model: h.Model, Dataset: h.Dataset}
 			}
 			continue
 		}
@@ -131,51 +351,68 @@ func (j *Journal) load(f *os.File, want header, retryErrors bool) (int64, error)
 		if json.Unmarshal(rec, &r) != nil || i >= len(j.done) {
 			continue
 		}
-		if prev := j.awaiting[i]; prev != nil {
-			// It replaces a record that awaited judging, whose calls it
-			// carries again: not done until this one says.
-			j.spent = j.spent.Sub(Spent(prev))
-			delete(j.awaiting, i)
-			j.done[i] = false
-			j.nDone--
-		}
 		// Every record was paid for, also one run again since (an error
-		// retried, a scoring failure scored again).
+		// retried), but for what a record carries of the one it replaces.
+		if prev, ok := carry[i]; ok && (r.Rescored || state[i] == stAwaiting) {
+			j.spent = j.spent.Sub(prev)
+		}
+		delete(carry, i)
 		j.spent = j.spent.Add(r.spent())
-		if j.done[i] {
-			continue
-		}
-		if len(r.JudgePending) > 0 {
-			var full Record
-			if json.Unmarshal(rec, &full) == nil {
-				j.await(i, &full)
-				j.done[i] = true
-				j.nDone++
-			}
-			continue
-		}
+		delete(j.rescore, i)
+		delete(j.awaiting, i)
 		failed := r.Error != ""
-		if failed && retryErrors {
-			var r Record
-			if json.Unmarshal(rec, &r) == nil && r.ErrorKind == ErrorKindScoring {
-				if j.rescore == nil {
-					j.rescore = map[int]*Record{}
-				}
-				j.rescore[i] = &r
+		switch {
+		case l.Unscored, failed && retryErrors && r.ErrorKind == ErrorKindScoring:
+			state[i] = stRescore
+			if !l.Unscored {
+				state[i] = stRejudge
 			}
-			continue
-		}
-		j.done[i] = true
-		j.nDone++
-		if failed {
-			j.nErrors++
+			if j.rescore == nil {
+				j.rescore = map[int]span{}
+			}
+			j.rescore[i] = at
+			carry[i] = r.spent()
+		case len(r.JudgePending) > 0:
+			var full Record
+			if json.Unmarshal(rec, &full) != nil {
+				state[i] = stNone
+				continue
+			}
+			state[i] = stAwaiting
+			j.await(i, &full)
+			carry[i] = r.spent()
+		case failed && retryErrors:
+			state[i] = stRetry
+		case failed:
+			state[i] = stErrored
+			if r.ErrorKind == ErrorKindScoring {
+				carry[i] = r.spent() // --retry-errors may score it again
+			}
+		default:
+			state[i] = stDone
 		}
 	}
+	for i, st := range state {
+		switch st {
+		case stDone, stAwaiting:
+			j.done[i] = true
+			j.nDone++
+		case stErrored:
+			j.done[i] = true
+			j.nDone++
+			j.nErrors++
+		case stRescore:
+			j.nUnscored++
+		}
+	}
+	return off, nil
 }
 
 // spentFields are what a stored record says of its outcome and its cost.
 type spentFields struct {
 	Error        string   `json:"error"`
+	ErrorKind    string   `json:"errorKind"`
+	Rescored     bool     `json:"rescored"`
 	JudgePending []string `json:"judgePending"`
 	In           int64    `json:"inputTokens"`
 	Out          int64    `json:"outputTokens"`
@@ -214,14 +451,28 @@ func (j *Journal) Spent() spend.Totals {
 	return j.spent
 }
 
-// Answered returns, once, the earlier record of sample i whose call succeeded
-// but whose scoring failed, when the journal was opened with retryErrors.
+// Answered returns, once, the earlier record of sample i whose answer is to
+// be scored again without calling the model: an unscored one (the scoring
+// changed), or with retryErrors one whose scoring failed. Only the scores it
+// carries are kept.
 func (j *Journal) Answered(i int) *Record {
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	r := j.rescore[i]
+	at, ok := j.rescore[i]
 	delete(j.rescore, i)
-	return r
+	j.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	b := make([]byte, at.n)
+	if _, err := j.f.ReadAt(b, at.off); err != nil {
+		return nil // unreadable now: the sample is answered anew
+	}
+	l, err := ParseLine(b)
+	var rec Record
+	if err != nil || json.Unmarshal(l.Record, &rec) != nil {
+		return nil
+	}
+	return &rec
 }
 
 func (j *Journal) await(i int, rec *Record) {
@@ -360,10 +611,6 @@ func Assemble(path string, w io.Writer, agg *Aggregate, total int) error {
 
 	// First pass: where each sample's latest record is. Offsets and lengths only,
 	// so a million samples cost a few megabytes.
-	type span struct {
-		off int64
-		n   int32
-	}
 	latest := NewCollector[span](0, total)
 	r := bufio.NewReaderSize(f, 256<<10)
 	var off int64
@@ -407,6 +654,9 @@ func Assemble(path string, w io.Writer, agg *Aggregate, total int) error {
 			if l, err = ParseLine(b); err != nil {
 				return fmt.Errorf("checkpoint %s: line at offset %d changed while reading", path, s.off)
 			}
+		}
+		if l.Unscored {
+			return nil // an answer not scored yet: not finished
 		}
 		if _, err := Emit(l.Record, agg, bw); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)

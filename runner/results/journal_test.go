@@ -30,7 +30,7 @@ func rec(id string, score float64, errMsg string) *Record {
 
 func openJ(t *testing.T, path string, total int, retryErrors bool) *Journal {
 	t.Helper()
-	j, err := OpenJournal(path, "m", "d", "fp1", total, retryErrors)
+	j, err := OpenJournal(path, Pair{Model: "m", Dataset: "d", Fingerprint: "fp1", Total: total}, OpenOptions{RetryErrors: retryErrors})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,15 +92,19 @@ func TestJournalResumesAfterCrash(t *testing.T) {
 
 func TestJournalRefusesAnotherEvaluation(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "j.jsonl")
-	openJ(t, path, 3, false).Close()
-	_, err := OpenJournal(path, "m", "d", "fp2", 3, false)
+	j := openJ(t, path, 3, false)
+	if err := j.Append(0, rec("0", 1, "")); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	_, err := OpenJournal(path, Pair{Model: "m", Dataset: "d", Fingerprint: "fp2", Total: 3}, OpenOptions{})
 	if !errors.Is(err, ErrMismatch) {
 		t.Fatalf("OpenJournal with another fingerprint = %v, want ErrMismatch", err)
 	}
 	if err := os.WriteFile(path, []byte("hello\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenJournal(path, "m", "d", "fp1", 3, false); !errors.Is(err, ErrMismatch) {
+	if _, err := OpenJournal(path, Pair{Model: "m", Dataset: "d", Fingerprint: "fp1", Total: 3}, OpenOptions{}); !errors.Is(err, ErrMismatch) {
 		t.Fatalf("OpenJournal on a foreign file = %v, want ErrMismatch", err)
 	}
 }
@@ -219,7 +223,7 @@ func TestDirAssemblesEveryPair(t *testing.T) {
 	}
 	pairs := []Pair{{Model: "a", Dataset: "x", Fingerprint: "f", Total: 2, Metrics: []string{"acc"}}, {Model: "b", Dataset: "x", Fingerprint: "f", Total: 1, Metrics: []string{"acc"}}}
 	for _, p := range pairs {
-		if _, err := d.Open(p, false); err != nil {
+		if _, err := d.Open(p, OpenOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 )
 
@@ -18,17 +19,24 @@ import (
 //
 //	{"i":<position>,"r":<record>}
 //	{"i":<position>,"k":"<cache key>","r":<record>}
+//
+// A local journal whose scoring changed marks the answers it is to score
+// again (their records keep only the scores still valid) as unscored:
+//
+//	{"i":<position>,"u":true,"r":<record>}
 type Line struct {
-	Index  int             `json:"i"`
-	Key    string          `json:"k,omitempty"`
-	Record json.RawMessage `json:"r"`
+	Index    int             `json:"i"`
+	Key      string          `json:"k,omitempty"`
+	Unscored bool            `json:"u,omitempty"`
+	Record   json.RawMessage `json:"r"`
 }
 
 const (
-	linePrefix = `{"i":`
-	keyInfix   = `,"k":`
-	lineInfix  = `,"r":`
-	lineSuffix = `}`
+	linePrefix    = `{"i":`
+	keyInfix      = `,"k":`
+	unscoredInfix = `,"u":true`
+	lineInfix     = `,"r":`
+	lineSuffix    = `}`
 )
 
 // AppendLine appends the record log line of sample index's record to dst, with
@@ -51,6 +59,18 @@ func AppendLine(dst []byte, index int, rec *Record) ([]byte, error) {
 	dst = append(dst, lineInfix...)
 	dst = append(dst, b...)
 	return append(dst, lineSuffix...), nil
+}
+
+// appendUnscoredLine is AppendLine for an answer to be scored again.
+func appendUnscoredLine(dst []byte, index int, rec *Record) ([]byte, error) {
+	start := len(dst)
+	dst, err := AppendLine(dst, index, rec)
+	if err != nil {
+		return dst, err
+	}
+	// Before the record: after the key, where parseFast looks for it.
+	at := start + bytes.Index(dst[start:], []byte(lineInfix))
+	return slices.Insert(dst, at, []byte(unscoredInfix)...), nil
 }
 
 // errLine is a line that is not a record log line.
@@ -102,6 +122,10 @@ func parseFast(b []byte) (Line, bool) {
 		}
 		l.Key = string(rest[:end])
 		b = rest[end+1:]
+	}
+	if bytes.HasPrefix(b, []byte(unscoredInfix)) {
+		l.Unscored = true
+		b = b[len(unscoredInfix):]
 	}
 	if !bytes.HasPrefix(b, []byte(lineInfix)) {
 		return Line{}, false

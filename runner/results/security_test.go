@@ -36,7 +36,7 @@ func TestHostileOutputsStayInTheirRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	pair := Pair{Model: "m", Dataset: "d", Fingerprint: "f", Total: len(outputs) + 1, Metrics: []string{"acc"}}
-	if _, err := d.Open(pair, false); err != nil {
+	if _, err := d.Open(pair, OpenOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for i, out := range outputs {
@@ -97,7 +97,7 @@ func TestHostileOutputsStayInTheirRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = d.Unlock() }() // the test is over: nothing to do about it
-	j, err := d.Open(pair, false)
+	j, err := d.Open(pair, OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestDirRefusesUnsafeNames(t *testing.T) {
 		{Model: "-m", Dataset: "d"},
 	} {
 		p.Fingerprint, p.Total = "f", 1
-		if _, err := d.Open(p, false); err == nil {
+		if _, err := d.Open(p, OpenOptions{}); err == nil {
 			t.Errorf("Open(%q, %q) succeeded", p.Model, p.Dataset)
 		}
 		if _, err := d.Assemble([]Pair{p}); err == nil {

@@ -95,7 +95,7 @@ func runEngine(tb testing.TB, manifest string) (results.Summary, time.Duration) 
 	for _, t := range tasks {
 		m, d := plan.Model(t.Model), plan.Dataset(t.Dataset)
 		p := results.Pair{Model: m.Name, Dataset: d.Name, Fingerprint: plan.CheckpointFingerprint(m, d), Total: d.Total, Metrics: plan.MetricNames()}
-		if _, err := out.Open(p, false); err != nil {
+		if _, err := out.Open(p, results.OpenOptions{}); err != nil {
 			tb.Fatal(err)
 		}
 		pairs = append(pairs, p)
