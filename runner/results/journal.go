@@ -174,7 +174,7 @@ func checkJournal(path string, want header, rescore, all bool) (*partsChange, er
 	case h.Parts != nil && want.Parts != nil:
 		c = compareParts(h.Model, h.Dataset, h.Parts, want.Parts)
 		if len(c.answers) > 0 {
-			return nil, &MismatchError{Path: path, Model: h.Model, Dataset: h.Dataset, Changed: append(c.answers, c.scoring...)}
+			return nil, &MismatchError{Path: path, Model: h.Model, Dataset: h.Dataset, Changed: c.answers, Scoring: c.scoring}
 		}
 	case same:
 		// Written before checkpoints said which part is which: what

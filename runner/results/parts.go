@@ -72,9 +72,10 @@ func compareParts(model, dataset string, was, now *Parts) partsChange {
 // them changed. It wraps ErrMismatch.
 type MismatchError struct {
 	Path, Model, Dataset string
-	// Changed describes what changed; empty when the checkpoint is too old
-	// to say.
-	Changed []string
+	// Changed describes what changed of what decides the answers; empty
+	// when the checkpoint is too old to say. Scoring describes the scorers
+	// changed too.
+	Changed, Scoring []string
 }
 
 func (e *MismatchError) Error() string {
@@ -82,8 +83,12 @@ func (e *MismatchError) Error() string {
 		return fmt.Sprintf("%s holds results of model %q on dataset %q from a different version of the evaluation "+
 			"(the model, prompt, scoring or data changed; this checkpoint is older than those that say which)", e.Path, e.Model, e.Dataset)
 	}
-	return fmt.Sprintf("%s holds answers of model %q on dataset %q to different requests: %s changed since, so they cannot be reused",
-		e.Path, e.Model, e.Dataset, strings.Join(e.Changed, ", "))
+	also := ""
+	if len(e.Scoring) > 0 {
+		also = " (and " + strings.Join(e.Scoring, ", ") + ")"
+	}
+	return fmt.Sprintf("%s holds answers of model %q on dataset %q to different requests: %s changed since%s, so they cannot be reused",
+		e.Path, e.Model, e.Dataset, strings.Join(e.Changed, ", "), also)
 }
 
 func (e *MismatchError) Unwrap() error { return ErrMismatch }

@@ -309,6 +309,8 @@ type record struct {
 	Scores        map[string]float64 `json:"scores"`
 	Error         string             `json:"error"`
 	ErrorKind     string             `json:"errorKind"`
+	ScoreErrors   map[string]string  `json:"scoreErrors"`
+	Rescored      bool               `json:"rescored"`
 	Attempts      int                `json:"attempts"`
 	LatencyMillis int64              `json:"latencyMillis"`
 	InputTokens   int64              `json:"inputTokens"`
