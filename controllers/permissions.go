@@ -28,8 +28,9 @@ import (
 // to), no Secrets (keys reach pods as secretKeyRef env vars), no listing.
 func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (bool, error) {
 	ev := p.ev
-	if cacheOn(&ev.Spec) {
-		// The records an earlier run left are this run's cache: its runners read them.
+	{
+		// The records an earlier run left (kept by startRun as this run's
+		// cache, or as answers to score again): its runners read them.
 		cms, err := r.listConfigMaps(ctx, client.InNamespace(ev.Namespace), client.MatchingLabels{cluster.LabelEvaluation: cluster.LabelValue(ev.Name)})
 		if err != nil {
 			return false, err
@@ -112,7 +113,7 @@ func (r *EvaluationReconciler) runnerRules(p *pass) []rbacv1.PolicyRule {
 			read = append(read, k.SnapshotName(ev, p.run, d)) // the run's copy
 		}
 	}
-	if cacheOn(&ev.Spec) {
+	if cacheOn(&ev.Spec) || len(p.cacheSources) > 0 {
 		read = append(read, cluster.CacheSourcesName(ev.Name, p.run))
 		read = append(read, p.cacheSources...)
 	}

@@ -573,9 +573,23 @@ func TestReconcileLiveEditsUpdateJobsInPlace(t *testing.T) {
 	}
 }
 
+// TestReconcileSpecEditStartsNewRun: a spec edit starts a new run; the old
+// run's records are kept as the new run's cache with the cache on, and as
+// answers to score again when the edit left the model's answers as they
+// were (the scoring alone changed), cache or not.
 func TestReconcileSpecEditStartsNewRun(t *testing.T) {
-	for _, cache := range []bool{false, true} {
-		t.Run(map[bool]string{false: "cache off", true: "cache on"}[cache], func(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		cache, scoring bool
+	}{
+		{"prompt, cache off", false, false},
+		{"prompt, cache on", true, false},
+		{"scoring, cache off", false, true},
+		{"scoring, cache on", true, true},
+	} {
+		cache := tc.cache
+		kept := tc.cache || tc.scoring
+		t.Run(tc.name, func(t *testing.T) {
 			ev := withUID(simpleEval("arith").RateLimit(600).Obj())
 			ev.Spec.Cache.Enabled = cache
 			h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
@@ -587,6 +601,9 @@ func TestReconcileSpecEditStartsNewRun(t *testing.T) {
 			s0 := cluster.Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 5}
 			oldHead := headCM(t, "arith", oldRun, s0, cluster.ShardProgress{State: cluster.StateRunning, Total: 5, Done: 2}, recsOf("small", "d", 0, 1), 0, 1)
 			oldChunk := chunkCM(t, "arith", oldRun, s0, 0, recsOf("small", "d", 2), 2)
+			// As the controller labels them (NewHead, NewChunkSlot).
+			oldHead.Labels[cluster.LabelAnswers] = cluster.AnswersHash(&ev.Spec, "small")
+			oldChunk.Labels[cluster.LabelAnswers] = cluster.AnswersHash(&ev.Spec, "small")
 			results := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "arith-results", Labels: cluster.Labels("arith", oldRun, cluster.ComponentResults)}}
 			h.create(oldHead, oldChunk, results)
 			budget, ok := h.configMaps()["arith-budget"]
@@ -599,10 +616,16 @@ func TestReconcileSpecEditStartsNewRun(t *testing.T) {
 			}
 			h.clock.Step(time.Minute)
 
-			ev = h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) { s.Prompt.Template = "Q: {{ .Input }}" })
+			ev = h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) {
+				if tc.scoring {
+					s.Scoring[0].Normalize = []v1alpha1.Normalizer{"lowercase"}
+				} else {
+					s.Prompt.Template = "Q: {{ .Input }}"
+				}
+			})
 			newRun := cluster.RunID(ev)
 			if newRun == oldRun {
-				t.Fatal("a prompt edit kept the run")
+				t.Fatal("the edit kept the run")
 			}
 			h.mustReconcile(ev)
 
@@ -625,23 +648,23 @@ func TestReconcileSpecEditStartsNewRun(t *testing.T) {
 			}
 			_, headKept := cms[oldHead.Name]
 			_, chunkKept := cms[oldChunk.Name]
-			if headKept != cache || chunkKept != cache {
-				t.Errorf("old records kept: head %v, chunk %v; want %v (cache on = %v)", headKept, chunkKept, cache, cache)
+			if headKept != kept || chunkKept != kept {
+				t.Errorf("old records kept: head %v, chunk %v; want %v", headKept, chunkKept, kept)
 			}
 			sources, hasSources := cms[cluster.CacheSourcesName("arith", newRun)]
-			if hasSources != cache {
-				t.Errorf("cache sources ConfigMap exists = %v, want %v", hasSources, cache)
+			if hasSources != kept {
+				t.Errorf("cache sources ConfigMap exists = %v, want %v", hasSources, kept)
 			}
-			if cache && hasSources {
+			if kept && hasSources {
 				var got []cluster.CacheSource
 				if err := json.Unmarshal([]byte(sources.Data[cluster.KeySources]), &got); err != nil {
 					t.Fatal(err)
 				}
 				want := []cluster.CacheSource{
-					{Model: "small", Dataset: "d", Name: oldHead.Name},
-					{Model: "small", Dataset: "d", Name: oldChunk.Name},
+					{Model: "small", Dataset: "d", Name: oldHead.Name, Answers: tc.scoring},
+					{Model: "small", Dataset: "d", Name: oldChunk.Name, Answers: tc.scoring},
 					// The other shard's head, which the controller made.
-					{Model: "small", Dataset: "d", Name: cluster.HeadName("arith", oldRun, "small", 1)},
+					{Model: "small", Dataset: "d", Name: cluster.HeadName("arith", oldRun, "small", 1), Answers: tc.scoring},
 				}
 				if diff := cmp.Diff(want, got, cmpopts.SortSlices(func(a, b cluster.CacheSource) bool { return a.Name < b.Name })); diff != "" {
 					t.Errorf("cache sources (-want +got):\n%s", diff)
@@ -681,10 +704,16 @@ func TestReconcileSpecEditStartsNewRun(t *testing.T) {
 				t.Errorf("status after the edit (-want +got):\n%s", diff)
 			}
 			events := h.rec.take()
-			if diff := cmp.Diff([]string{v1alpha1.ReasonNewRun, v1alpha1.ReasonStarted}, reasons(events)); diff != "" {
+			wantReasons := []string{v1alpha1.ReasonNewRun, v1alpha1.ReasonStarted}
+			if tc.scoring {
+				wantReasons = []string{v1alpha1.ReasonNewRun, v1alpha1.ReasonRescoring, v1alpha1.ReasonStarted}
+			}
+			if diff := cmp.Diff(wantReasons, reasons(events)); diff != "" {
 				t.Errorf("event reasons (-want +got):\n%s", diff)
 			} else if want := "The spec changed: starting run " + newRun + " (was " + oldRun + ")"; events[0].Note != want {
 				t.Errorf("NewRun note = %q, want %q", events[0].Note, want)
+			} else if tc.scoring && !strings.Contains(events[1].Note, "Only the scoring changed for model(s) small") {
+				t.Errorf("Rescoring note = %q", events[1].Note)
 			}
 		})
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +24,9 @@ import (
 // startRun decides the run. A spec edit that changes the results (anything but
 // suspend, parallelism and rate limits) starts a new run: the children of the old
 // one are deleted and status starts over. With the cache on, the old run's records
-// are kept until the new run ends, as its response cache.
+// are kept until the new run ends, as its response cache; so are the records
+// of a model whose answers the edit left as they were (the scoring alone
+// changed), which the new run scores again without calling the model.
 func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, error) {
 	p.run = cluster.RunID(p.ev)
 	if p.status.Run != "" && cluster.IsRun(p.ev, p.status.Run) {
@@ -36,13 +40,20 @@ func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, err
 		p.event(corev1.EventTypeNormal, v1alpha1.ReasonNewRun, "The spec changed: starting run %s (was %s)", p.run, old)
 	}
 	*p.status = v1alpha1.EvaluationStatus{Run: p.run, StartTime: &metav1.Time{Time: p.now}}
-	keep := ""
-	if cacheOn(&p.ev.Spec) {
-		keep = old
-	}
-	kept, err := r.deleteOtherRuns(ctx, p, keep)
+	kept, err := r.deleteOtherRuns(ctx, p, old)
 	if err != nil {
 		return false, err
+	}
+	var rescored []string
+	for _, k := range kept {
+		if k.Answers && !slices.Contains(rescored, k.Model) {
+			rescored = append(rescored, k.Model)
+		}
+	}
+	if len(rescored) > 0 {
+		slices.Sort(rescored)
+		p.event(corev1.EventTypeNormal, v1alpha1.ReasonRescoring, "Only the scoring changed for model(s) %s: run %s scores the answers of run %s again, calling judges only",
+			strings.Join(rescored, ", "), p.run, old)
 	}
 	for _, name := range []string{cluster.ResultsName(p.ev.Name), cluster.BudgetName(p.ev.Name)} {
 		if err := r.deleteIfOurs(ctx, p, name); err != nil {
@@ -65,7 +76,9 @@ func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, err
 func cacheOn(spec *v1alpha1.EvaluationSpec) bool { return spec.Cache != nil && spec.Cache.Enabled }
 
 // deleteOtherRuns removes the Jobs and ConfigMaps of runs other than the current
-// one, except the records of run keep, which it returns.
+// one, except those records of run keep that the current run reuses, which it
+// returns: all of them with the cache on, else those whose model's answers
+// are the current run's too (cluster.AnswersHash).
 func (r *EvaluationReconciler) deleteOtherRuns(ctx context.Context, p *pass, keep string) ([]cluster.CacheSource, error) {
 	ns := client.InNamespace(p.ev.Namespace)
 	// "!=" also matches objects without the label (the budget, the permissions):
@@ -99,8 +112,12 @@ func (r *EvaluationReconciler) deleteOtherRuns(ctx context.Context, p *pass, kee
 			continue
 		}
 		if c := cm.Labels[cluster.LabelComponent]; keep != "" && cm.Labels[cluster.LabelRun] == keep && (c == cluster.ComponentShard || c == cluster.ComponentRecords) {
-			kept = append(kept, cluster.CacheSource{Model: cm.Labels[cluster.LabelModel], Dataset: cm.Labels[cluster.LabelDataset], Name: cm.Name})
-			continue
+			model := cm.Labels[cluster.LabelModel]
+			answers := cm.Labels[cluster.LabelAnswers] != "" && cm.Labels[cluster.LabelAnswers] == cluster.AnswersHash(&p.ev.Spec, model)
+			if answers || cacheOn(&p.ev.Spec) {
+				kept = append(kept, cluster.CacheSource{Model: model, Dataset: cm.Labels[cluster.LabelDataset], Name: cm.Name, Answers: answers})
+				continue
+			}
 		}
 		if err := r.Delete(ctx, cm); client.IgnoreNotFound(err) != nil {
 			return nil, err

@@ -38,9 +38,12 @@ const (
 
 // Reasons, for conditions and events.
 const (
-	ReasonStarted        = "Started"
-	ReasonRunning        = "Running"
-	ReasonNewRun         = "NewRun"
+	ReasonStarted = "Started"
+	ReasonRunning = "Running"
+	ReasonNewRun  = "NewRun"
+	// ReasonRescoring: the scoring alone changed, so the new run scores the
+	// answers of the run before it again, calling judges only.
+	ReasonRescoring      = "Rescoring"
 	ReasonPlanning       = "Planning"
 	ReasonPlanningFailed = "PlanningFailed"
 	ReasonSecretNotFound = "SecretNotFound"

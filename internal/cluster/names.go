@@ -16,14 +16,17 @@ import (
 
 // Label keys and values on everything Proctor creates, and on runner pods.
 const (
-	LabelManagedBy      = "app.kubernetes.io/managed-by"
-	ManagedBy           = "proctor"
-	LabelEvaluation     = "proctor.dev/evaluation"
-	LabelRun            = "proctor.dev/run"
-	LabelModel          = "proctor.dev/model"
-	LabelDataset        = "proctor.dev/dataset"
-	LabelComponent      = "proctor.dev/component"
-	LabelEndpoint       = "proctor.dev/endpoint"
+	LabelManagedBy  = "app.kubernetes.io/managed-by"
+	ManagedBy       = "proctor"
+	LabelEvaluation = "proctor.dev/evaluation"
+	LabelRun        = "proctor.dev/run"
+	LabelModel      = "proctor.dev/model"
+	LabelDataset    = "proctor.dev/dataset"
+	LabelComponent  = "proctor.dev/component"
+	LabelEndpoint   = "proctor.dev/endpoint"
+	// LabelAnswers on a shard's ConfigMaps is AnswersHash of its model: a
+	// later run whose scoring alone changed scores those answers again.
+	LabelAnswers        = "proctor.dev/answers"
 	ComponentRunner     = "runner"      // Jobs and their pods
 	ComponentPlanner    = "planner"     // the Job that counts url and pvc datasets
 	ComponentPlan       = "plan"        // the plan ConfigMap
@@ -60,6 +63,10 @@ const (
 	AnnotationSource = "proctor.dev/source"
 	// AnnotationSHA256 is the SHA-256 of a dataset snapshot's data.
 	AnnotationSHA256 = "proctor.dev/sha256"
+	// AnnotationScorers on a shard's ConfigMaps fingerprints the run's
+	// scorers by metric (ScorerHashes, as JSON): a later run that scores
+	// the answers again keeps the scores of the scorers unchanged since.
+	AnnotationScorers = "proctor.dev/scorers"
 )
 
 // Name lengths. Other objects are DNS subdomains (253). A Job's name is a pod

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -40,6 +41,50 @@ func IsRun(ev *v1alpha1.Evaluation, run string) bool {
 // then on (a local run's checkpoint leaves them out too); runner.stallTimeout
 // and budget at once.
 func SpecHash(spec *v1alpha1.EvaluationSpec) string {
+	b, _ := json.Marshal(resultSpec(spec))
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:8]
+}
+
+// AnswersHash is a hash of what decides model's answers: SpecHash's fields
+// but the scoring, the other models (judges among them), the cache and the
+// shard size. Two runs with the same AnswersHash for a model ask it the same
+// requests at the same positions, so a run whose scoring alone changed
+// scores the answers of the one before again instead of paying for them.
+func AnswersHash(spec *v1alpha1.EvaluationSpec, model string) string {
+	s := resultSpec(spec)
+	s.Scoring, s.Cache, s.ShardSize = nil, nil, nil
+	s.Models = slices.DeleteFunc(s.Models, func(m v1alpha1.Model) bool { return m.Name != model })
+	b, _ := json.Marshal(s)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// ScorerHashes fingerprints each scorer of spec by its metric name: its
+// configuration and its judge model's (what decides its verdicts).
+func ScorerHashes(spec *v1alpha1.EvaluationSpec) map[string]string {
+	s := resultSpec(spec)
+	out := make(map[string]string, len(s.Scoring))
+	for i := range s.Scoring {
+		sc := &s.Scoring[i]
+		v := []any{sc}
+		if sc.Judge != nil {
+			for j := range s.Models {
+				if s.Models[j].Name == sc.Judge.Model {
+					v = append(v, s.Models[j])
+				}
+			}
+		}
+		b, _ := json.Marshal(v)
+		sum := sha256.Sum256(b)
+		out[sc.MetricName()] = hex.EncodeToString(sum[:])[:16]
+	}
+	return out
+}
+
+// resultSpec is a copy of spec without the fields that decide neither a
+// run's results nor its Jobs.
+func resultSpec(spec *v1alpha1.EvaluationSpec) *v1alpha1.EvaluationSpec {
 	s := spec.DeepCopy()
 	s.Suspend, s.Parallelism = nil, nil
 	s.Concurrency, s.Retry, s.TimeoutPerSample = nil, nil, nil
@@ -75,9 +120,7 @@ func SpecHash(spec *v1alpha1.EvaluationSpec) string {
 			}
 		}
 	}
-	b, _ := json.Marshal(s)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])[:8]
+	return s
 }
 
 // GateHash is a hash of spec.baseline and spec.gate ("" without either):

@@ -307,3 +307,57 @@ func TestPlanBoundsTheShards(t *testing.T) {
 		})
 	}
 }
+
+// TestAnswersHash: what decides a model's answers is hashed apart from the
+// scoring, so that a scoring edit re-scores them; every other edit that
+// changes the requests changes it, and ScorerHashes say which scorer changed.
+func TestAnswersHash(t *testing.T) {
+	base := func() *v1alpha1.EvaluationSpec {
+		return &v1alpha1.EvaluationSpec{
+			Datasets: []v1alpha1.Dataset{{Name: "d", Source: v1alpha1.DatasetSource{Inline: inline(3)}}},
+			Models: []v1alpha1.Model{
+				{Name: "small", Provider: v1alpha1.ProviderOpenAI, Model: "gpt", BaseURL: "http://llm/v1"},
+				{Name: "grader", Provider: v1alpha1.ProviderOpenAI, Model: "judge", BaseURL: "http://llm/v1"},
+			},
+			Prompt:  &v1alpha1.Prompt{Template: "{{ .Input }}"},
+			Scoring: []v1alpha1.Scorer{{Type: v1alpha1.ScorerExactMatch}, {Type: v1alpha1.ScorerJudge, Name: "judged", Judge: &v1alpha1.Judge{Model: "grader"}}},
+		}
+	}
+	for _, tc := range []struct {
+		name           string
+		edit           func(*v1alpha1.EvaluationSpec)
+		answersChanged bool
+		scorersChanged []string
+	}{
+		{"a normalizer", func(s *v1alpha1.EvaluationSpec) { s.Scoring[0].Normalize = []v1alpha1.Normalizer{"lowercase"} }, false, []string{"exact_match"}},
+		{"the judge's model", func(s *v1alpha1.EvaluationSpec) { s.Models[1].Model = "judge-2" }, false, []string{"judged"}},
+		{"a rubric", func(s *v1alpha1.EvaluationSpec) { s.Scoring[1].Judge.Rubric = "strict" }, false, []string{"judged"}},
+		{"the shard size and the cache", func(s *v1alpha1.EvaluationSpec) {
+			s.ShardSize = ptr.To[int32](7)
+			s.Cache = &v1alpha1.Cache{Enabled: true}
+		}, false, nil},
+		{"the prompt", func(s *v1alpha1.EvaluationSpec) { s.Prompt.Template = "Q: {{ .Input }}" }, true, nil},
+		{"the model's parameters", func(s *v1alpha1.EvaluationSpec) {
+			s.Models[0].Parameters = &v1alpha1.Parameters{Temperature: ptr.To(v1alpha1.Number("0.7"))}
+		}, true, nil},
+		{"the data", func(s *v1alpha1.EvaluationSpec) { s.Datasets[0].Source.Inline = inline(4) }, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			was, now := base(), base()
+			tc.edit(now)
+			if changed := AnswersHash(was, "small") != AnswersHash(now, "small"); changed != tc.answersChanged {
+				t.Errorf("answers hash changed = %v, want %v", changed, tc.answersChanged)
+			}
+			before, after := ScorerHashes(was), ScorerHashes(now)
+			var changed []string
+			for _, m := range []string{"exact_match", "judged"} {
+				if before[m] != after[m] {
+					changed = append(changed, m)
+				}
+			}
+			if diff := cmp.Diff(tc.scorersChanged, changed); diff != "" {
+				t.Errorf("scorers changed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

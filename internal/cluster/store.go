@@ -55,6 +55,10 @@ type CacheSource struct {
 	Model   string `json:"model"`
 	Dataset string `json:"dataset"`
 	Name    string `json:"name"`
+	// Answers says its model's answers were made for the same requests
+	// (AnswersHash): the run scores them again, by position, without
+	// calling the model, whether the cache is on or not.
+	Answers bool `json:"answers,omitempty"`
 }
 
 // KeySources is the key of the cache sources ConfigMap (JSON []CacheSource).
@@ -204,9 +208,24 @@ type Store struct {
 	// awaiting are the records whose judging waits for a judge's batch, by
 	// sample position: done, until a later record replaces them.
 	awaiting map[int]*results.Record
+	// carried is what the earlier answers given to be scored again cost,
+	// by sample position (Carry).
+	carried map[int]spend.Totals
 }
 
 var _ results.BatchLog = (*Store)(nil)
+
+// Carry says that sample index's next record, if Rescored, carries an
+// earlier run's answer that cost t: that run paid for it, this one does
+// not count it again.
+func (s *Store) Carry(index int, t spend.Totals) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.carried == nil {
+		s.carried = map[int]spend.Totals{}
+	}
+	s.carried[index] = t
+}
 
 // Batches implements results.BatchLog.
 func (s *Store) Batches(model string) ([]results.BatchRecord, error) {
@@ -281,7 +300,8 @@ func OpenStore(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, ru
 func NewHead(ev *v1alpha1.Evaluation, run string, sh Shard) *corev1.ConfigMap {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 		Namespace: ev.Namespace, Name: HeadName(ev.Name, run, sh.Model, sh.Index),
-		Labels:          shardLabels(Labels(ev.Name, run, ComponentShard), sh),
+		Labels:          shardLabels(ev, Labels(ev.Name, run, ComponentShard), sh),
+		Annotations:     scorerAnnotation(ev),
 		OwnerReferences: []metav1.OwnerReference{OwnerReference(ev)},
 	}}
 }
@@ -291,7 +311,8 @@ func NewHead(ev *v1alpha1.Evaluation, run string, sh Shard) *corev1.ConfigMap {
 func NewChunkSlot(ev *v1alpha1.Evaluation, run string, sh Shard, k int) *corev1.ConfigMap {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 		Namespace: ev.Namespace, Name: ChunkName(HeadName(ev.Name, run, sh.Model, sh.Index), k),
-		Labels:          shardLabels(Labels(ev.Name, run, ComponentRecords), sh),
+		Labels:          shardLabels(ev, Labels(ev.Name, run, ComponentRecords), sh),
+		Annotations:     scorerAnnotation(ev),
 		OwnerReferences: []metav1.OwnerReference{OwnerReference(ev)},
 	}}
 }
@@ -300,9 +321,32 @@ func NewChunkSlot(ev *v1alpha1.Evaluation, run string, sh Shard, k int) *corev1.
 // those it filled and those it asks for.
 func SlotsWanted(p ShardProgress) int { return max(p.Chunks, p.Want) }
 
-func shardLabels(l map[string]string, s Shard) map[string]string {
+func scorerAnnotation(ev *v1alpha1.Evaluation) map[string]string {
+	b, _ := json.Marshal(ScorerHashes(&ev.Spec))
+	return map[string]string{AnnotationScorers: string(b)}
+}
+
+// KeptScorers are the metrics of the current spec whose scorer is the one
+// that scored the records of an earlier run's ConfigMap cm (its
+// AnnotationScorers): their scores stay when its answers are scored again.
+func KeptScorers(spec *v1alpha1.EvaluationSpec, cm *corev1.ConfigMap) map[string]bool {
+	var was map[string]string
+	if json.Unmarshal([]byte(cm.Annotations[AnnotationScorers]), &was) != nil {
+		return nil
+	}
+	keep := map[string]bool{}
+	for name, h := range ScorerHashes(spec) {
+		if was[name] == h {
+			keep[name] = true
+		}
+	}
+	return keep
+}
+
+func shardLabels(ev *v1alpha1.Evaluation, l map[string]string, s Shard) map[string]string {
 	l[LabelModel] = s.Model
 	l[LabelDataset] = s.Dataset
+	l[LabelAnswers] = AnswersHash(&ev.Spec, s.Model)
 	return l
 }
 
@@ -452,6 +496,11 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 	}
 	s.progress.Stored += int64(len(line))
 	spent := results.Spent(rec)
+	if c, ok := s.carried[index]; ok && rec.Rescored {
+		// An earlier run's answer, scored again: that run paid for it.
+		spent = spent.Sub(c)
+	}
+	delete(s.carried, index)
 	first := !s.done[i]
 	s.done[i] = true
 	prev := s.awaiting[index]

@@ -260,7 +260,7 @@ func TestStoreCheckpointAndResume(t *testing.T) {
 	}
 	wantLabels := map[string]string{
 		LabelManagedBy: ManagedBy, LabelEvaluation: "arith", LabelRun: "r1", LabelComponent: ComponentShard,
-		LabelModel: "small", LabelDataset: "d",
+		LabelModel: "small", LabelDataset: "d", LabelAnswers: AnswersHash(&ev.Spec, "small"),
 	}
 	if diff := cmp.Diff(wantLabels, head.Labels); diff != "" {
 		t.Errorf("head labels (-want +got):\n%s", diff)

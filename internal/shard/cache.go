@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,14 +42,22 @@ func (c *recordCache) Put(key string, e *cache.Entry) error {
 	return nil
 }
 
-// loadRecordCache reads, from the sources the controller listed for this run,
-// the answers for the shard's own samples.
-func loadRecordCache(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, sh cluster.Shard) (*recordCache, error) {
-	rc := &recordCache{m: map[string]*cache.Entry{}}
+// earlier is what a run reuses of the run before it: the response cache
+// (with the cache on), and the answers to score again of a model whose
+// answers the spec edit left as they were, by sample position.
+type earlier struct {
+	cache   *recordCache
+	answers map[int]*results.Record
+}
+
+// loadEarlier reads, from the sources the controller listed for this run,
+// what it reuses for the shard's own samples.
+func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, sh cluster.Shard) (*earlier, error) {
+	out := &earlier{cache: &recordCache{m: map[string]*cache.Entry{}}, answers: map[int]*results.Record{}}
 	var list corev1.ConfigMap
 	err := cluster.GetConfigMap(ctx, c, ev, cluster.CacheSourcesName(ev.Name, run), &list)
 	if apierrors.IsNotFound(err) {
-		return rc, nil // the first run: nothing to reuse
+		return out, nil // the first run, or nothing kept: nothing to reuse
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the cache sources: %w", err)
@@ -57,8 +66,9 @@ func loadRecordCache(ctx context.Context, c client.Client, ev *v1alpha1.Evaluati
 	if err := json.Unmarshal([]byte(list.Data[cluster.KeySources]), &sources); err != nil {
 		return nil, fmt.Errorf("reading the cache sources: %w", err)
 	}
+	cacheOn := ev.Spec.Cache != nil && ev.Spec.Cache.Enabled
 	for _, src := range sources {
-		if src.Model != sh.Model || src.Dataset != sh.Dataset {
+		if src.Model != sh.Model || src.Dataset != sh.Dataset || (!cacheOn && !src.Answers) {
 			continue
 		}
 		var cm corev1.ConfigMap
@@ -68,28 +78,71 @@ func loadRecordCache(ctx context.Context, c client.Client, ev *v1alpha1.Evaluati
 		case apierrors.IsNotFound(err), errors.As(err, &fe):
 			continue // gone, or not this Evaluation's answers: never reuse them
 		case err != nil:
-			return nil, fmt.Errorf("reading cached answers from %s: %w", src.Name, err)
+			return nil, fmt.Errorf("reading earlier answers from %s: %w", src.Name, err)
 		}
 		lines, err := cluster.ReadRecords(&cm)
 		if err != nil {
 			return nil, err
 		}
+		keep := cluster.KeptScorers(&ev.Spec, &cm)
 		for _, l := range lines {
-			if l.Key == "" || l.Index < sh.Start || l.Index >= sh.End {
+			if l.Index < sh.Start || l.Index >= sh.End {
 				continue
 			}
 			var rec results.Record
-			if json.Unmarshal(l.Record, &rec) != nil || rec.Error != "" || rec.OutputTruncated {
-				continue // no answer, or not the whole of it
+			if json.Unmarshal(l.Record, &rec) != nil || rec.OutputTruncated {
+				continue // not the whole answer: scores of a part would not be the answer's
 			}
-			rc.m[l.Key] = &cache.Entry{
-				Response: provider.Response{
-					Text: rec.Output, ToolCalls: rec.ToolCalls,
-					Usage: provider.Usage{InputTokens: rec.InputTokens, OutputTokens: rec.OutputTokens},
-				},
-				LatencyMillis: rec.LatencyMillis,
+			answered := rec.Error == "" || rec.ErrorKind == results.ErrorKindScoring
+			if src.Answers && answered {
+				// The latest record of a sample wins, as at assembly.
+				out.answers[l.Index] = keptScores(rec, keep)
+			}
+			if cacheOn && l.Key != "" && rec.Error == "" {
+				out.cache.m[l.Key] = &cache.Entry{
+					Response: provider.Response{
+						Text: rec.Output, ToolCalls: rec.ToolCalls,
+						Usage: provider.Usage{InputTokens: rec.InputTokens, OutputTokens: rec.OutputTokens},
+					},
+					LatencyMillis: rec.LatencyMillis,
+				}
 			}
 		}
 	}
-	return rc, nil
+	return out, nil
+}
+
+// answeredStore is the shard's store, giving the engine the earlier run's
+// answers to score again (runner.Answered). What a re-scored record carries
+// of its answer was paid for by that run: the store does not count it again.
+type answeredStore struct {
+	*cluster.Store
+	mu      sync.Mutex
+	answers map[int]*results.Record
+}
+
+func (s *answeredStore) Answered(_, _ string, index int) *results.Record {
+	s.mu.Lock()
+	rec := s.answers[index]
+	delete(s.answers, index)
+	s.mu.Unlock()
+	if rec == nil {
+		return nil
+	}
+	s.Carry(index, results.Spent(rec))
+	return rec
+}
+
+// keptScores is rec with the scores of unchanged scorers (keep) that
+// succeeded, and nothing of the others: they score it again.
+func keptScores(rec results.Record, keep map[string]bool) *results.Record {
+	scores := map[string]float64{}
+	for m, v := range rec.Scores {
+		if _, failed := rec.ScoreErrors[m]; keep[m] && !failed && !slices.Contains(rec.JudgePending, m) {
+			scores[m] = v
+		}
+	}
+	rec.Scores, rec.ScoreErrors, rec.JudgePending = scores, nil, nil
+	rec.Error, rec.ErrorKind = "", ""
+	return &rec
 }

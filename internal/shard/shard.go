@@ -128,12 +128,12 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 			return resolveSource(ctx, c, o, ev, ds)
 		},
 	}
+	prev, err := loadEarlier(ctx, c, ev, o.Run, sh)
+	if err != nil {
+		return err
+	}
 	if ev.Spec.Cache != nil && ev.Spec.Cache.Enabled {
-		rc, err := loadRecordCache(ctx, c, ev, o.Run, sh)
-		if err != nil {
-			return err
-		}
-		env.Cache = rc
+		env.Cache = prev.cache
 	}
 	p, err := compile.Build(ctx, ev, env)
 	if err != nil {
@@ -242,7 +242,12 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 		defer close(loopsDone)
 		b.loop(loopCtx)
 	}()
-	runErr := eng.RunDraining(runCtx, tasks, store, runner.Drain{Begin: ctx.Done(), Grace: o.GracePeriod})
+	var sink runner.Sink = store
+	if len(prev.answers) > 0 {
+		log.Info("Scoring an earlier run's answers again, without calling the model", "answers", len(prev.answers))
+		sink = &answeredStore{Store: store, answers: prev.answers}
+	}
+	runErr := eng.RunDraining(runCtx, tasks, sink, runner.Drain{Begin: ctx.Done(), Grace: o.GracePeriod})
 	stopLoops()
 	<-loopsDone
 

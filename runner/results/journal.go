@@ -213,7 +213,7 @@ func rewriteUnscored(path string, want header, keep map[string]bool, metrics []s
 	defer os.Remove(out.Name())
 	w := bufio.NewWriterSize(out, 256<<10)
 	h, _ := json.Marshal(want)
-	w.Write(append(h, '\n'))
+	_, _ = w.Write(append(h, '\n')) // a bufio.Writer's error sticks: Flush returns it
 	r := bufio.NewReaderSize(in, 256<<10)
 	first := true
 	var buf []byte
@@ -243,7 +243,7 @@ func rewriteUnscored(path string, want header, keep map[string]bool, metrics []s
 		if err != nil {
 			return err
 		}
-		w.Write(append(buf, '\n'))
+		_, _ = w.Write(append(buf, '\n'))
 	}
 	if err := w.Flush(); err != nil {
 		out.Close()

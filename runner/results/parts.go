@@ -32,8 +32,6 @@ type partsChange struct {
 	keep map[string]bool
 }
 
-func (c partsChange) any() bool { return len(c.answers) > 0 || len(c.scoring) > 0 }
-
 // compareParts says what differs from was to now.
 func compareParts(model, dataset string, was, now *Parts) partsChange {
 	c := partsChange{keep: map[string]bool{}}

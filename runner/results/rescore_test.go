@@ -126,7 +126,7 @@ func TestChangedAnswersAreRefusedSayingWhat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Unlock()
+	defer func() { _ = d.Unlock() }()
 	before := rescorePair("fp1", map[string]string{"exact_match": "em1", "judge": "j1"})
 	j, err := d.Open(before, OpenOptions{})
 	if err != nil {
