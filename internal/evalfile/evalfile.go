@@ -119,6 +119,7 @@ func DecodeFile(name string, data []byte) (*File, error) {
 			}
 			ev, probs := decodeEvaluation(js)
 			problems = append(problems, prefix(where, probs)...)
+			problems = append(problems, prefix(where, inlineScalars(doc))...)
 			f.Evaluation = ev
 		case "ModelEndpoint":
 			ep, probs := decodeEndpoint(js)

@@ -1208,3 +1208,59 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load(missing) error = %v, want a not-exist error naming the file", err)
 	}
 }
+
+// TestInlineValuesYAMLWouldChange: an unquoted id, input or expected answer
+// that YAML reads as something other than the text written (no as false,
+// 0.10 as 0.1, 007 as 7) is refused, naming its field and line and how to
+// quote it; values YAML keeps as written, quoted ones, and fields that are
+// not read as text pass.
+func TestInlineValuesYAMLWouldChange(t *testing.T) {
+	doc := func(items string) string {
+		return `apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: s}
+spec:
+  datasets:
+  - name: d
+    fields: {expected: answer}
+    source:
+      inline:
+` + items + `  models:
+  - {name: m, provider: openai, baseURL: "http://localhost:1/v1", model: x}
+`
+	}
+	for _, tc := range []struct {
+		name, items string
+		want        []string
+	}{
+		{"kept as written", `      - {id: a1, input: "Is it?", answer: 42, n: 3.0, flag: no}
+      - {id: 12, input: true, answer: "no"}
+      - id: a3
+        input: |
+          0.10
+        answer: ~
+`, nil},
+		{"changed", `      - {id: 007, input: "x", answer: no}
+      - {id: a2, input: 1e3, answer: 0.10}
+`, []string{
+			`spec.datasets[0].source.inline[0].id: line 10: the unquoted value 007 is read by YAML as the number 7, so the sample would hold "7", not "007": quote it ("007") to keep it as written`,
+			`spec.datasets[0].source.inline[0].answer: line 10: the unquoted value no is read by YAML as the boolean false, so the sample would hold "false", not "no": quote it ("no") to keep it as written`,
+			`spec.datasets[0].source.inline[1].input: line 11: the unquoted value 1e3 is read by YAML as the number 1000, so the sample would hold "1000", not "1e3": quote it ("1e3") to keep it as written`,
+			`spec.datasets[0].source.inline[1].answer: line 11: the unquoted value 0.10 is read by YAML as the number 0.1, so the sample would hold "0.1", not "0.10": quote it ("0.10") to keep it as written`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := evalfile.DecodeFile("f.yaml", []byte(doc(tc.items)))
+			var got []string
+			var fe *evalfile.Error
+			if errors.As(err, &fe) {
+				got = fe.Problems
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("problems (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

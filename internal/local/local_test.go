@@ -274,7 +274,7 @@ func TestServiceProbesAreNotTheReapersToReap(t *testing.T) {
 	file := filepath.Join(dir, "eval.yaml")
 	var items strings.Builder
 	for i := range 128 {
-		fmt.Fprintf(&items, "      - {id: s%d, input: x, expected: y}\n", i)
+		fmt.Fprintf(&items, "      - {id: s%d, input: x, expected: \"y\"}\n", i)
 	}
 	yaml := `apiVersion: proctor.dev/v1alpha1
 kind: Evaluation
