@@ -113,10 +113,10 @@ func (r *EvaluationReconciler) runnerRules(p *pass) []rbacv1.PolicyRule {
 			read = append(read, k.SnapshotName(ev, p.run, d)) // the run's copy
 		}
 	}
-	if cacheOn(&ev.Spec) || len(p.cacheSources) > 0 {
-		read = append(read, cluster.CacheSourcesName(ev.Name, p.run))
-		read = append(read, p.cacheSources...)
-	}
+	// The list of what an earlier run left (absent when it left nothing):
+	// every runner looks for it, to reuse the answers it lists.
+	read = append(read, cluster.CacheSourcesName(ev.Name, p.run))
+	read = append(read, p.cacheSources...)
 	// The planner fills in the plan the controller made; once it is made, the
 	// plan is only read.
 	write := slices.Clone(p.shardObjects)

@@ -52,7 +52,7 @@ func TestRunnerRules(t *testing.T) {
 			name: "before the plan: the planner fills in the plan, no heads yet",
 			want: []rbacv1.PolicyRule{
 				evalRule,
-				getRule("arith-"+run+"-data-qa", "arith-"+run+"-data-qa2", "arith-budget"),
+				getRule("arith-"+run+"-cache", "arith-"+run+"-data-qa", "arith-"+run+"-data-qa2", "arith-budget"),
 				watchRule,
 				writeRule("arith-" + run + "-plan"),
 			},
@@ -63,13 +63,13 @@ func TestRunnerRules(t *testing.T) {
 			shardObjects: []string{"arith-" + run + "-small-0", "arith-" + run + "-small-0-0", "arith-" + run + "-big-2"},
 			want: []rbacv1.PolicyRule{
 				evalRule,
-				getRule("arith-"+run+"-data-qa", "arith-"+run+"-data-qa2", "arith-"+run+"-plan", "arith-budget"),
+				getRule("arith-"+run+"-cache", "arith-"+run+"-data-qa", "arith-"+run+"-data-qa2", "arith-"+run+"-plan", "arith-budget"),
 				watchRule,
 				writeRule("arith-"+run+"-big-2", "arith-"+run+"-small-0", "arith-"+run+"-small-0-0"),
 			},
 		},
 		{
-			name:         "cache on: the sources list and the earlier run's records",
+			name:         "cache on (or a scoring edit): the sources list and the earlier run's records",
 			cache:        true,
 			plan:         plan,
 			cacheSources: []string{"arith-old-small-0", "arith-old-small-0-0"},
