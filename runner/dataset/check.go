@@ -134,12 +134,15 @@ func FieldNames(samples []Sample) []string {
 // Unmapped returns the first field of m (in the order id, input, expected,
 // messages, tools) that is set but names none of names, as the mapping's key
 // and the name it gives; ok is false when every set field is among names.
-// Defaults are not checked: data may well lack an optional field.
+// Defaults are not checked: data may well lack an optional field. Nor is
+// messages or tools named as its default: a sample may carry a conversation
+// or tools, and most do not (the README's reference Evaluation lists them).
 func (m Mapping) Unmapped(names []string) (key, name string, ok bool) {
-	for _, f := range []struct{ key, name string }{
-		{"id", m.ID}, {"input", m.Input}, {"expected", m.Expected}, {"messages", m.Messages}, {"tools", m.Tools},
+	for _, f := range []struct{ key, name, optional string }{
+		{"id", m.ID, ""}, {"input", m.Input, ""}, {"expected", m.Expected, ""},
+		{"messages", m.Messages, DefaultMapping.Messages}, {"tools", m.Tools, DefaultMapping.Tools},
 	} {
-		if f.name != "" && !slices.Contains(names, f.name) {
+		if f.name != "" && f.name != f.optional && !slices.Contains(names, f.name) {
 			return f.key, f.name, true
 		}
 	}

@@ -135,6 +135,8 @@ func TestMappingUnmapped(t *testing.T) {
 		{name: "typo in input", m: Mapping{Input: "questoin", Expected: "answer"}, wantKey: "input", wantVal: "questoin", wantOK: true},
 		{name: "expected missing", m: Mapping{Input: "question", Expected: "expected"}, wantKey: "expected", wantVal: "expected", wantOK: true},
 		{name: "messages missing", m: Mapping{Messages: "conversation"}, wantKey: "messages", wantVal: "conversation", wantOK: true},
+		// Naming the defaults of fields most samples lack does not require them.
+		{name: "messages and tools named as their defaults", m: Mapping{ID: "id", Messages: "messages", Tools: "tools"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
