@@ -237,6 +237,7 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compar
 	for _, model := range cluster.Subjects(&ev.Spec) {
 		for _, d := range ev.Spec.Datasets {
 			agg := results.NewAggregate(model, d.Name, int64(p.plan.Totals[d.Name]), metrics)
+			agg.SetPriced(priced(&ev.Spec, model))
 			aggs[pairKey{model, d.Name}] = agg
 			order = append(order, agg)
 			pairs = append(pairs, results.Pair{Model: model, Dataset: d.Name})
@@ -351,4 +352,16 @@ func statusCost(d *float64) string {
 		return v1alpha1.CostUnknown
 	}
 	return spend.FromDollars(*d).Decimal()
+}
+
+// priced says whether model declares its prices: with nothing finished, its
+// cost is then 0, and otherwise unknown (an endpoint's pricing, or an agent's
+// reported cost, is known from records only).
+func priced(spec *v1alpha1.EvaluationSpec, model string) bool {
+	for i := range spec.Models {
+		if spec.Models[i].Name == model {
+			return spec.Models[i].Pricing != nil
+		}
+	}
+	return false
 }

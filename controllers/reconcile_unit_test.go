@@ -993,7 +993,7 @@ func TestReconcileEmptyDataset(t *testing.T) {
 	st := h.eval("arith").Status
 	want := []v1alpha1.ModelResult{{
 		Model: "small", Dataset: "qa",
-		LatencyMillis: &v1alpha1.LatencySummary{}, Tokens: &v1alpha1.TokenUsage{}, Cost: &v1alpha1.CostSummary{Model: "0.000000"},
+		LatencyMillis: &v1alpha1.LatencySummary{}, Tokens: &v1alpha1.TokenUsage{}, Cost: &v1alpha1.CostSummary{Model: v1alpha1.CostUnknown}, // no pricing, nothing recorded: unknown, never 0,
 	}}
 	if st.Phase != v1alpha1.PhaseSucceeded {
 		t.Errorf("phase = %q, want Succeeded", st.Phase)

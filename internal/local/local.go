@@ -171,7 +171,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for i, t := range tasks {
 		m, d := plan.Model(t.Model), plan.Dataset(t.Dataset)
 		pairs[i] = results.Pair{Model: m.Name, Dataset: d.Name, Fingerprint: plan.CheckpointFingerprint(m, d), Parts: plan.Parts(m, d),
-			Total: d.Total, Metrics: plan.MetricNames()}
+			Total: d.Total, Metrics: plan.MetricNames(), Priced: m.Price != nil}
 	}
 	if o.Rescore {
 		if err := dir.HasAnswers(pairs); err != nil {

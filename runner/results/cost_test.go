@@ -38,3 +38,17 @@ func TestCostJSON(t *testing.T) {
 		})
 	}
 }
+
+// TestCostOfNothingFinished: a model without pricing whose run recorded
+// nothing (stopped before its first sample) costs unknown, never 0; a
+// priced one, 0.
+func TestCostOfNothingFinished(t *testing.T) {
+	for _, priced := range []bool{false, true} {
+		agg := NewAggregate("m", "d", 40, []string{"acc"})
+		agg.SetPriced(priced)
+		got := agg.Summary().Cost.Model
+		if priced != (got != nil) || (got != nil && *got != 0) {
+			t.Errorf("priced %v: cost %v, want %v", priced, got, map[bool]string{false: "unknown (nil)", true: "0"}[priced])
+		}
+	}
+}

@@ -48,6 +48,9 @@ type Pair struct {
 	Parts   *Parts
 	Total   int
 	Metrics []string
+	// Priced says the model has pricing: with no record, its cost is 0,
+	// not unknown.
+	Priced bool
 }
 
 // ErrLocked is returned when another process is using an output directory.
@@ -399,6 +402,7 @@ func (d *Dir) Assemble(pairs []Pair) ([]Summary, error) {
 			return nil, err
 		}
 		agg := NewAggregate(p.Model, p.Dataset, int64(p.Total), p.Metrics)
+		agg.SetPriced(p.Priced)
 		if err := Assemble(d.journalPath(p.Model, p.Dataset), out, agg, p.Total); err != nil {
 			out.Close()
 			return nil, err

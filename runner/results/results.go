@@ -198,7 +198,16 @@ type Aggregate struct {
 	// unknown cost makes the total unknown.
 	cost, judgeCost           spend.Amount
 	costUnknown, judgeUnknown bool
+	// records counts the records added; priced says the model has
+	// pricing, so that a cost of no record is 0 rather than unknown.
+	records int64
+	priced  bool
 }
+
+// SetPriced says whether the model has pricing: the cost of a summary
+// without a record is then 0; else it is unknown (null), as a model without
+// pricing costs.
+func (a *Aggregate) SetPriced(priced bool) { a.priced = priced }
 
 // NewAggregate starts a summary for a model on a dataset of total samples, scored
 // by the named metrics.
@@ -221,6 +230,7 @@ func (a *Aggregate) observe(i int, v float64) {
 
 // Add counts one record.
 func (a *Aggregate) Add(r *Record) {
+	a.records++
 	// A record awaiting its verdicts (a run stopped while its judge's
 	// batches were out) was paid for, but is not finished.
 	if len(r.JudgePending) == 0 {
@@ -281,7 +291,7 @@ func (a *Aggregate) Summary() Summary {
 	lat := slices.Clone(a.latencies)
 	slices.Sort(lat)
 	s.LatencyMillis = Latency{P50: percentile(lat, 0.50), P95: percentile(lat, 0.95)}
-	if !a.costUnknown {
+	if !a.costUnknown && (a.records > 0 || a.priced) {
 		s.Cost.Model = ptr(a.cost.Dollars())
 	}
 	if s.Cost.Judged && !a.judgeUnknown {
