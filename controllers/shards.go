@@ -340,7 +340,7 @@ func (r *EvaluationReconciler) observeSpend(p *pass) {
 	}
 	if b := p.ev.Spec.Budget; b != nil {
 		if limit, err := cluster.SpendLimit(b); err == nil && b.MaxCost != nil {
-			st.MaxCost = limit.Cost.Decimal()
+			st.MaxCost = strings.TrimPrefix(limit.CostText(), "$")
 		}
 		if b.MaxTokens != nil {
 			st.MaxTokens = *b.MaxTokens

@@ -235,7 +235,7 @@ func newLogger(w interface{ Write([]byte) (int, error) }, v int) logr.Logger {
 func budgetLine(b *spend.State) string {
 	var parts []string
 	if b.Limit.Cost > 0 {
-		parts = append(parts, fmt.Sprintf("spent %s of %s", b.Spent.Cost, b.Limit.Cost))
+		parts = append(parts, fmt.Sprintf("spent %s of %s", b.Spent.Cost, b.Limit.CostText()))
 	}
 	if b.Limit.Tokens > 0 {
 		parts = append(parts, fmt.Sprintf("used %d of %d tokens", b.Spent.Tokens, b.Limit.Tokens))

@@ -20,7 +20,7 @@ func SpendLimit(b *v1alpha1.Budget) (spend.Limit, error) {
 			return l, fmt.Errorf("spec.budget.maxCost: %w", err)
 		}
 		// A budget of 0 dollars is a budget: nothing may be spent.
-		l.Cost = max(c, 1)
+		l.Cost = max(c, spend.Nothing)
 	}
 	if b.MaxTokens != nil {
 		l.Tokens = *b.MaxTokens

@@ -278,7 +278,7 @@ func (b *budgetFollower) pollOwn(ctx context.Context) {
 func allowanceLimit(budget *v1alpha1.Budget, a spend.Totals) spend.Limit {
 	var l spend.Limit
 	if budget.MaxCost != nil {
-		l.Cost = max(a.Cost, 1)
+		l.Cost = max(a.Cost, spend.Nothing)
 	}
 	if budget.MaxTokens != nil {
 		l.Tokens = max(a.Tokens, 1)

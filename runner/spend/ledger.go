@@ -28,6 +28,19 @@ type Limit struct {
 	Tokens int64  `json:"tokens,omitempty"`
 }
 
+// Nothing is the least limit, which nothing fits: a budget of $0, or 0
+// tokens (a Limit's zero means no bound).
+const Nothing = 1
+
+// CostText is the cost limit as the user gave it ($0.000000 for Nothing,
+// not the picodollar standing for it).
+func (l Limit) CostText() string {
+	if l.Cost == Nothing {
+		return Amount(0).String()
+	}
+	return l.Cost.String()
+}
+
 // IsZero says the limit bounds nothing.
 func (l Limit) IsZero() bool { return l.Cost == 0 && l.Tokens == 0 }
 
@@ -47,7 +60,7 @@ type ExceededError struct {
 func (e *ExceededError) Error() string {
 	var parts []string
 	if e.Limit.Cost > 0 {
-		parts = append(parts, fmt.Sprintf("spent %s of %s (maxCost)", e.Spent.Cost, e.Limit.Cost))
+		parts = append(parts, fmt.Sprintf("spent %s of %s (maxCost)", e.Spent.Cost, e.Limit.CostText()))
 	}
 	if e.Limit.Tokens > 0 {
 		parts = append(parts, fmt.Sprintf("used %d of %d tokens (maxTokens)", e.Spent.Tokens, e.Limit.Tokens))

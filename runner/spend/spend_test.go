@@ -188,3 +188,19 @@ func TestExceededError(t *testing.T) {
 		t.Errorf("got  %q\nwant %q", err.Error(), want)
 	}
 }
+
+// TestZeroBudgetSaysZero: a budget of $0 is kept as the least amount (0
+// means no limit), and said as $0.000000, not $0.000000000001.
+func TestZeroBudgetSaysZero(t *testing.T) {
+	l := Limit{Cost: Nothing}
+	if got := l.CostText(); got != "$0.000000" {
+		t.Errorf("CostText = %q, want $0.000000", got)
+	}
+	err := &ExceededError{Limit: l, Needed: Totals{Cost: Dollar / 100}}
+	if want := "the budget is exhausted: spent $0.000000 of $0.000000 (maxCost); the next call could cost up to $0.010000"; err.Error() != want {
+		t.Errorf("got  %q\nwant %q", err.Error(), want)
+	}
+	if _, err := NewLedger(l).Reserve(context.Background(), Totals{Cost: Dollar / 1_000_000}); err == nil {
+		t.Error("a $0 budget let a call of a millionth of a dollar through")
+	}
+}
