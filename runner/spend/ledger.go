@@ -72,7 +72,14 @@ func (e *ExceededError) Error() string {
 		}
 		s += p
 	}
-	return s + fmt.Sprintf("; the next call could cost up to %s and %d tokens", e.Needed.Cost, e.Needed.Tokens)
+	// Of the next call, what the budget bounds.
+	switch {
+	case e.Limit.Cost > 0 && e.Limit.Tokens > 0:
+		return s + fmt.Sprintf("; the next call could cost up to %s and %d tokens", e.Needed.Cost, e.Needed.Tokens)
+	case e.Limit.Cost > 0:
+		return s + fmt.Sprintf("; the next call could cost up to %s", e.Needed.Cost)
+	}
+	return s + fmt.Sprintf("; the next call could use up to %d tokens", e.Needed.Tokens)
 }
 
 // Ledger keeps spending within a limit: a call reserves its worst case before
