@@ -81,6 +81,12 @@ func SetDefaults(spec *EvaluationSpec) {
 		spec.Cache = &Cache{}
 	}
 	for i := range spec.Models {
+		if spec.Models[i].EndpointRef != nil {
+			// Its endpoint's provider decides its defaults (UseEndpoint); a
+			// provider written beside endpointRef must not make it a baseURL
+			// nobody wrote.
+			continue
+		}
 		spec.Models[i].setDefaults()
 	}
 	if h := spec.Hooks; h != nil {

@@ -427,31 +427,38 @@ func apiKey(m *v1alpha1.Model, path string, env Env) (string, error) {
 	if m.APIKey != nil && m.APIKey.Env != "" {
 		name = m.APIKey.Env
 	}
+	// Where the key was declared: a model calling through a ModelEndpoint
+	// has the endpoint's (UseEndpoint), which the user wrote there.
+	at, whose := path+".apiKey", fmt.Sprintf("model %q", m.Name)
+	if m.EndpointRef != nil {
+		at = fmt.Sprintf("ModelEndpoint %s: spec.apiKey", m.EndpointRef.Name)
+		whose = fmt.Sprintf("ModelEndpoint %q (which model %q calls through)", m.EndpointRef.Name, m.Name)
+	}
 	if env.Cluster {
 		if m.APIKey == nil || m.APIKey.SecretKeyRef == nil {
-			return "", fmt.Errorf("%s.apiKey.secretKeyRef: model %q needs an API key, which a cluster takes from a Secret", path, m.Name)
+			return "", fmt.Errorf("%s.secretKeyRef: %s needs an API key, which a cluster takes from a Secret", at, whose)
 		}
 		key, ok := env.LookupEnv(cluster.APIKeyEnv(m.Name))
 		key = strings.TrimSpace(key)
 		if !ok || key == "" {
-			return "", fmt.Errorf("%s.apiKey.secretKeyRef: the key of Secret %s is empty or missing", path, m.APIKey.SecretKeyRef.Name)
+			return "", fmt.Errorf("%s.secretKeyRef: the key of Secret %s is empty or missing", at, m.APIKey.SecretKeyRef.Name)
 		}
 		if err := checkKey(key); err != nil {
-			return "", fmt.Errorf("%s.apiKey.secretKeyRef: the key of Secret %s %w", path, m.APIKey.SecretKeyRef.Name, err)
+			return "", fmt.Errorf("%s.secretKeyRef: the key of Secret %s %w", at, m.APIKey.SecretKeyRef.Name, err)
 		}
 		return key, nil
 	}
 	if name == "" {
-		return "", fmt.Errorf("%s.apiKey.env: name the environment variable that holds the key", path)
+		return "", fmt.Errorf("%s.env: name the environment variable that holds the key", at)
 	}
 	key, ok := env.LookupEnv(name)
 	key = strings.TrimSpace(key)
 	if !ok || key == "" {
-		return "", fmt.Errorf("%s.apiKey.env: environment variable %s is not set (model %q needs an API key; "+
-			"export it, or for a server that needs no key set baseURL and leave apiKey out)", path, name, m.Name)
+		return "", fmt.Errorf("%s.env: environment variable %s is not set (%s needs an API key; "+
+			"export it, or for a server that needs no key set baseURL and leave apiKey out)", at, name, whose)
 	}
 	if err := checkKey(key); err != nil {
-		return "", fmt.Errorf("%s.apiKey.env: environment variable %s %w", path, name, err)
+		return "", fmt.Errorf("%s.env: environment variable %s %w", at, name, err)
 	}
 	return key, nil
 }

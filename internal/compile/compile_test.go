@@ -1564,3 +1564,32 @@ func TestHeadersThatCannotBeSent(t *testing.T) {
 		})
 	}
 }
+
+// TestEndpointKeyUnset: a model calling through a ModelEndpoint whose key
+// variable is unset is told to fix the endpoint's apiKey, which the user
+// wrote, not the model's, which they did not.
+func TestEndpointKeyUnset(t *testing.T) {
+	f, err := evalfile.DecodeFile("f.yaml", []byte(`apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: test}
+spec:
+  datasets:
+  - name: d
+    source:
+      inline:
+      - {id: q1, input: "2+2?", expected: "4"}
+  models:
+  - {name: gpt, model: m, endpointRef: {name: team-key}}
+---
+apiVersion: proctor.dev/v1alpha1
+kind: ModelEndpoint
+metadata: {name: team-key}
+spec: {provider: openai, apiKey: {env: TEAM_KEY}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = compile.Build(t.Context(), f.Evaluation, compile.Env{LookupEnv: func(string) (string, bool) { return "", false }})
+	wantError(t, err, "ModelEndpoint team-key: spec.apiKey.env: environment variable TEAM_KEY is not set",
+		`ModelEndpoint "team-key" (which model "gpt" calls through) needs an API key`)
+}

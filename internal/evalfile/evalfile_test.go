@@ -330,6 +330,13 @@ func TestDecodeRejects(t *testing.T) {
 			want: []string{`spec.models[0].endpointRef.name: Not found: "team-key"`},
 		},
 		{
+			// The one mistake, not a baseURL the provider's default put there.
+			name:     "endpointRef beside provider",
+			raw:      strings.Replace(baseManifest, "provider: openai\n", "provider: openai\n    endpointRef: {name: team-key}\n", 1) + "---\n" + endpointDoc,
+			want:     []string{"spec.models[0].provider: Forbidden: a model needs exactly one of provider or endpointRef"},
+			problems: 1,
+		},
+		{
 			name: "endpointRef to another namespace",
 			raw:  strings.Replace(baseManifest, "provider: openai\n", "endpointRef: {name: team-key, namespace: other}\n", 1) + "---\n" + endpointDoc,
 			want: []string{`spec.models[0].endpointRef.namespace: Invalid value: "other": a ModelEndpoint of another namespace`},
