@@ -114,6 +114,9 @@ type Dataset struct {
 	File string
 	// Open starts reading from the first sample.
 	Open func() (dataset.Reader, io.Closer, error)
+	// Warnings are what reading the data found that the user should know
+	// and that does not stop the run (bytes that are not UTF-8).
+	Warnings []string
 }
 
 // Scorer is one scorer of the plan.

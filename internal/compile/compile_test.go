@@ -1593,3 +1593,23 @@ spec: {provider: openai, apiKey: {env: TEAM_KEY}}
 	wantError(t, err, "ModelEndpoint team-key: spec.apiKey.env: environment variable TEAM_KEY is not set",
 		`ModelEndpoint "team-key" (which model "gpt" calls through) needs an API key`)
 }
+
+// TestInvalidUTF8IsAWarning: data holding bytes that are not UTF-8 runs
+// (U+FFFD in their place, as a JSON request must), with a warning that says
+// how many records and where the first is.
+func TestInvalidUTF8IsAWarning(t *testing.T) {
+	env := newEnv(t, nil)
+	writeFile(t, env.BaseDir, "qa.jsonl", []byte("{\"id\":\"a\",\"input\":\"ok\"}\n{\"id\":\"b\",\"input\":\"caf\xe9\"}\n"))
+	plan := mustBuild(t, `
+  datasets:
+  - name: qa
+    source: {file: qa.jsonl}
+  models:
+  - {name: m, provider: openai, model: m, baseURL: "http://127.0.0.1:9/v1"}
+`, env)
+	want := []string{`spec.datasets[0]: dataset "qa": 1 record(s) hold bytes that are not UTF-8 (the first at line 2): ` +
+		"they are sent, scored and recorded with U+FFFD in their place; convert the file to UTF-8 to send them as meant"}
+	if diff := cmp.Diff(want, plan.Datasets[0].Warnings); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+}

@@ -42,8 +42,14 @@ func checkData(ds *v1alpha1.Dataset, path string, d *runner.Dataset, prompt *run
 			return err
 		}
 	}
-	if err := dataset.CheckIDs(d.Open, d.Total); err != nil {
+	rep, err := dataset.Check(d.Open, d.Total)
+	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	if rep.InvalidUTF8 > 0 {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("%s: dataset %q: %d record(s) hold bytes that are not UTF-8 (the first at %s %d): "+
+			"they are sent, scored and recorded with U+FFFD in their place; convert the file to UTF-8 to send them as meant",
+			path, ds.Name, rep.InvalidUTF8, rep.Unit, rep.FirstInvalidUTF8))
 	}
 	return nil
 }

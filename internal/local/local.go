@@ -141,6 +141,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer pr.cleanup()
 	ev, plan, svcs, outDir := pr.ev, pr.plan, pr.services, pr.outDir
+	for _, d := range plan.Datasets {
+		for _, w := range d.Warnings {
+			fmt.Fprintf(warnings(o), "Warning: %s\n", w)
+		}
+	}
 	// The engine's own checks, before anything is written (the real engine
 	// needs the display, which needs the checkpoint).
 	if _, err := runner.New(plan, runner.Options{Log: logr.Discard()}); err != nil {

@@ -142,6 +142,11 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 	if err := sameData(ev, &plan, p); err != nil {
 		return &InvalidError{err}
 	}
+	for _, d := range p.Datasets {
+		for _, w := range d.Warnings {
+			log.Info("Read data that deserves a warning", "warning", w)
+		}
+	}
 	store, err := cluster.OpenStore(ctx, c, ev, o.Run, sh, o.Pod)
 	if err != nil {
 		return err

@@ -46,15 +46,49 @@ func unitOf(r Reader) string {
 // tell a real duplicate from a collision and to find the lines. Unreadable
 // records count with the id they are reported under (their position).
 func CheckIDs(open func() (Reader, io.Closer, error), n int) error {
+	_, err := Check(open, n)
+	return err
+}
+
+// Report is what Check found in a dataset that does not refuse it.
+type Report struct {
+	// InvalidUTF8 counts the records holding bytes that are not UTF-8;
+	// FirstInvalidUTF8 is the first one's position (in Unit).
+	InvalidUTF8, FirstInvalidUTF8 int
+	Unit                          string
+}
+
+// Check reads the first n samples as CheckIDs does, in the same pass, and
+// reports what deserves a warning: records that are not UTF-8.
+func Check(open func() (Reader, io.Closer, error), n int) (Report, error) {
+	var rep Report
 	seed := maphash.MakeSeed()
 	hashes := make([]uint64, 0, min(n, 1<<20))
-	err := EachSample(open, n, func(s *Sample) error {
+	err := EachSample(func() (Reader, io.Closer, error) {
+		r, c, err := open()
+		if err == nil {
+			rep.Unit = unitOf(r)
+		}
+		return r, c, err
+	}, n, func(s *Sample) error {
 		hashes = append(hashes, maphash.String(seed, s.ID))
+		if s.InvalidUTF8 {
+			if rep.InvalidUTF8 == 0 {
+				rep.FirstInvalidUTF8 = s.Line
+			}
+			rep.InvalidUTF8++
+		}
 		return nil
 	})
 	if err != nil {
-		return err
+		return rep, err
 	}
+	return rep, checkHashes(open, n, seed, hashes)
+}
+
+// checkHashes finds, among samples whose id hashes are equal, two with the
+// same id.
+func checkHashes(open func() (Reader, io.Closer, error), n int, seed maphash.Seed, hashes []uint64) error {
 	slices.Sort(hashes)
 	suspects := map[uint64]bool{}
 	for i := 1; i < len(hashes); i++ {
@@ -69,7 +103,7 @@ func CheckIDs(open func() (Reader, io.Closer, error), n int) error {
 	errDup := errors.New("duplicate")
 	var dup *DuplicateIDError
 	var unit string
-	err = EachSample(func() (Reader, io.Closer, error) {
+	err := EachSample(func() (Reader, io.Closer, error) {
 		r, c, err := open()
 		if err == nil {
 			unit = unitOf(r)

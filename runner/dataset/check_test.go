@@ -147,3 +147,33 @@ func TestMappingUnmapped(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckFindsInvalidUTF8: records holding bytes that are not UTF-8 are
+// counted in the pass that checks ids, with the first one's line, in every
+// format that can hold them.
+func TestCheckFindsInvalidUTF8(t *testing.T) {
+	for _, tc := range []struct {
+		name, data string
+		format     Format
+		want       Report
+	}{
+		{"jsonl", "{\"id\":\"a\",\"input\":\"ok\"}\n{\"id\":\"b\",\"input\":\"caf\xe9\"}\n{\"id\":\"c\",\"input\":\"\xff\"}\n", FormatJSONL, Report{InvalidUTF8: 2, FirstInvalidUTF8: 2, Unit: "line"}},
+		{"json", "[{\"id\":\"a\",\"input\":\"caf\xe9\"}]", FormatJSON, Report{InvalidUTF8: 1, FirstInvalidUTF8: 1, Unit: "element"}},
+		{"csv", "id,input\na,ok\nb,caf\xe9\n", FormatCSV, Report{InvalidUTF8: 1, FirstInvalidUTF8: 3, Unit: "line"}},
+		{"all UTF-8", "{\"id\":\"a\",\"input\":\"café\"}\n", FormatJSONL, Report{Unit: "line"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			open := func() (Reader, io.Closer, error) {
+				r, err := NewReader(strings.NewReader(tc.data), tc.format, Mapping{})
+				return r, io.NopCloser(nil), err
+			}
+			got, err := Check(open, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("report (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

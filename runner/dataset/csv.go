@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 )
 
 // csvReader reads a csv file whose first record is the header. Each following
@@ -227,10 +228,14 @@ func (r *csvReader) Next() (Sample, error) {
 		return malformed(i, line, "line", recErr), nil
 	}
 	fields := make(map[string]any, len(rec))
+	valid := true
 	for j, name := range r.header {
 		fields[name] = rec[j]
+		valid = valid && utf8.ValidString(rec[j])
 	}
-	return r.m.sample(fields, i, line, "line"), nil
+	s := r.m.sample(fields, i, line, "line")
+	s.InvalidUTF8 = !valid
+	return s, nil
 }
 
 func (r *csvReader) Skip(n int) error { return skipN(r, n) }

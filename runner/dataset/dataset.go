@@ -74,6 +74,9 @@ type Sample struct {
 	// A field holding a string is parsed as JSON, which is how csv carries them.
 	Messages []provider.Message
 	Tools    []provider.Tool
+	// InvalidUTF8 says the record held bytes that are not UTF-8: its text
+	// has U+FFFD in their place, as a JSON request must (the run warns).
+	InvalidUTF8 bool
 	// Err is set when the record could not be read (malformed JSON, a bad messages field...).
 	// Such a sample is reported as an errored result; the others still run.
 	Err error

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
 )
 
 // jsonReader reads the elements of a top-level JSON array one at a time.
@@ -65,7 +66,9 @@ func (r *jsonReader) Next() (Sample, error) {
 	if !ok {
 		return malformed(i, n, "element", ErrNotObject), nil
 	}
-	return r.m.sample(rec, i, n, "element"), nil
+	s := r.m.sample(rec, i, n, "element")
+	s.InvalidUTF8 = !utf8.Valid(r.elem)
+	return s, nil
 }
 
 func (r *jsonReader) Skip(n int) error { return skipN(r, n) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
 )
 
 // maxKeptLine bounds the line buffer kept between lines: a buffer grown for one
@@ -138,7 +139,9 @@ func (r *jsonlReader) Next() (Sample, error) {
 	if err != nil {
 		return malformed(i, n, "line", err), nil
 	}
-	return r.m.sample(rec, i, n, "line"), nil
+	s := r.m.sample(rec, i, n, "line")
+	s.InvalidUTF8 = !utf8.Valid(line)
+	return s, nil
 }
 
 func (r *jsonlReader) Skip(n int) error { return skipN(r, n) }
