@@ -604,8 +604,9 @@ const (
 	ScorerJudge      ScorerType = "judge"
 )
 
-// Normalizer is a text normalization applied before comparing.
-// +kubebuilder:validation:Enum=trim;lowercase;collapse_whitespace;strip_punctuation
+// Normalizer is a text normalization applied before comparing: number writes
+// a text that is a number as one (42.0, +42 and 4.2e1 are 42).
+// +kubebuilder:validation:Enum=trim;lowercase;collapse_whitespace;strip_punctuation;number
 type Normalizer string
 
 // Scorer turns each answer into a score between 0 and 1; a metric is the mean.

@@ -33,7 +33,7 @@ var (
 		string(ScorerExactMatch), string(ScorerContains), string(ScorerRegex), string(ScorerNumeric),
 		string(ScorerJSONMatch), string(ScorerToolCall), string(ScorerJudge),
 	}
-	supportedNormalizers = []string{"trim", "lowercase", "collapse_whitespace", "strip_punctuation"}
+	supportedNormalizers = []string{"trim", "lowercase", "collapse_whitespace", "strip_punctuation", "number"}
 	metricNameRE         = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
 	envNameRE            = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	sha256RE             = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)

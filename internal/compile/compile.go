@@ -188,7 +188,7 @@ func Build(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.Plan,
 		if err != nil {
 			return nil, err
 		}
-		if err := checkData(&spec.Datasets[i], fmt.Sprintf("spec.datasets[%d]", i), d, plan.Prompt); err != nil {
+		if err := checkData(spec, &spec.Datasets[i], fmt.Sprintf("spec.datasets[%d]", i), d, plan.Prompt); err != nil {
 			return nil, err
 		}
 		plan.Datasets = append(plan.Datasets, d)

@@ -1613,3 +1613,34 @@ func TestInvalidUTF8IsAWarning(t *testing.T) {
 		t.Errorf("warnings (-want +got):\n%s", diff)
 	}
 }
+
+// TestNumericAnswersHint: exact_match on numeric expected answers without
+// the number normalizer is said before the run; with it, or on text
+// answers, nothing is said.
+func TestNumericAnswersHint(t *testing.T) {
+	for _, tc := range []struct {
+		name, items, normalize string
+		want                   []string
+	}{
+		{"numbers as text", `[{id: a, input: "1+1?", expected: "2"}, {id: b, input: "2+2?", expected: 4}]`, "[trim]", []string{
+			`spec.scoring[0]: the expected answers of dataset "d" are numbers, which exact_match compares as text: an answer "42.0" scores 0 against "42"; ` +
+				"add number to its normalize to compare them as numbers (or use type: numeric, with a tolerance)"}},
+		{"number normalizer", `[{id: a, input: "1+1?", expected: "2"}]`, "[trim, number]", nil},
+		{"text answers", `[{id: a, input: "capital?", expected: "Paris"}, {id: b, input: "1+1?", expected: "2"}]`, "[trim]", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := mustBuild(t, `
+  datasets:
+  - name: d
+    source: {inline: `+tc.items+`}
+  models:
+  - {name: m, provider: openai, model: m, baseURL: "http://127.0.0.1:9/v1"}
+  scoring:
+  - {type: exact_match, normalize: `+tc.normalize+`}
+`, newEnv(t, nil))
+			if diff := cmp.Diff(tc.want, plan.Datasets[0].Warnings); diff != "" {
+				t.Errorf("warnings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

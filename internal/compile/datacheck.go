@@ -1,14 +1,17 @@
 package compile
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/dataset"
+	"github.com/proctor-dev/proctor/runner/score"
 )
 
 // mappingSampleSize is how many records the field mapping is checked against:
@@ -19,7 +22,7 @@ const mappingSampleSize = 100
 // fields mapping names fields the records have, that prompts are not all
 // empty (a mapping that misses the input would send empty prompts to a paid
 // model), and that ids are unique. path is the dataset's spec path.
-func checkData(ds *v1alpha1.Dataset, path string, d *runner.Dataset, prompt *runner.Prompt) error {
+func checkData(spec *v1alpha1.EvaluationSpec, ds *v1alpha1.Dataset, path string, d *runner.Dataset, prompt *runner.Prompt) error {
 	var head []dataset.Sample
 	err := dataset.EachSample(d.Open, min(d.Total, mappingSampleSize), func(s *dataset.Sample) error {
 		if s.Fields != nil {
@@ -41,6 +44,7 @@ func checkData(ds *v1alpha1.Dataset, path string, d *runner.Dataset, prompt *run
 		if err := checkPrompts(ds, path, head, names, prompt); err != nil {
 			return err
 		}
+		d.Warnings = append(d.Warnings, numericHints(spec, ds, head)...)
 	}
 	rep, err := dataset.Check(d.Open, d.Total)
 	if err != nil {
@@ -103,6 +107,49 @@ func needsPrompt(spec *v1alpha1.EvaluationSpec, plan *runner.Plan) bool {
 				}
 			}
 		}
+	}
+	return false
+}
+
+// numericHints warns of exact_match scorers comparing numbers as text: when
+// every sampled expected answer is a number, an answer "42.0" would score 0
+// against "42" in silence. The normalizer number, or the numeric scorer,
+// compares them as numbers.
+func numericHints(spec *v1alpha1.EvaluationSpec, ds *v1alpha1.Dataset, head []dataset.Sample) []string {
+	numbers := 0
+	for i := range head {
+		if !head[i].HasExpected {
+			continue
+		}
+		if !isNumber(head[i].Expected) {
+			return nil
+		}
+		numbers++
+	}
+	if numbers == 0 {
+		return nil
+	}
+	var out []string
+	for i := range spec.Scoring {
+		sc := &spec.Scoring[i]
+		if sc.Type != v1alpha1.ScorerExactMatch || slices.Contains(sc.Normalize, v1alpha1.Normalizer(score.NormNumber)) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("spec.scoring[%d]: the expected answers of dataset %q are numbers, which %s compares as text: "+
+			"an answer \"42.0\" scores 0 against \"42\"; add number to its normalize to compare them as numbers (or use type: numeric, with a tolerance)",
+			i, ds.Name, sc.MetricName()))
+	}
+	return out
+}
+
+// isNumber says an expected answer is a number, or text that is one.
+func isNumber(v any) bool {
+	switch x := v.(type) {
+	case json.Number:
+		return true
+	case string:
+		_, err := strconv.ParseFloat(strings.TrimSpace(x), 64)
+		return err == nil
 	}
 	return false
 }

@@ -22,7 +22,7 @@ func TestNewValidation(t *testing.T) {
 			wantErr: `unknown scorer type "foo" (want one of exact_match, contains, regex, numeric, json_match, tool_call, judge)`},
 		{name: "missing type", cfg: Config{}, wantErr: "missing scorer type (want one of exact_match,"},
 		{name: "unknown normalizer", cfg: Config{Type: TypeExactMatch, Normalize: []string{"trim", "upper"}},
-			wantErr: `unknown normalizer "upper" (want one of trim, lowercase, collapse_whitespace, strip_punctuation)`},
+			wantErr: `unknown normalizer "upper" (want one of trim, lowercase, collapse_whitespace, strip_punctuation, number)`},
 		{name: "bad pattern", cfg: Config{Type: TypeRegex, Pattern: "a(b"},
 			wantErr: "pattern: error parsing regexp: missing closing )"},
 		{name: "judge without func", cfg: Config{Type: TypeJudge},

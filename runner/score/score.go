@@ -27,10 +27,14 @@ const (
 	NormLowercase          = "lowercase"
 	NormCollapseWhitespace = "collapse_whitespace"
 	NormStripPunctuation   = "strip_punctuation"
+	// NormNumber writes a text that is a number as one: 42.0, +42 and 4.2e1
+	// become 42, so that exact_match and contains compare numbers as
+	// numbers. Other text is left as it is.
+	NormNumber = "number"
 )
 
 // Normalizers lists every normalizer.
-var Normalizers = []string{NormTrim, NormLowercase, NormCollapseWhitespace, NormStripPunctuation}
+var Normalizers = []string{NormTrim, NormLowercase, NormCollapseWhitespace, NormStripPunctuation, NormNumber}
 
 // Input is what a scorer sees of one sample.
 type Input struct {

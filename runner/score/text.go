@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"unicode"
 )
@@ -43,6 +45,29 @@ var normalizerFuncs = map[string]func(string) string{
 	NormLowercase:          strings.ToLower,
 	NormCollapseWhitespace: collapseWhitespace,
 	NormStripPunctuation:   stripPunctuation,
+	NormNumber:             canonicalNumber,
+}
+
+// canonicalNumber writes s, when it is a number (surrounding space allowed),
+// in one form: an integer without a fraction or exponent (42.0 → 42, 1e3 →
+// 1000), any other number as Go's shortest form (0.50 → 0.5). Text that is not
+// a number, or one too large to be exact as a float, is left as it is.
+func canonicalNumber(s string) string {
+	t := strings.TrimSpace(s)
+	if t == "" || strings.ContainsAny(t, "_xXpPnNiI") {
+		return s // not digits: hex, underscores, NaN and Inf are not answers' numbers
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil {
+		return s
+	}
+	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+		if f == 0 {
+			return "0" // -0 too
+		}
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
 func newNormalizer(names []string) (normalizer, error) {

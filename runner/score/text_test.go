@@ -30,6 +30,18 @@ func TestNormalizers(t *testing.T) {
 		{[]string{NormStripPunctuation, NormCollapseWhitespace}, "a - b", "a b"},
 		{[]string{NormCollapseWhitespace, NormStripPunctuation}, "a - b", "a  b"},
 		{[]string{NormTrim, NormLowercase, NormCollapseWhitespace, NormStripPunctuation}, "  The   END. ", "the end"},
+		// Numbers written as one: 42.0 equals 42 under exact_match.
+		{[]string{NormNumber}, "42.0", "42"},
+		{[]string{NormNumber}, " +42 ", "42"},
+		{[]string{NormNumber}, "4.2e1", "42"},
+		{[]string{NormNumber}, "0.50", "0.5"},
+		{[]string{NormNumber}, "-0.0", "0"},
+		{[]string{NormNumber}, "1e3", "1000"},
+		{[]string{NormNumber}, "12345678901234567890", "1.2345678901234567e+19"}, // beyond exact integers
+		{[]string{NormNumber}, "0x1F", "0x1F"},                                   // not an answer's number
+		{[]string{NormNumber}, "Inf", "Inf"},
+		{[]string{NormNumber}, "42 apples", "42 apples"},
+		{[]string{NormNumber}, "1,000", "1,000"},
 	}
 	for _, tc := range tests {
 		n, err := newNormalizer(tc.norm)
