@@ -2,6 +2,7 @@ package local_test
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,8 +84,8 @@ func TestAgentProviderThroughTheCLI(t *testing.T) {
 			if !strings.Contains(r.Error, "timed out") || !strings.Contains(r.Error, "300ms") {
 				t.Errorf("s3 (sleeps past agent.timeout): error %q, want it to say it timed out after 300ms", r.Error)
 			}
-			if r.Output != "" || len(r.Scores) != 0 {
-				t.Errorf("s3: an error record with output %q and scores %v", r.Output, r.Scores)
+			if r.Output != "" || !maps.Equal(r.Scores, map[string]float64{"exact_match": 0}) {
+				t.Errorf("s3: an error record with output %q and scores %v, want none and exact_match 0", r.Output, r.Scores)
 			}
 			continue
 		}
