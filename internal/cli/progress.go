@@ -43,6 +43,10 @@ type progress struct {
 	started   time.Time
 	pairs     []*pairProgress
 	byKey     map[[2]string]*pairProgress
+	// limits are the samples a second each model's declared request limit
+	// allows; paces measure each model's (Start makes them).
+	limits map[string]float64
+	paces  map[string]*pace
 
 	bars *mpb.Progress
 	quit chan struct{}
@@ -67,14 +71,15 @@ type pairProgress struct {
 	finished atomic.Int64
 }
 
-func newProgress(mode string, s streams, pairs []results.Pair, dir *results.Dir, verbosity int) *progress {
+func newProgress(mode string, s streams, pairs []results.Pair, dir *results.Dir, limits map[string]float64, verbosity int) *progress {
 	if mode == "auto" {
 		mode = "plain"
 		if s.errIsTerminal {
 			mode = "bar"
 		}
 	}
-	p := &progress{mode: mode, out: s.errOut, verbosity: verbosity, byKey: map[[2]string]*pairProgress{}, quit: make(chan struct{})}
+	p := &progress{mode: mode, out: s.errOut, verbosity: verbosity, byKey: map[[2]string]*pairProgress{}, quit: make(chan struct{}),
+		limits: limits, paces: map[string]*pace{}}
 	for _, pr := range pairs {
 		done, errored := dir.Counts(pr.Model, pr.Dataset)
 		pp := &pairProgress{model: pr.Model, label: terminalSafe(pr.Model + "/" + pr.Dataset), total: int64(pr.Total), initial: int64(done), printed: -1}
@@ -109,6 +114,11 @@ func (p *progress) Log() logr.Logger { return newLogger(p.logWriter(), p.verbosi
 func (p *progress) Start(throttle func(model string) runner.ThrottleStatus) {
 	p.throttle = throttle
 	p.started = time.Now()
+	for _, pp := range p.pairs {
+		if p.paces[pp.model] == nil {
+			p.paces[pp.model] = newPace(p.started, p.limits[pp.model])
+		}
+	}
 	switch p.mode {
 	case "bar":
 		p.ensureBars()
@@ -157,13 +167,39 @@ func (p *progress) detail(pp *pairProgress) string {
 	}
 	elapsed := end.Sub(p.started).Seconds()
 	if n := done - pp.initial; n > 0 && elapsed > 0 {
-		rate := float64(n) / elapsed
-		s += fmt.Sprintf(", %.1f/s", rate)
-		if left := pp.total - done; left > 0 {
-			s += ", ETA " + (time.Duration(float64(left)/rate) * time.Second).Round(time.Second).String()
+		s += fmt.Sprintf(", %.1f/s", float64(n)/elapsed)
+		if eta, ok := p.eta(pp, end); ok {
+			s += ", ETA " + eta.Round(time.Second).String()
 		}
 	}
 	return s
+}
+
+// eta is how long pp has left: its model takes its datasets in order, so
+// what the model has left up to pp's end, at the model's pace (the last
+// minute's, bounded by its declared limit).
+func (p *progress) eta(pp *pairProgress, now time.Time) (time.Duration, bool) {
+	if pp.done.Load() >= pp.total {
+		return 0, false
+	}
+	pc := p.paces[pp.model]
+	if pc == nil {
+		return 0, false
+	}
+	rate := pc.rate(now)
+	if rate <= 0 {
+		return 0, false
+	}
+	var left int64
+	for _, o := range p.pairs {
+		if o.model == pp.model {
+			left += max(0, o.total-o.done.Load())
+		}
+		if o == pp {
+			break
+		}
+	}
+	return time.Duration(float64(left) / rate * float64(time.Second)), true
 }
 
 func (p *progress) printLines(final bool) {
@@ -204,7 +240,11 @@ func (p *progress) SampleFinished(model, dataset string, rec *results.Record) {
 		return
 	}
 	pp.done.Add(1)
-	pp.finished.Store(time.Now().UnixNano())
+	now := time.Now()
+	pp.finished.Store(now.UnixNano())
+	if pc := p.paces[model]; pc != nil {
+		pc.add(now)
+	}
 	if rec.Error != "" {
 		pp.errored.Add(1)
 	}

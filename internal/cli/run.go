@@ -123,8 +123,8 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 		GracePeriod:    o.gracePeriod,
 		Interrupts:     sigs,
 		Warnings:       s.errOut,
-		Display: func(pairs []results.Pair, dir *results.Dir) local.Display {
-			return newProgress(o.progress, s, pairs, dir, verbosity)
+		Display: func(pairs []results.Pair, dir *results.Dir, limits map[string]float64) local.Display {
+			return newProgress(o.progress, s, pairs, dir, limits, verbosity)
 		},
 	})
 	if res == nil {

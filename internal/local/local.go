@@ -71,7 +71,9 @@ type Options struct {
 	Interrupts <-chan os.Signal
 	// Display, when set, shows the run's progress; it is made once the
 	// checkpoint is open, with the model × dataset pairs and their counts so far.
-	Display func(pairs []results.Pair, dir *results.Dir) Display
+	// limits are the samples a second each model's declared requests limit
+	// allows (its own, or its endpoint's), for the ETA.
+	Display func(pairs []results.Pair, dir *results.Dir, limits map[string]float64) Display
 	// CancelWait bounds how long --restart waits for the earlier run's
 	// batches to finish cancelling (default 30 minutes).
 	CancelWait time.Duration
@@ -227,7 +229,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 	var display Display = silent{}
 	if o.Display != nil {
-		display = o.Display(pairs, dir)
+		display = o.Display(pairs, dir, requestRates(plan))
 	}
 	log := display.Log()
 	for _, m := range plan.Models {
@@ -702,4 +704,21 @@ func warnings(o Options) io.Writer {
 		return io.Discard
 	}
 	return o.Warnings
+}
+
+// requestRates are the requests a second each model's declared limits allow:
+// its own requests limit, or its endpoint's when lower (models sharing the
+// endpoint get less). A sample is a call; agents and judges make more.
+func requestRates(plan *runner.Plan) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range plan.Models {
+		rpm := m.Limits.RequestsPerMinute
+		if ep, ok := plan.Endpoints[m.Endpoint]; ok && ep.RequestsPerMinute > 0 && (rpm == 0 || ep.RequestsPerMinute < rpm) {
+			rpm = ep.RequestsPerMinute
+		}
+		if rpm > 0 && !m.Agent {
+			out[m.Name] = float64(rpm) / 60
+		}
+	}
+	return out
 }

@@ -125,7 +125,7 @@ func TestInterruptDrains(t *testing.T) {
 	}}
 	res, err := Run(context.Background(), Options{
 		File: file, Output: filepath.Join(t.TempDir(), "out"), GracePeriod: 30 * time.Second, Interrupts: interrupts,
-		Display: func([]results.Pair, *results.Dir) Display { return display },
+		Display: func([]results.Pair, *results.Dir, map[string]float64) Display { return display },
 	})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
