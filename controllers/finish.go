@@ -173,7 +173,12 @@ func setGateStatus(p *pass, sum *compare.Summary) {
 		st.Comparison = &v1alpha1.ComparisonStatus{Baseline: c.Baseline}
 		for _, res := range c.Results {
 			cr := v1alpha1.ComparedResult{Model: res.Model, BaselineModel: res.BaselineModel, Dataset: res.Dataset,
-				Paired: res.Paired, Unmatched: res.Unmatched, BaselineUnmatched: res.BaselineUnmatched}
+				Paired: res.Paired, Unmatched: res.Unmatched, BaselineUnmatched: res.BaselineUnmatched, ByPosition: res.ByPosition}
+			for _, n := range res.Notes() {
+				if len(cr.Notes) < 8 {
+					cr.Notes = append(cr.Notes, compare.Clip(n, 1024))
+				}
+			}
 			for _, m := range res.Metrics {
 				cr.Metrics = append(cr.Metrics, v1alpha1.MetricComparison{
 					Metric: m.Metric, Baseline: fmt.Sprintf("%.4f", m.Baseline), Current: fmt.Sprintf("%.4f", m.Current),
@@ -185,7 +190,7 @@ func setGateStatus(p *pass, sum *compare.Summary) {
 		}
 	}
 	if g := sum.Gate; g != nil {
-		st.Gate = &v1alpha1.GateStatus{Passed: g.Passed, Violations: g.Violations}
+		st.Gate = &v1alpha1.GateStatus{Passed: g.Passed, Violations: g.Violations, Incomplete: g.Incomplete}
 		if g.Passed {
 			p.event(corev1.EventTypeNormal, v1alpha1.ReasonGatePassed, "The run met its gate (%d rule(s))", len(p.ev.Spec.Gate.Rules))
 		}

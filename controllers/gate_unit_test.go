@@ -19,6 +19,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/runner/compare"
+	"github.com/proctor-dev/proctor/runner/results"
 )
 
 func number(s string) *v1alpha1.Number { n := v1alpha1.Number(s); return &n }
@@ -198,5 +199,35 @@ func TestBaselineCopyWhoseRecordsAreGone(t *testing.T) {
 	}
 	if st.ResultsConfigMap != "arith-results" || len(st.Results) != 1 {
 		t.Errorf("the run's own results were not kept: %q %v", st.ResultsConfigMap, st.Results)
+	}
+}
+
+// TestComparisonStatusSaysWhatToTrust: what proctor compare and summary.json
+// say of a comparison a reader must know (pairing by position, few pairs)
+// shows in status.comparison too.
+func TestComparisonStatusSaysWhatToTrust(t *testing.T) {
+	ev := testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Obj()
+	p := passFor(ev)
+	res := compare.Result{Model: "small", BaselineModel: "small", Dataset: "d", Paired: 3, Unmatched: 7, BaselineUnmatched: 7, ByPosition: true}
+	setGateStatus(p, &compare.Summary{Comparison: &compare.Report{Baseline: "evaluation/nightly", Results: []compare.Result{res}}})
+	got := p.status.Comparison.Results[0]
+	if !got.ByPosition {
+		t.Error("status.comparison.results[0].byPosition is false")
+	}
+	if diff := cmp.Diff(res.Notes(), got.Notes); diff != "" || len(got.Notes) != 2 {
+		t.Errorf("notes (-want +got), want the few pairs and the pairing by position:\n%s", diff)
+	}
+}
+
+// TestIncompleteRunHasNoVerdictInStatus: a run that did not finish every
+// sample has no verdict in status.gate, as in summary.json and the CLI.
+func TestIncompleteRunHasNoVerdictInStatus(t *testing.T) {
+	ev := testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Obj()
+	ev.Spec.Gate = &v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", Min: number("0.1")}}}
+	p := passFor(ev)
+	v := compare.Check(ev.Spec.Gate, []results.Summary{{Model: "small", Dataset: "d", Total: 10, Completed: 4, Metrics: map[string]float64{"exact_match": 1}}}, nil)
+	setGateStatus(p, &compare.Summary{Gate: &v})
+	if g := p.status.Gate; g == nil || g.Passed || g.Incomplete != "4 of 10 samples finished" {
+		t.Errorf("status.gate = %+v, want no verdict: not passed, incomplete 4 of 10", g)
 	}
 }

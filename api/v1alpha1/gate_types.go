@@ -107,6 +107,13 @@ type GateStatus struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=1024
 	Violations []string `json:"violations,omitempty"`
+
+	// incomplete, when set, says why there is no verdict: the run did not
+	// finish every sample (stopped by its budget, say), and a gate judges
+	// whole runs only; passed is then false.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 // ComparisonStatus compares a run with its baseline.
@@ -152,6 +159,20 @@ type ComparedResult struct {
 	// baselineUnmatched counts the baseline's samples this run lacks.
 	// +required
 	BaselineUnmatched int64 `json:"baselineUnmatched"`
+
+	// byPosition says both runs' ids are the samples' positions (records
+	// without ids, from before ids were hashes of their content): a line
+	// added or removed pairs one question with another.
+	// +optional
+	ByPosition bool `json:"byPosition,omitempty"`
+
+	// notes say what a reader must know to trust the comparison: nothing
+	// paired, few samples paired, pairing by position.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=1024
+	Notes []string `json:"notes,omitempty"`
 
 	// metrics compare each metric on the paired samples.
 	// +optional

@@ -97,6 +97,10 @@ func Check(g *v1alpha1.Gate, summaries []results.Summary, rep *Report) Verdict {
 	return v
 }
 
+// Clip shortens s to at most n bytes, on a character boundary, marking the
+// cut (status fields have a length bound).
+func Clip(s string, n int) string { return cut(s, n) }
+
 // cut shortens s to at most n bytes, on a character boundary, marking the cut.
 func cut(s string, n int) string {
 	if len(s) <= n {
