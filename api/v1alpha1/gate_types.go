@@ -108,7 +108,7 @@ type GateStatus struct {
 	// +kubebuilder:validation:items:MaxLength=1024
 	Violations []string `json:"violations,omitempty"`
 
-	// incomplete, when set, says why there is no verdict: the run did not
+	// incomplete says, when set, why there is no verdict: the run did not
 	// finish every sample (stopped by its budget, say), and a gate judges
 	// whole runs only; passed is then false.
 	// +optional
