@@ -19,6 +19,11 @@ evaluation is called; only judges are, and only for the scorers whose scores are
 (scores of unchanged scorers that succeeded are kept: use --all to score everything again).
 DIR then holds results.jsonl and summary.json as proctor run writes them.
 
+DIR may also hold results fetched from a cluster (proctor results NAME -o DIR): their
+answers are placed by sample id and scored with every scorer; answers the cluster cut
+(outputTruncated) stay unanswered, as scores of a part would not be the answer's. (In a
+cluster itself, editing the Evaluation's scoring scores its answers again.)
+
 proctor run does this by itself when the scoring alone changed since DIR's answers were
 made; proctor score is for scoring again when nothing changed (a flaky judge, say), and
 never calls the models: samples without an answer stay unanswered (proctor run answers
@@ -27,7 +32,8 @@ they changed, the answers are for other requests and are refused, naming what ch
 
 Exit codes are proctor run's.`,
 		Example: `  proctor score -f evaluation.yaml -o out/
-  proctor score evaluation.yaml -o out/ --all`,
+  proctor score evaluation.yaml -o out/ --all
+  proctor results nightly -o fetched/ && proctor score -f evaluation.yaml -o fetched/`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {

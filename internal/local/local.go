@@ -9,6 +9,7 @@ package local
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,6 +32,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/services"
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/compare"
+	"github.com/proctor-dev/proctor/runner/dataset"
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/provider/agent"
 	"github.com/proctor-dev/proctor/runner/results"
@@ -162,9 +164,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := checkOutputs(plan, outDir); err != nil {
 		return nil, &InvalidError{err}
 	}
+	// proctor score of results without a checkpoint (fetched from a
+	// cluster by proctor results) scores the answers results.jsonl holds.
+	importing := false
 	if o.Rescore {
 		if _, err := os.Stat(filepath.Join(outDir, results.CheckpointDir)); err != nil {
-			return nil, &InvalidError{fmt.Errorf("%s holds no checkpoint of a run (%w): nothing to score; proctor run answers the samples", outDir, err)}
+			if _, err2 := os.Stat(filepath.Join(outDir, results.ResultsFile)); err2 != nil {
+				return nil, &InvalidError{fmt.Errorf("%s holds neither a checkpoint of a run nor a results.jsonl: nothing to score; proctor run answers the samples", outDir)}
+			}
+			importing = true
 		}
 	}
 	dir, err := results.OpenDir(outDir)
@@ -179,6 +187,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		m, d := plan.Model(t.Model), plan.Dataset(t.Dataset)
 		pairs[i] = results.Pair{Model: m.Name, Dataset: d.Name, Fingerprint: plan.CheckpointFingerprint(m, d), Parts: plan.Parts(m, d),
 			Total: d.Total, Metrics: plan.MetricNames(), Priced: m.Price != nil}
+	}
+	if importing {
+		n, err := importAnswers(plan, pairs, dir, warnings(o))
+		if err != nil {
+			return nil, &InvalidError{fmt.Errorf("reading the answers of %s: %w", filepath.Join(outDir, results.ResultsFile), err)}
+		}
+		fmt.Fprintf(warnings(o), "Read %d answers from %s, to score with this Evaluation's scoring.\n", n, filepath.Join(outDir, results.ResultsFile))
 	}
 	if o.Rescore {
 		if err := dir.HasAnswers(pairs); err != nil {
@@ -721,4 +736,78 @@ func requestRates(plan *runner.Plan) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// importAnswers seeds a checkpoint with the answers of DIR/results.jsonl
+// (results fetched from a cluster), each at its sample's position in the
+// data, found by id: proctor score then scores them. An answer that was cut
+// (outputTruncated), failed, or whose id the data does not have is left out,
+// and said; the samples without an answer stay unanswered.
+func importAnswers(plan *runner.Plan, pairs []results.Pair, dir *results.Dir, warn io.Writer) (int, error) {
+	type key struct{ model, dataset string }
+	byPair := map[key]map[string]*results.Record{}
+	for _, p := range pairs {
+		byPair[key{p.Model, p.Dataset}] = map[string]*results.Record{}
+	}
+	f, err := os.Open(filepath.Join(dir.Root(), results.ResultsFile))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var cut, failed, foreign int
+	err = results.EachRecordLine(f, func(n int, line []byte) error {
+		var rec results.Record
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return fmt.Errorf("line %d: %w", n, err)
+		}
+		ids, ok := byPair[key{rec.Model, rec.Dataset}]
+		switch {
+		case !ok:
+			foreign++
+		case rec.OutputTruncated:
+			cut++
+		case rec.Error != "" && rec.ErrorKind != results.ErrorKindScoring:
+			failed++
+		default:
+			ids[rec.ID] = &rec
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	// Every answer placed first, then written: a dataset that cannot be
+	// read leaves no checkpoint behind.
+	total, unknown := 0, 0
+	placed := make([]map[int]*results.Record, len(pairs))
+	for i, p := range pairs {
+		ids := byPair[key{p.Model, p.Dataset}]
+		answers := map[int]*results.Record{}
+		err := dataset.EachSample(plan.Dataset(p.Dataset).Open, p.Total, func(s *dataset.Sample) error {
+			if rec, ok := ids[s.ID]; ok {
+				answers[s.Index] = rec
+				delete(ids, s.ID)
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("dataset %s: %w", p.Dataset, err)
+		}
+		unknown += len(ids)
+		placed[i] = answers
+	}
+	for i, p := range pairs {
+		if len(placed[i]) == 0 {
+			continue
+		}
+		if err := dir.Seed(p, placed[i]); err != nil {
+			return 0, err
+		}
+		total += len(placed[i])
+	}
+	if cut+failed+foreign+unknown > 0 {
+		fmt.Fprintf(warn, "Left unscored from results.jsonl: %d answers cut in the cluster (outputTruncated), %d failed calls, "+
+			"%d records of models or datasets this Evaluation does not have, %d ids its data does not have.\n", cut, failed, foreign, unknown)
+	}
+	return total, nil
 }

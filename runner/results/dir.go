@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -193,6 +194,35 @@ func (d *Dir) Check(pairs []Pair) error {
 		}
 	}
 	return nil
+}
+
+// Seed writes the journal of pair p, which must not exist yet, holding
+// answers (by sample position) to be scored (unscored records): answers
+// fetched from elsewhere (a cluster's results), which proctor score scores
+// with the Evaluation's scoring. Their scores are dropped.
+func (d *Dir) Seed(p Pair, answers map[int]*Record) error {
+	if err := errors.Join(checkName("model", p.Model), checkName("dataset", p.Dataset)); err != nil {
+		return err
+	}
+	path := d.journalPath(p.Model, p.Dataset)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	h, _ := json.Marshal(pairHeader(p))
+	_, _ = w.Write(append(h, '\n')) // a bufio.Writer's error sticks: Flush returns it
+	var buf []byte
+	for _, i := range slices.Sorted(maps.Keys(answers)) {
+		rec := *answers[i]
+		rec.Scores, rec.ScoreErrors, rec.JudgePending, rec.Error, rec.ErrorKind = map[string]float64{}, nil, nil, "", ""
+		if buf, err = appendUnscoredLine(buf[:0], i, &rec); err != nil {
+			f.Close()
+			return err
+		}
+		_, _ = w.Write(append(buf, '\n'))
+	}
+	return errors.Join(w.Flush(), f.Sync(), f.Close())
 }
 
 // HasAnswers refuses a directory that holds no record of any of pairs:

@@ -159,3 +159,57 @@ func TestScoringChangeRescoresWithoutCallingTheModel(t *testing.T) {
 		t.Errorf("proctor score created %s: %v", empty, err)
 	}
 }
+
+// TestScoreFetchedResults: results without a checkpoint (as proctor results
+// fetches them from a cluster) are scored by proctor score with the file's
+// scoring: the answers are placed by id, the model is not called, the judge
+// is, and what cannot be scored (a cut answer) is said and left unanswered.
+func TestScoreFetchedResults(t *testing.T) {
+	t.Parallel()
+	const n = 5
+	url, modelCalls, judgeCalls := countingFake(t)
+	w := newWorkspace(t)
+	var data strings.Builder
+	for i := range n {
+		fmt.Fprintf(&data, `{"id":"c%d","input":"REPLY: City %d","expected":"city %d"}`+"\n", i+1, i, i)
+	}
+	w.write("capitals.jsonl", data.String())
+	w.writeEval("capitals", rescoreEval(url, "trim", "0"))
+	if r := w.run(); r.Code != 0 {
+		t.Fatalf("the run: want exit 0\n%s", r)
+	}
+	// What proctor results writes: results.jsonl, summary.json, no checkpoint;
+	// one answer cut, as a cluster stores one past its budget.
+	fetched := filepath.Join(w.dir, "fetched")
+	b, err := os.ReadFile(filepath.Join(w.out, "results.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	lines[4] = strings.Replace(lines[4], `"output":"City 4"`, `"output":"","outputTruncated":true,"outputBytes":6`, 1)
+	w.write("fetched/results.jsonl", strings.Join(lines, "\n")+"\n")
+	s, _ := os.ReadFile(filepath.Join(w.out, "summary.json"))
+	w.write("fetched/summary.json", string(s))
+	m0, j0 := modelCalls.Load(), judgeCalls.Load()
+
+	w.writeEval("capitals", rescoreEval(url, "trim, lowercase", "0"))
+	r := w.proctor("score", "-f", w.evalFile(), "-o", fetched, "--progress", "none")
+	if r.Code != 0 {
+		t.Fatalf("proctor score of fetched results: want exit 0\n%s", r)
+	}
+	if m, j := modelCalls.Load()-m0, judgeCalls.Load()-j0; m != 0 || j != n-1 {
+		t.Errorf("scoring fetched results called the model %d and the judge %d times, want 0 and %d", m, j, n-1)
+	}
+	if !strings.Contains(r.Stderr, "Read 4 answers from") || !strings.Contains(r.Stderr, "1 answers cut in the cluster (outputTruncated)") {
+		t.Errorf("proctor score did not say what it read and left:\n%s", r.Stderr)
+	}
+	recs, _ := readRecords(t, fetched)
+	if len(recs) != n-1 {
+		t.Fatalf("%d records, want %d (the cut answer unanswered)", len(recs), n-1)
+	}
+	for _, rec := range recs {
+		if !rec.Rescored || rec.Scores["exact_match"] != 1 || rec.Scores["judged"] != 1 {
+			t.Errorf("%s: %+v; want re-scored, exact_match 1 with lowercase", rec.ID, rec)
+		}
+	}
+}
