@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/compare"
 	"github.com/proctor-dev/proctor/runner/results"
@@ -82,7 +83,7 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	}
 	sum := compare.Summary{Results: summaries, Comparison: comparison}
 	if gated && p.ev.Spec.Gate != nil {
-		v := compare.Check(p.ev.Spec.Gate, summaries, comparison)
+		v := compare.Check(apiconv.Gate(p.ev.Spec.Gate), summaries, comparison)
 		sum.Gate = &v
 	}
 	if ok, err := r.writeResults(ctx, p, &sum, records, chunks); !ok || err != nil {

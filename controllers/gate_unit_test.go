@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/runner/compare"
@@ -225,7 +226,7 @@ func TestIncompleteRunHasNoVerdictInStatus(t *testing.T) {
 	ev := testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Obj()
 	ev.Spec.Gate = &v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", Min: number("0.1")}}}
 	p := passFor(ev)
-	v := compare.Check(ev.Spec.Gate, []results.Summary{{Model: "small", Dataset: "d", Total: 10, Completed: 4, Metrics: map[string]float64{"exact_match": 1}}}, nil)
+	v := compare.Check(apiconv.Gate(ev.Spec.Gate), []results.Summary{{Model: "small", Dataset: "d", Total: 10, Completed: 4, Metrics: map[string]float64{"exact_match": 1}}}, nil)
 	setGateStatus(p, &compare.Summary{Gate: &v})
 	if g := p.status.Gate; g == nil || g.Passed || g.Incomplete != "4 of 10 samples finished" {
 		t.Errorf("status.gate = %+v, want no verdict: not passed, incomplete 4 of 10", g)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/runner/compare"
 	"github.com/proctor-dev/proctor/runner/results"
 )
@@ -54,7 +55,7 @@ func compareAndGate(ev *v1alpha1.Evaluation, baseline, dir string, pairs []resul
 		sum.Comparison = &rep
 	}
 	if ev.Spec.Gate != nil {
-		v := compare.Check(ev.Spec.Gate, summaries, sum.Comparison)
+		v := compare.Check(apiconv.Gate(ev.Spec.Gate), summaries, sum.Comparison)
 		sum.Gate = &v
 	}
 	if err := results.WriteSummary(dir, sum); err != nil {

@@ -3,13 +3,13 @@ package compare
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/stats"
 )
@@ -115,7 +115,17 @@ func TestMcNemarReference(t *testing.T) {
 	}
 }
 
-func num(s string) *v1alpha1.Number { n := v1alpha1.Number(s); return &n }
+// num is a rule's bound as written.
+func num(s string) *Bound {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		panic(err)
+	}
+	return &Bound{Value: v, Text: s}
+}
+
+// gate is a gate of rules at the default significance, 0.05.
+func gate(rules ...Rule) Gate { return Gate{Rules: rules, Significance: 0.05} }
 
 func TestGate(t *testing.T) {
 	// The baseline passes 60 of 100; a regressed run fails 12 of those and
@@ -136,26 +146,26 @@ func TestGate(t *testing.T) {
 	}
 	cases := []struct {
 		name      string
-		gate      v1alpha1.Gate
+		gate      Gate
 		summaries []results.Summary
 		rep       *Report
 		want      []string // substrings of the violations, in order; none: passed
 	}{
-		{"min met", v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", Min: num("0.5")}}}, summary(0.5, 100), nil, nil},
-		{"min missed", v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", Min: num("0.8")}}}, summary(0.5, 100), nil,
+		{"min met", gate(Rule{Metric: "exact_match", Min: num("0.5")}), summary(0.5, 100), nil, nil},
+		{"min missed", gate(Rule{Metric: "exact_match", Min: num("0.8")}), summary(0.5, 100), nil,
 			[]string{"model m on dataset d: exact_match is 0.5000, below the minimum 0.8"}},
-		{"min of another model", v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", Model: "x", Min: num("0.8")}}}, summary(0.5, 100), nil, nil},
-		{"nothing finished", v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", Min: num("0")}}}, summary(0, 0), nil,
+		{"min of another model", gate(Rule{Metric: "exact_match", Model: "x", Min: num("0.8")}), summary(0.5, 100), nil, nil},
+		{"nothing finished", gate(Rule{Metric: "exact_match", Min: num("0")}), summary(0, 0), nil,
 			[]string{"has no finished sample"}},
-		{"significant drop", v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", MaxDrop: num("0.02")}}}, summary(0.5, 100), report(regressed),
+		{"significant drop", gate(Rule{Metric: "exact_match", MaxDrop: num("0.02")}), summary(0.5, 100), report(regressed),
 			[]string{"exact_match fell 0.1000 from the baseline, more than maxDrop 0.02, significantly (p < 0.05): 0.6000 → 0.5000"}},
-		{"drop within maxDrop", v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", MaxDrop: num("0.1")}}}, summary(0.5, 100), report(regressed), nil},
-		{"drop not significant at 0.01", v1alpha1.Gate{Significance: num("0.01"), Rules: []v1alpha1.GateRule{{Metric: "exact_match", MaxDrop: num("0")}}}, summary(0.5, 100), report(regressed), nil},
-		{"noise", v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", MaxDrop: num("0")}}}, summary(0.59, 100), report(noisy), nil},
-		{"incomplete: no verdict", v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", Min: num("0.5")}}},
+		{"drop within maxDrop", gate(Rule{Metric: "exact_match", MaxDrop: num("0.1")}), summary(0.5, 100), report(regressed), nil},
+		{"drop not significant at 0.01", Gate{Significance: 0.01, Rules: []Rule{{Metric: "exact_match", MaxDrop: num("0")}}}, summary(0.5, 100), report(regressed), nil},
+		{"noise", gate(Rule{Metric: "exact_match", MaxDrop: num("0")}), summary(0.59, 100), report(noisy), nil},
+		{"incomplete: no verdict", gate(Rule{Metric: "exact_match", Min: num("0.5")}),
 			[]results.Summary{{Model: "m", Dataset: "d", Total: 40, Completed: 16, Metrics: map[string]float64{"exact_match": 1}}}, nil,
 			[]string{"the run is incomplete (16 of 40 samples finished): an incomplete run passes no gate"}},
-		{"no comparison", v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", MaxDrop: num("0")}}}, summary(0.59, 100), nil,
+		{"no comparison", gate(Rule{Metric: "exact_match", MaxDrop: num("0")}), summary(0.59, 100), nil,
 			[]string{"has no sample paired with the baseline"}},
 	}
 	for _, tc := range cases {
@@ -181,7 +191,8 @@ func TestViolationsFitStatus(t *testing.T) {
 	for i := range 40 {
 		ss = append(ss, results.Summary{Model: fmt.Sprintf("m%d", i), Dataset: long, Completed: 1, Metrics: map[string]float64{"exact_match": 0}})
 	}
-	v := Check(&v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", Min: num("1")}}}, ss, nil)
+	g := gate(Rule{Metric: "exact_match", Min: num("1")})
+	v := Check(&g, ss, nil)
 	if len(v.Violations) != MaxViolations || !strings.HasPrefix(v.Violations[MaxViolations-1], "and 9 more") {
 		t.Fatalf("%d violations, the last %q", len(v.Violations), v.Violations[len(v.Violations)-1])
 	}

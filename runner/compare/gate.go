@@ -4,9 +4,33 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/runner/results"
 )
+
+// Gate is a run's gate (spec.gate): rules on its metrics, and the level of
+// the paired tests behind maxDrop. It is the API's, in plain types: the
+// runner has no Kubernetes (internal/apiconv converts).
+type Gate struct {
+	Rules []Rule
+	// Significance is the tests' level: a drop fails maxDrop only if its
+	// p-value is below it.
+	Significance float64
+}
+
+// Rule bounds one metric, for one model and one dataset or ("") all.
+type Rule struct {
+	Metric, Model, Dataset string
+	// Min is the lowest mean; MaxDrop the largest significant fall from the
+	// baseline. Nil when the rule has none.
+	Min, MaxDrop *Bound
+}
+
+// Bound is a rule's number, and its text as the user wrote it (which
+// violations quote).
+type Bound struct {
+	Value float64
+	Text  string
+}
 
 // Verdict is how a run fared against its gate.
 type Verdict struct {
@@ -32,7 +56,7 @@ const (
 // (nothing finished, nothing paired with the baseline) fails: a gate that
 // cannot see a result does not pass it, and a run that did not finish every
 // sample has no verdict (Incomplete), which does not pass either.
-func Check(g *v1alpha1.Gate, summaries []results.Summary, rep *Report) Verdict {
+func Check(g *Gate, summaries []results.Summary, rep *Report) Verdict {
 	v := Verdict{Passed: true}
 	if g == nil {
 		return v
@@ -48,7 +72,7 @@ func Check(g *v1alpha1.Gate, summaries []results.Summary, rep *Report) Verdict {
 		v.Violations = []string{fmt.Sprintf("the run is incomplete (%s): an incomplete run passes no gate", v.Incomplete)}
 		return v
 	}
-	alpha := g.SignificanceLevel()
+	alpha := g.Significance
 	var all []string
 	for _, rule := range g.Rules {
 		for _, s := range summaries {
@@ -57,17 +81,16 @@ func Check(g *v1alpha1.Gate, summaries []results.Summary, rep *Report) Verdict {
 			}
 			where := fmt.Sprintf("model %s on dataset %s", s.Model, s.Dataset)
 			if rule.Min != nil {
-				lowest, _ := rule.Min.Float64() // validated at admission
 				mean, ok := s.Metrics[rule.Metric]
 				switch {
 				case s.Completed == 0 || !ok:
-					all = append(all, fmt.Sprintf("%s: %s has no finished sample to check min %s on", where, rule.Metric, *rule.Min))
-				case mean < lowest:
-					all = append(all, fmt.Sprintf("%s: %s is %.4f, below the minimum %s", where, rule.Metric, mean, *rule.Min))
+					all = append(all, fmt.Sprintf("%s: %s has no finished sample to check min %s on", where, rule.Metric, rule.Min.Text))
+				case mean < rule.Min.Value:
+					all = append(all, fmt.Sprintf("%s: %s is %.4f, below the minimum %s", where, rule.Metric, mean, rule.Min.Text))
 				}
 			}
 			if rule.MaxDrop != nil {
-				maxDrop, _ := rule.MaxDrop.Float64()
+				maxDrop := rule.MaxDrop.Value
 				var m *Metric
 				if rep != nil {
 					if r := rep.Find(s.Model, s.Dataset); r != nil {
@@ -76,10 +99,10 @@ func Check(g *v1alpha1.Gate, summaries []results.Summary, rep *Report) Verdict {
 				}
 				switch {
 				case m == nil:
-					all = append(all, fmt.Sprintf("%s: %s has no sample paired with the baseline to check maxDrop %s on", where, rule.Metric, *rule.MaxDrop))
+					all = append(all, fmt.Sprintf("%s: %s has no sample paired with the baseline to check maxDrop %s on", where, rule.Metric, rule.MaxDrop.Text))
 				case -m.Diff > maxDrop && m.PValue < alpha:
 					all = append(all, fmt.Sprintf("%s: %s fell %.4f from the baseline, more than maxDrop %s, significantly (p < %g): %s",
-						where, rule.Metric, -m.Diff, *rule.MaxDrop, alpha, m.Describe()))
+						where, rule.Metric, -m.Diff, rule.MaxDrop.Text, alpha, m.Describe()))
 				}
 			}
 		}
