@@ -913,6 +913,8 @@ func carried(answered *results.Record) *results.Record {
 		OutputTruncated: answered.OutputTruncated, OutputBytes: answered.OutputBytes,
 		MaxTokensReached: answered.MaxTokensReached, AgentCalls: answered.AgentCalls,
 		Cost: answered.Cost, JudgeCost: answered.JudgeCost, Batch: answered.Batch,
+		// The request that answered it, so a later run's cache finds it.
+		CacheKey: answered.CacheKey,
 		Rescored: true,
 		Scores:   map[string]float64{},
 	}

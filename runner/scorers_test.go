@@ -131,7 +131,7 @@ func TestCarriedAnswerScoresOnlyWhatIsMissing(t *testing.T) {
 	cost, judgeCost := 0.5, 0.25
 	sink := &answeredSink{memSink: newMemSink(), earlier: map[int]*results.Record{
 		// Its judge failed: only the judge scores again.
-		0: {ID: "s0", Output: "q0", Scores: map[string]float64{"exact_match": 1, "graded": 0}, ScoreErrors: map[string]string{"graded": "no verdict"},
+		0: {ID: "s0", Output: "q0", CacheKey: "k0", Scores: map[string]float64{"exact_match": 1, "graded": 0}, ScoreErrors: map[string]string{"graded": "no verdict"},
 			Error: "scorer graded: no verdict", ErrorKind: results.ErrorKindScoring, InputTokens: 7, OutputTokens: 3, Cost: &cost,
 			JudgeInputTokens: 50, JudgeCost: &judgeCost},
 		// A wrong answer whose scores were all dropped (the scoring changed).
@@ -149,7 +149,8 @@ func TestCarriedAnswerScoresOnlyWhatIsMissing(t *testing.T) {
 	}
 	judged := 110e-6 // 110 tokens at $1 a million
 	want := []*results.Record{
-		{ID: "s0", Model: "subject", Dataset: "d", Output: "q0", Scores: map[string]float64{"exact_match": 1, "graded": 1}, Rescored: true,
+		// The request that answered it stays its key, for a later run's cache.
+		{ID: "s0", Model: "subject", Dataset: "d", Output: "q0", CacheKey: "k0", Scores: map[string]float64{"exact_match": 1, "graded": 1}, Rescored: true,
 			InputTokens: 7, OutputTokens: 3, Cost: &cost, JudgeInputTokens: 150, JudgeOutputTokens: 10, JudgeCost: ptr(judgeCost + judged)},
 		{ID: "s1", Model: "subject", Dataset: "d", Output: "wrong", Scores: map[string]float64{"exact_match": 0, "graded": 1}, Rescored: true,
 			InputTokens: 7, OutputTokens: 3, Cost: &cost, JudgeInputTokens: 100, JudgeOutputTokens: 10, JudgeCost: ptr(judged)},

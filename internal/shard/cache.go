@@ -96,6 +96,7 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 			answered := rec.Error == "" || rec.ErrorKind == results.ErrorKindScoring
 			if src.Answers && answered {
 				// The latest record of a sample wins, as at assembly.
+				rec.CacheKey = l.Key
 				out.answers[l.Index] = keptScores(rec, keep)
 			}
 			if cacheOn && l.Key != "" && rec.Error == "" {

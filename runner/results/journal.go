@@ -472,6 +472,7 @@ func (j *Journal) Answered(i int) *Record {
 	if err != nil || json.Unmarshal(l.Record, &rec) != nil {
 		return nil
 	}
+	rec.CacheKey = l.Key
 	return &rec
 }
 

@@ -16,8 +16,10 @@ import (
 )
 
 // TestEditStartsNewRunReusingCache: editing a finished Evaluation starts a new
-// run; with the cache on, samples whose requests did not change are answered
-// from the previous run's records, with no model call.
+// run. An edit of the scoring alone scores the previous run's answers again
+// (cache or not: the records say rescored); with the cache on, any other edit
+// answers the samples whose requests did not change from the previous run's
+// records, with no model call.
 func TestEditStartsNewRunReusingCache(t *testing.T) {
 	ns := newNamespace(t)
 	srv, url := fakeLLM(t, fakellm.Config{Latency: 5 * time.Millisecond})
@@ -34,37 +36,70 @@ func TestEditStartsNewRunReusingCache(t *testing.T) {
 		t.Fatalf("first run made %d calls, want %d", calls, n)
 	}
 
-	// A second scorer changes the run but not a single request.
-	cur := getEvaluation(t, ns, "cached")
-	patch := client.MergeFrom(cur.DeepCopy())
-	cur.Spec.Scoring = append(cur.Spec.Scoring, v1alpha1.Scorer{Type: v1alpha1.ScorerContains})
-	if err := k8sClient.Patch(context.Background(), cur, patch); err != nil {
-		t.Fatal(err)
-	}
-	var second *v1alpha1.Evaluation
-	eventually(t, 60*time.Second, "the new run to succeed", func() (bool, string) {
-		second = getEvaluation(t, ns, "cached")
-		return second.Status.Run != first.Status.Run && second.Status.Phase == v1alpha1.PhaseSucceeded,
-			fmt.Sprintf("run %s phase %s", second.Status.Run, second.Status.Phase)
+	// A second scorer changes the run but not a single request: re-scored.
+	second := editAndWait(t, ns, first.Status.Run, func(s *v1alpha1.EvaluationSpec) {
+		s.Scoring = append(s.Scoring, v1alpha1.Scorer{Type: v1alpha1.ScorerContains})
 	})
 	if got := srv.Stats().Requests; got != calls {
-		t.Errorf("the new run made %d model calls, want 0 (every answer cached)", got-calls)
+		t.Errorf("the re-scoring run made %d model calls, want 0", got-calls)
 	}
 	if m := second.Status.Results[0].Metrics; m["contains"] != "1.0000" || m["exact_match"] != "1.0000" {
 		t.Errorf("metrics %v", m)
 	}
 	for _, r := range checkRecords(t, ns, "cached", []string{"m"}, sampleIDs("d", n)) {
-		if r.Attempts != 0 {
-			t.Errorf("record %s: %d attempts, want 0 (from the cache)", r.ID, r.Attempts)
+		if !r.Rescored || r.Attempts != 1 {
+			t.Errorf("record %s: rescored %v, %d attempts; want the earlier answer (1 attempt) scored again", r.ID, r.Rescored, r.Attempts)
 			break
 		}
 	}
-	// The old run's records, kept as the cache, are gone once the new run ended.
+	assertRunGone(t, ns, first.Status.Run)
+
+	// A dataset added changes what the model answers, not d's requests:
+	// d's answers come from the cache, e's are asked.
+	const m = 6
+	editAndWait(t, ns, second.Status.Run, func(s *v1alpha1.EvaluationSpec) {
+		s.Datasets = append(s.Datasets, testutil.MakeEvaluation("x", ns).InlineDataset("e", m).Obj().Spec.Datasets[0])
+	})
+	if got := srv.Stats().Requests; got != calls+m {
+		t.Errorf("the new run made %d model calls, want %d (dataset e's only)", got-calls, m)
+	}
+	for _, r := range readResults(t, ns, "cached") {
+		if r.Dataset == "d" && (r.Attempts != 0 || r.Rescored) {
+			t.Errorf("record %s: %d attempts, rescored %v; want 0 attempts (from the cache)", r.ID, r.Attempts, r.Rescored)
+			break
+		}
+	}
+	assertRunGone(t, ns, second.Status.Run)
+}
+
+// editAndWait edits the Evaluation cached and waits for a run other than
+// was to succeed.
+func editAndWait(t *testing.T, ns, was string, edit func(*v1alpha1.EvaluationSpec)) *v1alpha1.Evaluation {
+	t.Helper()
+	cur := getEvaluation(t, ns, "cached")
+	patch := client.MergeFrom(cur.DeepCopy())
+	edit(&cur.Spec)
+	if err := k8sClient.Patch(context.Background(), cur, patch); err != nil {
+		t.Fatal(err)
+	}
+	var got *v1alpha1.Evaluation
+	eventually(t, 60*time.Second, "the new run to succeed", func() (bool, string) {
+		got = getEvaluation(t, ns, "cached")
+		return got.Status.Run != was && got.Status.Phase == v1alpha1.PhaseSucceeded,
+			fmt.Sprintf("run %s phase %s", got.Status.Run, got.Status.Phase)
+	})
+	return got
+}
+
+// assertRunGone checks that a run's ConfigMaps, kept for the run after it,
+// are gone once that run ended.
+func assertRunGone(t *testing.T, ns, run string) {
+	t.Helper()
 	var cms corev1.ConfigMapList
-	if err := k8sClient.List(context.Background(), &cms, client.InNamespace(ns), client.MatchingLabels{cluster.LabelRun: first.Status.Run}); err != nil {
+	if err := k8sClient.List(context.Background(), &cms, client.InNamespace(ns), client.MatchingLabels{cluster.LabelRun: run}); err != nil {
 		t.Fatal(err)
 	}
 	if len(cms.Items) != 0 {
-		t.Errorf("%d ConfigMaps of the old run remain", len(cms.Items))
+		t.Errorf("%d ConfigMaps of run %s remain", len(cms.Items), run)
 	}
 }
