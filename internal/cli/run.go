@@ -64,20 +64,7 @@ Exit codes:
   proctor run -f evaluation.yaml -o out/ --retry-errors`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch {
-			case len(args) == 1 && o.file != "":
-				return invalid(fmt.Errorf("the Evaluation is given twice: %s and -f %s", args[0], o.file))
-			case len(args) == 1:
-				o.file = args[0]
-			case o.file == "":
-				return invalid(errors.New(`required flag(s) "file" not set: proctor run -f EVALUATION.yaml (or proctor run EVALUATION.yaml)`))
-			}
-			// This process holds the API keys; the agents it starts run as the
-			// same user.
-			if err := setNonDumpable(); err != nil {
-				return &exitError{code: exitFailed, err: fmt.Errorf("making the process non-dumpable: %w", err)}
-			}
-			return runEvaluation(cmd.Context(), o, verbosityOf(cmd), s)
+			return runFile(cmd, args, o, s, "proctor run -f EVALUATION.yaml (or proctor run EVALUATION.yaml)")
 		},
 	}
 	f := cmd.Flags()
@@ -92,6 +79,25 @@ Exit codes:
 	f.BoolVar(&o.keepWorkspaces, "keep-workspaces", false, "keep agent workspaces for inspection instead of removing them")
 	f.BoolVar(&o.estimate, "estimate", false, "say what the run would cost, calling no model and writing nothing: input tokens counted by the providers, answers bounded by maxTokens")
 	return cmd
+}
+
+// runFile is proctor run's and proctor score's RunE: the Evaluation is -f
+// FILE or the one argument (usage says how to give it), then it runs.
+func runFile(cmd *cobra.Command, args []string, o *runOptions, s streams, usage string) error {
+	switch {
+	case len(args) == 1 && o.file != "":
+		return invalid(fmt.Errorf("the Evaluation is given twice: %s and -f %s", args[0], o.file))
+	case len(args) == 1:
+		o.file = args[0]
+	case o.file == "":
+		return invalid(errors.New(`required flag(s) "file" not set: ` + usage))
+	}
+	// This process holds the API keys; the agents it starts run as the
+	// same user.
+	if err := setNonDumpable(); err != nil {
+		return &exitError{code: exitFailed, err: fmt.Errorf("making the process non-dumpable: %w", err)}
+	}
+	return runEvaluation(cmd.Context(), o, verbosityOf(cmd), s)
 }
 
 func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams) error {

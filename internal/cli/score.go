@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -36,18 +34,7 @@ Exit codes are proctor run's.`,
   proctor results nightly -o fetched/ && proctor score -f evaluation.yaml -o fetched/`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch {
-			case len(args) == 1 && o.file != "":
-				return invalid(fmt.Errorf("the Evaluation is given twice: %s and -f %s", args[0], o.file))
-			case len(args) == 1:
-				o.file = args[0]
-			case o.file == "":
-				return invalid(errors.New(`required flag(s) "file" not set: proctor score -f EVALUATION.yaml -o DIR`))
-			}
-			if err := setNonDumpable(); err != nil {
-				return &exitError{code: exitFailed, err: fmt.Errorf("making the process non-dumpable: %w", err)}
-			}
-			return runEvaluation(cmd.Context(), o, verbosityOf(cmd), s)
+			return runFile(cmd, args, o, s, "proctor score -f EVALUATION.yaml -o DIR")
 		},
 	}
 	f := cmd.Flags()
