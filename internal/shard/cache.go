@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -93,11 +92,11 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 			if json.Unmarshal(l.Record, &rec) != nil || rec.OutputTruncated {
 				continue // not the whole answer: scores of a part would not be the answer's
 			}
-			answered := rec.Error == "" || rec.ErrorKind == results.ErrorKindScoring
-			if src.Answers && answered {
+			if src.Answers && rec.Answered() {
 				// The latest record of a sample wins, as at assembly.
 				rec.CacheKey = l.Key
-				out.answers[l.Index] = keptScores(rec, keep)
+				rec.KeepScores(keep)
+				out.answers[l.Index] = &rec
 			}
 			if cacheOn && l.Key != "" && rec.Error == "" {
 				out.cache.m[l.Key] = &cache.Entry{
@@ -132,18 +131,4 @@ func (s *answeredStore) Answered(_, _ string, index int) *results.Record {
 	}
 	s.Carry(index, results.Spent(rec))
 	return rec
-}
-
-// keptScores is rec with the scores of unchanged scorers (keep) that
-// succeeded, and nothing of the others: they score it again.
-func keptScores(rec results.Record, keep map[string]bool) *results.Record {
-	scores := map[string]float64{}
-	for m, v := range rec.Scores {
-		if _, failed := rec.ScoreErrors[m]; keep[m] && !failed && !slices.Contains(rec.JudgePending, m) {
-			scores[m] = v
-		}
-	}
-	rec.Scores, rec.ScoreErrors, rec.JudgePending = scores, nil, nil
-	rec.Error, rec.ErrorKind = "", ""
-	return &rec
 }

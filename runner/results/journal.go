@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 
 	"github.com/proctor-dev/proctor/runner/spend"
@@ -260,30 +259,21 @@ func rewriteUnscored(path string, want header, keep map[string]bool, metrics []s
 // fail, and reports whether any metric is left to score. A record without
 // an answer only has its scores made the metrics' zeros.
 func unscoredAnswer(rec *Record, keep map[string]bool, metrics []string) bool {
-	answered := rec.Error == "" || rec.ErrorKind == ErrorKindScoring || len(rec.JudgePending) > 0
-	scores := map[string]float64{}
-	if !answered {
+	if !rec.Answered() {
+		scores := map[string]float64{}
 		for _, m := range metrics {
 			scores[m] = 0
 		}
 		rec.Scores = scores
 		return false
 	}
-	missing := false
+	rec.KeepScores(keep)
 	for _, m := range metrics {
-		_, failed := rec.ScoreErrors[m]
-		v, ok := rec.Scores[m]
-		if ok && keep[m] && !failed && !slices.Contains(rec.JudgePending, m) {
-			scores[m] = v
-		} else {
-			missing = true
+		if _, ok := rec.Scores[m]; !ok {
+			return true
 		}
 	}
-	rec.Scores, rec.ScoreErrors, rec.JudgePending = scores, nil, nil
-	if rec.ErrorKind == ErrorKindScoring {
-		rec.Error, rec.ErrorKind = "", ""
-	}
-	return missing
+	return false
 }
 
 // Rescoring says why and how many of the journal's answers are scored

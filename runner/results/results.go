@@ -89,6 +89,29 @@ type Record struct {
 	CacheKey string `json:"-"`
 }
 
+// Answered says the record holds the model's answer: its call succeeded,
+// whatever became of its scoring.
+func (r *Record) Answered() bool {
+	return r.Error == "" || r.ErrorKind == ErrorKindScoring || len(r.JudgePending) > 0
+}
+
+// KeepScores prepares an answered record to be scored again: it keeps the
+// scores of the metrics in keep (their scorers unchanged) that succeeded and
+// are not awaited, and drops the rest, with the scoring's errors and what it
+// awaited; the scorers left score it again.
+func (r *Record) KeepScores(keep map[string]bool) {
+	scores := map[string]float64{}
+	for m, v := range r.Scores {
+		if _, failed := r.ScoreErrors[m]; keep[m] && !failed && !slices.Contains(r.JudgePending, m) {
+			scores[m] = v
+		}
+	}
+	r.Scores, r.ScoreErrors, r.JudgePending = scores, nil, nil
+	if r.ErrorKind == ErrorKindScoring {
+		r.Error, r.ErrorKind = "", ""
+	}
+}
+
 // The steps a sample can fail at (Record.ErrorKind).
 const (
 	ErrorKindData    = "data"
