@@ -61,6 +61,24 @@ func rescoreEval(url, normalize, temperature string) string {
 `, url, normalize, temperature)
 }
 
+// capitalsRun is a workspace whose n capitals (ids c1..cn, answered "City
+// i" against the expected "city i") ran once under rescoreEval's scoring
+// with normalize [trim].
+func capitalsRun(t *testing.T, url string, n int) *workspace {
+	t.Helper()
+	w := newWorkspace(t)
+	var data strings.Builder
+	for i := range n {
+		fmt.Fprintf(&data, `{"id":"c%d","input":"REPLY: City %d","expected":"city %d"}`+"\n", i+1, i, i)
+	}
+	w.write("capitals.jsonl", data.String())
+	w.writeEval("capitals", rescoreEval(url, "trim", "0"))
+	if r := w.run(); r.Code != 0 {
+		t.Fatalf("the first run: want exit 0\n%s", r)
+	}
+	return w
+}
+
 // TestScoringChangeRescoresWithoutCallingTheModel: adding lowercase to
 // exact_match's normalize keeps the answers, scores them again without
 // calling the model or the judge (its scorer did not change), and says
@@ -70,17 +88,7 @@ func TestScoringChangeRescoresWithoutCallingTheModel(t *testing.T) {
 	t.Parallel()
 	const n = 5
 	url, modelCalls, judgeCalls := countingFake(t)
-	w := newWorkspace(t)
-	var data strings.Builder
-	for i := range n {
-		fmt.Fprintf(&data, `{"id":"c%d","input":"REPLY: City %d","expected":"city %d"}`+"\n", i+1, i, i)
-	}
-	w.write("capitals.jsonl", data.String())
-
-	w.writeEval("capitals", rescoreEval(url, "trim", "0"))
-	if r := w.run(); r.Code != 0 {
-		t.Fatalf("first run: want exit 0\n%s", r)
-	}
+	w := capitalsRun(t, url, n)
 	if m, j := modelCalls.Load(), judgeCalls.Load(); m != n || j != n {
 		t.Fatalf("first run called the model %d and the judge %d times, want %d each", m, j, n)
 	}
@@ -168,16 +176,7 @@ func TestScoreFetchedResults(t *testing.T) {
 	t.Parallel()
 	const n = 5
 	url, modelCalls, judgeCalls := countingFake(t)
-	w := newWorkspace(t)
-	var data strings.Builder
-	for i := range n {
-		fmt.Fprintf(&data, `{"id":"c%d","input":"REPLY: City %d","expected":"city %d"}`+"\n", i+1, i, i)
-	}
-	w.write("capitals.jsonl", data.String())
-	w.writeEval("capitals", rescoreEval(url, "trim", "0"))
-	if r := w.run(); r.Code != 0 {
-		t.Fatalf("the run: want exit 0\n%s", r)
-	}
+	w := capitalsRun(t, url, n)
 	// What proctor results writes: results.jsonl, summary.json, no checkpoint;
 	// one answer cut, as a cluster stores one past its budget.
 	fetched := filepath.Join(w.dir, "fetched")
