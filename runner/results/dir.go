@@ -158,7 +158,7 @@ func (d *Dir) Check(pairs []Pair) error {
 		if e.IsDir() || filepath.Ext(e.Name()) != ".jsonl" || filepath.Join(d.root, CheckpointDir, e.Name()) == d.batchFile() {
 			continue
 		}
-		h, records, err := readHeader(filepath.Join(d.root, CheckpointDir, e.Name()))
+		h, records, err := readHeader(filepath.Join(d.root, CheckpointDir, e.Name()), 0)
 		if err != nil {
 			return err
 		}
@@ -170,10 +170,10 @@ func (d *Dir) Check(pairs []Pair) error {
 		if p == nil && records > 0 {
 			others = append(others, fmt.Sprintf("model %q on dataset %q (%d records)", h.Model, h.Dataset, records))
 		}
-		if p != nil && d.journalPath(p.Model, p.Dataset) == filepath.Join(d.root, CheckpointDir, e.Name()) {
+		if p != nil && records > 0 && d.journalPath(p.Model, p.Dataset) == filepath.Join(d.root, CheckpointDir, e.Name()) {
 			// Answers that cannot be reused refuse the run before any
 			// journal is opened (and any re-scored).
-			if _, err := checkJournal(d.journalPath(p.Model, p.Dataset), pairHeader(*p), false, false); err != nil {
+			if _, err := compareHeader(d.journalPath(p.Model, p.Dataset), h, pairHeader(*p), false, false); err != nil {
 				mismatches = append(mismatches, err)
 			}
 		}
@@ -232,7 +232,7 @@ func (d *Dir) HasAnswers(pairs []Pair) error {
 		if checkName("model", p.Model) != nil || checkName("dataset", p.Dataset) != nil {
 			continue
 		}
-		h, records, err := readHeader(d.journalPath(p.Model, p.Dataset))
+		h, records, err := readHeader(d.journalPath(p.Model, p.Dataset), 1)
 		if err == nil && h != nil && records > 0 {
 			return nil
 		}
@@ -241,8 +241,9 @@ func (d *Dir) HasAnswers(pairs []Pair) error {
 }
 
 // readHeader reads a journal's header and counts its records (lines after
-// the header); a nil header means an empty file.
-func readHeader(path string) (*header, int, error) {
+// the header), up to most when it is positive; a nil header means an empty
+// file.
+func readHeader(path string, most int) (*header, int, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, 0, err
@@ -258,7 +259,7 @@ func readHeader(path string) (*header, int, error) {
 		return nil, 0, fmt.Errorf("%s is not a Proctor checkpoint: %w", path, ErrMismatch)
 	}
 	records := 0
-	for {
+	for most <= 0 || records < most {
 		line, err := r.ReadSlice('\n')
 		if len(line) > 0 && line[len(line)-1] == '\n' {
 			records++
@@ -279,6 +280,7 @@ func readHeader(path string) (*header, int, error) {
 			return nil, 0, fmt.Errorf("%s: %w", path, err)
 		}
 	}
+	return &h, records, nil
 }
 
 // Root is the directory's path.

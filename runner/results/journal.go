@@ -148,7 +148,7 @@ func OpenJournal(path string, p Pair, opts OpenOptions) (*Journal, error) {
 // it is want's as it is; a change that keeps its answers (the scoring alone
 // changed, or rescore: every scorer counts as changed); or a *MismatchError.
 func checkJournal(path string, want header, rescore, all bool) (*partsChange, error) {
-	h, records, err := readHeader(path)
+	h, records, err := readHeader(path, 1) // whether it has a record, not how many
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -161,6 +161,12 @@ func checkJournal(path string, want header, rescore, all bool) (*partsChange, er
 		// header.
 		return nil, os.Truncate(path, 0)
 	}
+	return compareHeader(path, h, want, rescore, all)
+}
+
+// compareHeader is checkJournal's verdict on a journal with records whose
+// header is h; it reads and changes nothing.
+func compareHeader(path string, h *header, want header, rescore, all bool) (*partsChange, error) {
 	if h.Model != want.Model || h.Dataset != want.Dataset {
 		return nil, &MismatchError{Path: path, Model: h.Model, Dataset: h.Dataset}
 	}
