@@ -1,0 +1,100 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/runner/spend"
+)
+
+// keepEnded keeps a run that ended as it ended: its status is not derived
+// again, none of its Jobs is created or resumed, and those still running (a
+// run that stalled) are suspended, so that their pods go away. Only a spec edit
+// that starts a new run starts anything again.
+func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, error) {
+	st := &p.ev.Status
+	if st.Run != p.run || (st.Phase != v1alpha1.PhaseSucceeded && st.Phase != v1alpha1.PhaseFailed) {
+		return true, nil
+	}
+	if regate(p.ev) {
+		// spec.baseline or spec.gate changed since the run was judged: the
+		// pass goes on to Finish, which compares and gates its records again.
+		return true, nil
+	}
+	if st.Phase == v1alpha1.PhaseSucceeded {
+		p.finished = true
+	} else {
+		reason := v1alpha1.ReasonFailed
+		if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionFailed); c != nil && c.Reason != "" {
+			reason = c.Reason
+		}
+		if reason == v1alpha1.ReasonBudgetExceeded && budgetRaised(p.ev) {
+			// The run goes on: its Jobs are resumed, and its shards get
+			// allowances of what the budget now leaves.
+			p.event(corev1.EventTypeNormal, v1alpha1.ReasonResumed, "spec.budget was raised: the run resumes")
+			return true, nil
+		}
+		p.fail(reason, "%s", st.Message)
+	}
+	var jobs batchv1.JobList
+	if err := r.List(ctx, &jobs, client.InNamespace(p.ev.Namespace), client.MatchingLabels{
+		cluster.LabelEvaluation: cluster.LabelValue(p.ev.Name), cluster.LabelRun: p.run,
+	}); err != nil {
+		return false, err
+	}
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if cluster.Owned("Job", j, p.ev) != nil {
+			continue
+		}
+		if jobFinished(j, batchv1.JobComplete) || jobFinished(j, batchv1.JobFailed) || ptr.Deref(j.Spec.Suspend, false) || j.DeletionTimestamp != nil {
+			continue
+		}
+		patch := client.MergeFrom(j.DeepCopy())
+		j.Spec.Suspend = ptr.To(true)
+		if err := r.Patch(ctx, j, patch); err != nil {
+			return false, fmt.Errorf("stopping Job %s of the ended run: %w", j.Name, err)
+		}
+	}
+	return false, nil
+}
+
+// regate reports whether an ended run is to be compared and gated again: it
+// succeeded, missed its gate or lost its baseline, and spec.baseline or
+// spec.gate is not what it was judged with.
+func regate(ev *v1alpha1.Evaluation) bool {
+	st := &ev.Status
+	if st.Gated == cluster.GateHash(&ev.Spec) {
+		return false
+	}
+	return st.Phase == v1alpha1.PhaseSucceeded || st.Reason == v1alpha1.ReasonRegressionDetected || st.Reason == v1alpha1.ReasonBaselineNotFound
+}
+
+// budgetRaised reports whether spec.budget now allows more than it did when
+// it stopped the run (status.spend holds the limits it had then), in a
+// dimension that stopped it.
+func budgetRaised(ev *v1alpha1.Evaluation) bool {
+	was := ev.Status.Spend
+	if was == nil {
+		return false
+	}
+	now, err := cluster.SpendLimit(ev.Spec.Budget)
+	if err != nil {
+		return false
+	}
+	if was.MaxCost != "" {
+		old, err := spend.ParseDollars(was.MaxCost)
+		if err == nil && (now.Cost == 0 || now.Cost > old) {
+			return true
+		}
+	}
+	return was.MaxTokens > 0 && (now.Tokens == 0 || now.Tokens > was.MaxTokens)
+}
