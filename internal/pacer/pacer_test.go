@@ -135,7 +135,8 @@ func TestPacerSpacesShardsTogether(t *testing.T) {
 func TestPacerOverHTTP(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(epoch)
 	res := &fixed{b: Bucket{Key: "k", Limits: ratelimit.Limits{RequestsPerMinute: 60, InputTokensPerMinute: 600}}, sa: "ev-runner"}
-	s := &Server{Resolver: res, Clock: clock, Log: testr.New(t)}
+	// Both places within the horizon: the clients wait on the real clock.
+	s := &Server{Resolver: res, Clock: clock, Log: testr.New(t), BusyHorizon: DefaultHorizon}
 	s.init()
 	clock.Advance(DefaultHorizon)
 	hs := httptest.NewServer(s.Handler())
@@ -224,7 +225,7 @@ func (u userTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestPacerNewLeaderWaits(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(epoch)
 	b := Bucket{Key: "k", Limits: ratelimit.Limits{RequestsPerMinute: 120}, Burst: time.Second}
-	s := &Server{Resolver: &fixed{b: b, sa: "ev-runner"}, Clock: clock, Log: testr.New(t)}
+	s := &Server{Resolver: &fixed{b: b, sa: "ev-runner"}, Clock: clock, Log: testr.New(t), BusyHorizon: DefaultHorizon}
 	s.init()
 	if r := s.Reserve(b, runner, ratelimit.Cost{Requests: 1}); r.ID != "" || time.Duration(r.RetryNanos) != DefaultHorizon {
 		t.Fatalf("a new leader's first answer %+v; want ask again in %v", r, DefaultHorizon)
@@ -257,7 +258,7 @@ func TestPacerNewLeaderWaits(t *testing.T) {
 func TestPacerLimitEditAppliesAtOnce(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(epoch)
 	res := &fixed{b: Bucket{Key: "k", Limits: ratelimit.Limits{RequestsPerMinute: 6}}, sa: "ev-runner"}
-	s := &Server{Resolver: res, Clock: clock, Log: testr.New(t), Horizon: time.Minute}
+	s := &Server{Resolver: res, Clock: clock, Log: testr.New(t), Horizon: time.Minute, BusyHorizon: time.Minute}
 	s.init()
 	clock.Advance(2 * time.Minute)
 	first := s.Reserve(res.b, runner, ratelimit.Cost{Requests: 1})
@@ -367,5 +368,57 @@ func TestPacerSpacesTokensToo(t *testing.T) {
 	}
 	if bad := refusedTokens(run(true)); bad > 0 {
 		t.Errorf("paced: the provider's token bucket refuses %d of %d calls", bad, shards*each)
+	}
+}
+
+// TestPacerPlacesANewcomerNext: a caller that keeps a key busy is placed no
+// further ahead than the busy horizon, so the first call of a caller the key
+// has not seen for a while goes next instead of behind a queue as long as
+// the horizon; with one horizon for every caller, it waits behind them all.
+func TestPacerPlacesANewcomerNext(t *testing.T) {
+	b := Bucket{Key: "k", Limits: ratelimit.Limits{RequestsPerMinute: 120}, Burst: time.Second}
+	const busy, newcomer = "system:serviceaccount:team-a:suite-runner", "system:serviceaccount:team-b:suite-runner"
+	// firstWait fills the key with busy's calls, as its pods would (each
+	// asking again when told), then returns how far ahead newcomer's first
+	// call is placed.
+	firstWait := func(s *Server, clock *clockwork.FakeClock) time.Duration {
+		s.init()
+		clock.Advance(s.Horizon + ratelimit.Period)
+		for range 40 {
+			if r := s.Reserve(b, busy, ratelimit.Cost{Requests: 1}); r.ID == "" {
+				clock.Advance(50 * time.Millisecond)
+			}
+		}
+		r := s.Reserve(b, newcomer, ratelimit.Cost{Requests: 1})
+		if r.ID == "" {
+			t.Fatalf("the newcomer's first call: %+v; want a place", r)
+		}
+		return time.Duration(r.WaitNanos)
+	}
+
+	clock := clockwork.NewFakeClockAt(epoch)
+	s := &Server{Resolver: &fixed{b: b, sa: "suite-runner"}, Clock: clock, Log: testr.New(t)}
+	wait := firstWait(s, clock)
+	// At most the busy horizon's queue, then one place of 120 rpm.
+	if most := DefaultBusyHorizon + 500*time.Millisecond + 10*time.Millisecond; wait > most {
+		t.Errorf("the newcomer's first call placed %v ahead, want at most %v", wait, most)
+	}
+	// Its next call, at once, is a busy caller's: told to ask again.
+	if r := s.Reserve(b, newcomer, ratelimit.Cost{Requests: 1}); r.ID != "" {
+		t.Errorf("the newcomer's second call at once: %+v; want ask again (it is busy now)", r)
+	}
+	// A horizon without a place makes it new again.
+	clock.Advance(DefaultHorizon)
+	if r := s.Reserve(b, newcomer, ratelimit.Cost{Requests: 1}); r.ID == "" {
+		t.Errorf("after %v without a place: %+v; want a place", DefaultHorizon, r)
+	}
+
+	// One horizon for every caller: the newcomer waits behind the queue.
+	clock = clockwork.NewFakeClockAt(epoch)
+	same := &Server{Resolver: &fixed{b: b, sa: "suite-runner"}, Clock: clock, Log: testr.New(t), BusyHorizon: DefaultHorizon}
+	if w := firstWait(same, clock); w < DefaultHorizon-500*time.Millisecond {
+		t.Errorf("with one horizon, the newcomer waited %v: the test shows nothing", w)
+	} else {
+		t.Logf("the newcomer's first call waits %v, %v with one horizon for every caller", wait, w)
 	}
 }

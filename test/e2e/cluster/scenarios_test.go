@@ -15,6 +15,12 @@ import (
 // fakeServers deploys one pod of fake model servers, one container per port,
 // each with args (which may name $(API_KEY), the key of Secret openai),
 // behind a Service named name.
+//
+// Each server requests some CPU: a provider times a call when it arrives,
+// and its clock is not starved by the load of the machine our runners share
+// with it. Without a request the pod is BestEffort, the last to be scheduled
+// on a busy node: a stall of half a second made calls paced 0.5 s apart reach
+// its handler together, and its per-second bucket refused one of 361.
 func fakeServers(t *testing.T, ns, name string, args ...[]string) {
 	t.Helper()
 	var containers, ports strings.Builder
@@ -29,6 +35,7 @@ func fakeServers(t *testing.T, ns, name string, args ...[]string) {
         args: %s
         env: [{name: API_KEY, valueFrom: {secretKeyRef: {name: openai, key: api-key}}}]
         readinessProbe: {tcpSocket: {port: %d}, periodSeconds: 1}
+        resources: {requests: {cpu: 100m, memory: 32Mi}}
         securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, runAsNonRoot: true, capabilities: {drop: [ALL]}}`, i, quoted, port)
 		fmt.Fprintf(&ports, "\n  - {name: llm%d, port: %d, targetPort: %d}", i, port, port)
 	}
