@@ -64,10 +64,8 @@ lint: $(GOLANGCI_LINT) ## golangci-lint (.golangci.yml: go vet, staticcheck, kub
 	hack/check-entrypoints.sh
 
 .PHONY: verify
-verify: generate manifests lint ## Regenerate everything and fail if the tree changed.
-	go mod tidy
-	git diff --exit-code -- . ':(exclude)bin'
-	@untracked=$$(git ls-files --others --exclude-standard); if [ -n "$$untracked" ]; then echo "untracked files after generation:"; echo "$$untracked"; exit 1; fi
+verify: $(CONTROLLER_GEN) lint ## Lint, regenerate everything (generate, manifests, go mod tidy) and fail if that changed a file (make test runs it).
+	hack/verify.sh
 
 ##@ Test
 
@@ -76,12 +74,16 @@ verify: generate manifests lint ## Regenerate everything and fail if the tree ch
 NON_UNIT_PKGS := /test/integration|/test/chart|/test/e2e/
 
 .PHONY: test
-test: lint test-unit test-integration test-e2e ## Everything: unit, integration and end-to-end tests (the README's test command).
+test: verify test-unit test-race test-integration test-e2e ## Everything: generated files and lint, unit (and again with the race detector), integration and end-to-end tests (the README's test command).
 
 .PHONY: test-unit
-test-unit: ## Unit tests: seconds to minutes, no root, no Kubernetes binaries.
-	go test -race -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -Ev '$(NON_UNIT_PKGS)')
+test-unit: ## Unit tests: about a minute, no root, no Kubernetes binaries.
+	go test -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -Ev '$(NON_UNIT_PKGS)')
 	cd hack/image && go test ./...
+
+.PHONY: test-race
+test-race: ## The unit tests again with the race detector (several minutes; make test runs it).
+	go test -race -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -Ev '$(NON_UNIT_PKGS)')
 
 .PHONY: test-integration
 test-integration: kube-assets $(HELM) ## Integration tests: the real manager against a real kube-apiserver + etcd, and the chart rendered by Helm.
