@@ -10,6 +10,9 @@ LDFLAGS := -s -w -X github.com/proctor-dev/proctor/internal/version.Version=$(VE
 LOCALBIN := $(CURDIR)/bin
 CONTROLLER_TOOLS_VERSION ?= v0.21.0
 CONTROLLER_GEN := $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
+# The API reference (docs/api.md) is rendered from the Go types by crd-ref-docs.
+CRD_REF_DOCS_VERSION ?= v0.3.0
+CRD_REF_DOCS := $(LOCALBIN)/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
 KUSTOMIZE_VERSION ?= v5.7.1
 KUSTOMIZE := $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 HELM_VERSION ?= v3.22.0
@@ -48,9 +51,10 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD (config/crd), the manager's RBAC (config/rbac) and their copies in the Helm chart.
+manifests: $(CONTROLLER_GEN) $(CRD_REF_DOCS) ## Generate the CRD (config/crd), the manager's RBAC (config/rbac), their copies in the Helm chart and the API reference (docs/api.md).
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	go run ./hack/chartgen
+	$(CRD_REF_DOCS) --source-path=./api --config=hack/crd-ref-docs.yaml --renderer=markdown --output-path=docs/api.md --log-level=ERROR
 
 .PHONY: fmt
 fmt: ## Format the code.
@@ -64,7 +68,7 @@ lint: $(GOLANGCI_LINT) ## golangci-lint (.golangci.yml: go vet, staticcheck, kub
 	hack/check-entrypoints.sh
 
 .PHONY: verify
-verify: $(CONTROLLER_GEN) lint ## Lint, regenerate everything (generate, manifests, go mod tidy) and fail if that changed a file (make test runs it).
+verify: $(CONTROLLER_GEN) $(CRD_REF_DOCS) lint ## Lint, regenerate everything (generate, manifests, go mod tidy) and fail if that changed a file (make test runs it).
 	hack/verify.sh
 
 ##@ Test
@@ -172,6 +176,9 @@ undeploy: $(KUSTOMIZE) ## Remove the manager (and the CRD) from the cluster.
 
 $(CONTROLLER_GEN):
 	hack/go-install-tool.sh controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen $(CONTROLLER_TOOLS_VERSION)
+
+$(CRD_REF_DOCS):
+	hack/go-install-tool.sh crd-ref-docs github.com/elastic/crd-ref-docs $(CRD_REF_DOCS_VERSION)
 
 $(KUSTOMIZE):
 	hack/go-install-tool.sh kustomize sigs.k8s.io/kustomize/kustomize/v5 $(KUSTOMIZE_VERSION)
