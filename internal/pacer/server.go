@@ -61,7 +61,8 @@ const DefaultHorizon = 3 * time.Second
 // A short horizon for the busy callers keeps the queue short, and the
 // newcomer's call goes next. The busy callers' calls that are asked to come
 // again cost a request to the pacer each; few wait at once, since the pods'
-// own limiters pace them at their shares.
+// own limiters pace them at their shares. A caller refused places for a whole
+// horizon is new again, so none starves behind the others' retries.
 const DefaultBusyHorizon = 250 * time.Millisecond
 
 // Bucket is the key a call goes through, as the resources say now.
