@@ -78,7 +78,7 @@ verify: $(CONTROLLER_GEN) $(CRD_REF_DOCS) lint ## Lint, regenerate everything (g
 NON_UNIT_PKGS := /test/integration|/test/chart|/test/e2e/
 
 .PHONY: test
-test: verify test-unit test-race test-integration test-e2e ## Everything: generated files and lint, unit (and again with the race detector), integration and end-to-end tests (the README's test command).
+test: verify test-race test-integration test-e2e ## Everything: generated files and lint, unit tests with the race detector, integration and end-to-end tests (the README's test command).
 
 .PHONY: test-unit
 test-unit: ## Unit tests: about a minute, no root, no Kubernetes binaries.
@@ -86,8 +86,9 @@ test-unit: ## Unit tests: about a minute, no root, no Kubernetes binaries.
 	cd hack/image && go test ./...
 
 .PHONY: test-race
-test-race: ## The unit tests again with the race detector (several minutes; make test runs it).
+test-race: ## The unit tests with the race detector (several minutes; what make test runs).
 	go test -race -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -Ev '$(NON_UNIT_PKGS)')
+	cd hack/image && go test -race ./...
 
 .PHONY: test-integration
 test-integration: kube-assets $(HELM) ## Integration tests: the real manager against a real kube-apiserver + etcd, and the chart rendered by Helm.
