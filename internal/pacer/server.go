@@ -291,7 +291,7 @@ func (s *Server) Reserve(b Bucket, user string, cost ratelimit.Cost) cluster.Pac
 	}
 	bk := s.buckets[b.Key]
 	if bk == nil {
-		bk = &bucket{lim: ratelimit.New(b.Limits, ratelimit.DefaultSlack, s.Clock), limits: b.Limits}
+		bk = &bucket{lim: ratelimit.New(b.Limits, ratelimit.DefaultSlack, s.Clock), limits: b.Limits, placed: map[string]time.Time{}}
 		s.buckets[b.Key] = bk
 		bk.setBurst(b.Burst)
 		if now.Before(s.start.Add(s.Horizon + ratelimit.Period)) {
@@ -318,9 +318,6 @@ func (s *Server) Reserve(b Bucket, user string, cost ratelimit.Cost) cluster.Pac
 		// Too far ahead to promise: ask again when it is near.
 		r.Cancel()
 		return cluster.PaceResponse{RetryNanos: int64(wait - horizon/2)}
-	}
-	if bk.placed == nil {
-		bk.placed = map[string]time.Time{}
 	}
 	bk.placed[user] = now
 	s.seq++
