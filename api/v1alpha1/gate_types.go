@@ -226,3 +226,15 @@ type MetricComparison struct {
 	// +kubebuilder:validation:Enum=mcnemar;bootstrap
 	Test string `json:"test"`
 }
+
+// SignificanceLevel is the gate's significance level (its default if unset).
+func (g *Gate) SignificanceLevel() float64 {
+	if g == nil || g.Significance == nil {
+		return DefaultSignificance
+	}
+	v, err := g.Significance.Float64()
+	if err != nil {
+		return DefaultSignificance
+	}
+	return v
+}

@@ -1399,7 +1399,7 @@ scoring:
 		{name: "timeout", spec: base + "timeoutPerSample: 10s\n"},
 		{name: "cache", spec: base + "cache: {enabled: true}\n"},
 		{name: "dataset limit", spec: replace(`name: qa`, "name: qa\n  limit: 1")},
-		{name: "temperature written as a string", spec: replace("temperature: 0.2", `temperature: "0.2"`)},
+		{name: "temperature written another way", spec: replace("temperature: 0.2", `temperature: 0.20`)},
 
 		{name: "prompt template", spec: replace("Q: {{ .Input }}", "Question: {{ .Input }}"), changed: true},
 		{name: "system prompt", spec: replace("prompt: {", "prompt: {system: Be brief., "), changed: true},

@@ -6,6 +6,7 @@ package evalfile
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +14,9 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync"
 
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -21,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/admission"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
@@ -193,53 +197,90 @@ func decodeHeader(doc []byte) (string, []byte, []string) {
 	return tm.Kind, js, nil
 }
 
-// decodeStrict decodes js into obj, every unknown or duplicate field a problem.
-func decodeStrict(js []byte, obj any) []string {
+// decode decodes js, a document of the kind obj is, and checks it as
+// kubectl apply would have the API server check it: every unknown or
+// duplicate field (kubectl's strict field validation), then the kind's CRD
+// schema and rules (internal/admission, validator v), then what only a
+// local run can check (local, given the decoded object). A value of the
+// wrong type is the schema's to report, in its words, as admission would;
+// one the schema lets through and Go cannot decode is reported with its path.
+func decode(js []byte, obj any, v func() (*admission.Validator, error), local func() field.ErrorList) []string {
 	strict, err := kjson.UnmarshalStrict(js, obj, kjson.DisallowUnknownFields, kjson.DisallowDuplicateFields)
+	problems := make([]string, 0, len(strict))
+	for _, e := range strict {
+		problems = append(problems, e.Error())
+	}
+	if errs := admit(v, js); len(errs) > 0 {
+		return append(problems, fieldProblems(errs)...)
+	}
 	if err != nil {
-		return []string{describeDecodeError(js, reflect.TypeOf(obj), err)}
+		return append(problems, describeDecodeError(js, reflect.TypeOf(obj), err))
 	}
-	problems := make([]string, len(strict))
-	for i, e := range strict {
-		problems[i] = e.Error()
+	if len(problems) > 0 {
+		return problems
 	}
-	return problems
+	return fieldProblems(local())
 }
 
 func decodeEvaluation(js []byte) (*v1alpha1.Evaluation, []string) {
 	var ev v1alpha1.Evaluation
-	if probs := decodeStrict(js, &ev); len(probs) > 0 {
+	if probs := decode(js, &ev, validators.evaluation, func() field.ErrorList {
+		return append(validateName(ev.Name), v1alpha1.ValidateLocal(&ev.Spec)...)
+	}); len(probs) > 0 {
 		return nil, probs
 	}
+	// Validated as written, defaulted as the controller defaults what it reads.
 	v1alpha1.SetDefaults(&ev.Spec)
-	errs := validateName(ev.Name)
-	errs = append(errs, v1alpha1.ValidateSpec(&ev.Spec)...)
-	if len(errs) > 0 {
-		return nil, fieldProblems(errs)
-	}
 	return &ev, nil
 }
 
 func decodeEndpoint(js []byte) (*v1alpha1.ModelEndpoint, []string) {
 	var ep v1alpha1.ModelEndpoint
-	if probs := decodeStrict(js, &ep); len(probs) > 0 {
+	if probs := decode(js, &ep, validators.endpoint, noLocalChecks); len(probs) > 0 {
 		return nil, probs
-	}
-	if errs := v1alpha1.ValidateEndpoint(&ep); len(errs) > 0 {
-		return nil, fieldProblems(errs)
 	}
 	return &ep, nil
 }
 
 func decodeQuota(js []byte) (*v1alpha1.ModelQuota, []string) {
 	var q v1alpha1.ModelQuota
-	if probs := decodeStrict(js, &q); len(probs) > 0 {
+	if probs := decode(js, &q, validators.quota, noLocalChecks); len(probs) > 0 {
 		return nil, probs
 	}
-	if errs := v1alpha1.ValidateQuota(&q); len(errs) > 0 {
-		return nil, fieldProblems(errs)
-	}
 	return &q, nil
+}
+
+func noLocalChecks() field.ErrorList { return nil }
+
+// admit is what the API server would say of the object js, by v.
+func admit(v func() (*admission.Validator, error), js []byte) field.ErrorList {
+	val, err := v()
+	if err != nil {
+		// The CRDs are embedded in the binary and tested: this is a build's fault.
+		return field.ErrorList{field.InternalError(nil, err)}
+	}
+	var obj map[string]any
+	if err := utiljson.Unmarshal(js, &obj); err != nil {
+		return field.ErrorList{field.InternalError(nil, err)}
+	}
+	return val.Validate(context.Background(), obj)
+}
+
+// validators are built once, on first use (compiling the CEL rules takes a
+// moment a run should not pay for nothing). The CRD's rules that hold in a
+// cluster only are left out: a local run may read its dataset and baseline
+// from files, and runs an agent on this machine, without an image.
+var validators = struct {
+	evaluation, endpoint, quota func() (*admission.Validator, error)
+}{
+	evaluation: sync.OnceValues(func() (*admission.Validator, error) {
+		return admission.New("Evaluation",
+			admission.WithoutRule("spec.datasets.source.file", "file is for local runs"),
+			admission.WithoutRule("spec.baseline.path", "baseline.path is for local runs"),
+			admission.WithoutRule("spec.models.agent", "agent.image is needed in a cluster"))
+	}),
+	endpoint: sync.OnceValues(func() (*admission.Validator, error) { return admission.New("ModelEndpoint") }),
+	quota:    sync.OnceValues(func() (*admission.Validator, error) { return admission.New("ModelQuota") }),
 }
 
 // resolve gives each model with endpointRef what its ModelEndpoint says, and
@@ -336,11 +377,16 @@ func yamlProblems(err error) []string {
 	return out
 }
 
-// fieldProblems renders validation errors one per line.
+// fieldProblems renders validation errors one per line. A rule of the
+// object as a whole names no field (the API server says "<nil>: Invalid
+// value: ..."): its message alone says it.
 func fieldProblems(errs field.ErrorList) []string {
 	out := make([]string, len(errs))
 	for i, e := range errs {
 		out[i] = e.Error()
+		if (e.Field == "" || e.Field == "<nil>") && e.Detail != "" {
+			out[i] = e.Detail
+		}
 	}
 	return out
 }
