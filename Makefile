@@ -147,7 +147,7 @@ demo: host-deps build images $(HELM) ## Start the local cluster, install the cha
 	HELM=$(HELM) hack/demo.sh
 
 .PHONY: cluster-up
-cluster-up: host-deps images ## Start the local single-node cluster (root; see docs/local-cluster.md).
+cluster-up: host-deps images ## Start the local single-node cluster (root; see docs/tasks/local-cluster.md).
 	hack/cluster-up.sh
 
 .PHONY: cluster-down
