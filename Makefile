@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X github.com/proctor-dev/proctor/internal/version.Version=$(VE
 LOCALBIN := $(CURDIR)/bin
 CONTROLLER_TOOLS_VERSION ?= v0.21.0
 CONTROLLER_GEN := $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
-# The API reference (docs/api.md) is rendered from the Go types by crd-ref-docs.
+# The API reference (docs/reference/api.md) is rendered from the Go types by crd-ref-docs.
 CRD_REF_DOCS_VERSION ?= v0.3.0
 CRD_REF_DOCS := $(LOCALBIN)/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
 KUSTOMIZE_VERSION ?= v5.7.1
@@ -51,10 +51,10 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) $(CRD_REF_DOCS) ## Generate the CRD (config/crd), the manager's RBAC (config/rbac), their copies in the Helm chart and the API reference (docs/api.md).
+manifests: $(CONTROLLER_GEN) $(CRD_REF_DOCS) ## Generate the CRD (config/crd), the manager's RBAC (config/rbac), their copies in the Helm chart and the API reference (docs/reference/api.md).
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	go run ./hack/chartgen
-	$(CRD_REF_DOCS) --source-path=./api --config=hack/crd-ref-docs.yaml --renderer=markdown --output-path=docs/api.md --log-level=ERROR
+	$(CRD_REF_DOCS) --source-path=./api --config=hack/crd-ref-docs.yaml --renderer=markdown --output-path=docs/reference/api.md --log-level=ERROR
 
 .PHONY: fmt
 fmt: ## Format the code.
@@ -147,7 +147,7 @@ demo: host-deps build images $(HELM) ## Start the local cluster, install the cha
 	HELM=$(HELM) hack/demo.sh
 
 .PHONY: cluster-up
-cluster-up: host-deps images ## Start the local single-node cluster (root; see docs/local-cluster.md).
+cluster-up: host-deps images ## Start the local single-node cluster (root; see docs/tasks/local-cluster.md).
 	hack/cluster-up.sh
 
 .PHONY: cluster-down

@@ -24,7 +24,7 @@ var (
 )
 
 // collectors are Proctor's metrics, registered with controller-runtime's
-// (and each documented in docs/metrics.md, which a test checks).
+// (and each documented in docs/reference/metrics.md, which a test checks).
 var collectors = []prometheus.Collector{evaluationsByPhase, samplesTotal}
 
 func init() {

@@ -9,9 +9,9 @@ import (
 )
 
 // TestEveryMetricIsDocumented: each metric Proctor registers has its row in
-// docs/metrics.md, and the page names none that is gone.
+// docs/reference/metrics.md, and the page names none that is gone.
 func TestEveryMetricIsDocumented(t *testing.T) {
-	doc, err := os.ReadFile("../docs/metrics.md")
+	doc, err := os.ReadFile("../docs/reference/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,12 +30,12 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 	}
 	for name := range ours {
 		if !regexp.MustCompile("\\| `" + regexp.QuoteMeta(name) + "` \\|").Match(doc) {
-			t.Errorf("%s has no row in docs/metrics.md", name)
+			t.Errorf("%s has no row in docs/reference/metrics.md", name)
 		}
 	}
 	for _, m := range regexp.MustCompile("`(proctor_\\w+)`").FindAllSubmatch(doc, -1) {
 		if !ours[string(m[1])] {
-			t.Errorf("docs/metrics.md names %s, which Proctor does not register", m[1])
+			t.Errorf("docs/reference/metrics.md names %s, which Proctor does not register", m[1])
 		}
 	}
 }

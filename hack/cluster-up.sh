@@ -16,7 +16,7 @@
 # Everything lives in $CLUSTER_DIR (default bin/cluster): certificates,
 # kubeconfig, configs, data, logs (logs/<component>.log) and the PID of every
 # process started (pids/). It needs root: the kubelet, containerd, iptables and
-# sysctls. The facts behind each setting are in docs/local-cluster.md.
+# sysctls. The facts behind each setting are in docs/tasks/local-cluster.md.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

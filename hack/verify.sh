@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every generated file (make generate manifests, go mod tidy) and
 # fails if that changed anything: generated files (deepcopy, CRDs, RBAC, the
-# chart's copies, the API reference docs/api.md, go.sum) must be committed as
+# chart's copies, the API reference docs/reference/api.md, go.sum) must be committed as
 # the generators make them.
 #
 # It compares the tree before and after, not with the last commit, so it also

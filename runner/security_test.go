@@ -1,7 +1,7 @@
 package runner
 
 // Attacks on the engine by what it does not trust: model outputs, agent
-// output, dataset content (docs/security.md). Each test fails if its attack
+// output, dataset content (docs/reference/security.md). Each test fails if its attack
 // works.
 
 import (

@@ -10,11 +10,11 @@ import (
 	"testing"
 )
 
-// TestEveryReasonIsDocumented: docs/troubleshooting.md says what each
+// TestEveryReasonIsDocumented: docs/reference/troubleshooting.md says what each
 // condition and reason of conditions.go means and what to do about it; a new
 // one fails this test until it has its row.
 func TestEveryReasonIsDocumented(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/troubleshooting.md")
+	doc, err := os.ReadFile("../../docs/reference/troubleshooting.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestEveryReasonIsDocumented(t *testing.T) {
 				v, _ := strconv.Unquote(lit.Value)
 				n++
 				if !strings.Contains(string(doc), "| `"+v+"`") && !strings.Contains(string(doc), ", `"+v+"` |") {
-					t.Errorf("%s (%q) has no row in docs/troubleshooting.md", name.Name, v)
+					t.Errorf("%s (%q) has no row in docs/reference/troubleshooting.md", name.Name, v)
 				}
 			}
 		}

@@ -170,7 +170,7 @@ func FieldNames(samples []Sample) []string {
 // and the name it gives; ok is false when every set field is among names.
 // Defaults are not checked: data may well lack an optional field. Nor is
 // messages or tools named as its default: a sample may carry a conversation
-// or tools, and most do not (the reference Evaluation of docs/evaluation.md lists them).
+// or tools, and most do not (the reference Evaluation of docs/concepts/evaluation.md lists them).
 func (m Mapping) Unmapped(names []string) (key, name string, ok bool) {
 	for _, f := range []struct{ key, name, optional string }{
 		{"id", m.ID, ""}, {"input", m.Input, ""}, {"expected", m.Expected, ""},

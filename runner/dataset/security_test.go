@@ -2,7 +2,7 @@ package dataset
 
 // Attacks by dataset content (a url dataset is someone else's data): records
 // that would cost unbounded memory, nesting that would grow a stack with the
-// data (docs/security.md).
+// data (docs/reference/security.md).
 
 import (
 	"bytes"

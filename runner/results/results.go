@@ -66,7 +66,7 @@ type Record struct {
 	AgentCalls int64 `json:"agentCalls,omitempty"`
 	// OutputTruncated says Output is not the whole answer: a cluster stores at
 	// most 256 KiB of one, and none once the run's records reach their storage
-	// budget (docs/cluster.md). OutputBytes is then the whole answer's size.
+	// budget (docs/tasks/cluster.md). OutputBytes is then the whole answer's size.
 	OutputTruncated bool `json:"outputTruncated,omitempty"`
 	OutputBytes     int  `json:"outputBytes,omitempty"`
 	// Cost is what the sample's calls cost, in US dollars, at the model's

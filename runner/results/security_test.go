@@ -1,7 +1,7 @@
 package results
 
 // Attacks on the local output directory by model answers and names
-// (docs/security.md).
+// (docs/reference/security.md).
 
 import (
 	"bufio"

@@ -24,7 +24,7 @@ import (
 // CORRECT", "ignore the rubric"): the material to grade is fenced by a
 // boundary line the answer cannot contain (see boundary), and the judge is told
 // that nothing inside it is an instruction. That lowers the odds of a prompt
-// injection; it cannot rule one out (docs/security.md).
+// injection; it cannot rule one out (docs/reference/security.md).
 const DefaultRubric = `You are grading an answer written by an AI model. Compare the submitted answer with the expected answer and decide whether it is correct.
 
 Judge meaning, not wording: ignore differences in phrasing, formatting, capitalization and extra explanation, as long as the answer states the expected result and does not contradict it. If the expected answer is empty, judge the submitted answer on its own merits. An answer that is right but incomplete, or only partly right, is PARTIAL.

@@ -1,6 +1,6 @@
 package score
 
-// Attacks on the judge by the answer it grades (docs/security.md).
+// Attacks on the judge by the answer it grades (docs/reference/security.md).
 
 import (
 	"context"

@@ -63,7 +63,7 @@ spec:
 }
 
 // waitForServiceRules waits until kube-proxy has written the rules of Service
-// ns/name on the local cluster's node, this machine (docs/local-cluster.md:
+// ns/name on the local cluster's node, this machine (docs/tasks/local-cluster.md:
 // they appear about a second after the endpoints are ready). Before that, a
 // runner's connections to the ClusterIP leave the node, and here a proxy
 // answers every one with 404: each sample would fail. Someone else's cluster

@@ -78,18 +78,18 @@ func TestEveryExampleRuns(t *testing.T) {
 }
 
 // TestReferenceEvaluationRuns copies the reference Evaluation of
-// docs/evaluation.md (the README links it as the Evaluation file's reference)
+// docs/concepts/evaluation.md (the README links it as the Evaluation file's reference)
 // as a new user would, with its data file, an agent-cli on PATH and the
 // variables it names, against the fake server: it runs (exit 0).
 func TestReferenceEvaluationRuns(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../../docs/evaluation.md")
+	readme, err := os.ReadFile("../../../docs/concepts/evaluation.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	block := regexp.MustCompile("(?s)```yaml\n(apiVersion: proctor.dev/v1alpha1\nkind: Evaluation\nmetadata: \\{name: arithmetic\\}\n.*?)```").FindSubmatch(readme)
 	if block == nil {
-		t.Fatal("docs/evaluation.md has no reference Evaluation (metadata: {name: arithmetic})")
+		t.Fatal("docs/concepts/evaluation.md has no reference Evaluation (metadata: {name: arithmetic})")
 	}
 	srv := newFake(t, fakellm.Config{})
 	w := newWorkspace(t)
@@ -104,6 +104,6 @@ func TestReferenceEvaluationRuns(t *testing.T) {
 	w.env["OPENAI_API_KEY"] = "sk-example"
 	w.env["GITHUB_TOKEN"] = "ghp-example"
 	if r := w.run(); r.Code != 0 {
-		t.Errorf("the reference Evaluation of docs/evaluation.md: want exit 0\n%s", r)
+		t.Errorf("the reference Evaluation of docs/concepts/evaluation.md: want exit 0\n%s", r)
 	}
 }

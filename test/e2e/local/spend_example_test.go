@@ -10,7 +10,7 @@ import (
 	"github.com/proctor-dev/proctor/test/fakellm"
 )
 
-// TestSpendExample runs docs/examples/spend.yaml as docs/spend.md says: the
+// TestSpendExample runs docs/examples/spend.yaml as docs/tasks/spend.md says: the
 // estimate, then the run (one model called, the same one in batches), against
 // the fake server at the example's address.
 func TestSpendExample(t *testing.T) {
