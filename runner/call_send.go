@@ -1,0 +1,62 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/proctor-dev/proctor/runner/provider"
+	"github.com/proctor-dev/proctor/runner/retry"
+	"github.com/proctor-dev/proctor/runner/spend"
+)
+
+// The send stage: the request itself, under the call's timeout, in a scope
+// the model's end does not cancel (accepted): once sent, the provider may
+// have accepted it, and an answer being paid for is recorded. Its charge
+// settles the budget's hold; its usage is counted for the model.
+
+// send sends req to m's provider and returns its answer, how long it took,
+// and what it cost (settling hold, from reserveBudget).
+func (e *Engine) send(ctx context.Context, m *modelRun, req *provider.Request, price *spend.Price, worst spend.Totals, hold *spend.Hold, timeout time.Duration) (*provider.Response, time.Duration, spend.Totals, error) {
+	sent, done := accepted(ctx)
+	defer done()
+	actx, cancel := context.WithTimeout(provider.WithRateLimitObserver(sent, m.observe(e.clock)), timeout)
+	defer cancel()
+	start := e.clock.Now()
+	resp, err := m.Provider.Complete(actx, req)
+	latency := e.clock.Since(start)
+	if err == nil && resp == nil {
+		err = errors.New("provider returned no response")
+	}
+	charge := m.charge(price, resp, err, worst)
+	hold.Settle(charge)
+	used := Usage{Requests: 1}
+	if err == nil {
+		used.InputTokens, used.OutputTokens = resp.Usage.InputTokens, resp.Usage.OutputTokens
+	} else if class, _ := retry.Classify(err); class == retry.Throttled {
+		used.Throttled = 1
+	}
+	m.usage.add(used)
+	return resp, latency, charge, err
+}
+
+// runKey holds, in a model's context, its runScope.
+type runKey struct{}
+
+// runScope is what a model's end does not cancel: run ends with the run
+// (the second interrupt, a failure), waits with Stop as well.
+type runScope struct{ run, waits context.Context }
+
+// accepted returns a context with ctx's values for a call the provider may
+// have accepted and for what follows it, its scoring: the model's end (its
+// quota did not recover, its budget ran out) leaves it running, so that an
+// answer already being paid for is recorded; the run's end stops it.
+func accepted(ctx context.Context) (context.Context, context.CancelFunc) {
+	scope, ok := ctx.Value(runKey{}).(runScope)
+	if !ok {
+		return ctx, func() {}
+	}
+	c, cancel := context.WithCancelCause(context.WithValue(context.WithoutCancel(ctx), waitsKey{}, scope.waits))
+	stop := context.AfterFunc(scope.run, func() { cancel(context.Cause(scope.run)) })
+	return c, func() { stop(); cancel(nil) }
+}
