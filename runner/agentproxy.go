@@ -18,6 +18,7 @@ import (
 
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
+	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
 
@@ -209,6 +210,28 @@ func (s *agentSession) result() (calls, in, out int64, charge spend.Totals, unpr
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls, s.in, s.out, s.charge, s.unpriced, s.lost
+}
+
+// settleAgent closes an agent's session once its run (res) ended and counts
+// its proxied calls into res and rec: the proxies saw every call, so what
+// the agent reports of them would count them twice. It returns whether a
+// call was of a model nothing prices, and, when the agent failed while its
+// endpoint could not be called (the run stopping, a quota that did not
+// recover), that cause: not the agent's doing, so the sample leaves no record
+// (and the model ends with the quota, as its calls would).
+func settleAgent(sess *agentSession, res *callResult, rec *results.Record) (unpriced bool, lost error) {
+	sess.close()
+	calls, in, out, charge, unpriced, lost := sess.result()
+	if lost != nil && res.err != nil && !res.cached {
+		return unpriced, lost
+	}
+	if res.err == nil && !res.cached {
+		res.resp.Usage = provider.Usage{InputTokens: in, OutputTokens: out}
+		res.resp.ReportedCost = nil
+	}
+	res.charge = res.charge.Add(charge)
+	rec.AgentCalls = calls
+	return unpriced, nil
 }
 
 // startProxies listens for m's agent endpoints on the loopback and serves

@@ -6,12 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -637,45 +634,6 @@ func (e *Engine) dispatch(ctx context.Context, m *modelRun, t Task, sink Sink, j
 	}
 }
 
-// finish evaluates a sample and stores its record.
-func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCauseFunc, m *modelRun, j job, sink Sink, s *slot) {
-	rec, err := e.evaluate(ctx, m, j.ds, &j.s, j.answered, s)
-	if IsBudgetExceeded(err) {
-		// Nothing new starts, for any model; the calls in flight are paid
-		// for, so they finish and are kept.
-		e.exhaust(err)
-		return
-	}
-	var exhausted *LocalExhaustedError
-	if errors.As(err, &exhausted) {
-		fail(exhausted)
-		return
-	}
-	if err != nil {
-		// The model (or its judge) is throttled out, or its provider is
-		// unavailable: stop the model's work.
-		switch {
-		case provider.IsUnavailable(err):
-			e.log.Error(err, "Stopped a model whose provider is unavailable", "model", m.Name)
-		default:
-			e.log.Error(err, "Gave up on a rate-limited model", "model", m.Name)
-		}
-		throttledOut(err)
-		return
-	}
-	if rec == nil {
-		return
-	}
-	e.zeroFailed(rec)
-	if err := sink.Put(m.Name, j.ds.Name, j.s.Index, rec); err != nil {
-		fail(fmt.Errorf("saving the result of %s on %s sample %s: %w", m.Name, j.ds.Name, j.s.ID, err))
-		return
-	}
-	if e.opts.Observer != nil {
-		e.opts.Observer.SampleFinished(m.Name, j.ds.Name, rec)
-	}
-}
-
 func (e *Engine) stopping(ctx context.Context) bool {
 	select {
 	case <-e.stop:
@@ -698,270 +656,6 @@ func skip(r dataset.Reader, n int) error {
 		}
 	}
 	return nil
-}
-
-// evaluate runs one sample: render, call, score. It returns a nil record when
-// the run is stopping and the sample did not finish (it must run again next
-// time), and a *ThrottledOutError, with no record, when the model or its judge
-// gave up on a quota that did not recover.
-//
-// answered, when set, is an earlier record of this sample whose call succeeded
-// and whose scoring failed: its answer is scored again without a call.
-func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *dataset.Sample, answered *results.Record, sl *slot) (*results.Record, error) {
-	rec := &results.Record{ID: s.ID, Model: m.Name, Dataset: ds.Name, Scores: map[string]float64{}, Cost: m.cost(0)}
-	if s.Err != nil {
-		rec.Error, rec.ErrorKind = e.redact(s.Err.Error()), results.ErrorKindData
-		return rec, nil // the sample's error is its record, not the run's
-	}
-	req, err := e.plan.Prompt.Request(s)
-	if err != nil {
-		rec.Error, rec.ErrorKind = e.redact(fmt.Sprintf("rendering the prompt: %v", err)), results.ErrorKindPrompt
-		return rec, nil
-	}
-	var output string // what scorers see: the whole answer, before redaction
-	var toolCalls []provider.ToolCall
-	if answered != nil && answered.ID != s.ID {
-		answered = nil // not this sample's answer: the data moved under it
-	}
-	if answered != nil {
-		// The model answered in an earlier run (its judge failed, or the
-		// scoring changed since): score that answer, paying for judges only.
-		rec = carried(answered)
-		rec.Model, rec.Dataset = m.Name, ds.Name
-		output, toolCalls = answered.Output, answered.ToolCalls
-	} else {
-		hc := HookContext{Slot: sl.n, Slots: sl.of, Model: m.Name, Dataset: ds.Name, Sample: s}
-		var mark uint64
-		if e.opts.Services != nil {
-			mark = e.opts.Services.Mark()
-		}
-		if err := e.runHook(ctx, e.plan.beforeSample(), hc, sl); err != nil {
-			if !isHookError(err) {
-				return nil, nil // the run is stopping
-			}
-			rec.Error, rec.ErrorKind = e.redact(err.Error()), results.ErrorKindHook
-			if down := e.servicesDown(mark); down != nil {
-				rec.Error, rec.ErrorKind = e.redact(fmt.Sprintf("%v: %v", down, err)), results.ErrorKindService
-			}
-			return rec, nil
-		}
-		req.Slot, req.Slots, req.Model, req.Dataset = hc.Slot, hc.Slots, hc.Model, hc.Dataset
-		req.Env = SlotEnv(hc.Slot, hc.Slots)
-		var sess *agentSession
-		if m.proxies != nil {
-			sess = m.proxies.open()
-			req.Env = append(req.Env, sess.env...)
-		}
-		res := e.call(ctx, m, req)
-		if res.err == nil && ctx.Err() != nil {
-			// The model ended while its call was answered: the answer is
-			// paid for, so it is scored and recorded.
-			live, done := accepted(ctx)
-			defer done()
-			ctx = live
-		}
-		if ctx.Err() == nil {
-			// Whatever the outcome; a failure only takes the slot out of use.
-			_ = e.runHook(ctx, e.plan.afterSample(), hc, sl)
-		}
-		var unpriced bool
-		if sess != nil {
-			sess.close()
-			var calls, in, out int64
-			var charge spend.Totals
-			var lost error
-			calls, in, out, charge, unpriced, lost = sess.result()
-			if lost != nil && res.err != nil && !res.cached {
-				// The agent failed while its endpoint could not be called
-				// (the run stopping, a quota that did not recover): not
-				// the agent's doing, so no record; the model ends with the
-				// quota as its calls would.
-				if endsModel(lost) {
-					return nil, lost
-				}
-				return nil, nil
-			}
-			if res.err == nil && !res.cached {
-				// The proxies saw every call: what the agent reports of
-				// them would count them twice.
-				res.resp.Usage = provider.Usage{InputTokens: in, OutputTokens: out}
-				res.resp.ReportedCost = nil
-			}
-			res.charge = res.charge.Add(charge)
-			rec.AgentCalls = calls
-		}
-		if ctx.Err() != nil || errors.Is(res.err, errStopping) {
-			return nil, nil // stopping: the sample leaves no record
-		}
-		if endsModel(res.err) {
-			return nil, res.err
-		}
-		var exhausted *LocalExhaustedError
-		if errors.As(res.err, &exhausted) {
-			return nil, exhausted
-		}
-		rec.Attempts = res.attempts
-		rec.LatencyMillis = res.latency.Milliseconds()
-		rec.CacheKey = res.key
-		rec.Cost = m.cost(res.charge.Cost)
-		if m.Agent && m.proxies == nil && m.AgentReportsUsage && res.err == nil {
-			rec.Cost = m.reportedCost(res.resp, res.cached)
-		}
-		if unpriced {
-			// The agent called a model that neither its endpoint nor the
-			// model prices.
-			rec.Cost = nil
-		}
-		if res.err != nil {
-			rec.Error, rec.ErrorKind = e.redact(res.err.Error()), results.ErrorKindCall
-			if down := e.servicesDown(mark); down != nil {
-				rec.Error, rec.ErrorKind = e.redact(fmt.Sprintf("%v while the sample ran: %v", down, res.err)), results.ErrorKindService
-			}
-			return rec, nil
-		}
-		rec.Output = e.redact(res.resp.Text)
-		if res.resp.Truncated {
-			rec.OutputTruncated, rec.OutputBytes = true, res.resp.FullBytes
-		}
-		rec.ToolCalls = e.redactToolCalls(res.resp.ToolCalls)
-		rec.MaxTokensReached = res.resp.MaxTokensReached()
-		rec.InputTokens = res.resp.Usage.InputTokens
-		rec.OutputTokens = res.resp.Usage.OutputTokens
-		output, toolCalls = res.resp.Text, res.resp.ToolCalls
-	}
-	return e.score(ctx, rec, s, req, output, toolCalls)
-}
-
-// score scores a record whose call answered output (and toolCalls): its
-// scores, or its scoring error, and what judging it cost. It returns a nil
-// record when the run is stopping, and an error that ends the model (its
-// judge's quota did not recover, the budget is exhausted).
-func (e *Engine) score(ctx context.Context, rec *results.Record, s *dataset.Sample, req *provider.Request, output string, toolCalls []provider.ToolCall) (*results.Record, error) {
-	in := score.Input{
-		Output: output, ToolCalls: toolCalls,
-		Expected: s.Expected, HasExpected: s.HasExpected,
-		Prompt: req.Prompt, Input: s.Input, Sample: s.Fields,
-	}
-	if e.judged {
-		judged := new(judgeUsage)
-		defer func() {
-			addJudging(rec, judged.in.Load(), judged.out.Load(), judged.calls.Load() > 0, judged.unpriced.Load(), spend.Amount(judged.cost.Load()))
-		}()
-		ctx = context.WithValue(ctx, judgeUsageKey{}, judged)
-	}
-	var waiting []string
-	for _, sc := range e.scorers {
-		if _, kept := rec.Scores[sc.Name()]; kept {
-			continue // scored earlier by this very scorer (a carried answer's)
-		}
-		if sc.batchJudge != nil {
-			waiting = append(waiting, sc.Name())
-			continue
-		}
-		in.Judge = sc.judge
-		v, err := sc.Score(ctx, in)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, errStopping) {
-				return nil, nil
-			}
-			var exhausted *LocalExhaustedError
-			if isThrottledOut(err) || IsBudgetExceeded(err) || errors.As(err, &exhausted) {
-				return nil, err
-			}
-			// This scorer's failure is its own: the others still score.
-			setScorerError(e, rec, sc.Name(), err)
-			continue
-		}
-		rec.Scores[sc.Name()] = v
-	}
-	// Kept with its answer until the judges' batches give their verdicts.
-	rec.JudgePending = waiting
-	return rec, nil
-}
-
-// zeroFailed gives a failed sample's record a 0 for every metric it has no
-// score for, as the summary counts it, so that averaging results.jsonl gives
-// the summary's metrics.
-func (e *Engine) zeroFailed(rec *results.Record) {
-	if rec.Error == "" {
-		return
-	}
-	if rec.Scores == nil {
-		rec.Scores = map[string]float64{}
-	}
-	for _, sc := range e.scorers {
-		if _, ok := rec.Scores[sc.Name()]; !ok && !slices.Contains(rec.JudgePending, sc.Name()) {
-			rec.Scores[sc.Name()] = 0
-		}
-	}
-}
-
-// carried is a new record of an earlier record's answer, to be scored again:
-// its answer, tokens and costs (paid already: Rescored says so), and the
-// scores of scorers that are to be kept (the journal keeps only those of
-// scorers unchanged since, and none that failed).
-func carried(answered *results.Record) *results.Record {
-	rec := &results.Record{
-		ID: answered.ID, Model: answered.Model, Dataset: answered.Dataset,
-		Output: answered.Output, ToolCalls: answered.ToolCalls,
-		Attempts: answered.Attempts, LatencyMillis: answered.LatencyMillis,
-		InputTokens: answered.InputTokens, OutputTokens: answered.OutputTokens,
-		JudgeInputTokens: answered.JudgeInputTokens, JudgeOutputTokens: answered.JudgeOutputTokens,
-		OutputTruncated: answered.OutputTruncated, OutputBytes: answered.OutputBytes,
-		MaxTokensReached: answered.MaxTokensReached, AgentCalls: answered.AgentCalls,
-		Cost: answered.Cost, JudgeCost: answered.JudgeCost, Batch: answered.Batch,
-		// The request that answered it, so a later run's cache finds it.
-		CacheKey: answered.CacheKey,
-		Rescored: true,
-		Scores:   map[string]float64{},
-	}
-	for k, v := range answered.Scores {
-		if _, failed := answered.ScoreErrors[k]; !failed {
-			rec.Scores[k] = v
-		}
-	}
-	return rec
-}
-
-// addJudging adds what judging a sample cost now to what its record carries
-// (a re-scored answer's earlier judging): the tokens, and the cost, unknown
-// once any judge call was unpriced.
-func addJudging(rec *results.Record, in, out int64, called, unpriced bool, cost spend.Amount) {
-	if !called {
-		return
-	}
-	before := rec.JudgeCost != nil || rec.JudgeInputTokens > 0 || rec.JudgeOutputTokens > 0
-	rec.JudgeInputTokens += in
-	rec.JudgeOutputTokens += out
-	switch {
-	case unpriced || (before && rec.JudgeCost == nil):
-		rec.JudgeCost = nil
-	case rec.JudgeCost != nil:
-		rec.JudgeCost = ptrDollars(cost + spend.FromDollars(*rec.JudgeCost))
-	default:
-		rec.JudgeCost = ptrDollars(cost)
-	}
-}
-
-// setScorerError records one scorer's failure in rec: the metric scores 0
-// (as in the summary), ScoreErrors says why, and the record is a scoring
-// failure, which --retry-errors scores again without calling the model. The
-// other scorers' scores stay.
-func setScorerError(e *Engine, rec *results.Record, scorer string, err error) {
-	if rec.ScoreErrors == nil {
-		rec.ScoreErrors = map[string]string{}
-	}
-	rec.ScoreErrors[scorer] = e.redact(err.Error())
-	if rec.Scores == nil {
-		rec.Scores = map[string]float64{}
-	}
-	rec.Scores[scorer] = 0
-	names := slices.Sorted(maps.Keys(rec.ScoreErrors))
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = "scorer " + n + ": " + rec.ScoreErrors[n]
-	}
-	rec.Error, rec.ErrorKind = strings.Join(parts, "; "), results.ErrorKindScoring
 }
 
 // redact removes secrets from text the engine writes out.
@@ -998,14 +692,6 @@ func (e *Engine) redactToolCalls(calls []provider.ToolCall) []provider.ToolCall 
 	return out
 }
 
-// judgeUsage adds up the tokens a sample's judging cost; evaluate hands it to
-// the judge calls through their context, as score.JudgeFunc returns text only.
-type judgeUsage struct {
-	in, out, cost, calls atomic.Int64
-	// unpriced: a judge call's model has no pricing.
-	unpriced atomic.Bool
-}
-
 // cost is a record's cost of amount at the model's pricing: nil (unknown)
 // when the model has none, or is an agent whose calls Proctor does not see
 // (no agent endpoints). An agent's calls may be priced by their endpoints
@@ -1038,33 +724,6 @@ func (m *modelRun) reportedCost(resp *provider.Response, cached bool) *float64 {
 func ptrDollars(a spend.Amount) *float64 {
 	d := a.Dollars()
 	return &d
-}
-
-type judgeUsageKey struct{}
-
-// judgeFunc lets a judge scorer call its model through the same window, limits,
-// retries and cache as any other call.
-func (e *Engine) judgeFunc(m *modelRun) score.JudgeFunc {
-	return func(ctx context.Context, prompt string) (string, error) {
-		req := &provider.Request{Prompt: prompt, Messages: []provider.Message{{Role: provider.RoleUser, Content: prompt}}}
-		res := e.call(ctx, m, req)
-		u, _ := ctx.Value(judgeUsageKey{}).(*judgeUsage)
-		if u != nil && (res.err == nil || res.charge != (spend.Totals{})) {
-			u.cost.Add(int64(res.charge.Cost))
-			u.calls.Add(1)
-			if m.Price == nil {
-				u.unpriced.Store(true)
-			}
-		}
-		if res.err != nil {
-			return "", res.err
-		}
-		if u != nil {
-			u.in.Add(res.resp.Usage.InputTokens)
-			u.out.Add(res.resp.Usage.OutputTokens)
-		}
-		return res.resp.Text, nil
-	}
 }
 
 // sleep waits d, or until ctx ends (its error) or the engine stops (errStopping).
