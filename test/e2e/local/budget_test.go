@@ -133,7 +133,7 @@ func TestIncompleteRunHasNoVerdict(t *testing.T) {
 	// About a quarter of the run's cost (every answer is right).
 	budget := float64(n/4) * (20*budgetInputPrice + 4*budgetOutputPrice) / 1e6
 	w.writeEval("gated", pricedEval(srv.OpenAIURL(), 1, budgetMaxTokens, budgetInputPrice, budgetOutputPrice, "",
-		fmt.Sprintf("  budget: {maxCost: %.6f}\n  gate:\n    rules: [{metric: exact_match, min: \"0.5\"}]\n", budget)))
+		fmt.Sprintf("  budget: {maxCost: %.6f}\n  gate:\n    rules: [{metric: exact_match, min: 0.5}]\n", budget)))
 	r := w.run()
 	if r.Code != 4 || strings.Contains(r.Stdout, "Gate: passed") || !strings.Contains(r.Stdout, "Gate: no verdict: the run is incomplete (") {
 		t.Fatalf("want exit 4 and no verdict:\n%s", r)

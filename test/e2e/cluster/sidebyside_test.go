@@ -1,0 +1,50 @@
+//go:build e2e
+
+package cluster_test
+
+import "testing"
+
+// The tests below run side by side, each in namespaces, with fake servers and
+// keys of its own. Those of TestSharedKeys spend most of their time waiting
+// for their rate limits, and those of TestRunsSideBySide on pods starting, so
+// together they take about the longest one's time rather than the sum: the
+// cluster's CPU is mostly idle while they wait. Left out, and run alone: the
+// tests that delete the manager or a node's pods (TestBatchModeInACluster,
+// TestKilledPods, the services' faults), the one that times a first call
+// from its pod's start (TestTwoNamespacesShareOneQuota), and the lifecycle
+// tests (zz_lifecycle_test.go), which look at what every other test left.
+
+// TestSharedKeys: rate limits shared by shards, Evaluations, namespaces and
+// agents, each against its own server enforcing its limit.
+func TestSharedKeys(t *testing.T) {
+	sideBySide(t, map[string]func(*testing.T){
+		"SharedRateLimit":                  testSharedRateLimit,
+		"TwoTeamsShareOneKey":              testTwoTeamsShareOneKey,
+		"TwoEvaluationsShareOneEndpoint":   testTwoEvaluationsShareOneEndpoint,
+		"AgentCallsThroughASharedEndpoint": testAgentCallsThroughASharedEndpoint,
+	})
+}
+
+// TestRunsSideBySide: data sources, gates, ownership, re-scoring, budgets and
+// judges in batches.
+func TestRunsSideBySide(t *testing.T) {
+	sideBySide(t, map[string]func(*testing.T){
+		"EveryDatasetSource":            testEveryDatasetSource,
+		"GateInACluster":                testGateInACluster,
+		"ForgedResultsFail":             testForgedResultsFail,
+		"NameConflict":                  testNameConflict,
+		"ScoringEditRescoresInACluster": testScoringEditRescoresInACluster,
+		"BudgetInACluster":              testBudgetInACluster,
+		"JudgeInBatchesInACluster":      testJudgeInBatchesInACluster,
+	})
+}
+
+// sideBySide runs tests as parallel subtests, and returns when all ended.
+func sideBySide(t *testing.T, tests map[string]func(*testing.T)) {
+	for name, run := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			run(t)
+		})
+	}
+}
