@@ -262,7 +262,7 @@ func TestStallEndsTheRun(t *testing.T) {
 
 	// A shorter stallTimeout: the same run, an earlier deadline.
 	ev = h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) {
-		s.Runner = &v1alpha1.Runner{StallTimeout: &metav1.Duration{Duration: 30 * time.Second}}
+		s.Runner = &v1alpha1.Runner{StallTimeout: &v1alpha1.Timeout{Duration: 30 * time.Second}}
 	})
 	if got := cluster.RunID(ev); got != run {
 		t.Fatalf("editing stallTimeout changed the run: %s, was %s", got, run)

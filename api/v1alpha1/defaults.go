@@ -3,7 +3,6 @@ package v1alpha1
 import (
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -60,16 +59,16 @@ func SetDefaults(spec *EvaluationSpec) {
 		spec.Retry.MaxAttempts = ptr.To[int32](DefaultMaxAttempts)
 	}
 	if spec.Retry.InitialBackoff == nil {
-		spec.Retry.InitialBackoff = &metav1.Duration{Duration: DefaultInitialBackoff}
+		spec.Retry.InitialBackoff = &Backoff{Duration: DefaultInitialBackoff}
 	}
 	if spec.Retry.MaxBackoff == nil {
-		spec.Retry.MaxBackoff = &metav1.Duration{Duration: DefaultMaxBackoff}
+		spec.Retry.MaxBackoff = &Backoff{Duration: DefaultMaxBackoff}
 	}
 	if spec.Retry.MaxThrottleWait == nil {
-		spec.Retry.MaxThrottleWait = &metav1.Duration{Duration: DefaultMaxThrottleWait}
+		spec.Retry.MaxThrottleWait = &ThrottleWait{Duration: DefaultMaxThrottleWait}
 	}
 	if spec.TimeoutPerSample == nil {
-		spec.TimeoutPerSample = &metav1.Duration{Duration: DefaultTimeoutPerSample}
+		spec.TimeoutPerSample = &Timeout{Duration: DefaultTimeoutPerSample}
 	}
 	if spec.Prompt == nil {
 		spec.Prompt = &Prompt{}
@@ -95,11 +94,11 @@ func SetDefaults(spec *EvaluationSpec) {
 			def  time.Duration
 		}{{h.Setup, DefaultSetupTimeout}, {h.BeforeSample, DefaultSampleHookTimeout}, {h.AfterSample, DefaultSampleHookTimeout}} {
 			if hk.hook != nil && hk.hook.Timeout == nil {
-				hk.hook.Timeout = &metav1.Duration{Duration: hk.def}
+				hk.hook.Timeout = &Timeout{Duration: hk.def}
 			}
 		}
 		if h.RepairTimeout == nil {
-			h.RepairTimeout = &metav1.Duration{Duration: DefaultRepairTimeout}
+			h.RepairTimeout = &Timeout{Duration: DefaultRepairTimeout}
 		}
 	}
 	for i := range spec.Scoring {
@@ -166,7 +165,7 @@ func (d *Dataset) Limited(n int) int {
 }
 
 // BurstOf is a burst setting, defaulted.
-func BurstOf(d *metav1.Duration) time.Duration {
+func BurstOf(d *Burst) time.Duration {
 	if d == nil || d.Duration <= 0 {
 		return DefaultBurst
 	}

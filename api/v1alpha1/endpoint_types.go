@@ -101,11 +101,7 @@ type EndpointLimits struct {
 	// runner pod through the key together stay within it. A provider whose
 	// buckets hold more may say so, up to 1m. A duration between 1s and 1m.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="limits.burst must be a duration such as 1s or 10s"
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) >= duration('1s') && duration(self) <= duration('1m'))`,message="limits.burst must be at least 1s and at most 1m"
-	Burst *metav1.Duration `json:"burst,omitempty"`
+	Burst *Burst `json:"burst,omitempty"`
 }
 
 // EndpointReference names a ModelEndpoint in the Evaluation's namespace.

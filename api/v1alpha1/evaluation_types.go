@@ -80,11 +80,7 @@ type EvaluationSpec struct {
 	// process. Time spent waiting for the rate limiter or backing off between
 	// attempts does not count. A duration such as 90s or 2m, at most 24h. Default 2m.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="timeoutPerSample must be a duration such as 90s, 2m or 1h30m"
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))`,message="timeoutPerSample must be longer than 0s and at most 24h"
-	TimeoutPerSample *metav1.Duration `json:"timeoutPerSample,omitempty"`
+	TimeoutPerSample *Timeout `json:"timeoutPerSample,omitempty"`
 
 	// cache reuses responses to identical requests across runs.
 	// +optional
@@ -435,11 +431,7 @@ type RateLimit struct {
 	// A provider whose buckets hold more may say so, up to 1m. A duration
 	// between 1s and 1m.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="rateLimit.burst must be a duration such as 1s or 10s"
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) >= duration('1s') && duration(self) <= duration('1m'))`,message="rateLimit.burst must be at least 1s and at most 1m"
-	Burst *metav1.Duration `json:"burst,omitempty"`
+	Burst *Burst `json:"burst,omitempty"`
 }
 
 // +kubebuilder:validation:XValidation:rule=`has(self.image) && self.image != ""`,message="agent.image is needed in a cluster: the image holding the agent CLI (Proctor copies its runner into it)"
@@ -484,11 +476,7 @@ type Agent struct {
 	// expires the agent's whole process group is killed. A duration such as 10m, at
 	// most 24h.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="agent.timeout must be a duration such as 90s, 2m or 1h30m"
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))`,message="agent.timeout must be longer than 0s and at most 24h"
-	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	Timeout *Timeout `json:"timeout,omitempty"`
 
 	// endpoints are ModelEndpoints the agent calls by itself. For each, Proctor
 	// serves a proxy on the pod's loopback (or, locally, the machine's) and
@@ -689,19 +677,11 @@ type RetryPolicy struct {
 	// initialBackoff is the cap of the first backoff; it doubles per attempt. A
 	// duration between 0s and 24h, not longer than maxBackoff. Default 1s.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="retry.initialBackoff must be a duration such as 90s, 2m or 1h30m"
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) >= duration('0s') && duration(self) <= duration('24h'))`,message="retry.initialBackoff must be 0s or more and at most 24h"
-	InitialBackoff *metav1.Duration `json:"initialBackoff,omitempty"`
+	InitialBackoff *Backoff `json:"initialBackoff,omitempty"`
 
 	// maxBackoff caps the backoff: a duration between 0s and 24h. Default 60s.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="retry.maxBackoff must be a duration such as 90s, 2m or 1h30m"
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) >= duration('0s') && duration(self) <= duration('24h'))`,message="retry.maxBackoff must be 0s or more and at most 24h"
-	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
+	MaxBackoff *Backoff `json:"maxBackoff,omitempty"`
 
 	// maxThrottleWait is how long a model may answer nothing but 429 (rate
 	// limited) before Proctor gives up on it. A 429 means "later", never "wrong":
@@ -712,11 +692,7 @@ type RetryPolicy struct {
 	// it, its remaining samples are not run: the run fails with the reason, and a
 	// resumed run takes them up again. A duration between 1s and 24h. Default 10m.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="retry.maxThrottleWait must be a duration such as 90s, 10m or 1h30m"
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) >= duration('1s') && duration(self) <= duration('24h'))`,message="retry.maxThrottleWait must be at least 1s and at most 24h"
-	MaxThrottleWait *metav1.Duration `json:"maxThrottleWait,omitempty"`
+	MaxThrottleWait *ThrottleWait `json:"maxThrottleWait,omitempty"`
 }
 
 // Cache configures the response cache.
@@ -756,11 +732,7 @@ type Runner struct {
 	// at once; this is how long it has to be fixed. A duration such as 5m, at
 	// most 24h. Default 5m. Editing it does not start a new run.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="runner.stallTimeout must be a duration such as 90s, 5m or 1h"
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))`,message="runner.stallTimeout must be longer than 0s and at most 24h"
-	StallTimeout *metav1.Duration `json:"stallTimeout,omitempty"`
+	StallTimeout *Timeout `json:"stallTimeout,omitempty"`
 }
 
 // Phase is a coarse summary of where an Evaluation is.

@@ -2,7 +2,6 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Service is a program that runs beside the samples, such as the database an
@@ -144,11 +143,7 @@ type Hooks struct {
 	// the samples it did not finish to the next run. A duration such as 5m,
 	// at most 24h. Default 5m.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="hooks.repairTimeout must be a duration such as 90s, 5m or 1h"
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))`,message="hooks.repairTimeout must be longer than 0s and at most 24h"
-	RepairTimeout *metav1.Duration `json:"repairTimeout,omitempty"`
+	RepairTimeout *Timeout `json:"repairTimeout,omitempty"`
 }
 
 // Hook is one command the runner runs.
@@ -173,9 +168,5 @@ type Hook struct {
 	// timeout bounds one run of the hook; its whole process group is killed
 	// when it expires. A duration such as 30s, at most 24h.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$')`,message="a hook's timeout must be a duration such as 30s, 2m or 1h"
-	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') || (duration(self) > duration('0s') && duration(self) <= duration('24h'))`,message="a hook's timeout must be longer than 0s and at most 24h"
-	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	Timeout *Timeout `json:"timeout,omitempty"`
 }

@@ -2,8 +2,6 @@ package v1alpha1
 
 import (
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Pricing is what a model's tokens cost, in US dollars per million tokens, as
@@ -230,10 +228,7 @@ type BatchMode struct {
 	// pollInterval is how often the batches in flight are looked at. A
 	// duration between 100ms and 1h. Default 30s.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) >= duration('100ms') && duration(self) <= duration('1h')`,message="batch.pollInterval must be a duration between 100ms and 1h, such as 30s"
-	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
+	PollInterval *PollInterval `json:"pollInterval,omitempty"`
 
 	// retryFailed says what becomes of requests the provider reports failed,
 	// expired or canceled: batch submits them again in a new batch (the
@@ -248,10 +243,7 @@ type BatchMode struct {
 	// not answered are called synchronously. A duration such as 2h, at most
 	// 24h.
 	// +optional
-	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) > duration('0s') && duration(self) <= duration('24h')`,message="batch.deadline must be a duration longer than 0s and at most 24h, such as 2h"
-	Deadline *metav1.Duration `json:"deadline,omitempty"`
+	Deadline *Timeout `json:"deadline,omitempty"`
 }
 
 // BatchRetry is what becomes of a batch's failed requests.

@@ -8,7 +8,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
@@ -135,7 +134,7 @@ func TestRunIDRunnerAndPacingEdits(t *testing.T) {
 	inPlace := map[string]func(*v1alpha1.EvaluationSpec){
 		"concurrency":        func(s *v1alpha1.EvaluationSpec) { s.Concurrency = ptr.To[int32](3) },
 		"model concurrency":  func(s *v1alpha1.EvaluationSpec) { s.Models[0].Concurrency = ptr.To[int32](3) },
-		"timeout per sample": func(s *v1alpha1.EvaluationSpec) { s.TimeoutPerSample = &metav1.Duration{Duration: time.Hour} },
+		"timeout per sample": func(s *v1alpha1.EvaluationSpec) { s.TimeoutPerSample = &v1alpha1.Timeout{Duration: time.Hour} },
 		"retry":              func(s *v1alpha1.EvaluationSpec) { s.Retry = &v1alpha1.RetryPolicy{MaxAttempts: ptr.To[int32](9)} },
 	}
 	for name, edit := range newRun {

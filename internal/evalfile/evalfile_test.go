@@ -499,12 +499,12 @@ func TestDecodeRejects(t *testing.T) {
 		{
 			name:  "duration without a unit",
 			edits: []edit{set("spec.timeoutPerSample", "5 minutes")},
-			want:  []string{`spec.timeoutPerSample: Invalid value: "5 minutes": timeoutPerSample must be a duration such as 90s, 2m or 1h30m`},
+			want:  []string{`spec.timeoutPerSample: Invalid value: "5 minutes": must be a duration longer than 0s and at most 24h, such as 90s, 2m or 1h30m`},
 		},
 		{
 			name:  "bad agent timeout",
 			edits: []edit{appendTo("spec.models", obj{"name": "coder", "provider": "agent", "agent": obj{"command": []any{"x"}, "timeout": "soon"}})},
-			want:  []string{`spec.models[2].agent.timeout: Invalid value: "soon": agent.timeout must be a duration such as 90s, 2m or 1h30m`},
+			want:  []string{`spec.models[2].agent.timeout: Invalid value: "soon": must be a duration longer than 0s and at most 24h, such as 90s, 2m or 1h30m`},
 		},
 		{
 			name:  "temperature not a number",
@@ -694,7 +694,10 @@ var rawJSON = cmp.Transformer("rawJSON", func(r runtime.RawExtension) any {
 
 func ptr[T any](v T) *T { return &v }
 
-func dur(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+// dur is a duration of the API's kind T.
+func dur[T v1alpha1.Timeout | v1alpha1.Backoff | v1alpha1.ThrottleWait](d time.Duration) *T {
+	return &T{Duration: d}
+}
 
 func TestDecodeBaseAppliesDefaults(t *testing.T) {
 	ev, err := evalfile.Decode(fileName, []byte(baseManifest))
@@ -724,11 +727,11 @@ func TestDecodeBaseAppliesDefaults(t *testing.T) {
 			Parallelism: ptr[int32](4),
 			Retry: &v1alpha1.RetryPolicy{
 				MaxAttempts:     ptr[int32](3),
-				InitialBackoff:  dur(time.Second),
-				MaxBackoff:      dur(60 * time.Second),
-				MaxThrottleWait: dur(10 * time.Minute),
+				InitialBackoff:  dur[v1alpha1.Backoff](time.Second),
+				MaxBackoff:      dur[v1alpha1.Backoff](60 * time.Second),
+				MaxThrottleWait: dur[v1alpha1.ThrottleWait](10 * time.Minute),
 			},
-			TimeoutPerSample: dur(2 * time.Minute),
+			TimeoutPerSample: dur[v1alpha1.Timeout](2 * time.Minute),
 			Cache:            &v1alpha1.Cache{},
 		},
 	}
@@ -805,7 +808,7 @@ func TestDecodeDefaults(t *testing.T) {
 			name:  "partial retry is completed",
 			edits: []edit{set("spec.retry", obj{"maxAttempts": 5})},
 			got:   func(ev *v1alpha1.Evaluation) any { return ev.Spec.Retry },
-			want:  &v1alpha1.RetryPolicy{MaxAttempts: ptr[int32](5), InitialBackoff: dur(time.Second), MaxBackoff: dur(time.Minute), MaxThrottleWait: dur(10 * time.Minute)},
+			want:  &v1alpha1.RetryPolicy{MaxAttempts: ptr[int32](5), InitialBackoff: dur[v1alpha1.Backoff](time.Second), MaxBackoff: dur[v1alpha1.Backoff](time.Minute), MaxThrottleWait: dur[v1alpha1.ThrottleWait](10 * time.Minute)},
 		},
 		{
 			name:  "parameters keep their numbers",

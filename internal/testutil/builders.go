@@ -186,8 +186,8 @@ func (w *EvaluationWrapper) Generation(g int64) *EvaluationWrapper {
 	return w
 }
 
-func duration(s string) *metav1.Duration {
-	var d metav1.Duration
+func duration(s string) *v1alpha1.Backoff {
+	var d v1alpha1.Backoff
 	if err := d.UnmarshalJSON([]byte(`"` + s + `"`)); err != nil {
 		panic(err)
 	}

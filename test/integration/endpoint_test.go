@@ -545,7 +545,7 @@ func TestAgentEndpointMissing(t *testing.T) {
 	k := startKubelet(t, ns)
 	ev := testutil.MakeEvaluation("waits", ns).InlineDataset("d", 40).
 		AgentModel("bot", []string{agent, "-calls", "1", "{{ .Prompt }}"}, "later").Scorer(v1alpha1.ScorerExactMatch).Concurrency(2).Obj()
-	ev.Spec.Models[0].Agent.Timeout = &metav1.Duration{Duration: 2 * time.Second}
+	ev.Spec.Models[0].Agent.Timeout = &v1alpha1.Timeout{Duration: 2 * time.Second}
 	create(t, ev)
 	eventually(t, 20*time.Second, "Pending because of the agent's ModelEndpoint", func() (bool, string) {
 		ev := getEvaluation(t, ns, "waits")
@@ -671,7 +671,7 @@ func TestEndpointNotReadyEndsByStallTimeout(t *testing.T) {
 	ep.Spec.QuotaRef = &v1alpha1.QuotaReference{Name: quota.Name}
 	create(t, ep)
 	ev := testutil.MakeEvaluation("waiting", ns).InlineDataset("d", 4).EndpointModel("m", "team", 0).Scorer(v1alpha1.ScorerExactMatch).Obj()
-	ev.Spec.Runner = &v1alpha1.Runner{StallTimeout: &metav1.Duration{Duration: 10 * time.Second}}
+	ev.Spec.Runner = &v1alpha1.Runner{StallTimeout: &v1alpha1.Timeout{Duration: 10 * time.Second}}
 	create(t, ev)
 	eventually(t, 30*time.Second, "Pending, saying why", func() (bool, string) {
 		got := getEvaluation(t, ns, "waiting")

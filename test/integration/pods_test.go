@@ -145,7 +145,7 @@ func TestPodProblemsEndTheRun(t *testing.T) {
 	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "openai"}, StringData: map[string]string{"api-key": "k"}})
 	ev := testutil.MakeEvaluation("nokey", ns).InlineDataset("d", 4).OpenAIModel("m", "http://127.0.0.1:1/v1").APIKeySecret("openai", "nope").
 		Scorer(v1alpha1.ScorerExactMatch).Obj()
-	ev.Spec.Runner = &v1alpha1.Runner{StallTimeout: &metav1.Duration{Duration: 4 * time.Second}}
+	ev.Spec.Runner = &v1alpha1.Runner{StallTimeout: &v1alpha1.Timeout{Duration: 4 * time.Second}}
 	create(t, ev)
 	job := runnerJob(t, ns, "nokey", "m")
 	podWithStatus(t, job, 0, job.Name+"-0-abcde", corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
@@ -269,7 +269,7 @@ func TestQuotaOnConfigMapsShows(t *testing.T) {
 	startManager(t, ns)
 	startKubelet(t, ns)
 	ev := testutil.MakeEvaluation("boxed", ns).InlineDataset("d", 4).OpenAIModel("m", url).Scorer(v1alpha1.ScorerExactMatch).Obj()
-	ev.Spec.Runner = &v1alpha1.Runner{StallTimeout: &metav1.Duration{Duration: 20 * time.Second}}
+	ev.Spec.Runner = &v1alpha1.Runner{StallTimeout: &v1alpha1.Timeout{Duration: 20 * time.Second}}
 	create(t, ev)
 	got, took := waitReason(t, ns, "boxed", v1alpha1.ReasonFailedCreate, 20*time.Second)
 	t.Logf("the refusal showed in %v: %s", took, got.Status.Message)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -121,7 +120,7 @@ func TestBatchModeInShards(t *testing.T) {
 	ev := testutil.MakeEvaluation("batched", ns).InlineDataset("d", n).OpenAIModel("m", url).
 		Pricing(strconv.FormatFloat(inputPrice, 'f', -1, 64), strconv.FormatFloat(outputPrice, 'f', -1, 64)).
 		Scorer(v1alpha1.ScorerExactMatch).ShardSize(n / 2).Parallelism(2).Obj()
-	ev.Spec.Models[0].Batch = &v1alpha1.BatchMode{MaxRequests: ptr.To[int32](30), PollInterval: &metav1.Duration{Duration: 100 * time.Millisecond}}
+	ev.Spec.Models[0].Batch = &v1alpha1.BatchMode{MaxRequests: ptr.To[int32](30), PollInterval: &v1alpha1.PollInterval{Duration: 100 * time.Millisecond}}
 	create(t, ev)
 	eventually(t, 30*time.Second, "shard m/1's batches to be submitted", func() (bool, string) {
 		st := srv.Stats()
@@ -163,7 +162,7 @@ func TestJudgeInBatchesInShards(t *testing.T) {
 	const n = 100
 	ev := testutil.MakeEvaluation("judged", ns).InlineDataset("d", n).OpenAIModel("m", modelURL).
 		OpenAIModel("grader", judgeURL).Pricing("2", "8").ShardSize(n / 2).Parallelism(2).Obj()
-	ev.Spec.Models[1].Batch = &v1alpha1.BatchMode{MaxRequests: ptr.To[int32](20), PollInterval: &metav1.Duration{Duration: 100 * time.Millisecond}}
+	ev.Spec.Models[1].Batch = &v1alpha1.BatchMode{MaxRequests: ptr.To[int32](20), PollInterval: &v1alpha1.PollInterval{Duration: 100 * time.Millisecond}}
 	ev.Spec.Scoring = []v1alpha1.Scorer{{Type: v1alpha1.ScorerJudge, Judge: &v1alpha1.Judge{Model: "grader"}}}
 	create(t, ev)
 	eventually(t, 30*time.Second, "the judge batches to be submitted", func() (bool, string) {
