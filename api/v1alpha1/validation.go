@@ -42,8 +42,8 @@ func SupportedFormats() []string     { return slices.Clone(supportedFormats) }
 // run, which validates an Evaluation with that schema and those rules first
 // (internal/admission): the names of environment variables (corev1.EnvVar's
 // name has no length bound, so the API server will not run a pattern over it
-// at admission; a cluster's kubelet refuses a bad one when it starts the pod).
-// Errors name the field.
+// at admission; in a cluster the names go into the pods' env, where the Pod's
+// own validation applies). Errors name the field.
 func ValidateLocal(spec *EvaluationSpec) field.ErrorList {
 	p := field.NewPath("spec")
 	var errs field.ErrorList
