@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"reflect"
 	"strings"
 	"sync"
 
@@ -202,8 +201,7 @@ func decodeHeader(doc []byte) (string, []byte, []string) {
 // duplicate field (kubectl's strict field validation), then the kind's CRD
 // schema and rules (internal/admission, validator v), then what only a
 // local run can check (local, given the decoded object). A value of the
-// wrong type is the schema's to report, in its words, as admission would;
-// one the schema lets through and Go cannot decode is reported with its path.
+// wrong type is the schema's to report, in its words, as admission would.
 func decode(js []byte, obj any, v func() (*admission.Validator, error), local func() field.ErrorList) []string {
 	strict, err := kjson.UnmarshalStrict(js, obj, kjson.DisallowUnknownFields, kjson.DisallowDuplicateFields)
 	problems := make([]string, 0, len(strict))
@@ -214,7 +212,10 @@ func decode(js []byte, obj any, v func() (*admission.Validator, error), local fu
 		return append(problems, fieldProblems(errs)...)
 	}
 	if err != nil {
-		return append(problems, describeDecodeError(js, reflect.TypeOf(obj), err))
+		// The schema refuses a value of the wrong type before Go's decoder
+		// sees it, so this is one the schema let through (none is known);
+		// the decoder's error names the Go field.
+		return append(problems, err.Error())
 	}
 	if len(problems) > 0 {
 		return problems
@@ -419,128 +420,4 @@ func stripComments(doc []byte) []byte {
 		}
 	}
 	return out
-}
-
-// describeDecodeError names the field a decoding error is about. The JSON decoder
-// names fields for type mismatches but not for errors from a field's own decoder
-// (a bad duration or number), so for those the document is walked to find the value
-// that fails.
-func describeDecodeError(js []byte, t reflect.Type, err error) string {
-	var doc any
-	if json.Unmarshal(js, &doc) == nil {
-		if path, ferr := locate(doc, t, ""); path != "" {
-			err = ferr
-			var te *json.UnmarshalTypeError
-			if errors.As(ferr, &te) {
-				return fmt.Sprintf("%s: must be %s, not a %s", path, kindName(te.Type), te.Value)
-			}
-			return fmt.Sprintf("%s: %v", path, err)
-		}
-	}
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
-		return fmt.Sprintf("%s: must be %s, not a %s", te.Field, kindName(te.Type), te.Value)
-	}
-	return err.Error()
-}
-
-func kindName(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Slice, reflect.Array:
-		return "a list"
-	case reflect.Map, reflect.Struct:
-		return "a mapping"
-	}
-	return t.String()
-}
-
-var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
-
-// locate finds the first value in doc that the Go type t (or a field of it) refuses
-// to decode, returning its path, with list indices and map keys, and the error.
-func locate(doc any, t reflect.Type, path string) (string, error) {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	decodes := func() error {
-		b, _ := json.Marshal(doc)
-		return json.Unmarshal(b, reflect.New(t).Interface())
-	}
-	if reflect.PointerTo(t).Implements(unmarshalerType) {
-		if err := decodes(); err != nil {
-			return path, err
-		}
-		return "", nil
-	}
-	switch t.Kind() {
-	case reflect.Struct:
-		obj, ok := doc.(map[string]any)
-		if !ok {
-			return "", nil
-		}
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name == "-" {
-				continue
-			}
-			if strings.Contains(opts, "inline") || (f.Anonymous && name == "") {
-				if p, err := locate(doc, f.Type, path); p != "" {
-					return p, err
-				}
-				continue
-			}
-			if name == "" {
-				name = f.Name
-			}
-			if v, ok := obj[name]; ok {
-				if p, err := locate(v, f.Type, join(path, name)); p != "" {
-					return p, err
-				}
-			}
-		}
-	case reflect.Slice:
-		items, ok := doc.([]any)
-		if !ok {
-			return "", nil
-		}
-		for i, v := range items {
-			if p, err := locate(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); p != "" {
-				return p, err
-			}
-		}
-	case reflect.Map:
-		obj, ok := doc.(map[string]any)
-		if !ok {
-			return "", nil
-		}
-		for k, v := range obj {
-			if p, err := locate(v, t.Elem(), fmt.Sprintf("%s[%s]", path, k)); p != "" {
-				return p, err
-			}
-		}
-	default:
-		if doc != nil {
-			if err := decodes(); err != nil {
-				return path, err
-			}
-		}
-	}
-	return "", nil
-}
-
-func join(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
 }
