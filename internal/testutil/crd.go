@@ -1,13 +1,13 @@
 package testutil
 
 import (
-	"os"
-	"path/filepath"
-	"runtime"
+	"io/fs"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/proctor-dev/proctor/config/crd"
 )
 
 // crdProperty is the schema the generated Evaluation CRD (config/crd/bases)
@@ -15,16 +15,15 @@ import (
 // "provider"); an array's items are stepped through on the way.
 func crdProperty(t testing.TB, path ...string) apiextensionsv1.JSONSchemaProps {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "config", "crd", "bases", "proctor.dev_evaluations.yaml"))
+	b, err := fs.ReadFile(crd.Bases, "bases/proctor.dev_evaluations.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var crd apiextensionsv1.CustomResourceDefinition
-	if err := yaml.Unmarshal(b, &crd); err != nil {
+	var def apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(b, &def); err != nil {
 		t.Fatal(err)
 	}
-	s := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	s := def.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
 	for _, p := range path {
 		for s.Type == "array" {
 			s = *s.Items.Schema
