@@ -32,7 +32,6 @@ import (
 
 // Validator checks objects of one kind against its CRD's schema and rules.
 type Validator struct {
-	kind       string
 	structural *structuralschema.Structural
 	schema     apiservervalidation.SchemaValidator
 	cel        *cel.Validator
@@ -96,7 +95,7 @@ func New(kind string, opts ...Option) (*Validator, error) {
 			return nil, fmt.Errorf("the %s schema: %w", kind, err)
 		}
 	}
-	return &Validator{kind: kind, structural: st, schema: sv, cel: cel.NewValidator(st, true, celconfig.PerCallLimit)}, nil
+	return &Validator{structural: st, schema: sv, cel: cel.NewValidator(st, true, celconfig.PerCallLimit)}, nil
 }
 
 // schemaOf reads kind's CRD from config/crd and converts its one version's
