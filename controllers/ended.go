@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
@@ -86,7 +87,7 @@ func budgetRaised(ev *v1alpha1.Evaluation) bool {
 	if was == nil {
 		return false
 	}
-	now, err := cluster.SpendLimit(ev.Spec.Budget)
+	now, err := apiconv.SpendLimit(ev.Spec.Budget)
 	if err != nil {
 		return false
 	}

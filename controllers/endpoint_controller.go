@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
@@ -165,7 +166,7 @@ func (r *ModelEndpointReconciler) limitsInForce(ctx context.Context, p *endpoint
 	if p.ep.Spec.Limits != nil {
 		own = *p.ep.Spec.Limits
 	}
-	p.limits = cluster.EndpointLimitsOf(own)
+	p.limits = apiconv.EndpointLimitsOf(own)
 	p.declared = p.limits
 	ref := p.ep.Spec.QuotaRef
 	if ref == nil {
@@ -180,7 +181,7 @@ func (r *ModelEndpointReconciler) limitsInForce(ctx context.Context, p *endpoint
 		p.notReady = fmt.Sprintf("ModelQuota %s (spec.quotaRef) not found: Evaluations calling through the endpoint wait", ref.Name)
 		return nil
 	}
-	quotaLimits := cluster.QuotaLimitsOf(&q)
+	quotaLimits := apiconv.QuotaLimitsOf(&q)
 	// The provider limits the account: every endpoint of the quota.
 	p.declared = quotaLimits
 	if u := q.Status.Usage; u != nil {
@@ -401,8 +402,8 @@ func (r *ModelEndpointReconciler) observeEvaluation(ctx context.Context, p *endp
 	// The models calling through this endpoint, and who calls them: a model
 	// its own shards, a judge every shard.
 	judges := ev.Spec.JudgeModels()
-	var callers []cluster.EndpointCaller
-	for _, c := range cluster.EndpointCallers(&ev.Spec) {
+	var callers []apiconv.EndpointCaller
+	for _, c := range apiconv.EndpointCallers(&ev.Spec) {
 		if c.Ref.Name == p.ep.Name && (c.Ref.Namespace == "" || c.Ref.Namespace == ev.Namespace) {
 			callers = append(callers, c)
 		}
@@ -436,7 +437,7 @@ func (r *ModelEndpointReconciler) observeEvaluation(ctx context.Context, p *endp
 		groups[i] = cluster.Group{Name: ev.Name + "/" + c.Name, Weight: c.Ref.EndpointWeight()}
 		if c.Agent == nil {
 			// A model's rateLimit caps its own calls, not its agent's.
-			groups[i].Cap = cluster.LimitsOf(c.Model.RateLimit)
+			groups[i].Cap = apiconv.LimitsOf(c.Model.RateLimit)
 		}
 	}
 	key := types.NamespacedName{Namespace: p.ep.Namespace, Name: p.ep.Name}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 )
 
@@ -31,7 +32,7 @@ import (
 // the same way; its runner pods wait for it.
 func (r *EvaluationReconciler) resolveEndpoints(ctx context.Context, p *pass) (bool, error) {
 	var missing, notReady []string
-	for _, c := range cluster.EndpointCallers(&p.ev.Spec) {
+	for _, c := range apiconv.EndpointCallers(&p.ev.Spec) {
 		ref := c.Ref
 		if ref.Namespace != "" && ref.Namespace != p.ev.Namespace {
 			p.fail(v1alpha1.ReasonInvalidSpec, "%s.namespace: ModelEndpoint %s/%s is in another namespace; an Evaluation may call only through "+

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/source"
 )
@@ -501,7 +502,7 @@ func (r *EvaluationReconciler) keyEnv(spec *v1alpha1.EvaluationSpec, model strin
 // plannerKeyEnv gives the planner the keys of the models it counts prompts
 // for, when the run is estimated: every model but agents (not estimated).
 func plannerKeyEnv(spec *v1alpha1.EvaluationSpec) []corev1.EnvVar {
-	if !cluster.WantsEstimate(spec) {
+	if !apiconv.WantsEstimate(spec) {
 		return nil
 	}
 	var names []string

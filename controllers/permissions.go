@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/source"
 )
@@ -233,7 +234,7 @@ func (r *EvaluationReconciler) deleteIfOurs(ctx context.Context, p *pass, name s
 
 // ensureBudget creates the budget ConfigMap runners read their shares from.
 func (r *EvaluationReconciler) ensureBudget(ctx context.Context, p *pass) (bool, error) {
-	if cluster.ModelLimits(&p.ev.Spec) == nil && p.ev.Spec.Budget == nil {
+	if apiconv.ModelLimits(&p.ev.Spec) == nil && p.ev.Spec.Budget == nil {
 		return true, nil
 	}
 	return r.claimConfigMap(ctx, p, cluster.NewBudgetConfigMap(p.ev))

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 )
 
@@ -138,7 +139,7 @@ func (r *ModelQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if ep.Spec.Limits != nil {
 			own = *ep.Spec.Limits
 		}
-		users = append(users, cluster.QuotaUser{Key: key, Weight: weight, Cap: cluster.EndpointLimitsOf(own), Active: active})
+		users = append(users, cluster.QuotaUser{Key: key, Weight: weight, Cap: apiconv.EndpointLimitsOf(own), Active: active})
 		if active {
 			status.Endpoints++
 			status.Evaluations += ep.Status.Evaluations
@@ -157,7 +158,7 @@ func (r *ModelQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		status.Usage = &usage
 	}
 	var result ctrl.Result
-	next, changed := cluster.DivideQuota(division, q.Name, cluster.QuotaLimitsOf(q), users, acked)
+	next, changed := cluster.DivideQuota(division, q.Name, apiconv.QuotaLimitsOf(q), users, acked)
 	if changed {
 		// Written only over the version it was computed from (see divideBudget).
 		patch := client.MergeFromWithOptions(q.DeepCopy(), client.MergeFromWithOptimisticLock{})

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/source"
 	"github.com/proctor-dev/proctor/runner/spend"
@@ -265,7 +266,7 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 		}
 		totals[d.Name] = n
 	}
-	if cluster.WantsEstimate(&p.ev.Spec) {
+	if apiconv.WantsEstimate(&p.ev.Spec) {
 		// Counting the prompts' tokens takes the models' keys, which only
 		// the planner Job is given.
 		return true, nil
@@ -352,7 +353,7 @@ func (r *EvaluationReconciler) ensurePlanner(ctx context.Context, p *pass) (bool
 		}
 	}
 	p.pendingReason, p.pendingMessage = v1alpha1.ReasonPlanning, "counting the samples of url and pvc datasets"
-	if cluster.WantsEstimate(&p.ev.Spec) {
+	if apiconv.WantsEstimate(&p.ev.Spec) {
 		p.pendingMessage = "counting the samples, and the prompts' tokens for status.estimate"
 	}
 	return false, nil

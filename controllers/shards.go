@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/spend"
@@ -197,7 +198,7 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 // and cluster.SpendBudget for the protocols). A spec.budget that every running
 // shard waits for more of, and no more is left, ends the run: BudgetExceeded.
 func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool, error) {
-	limits := cluster.ModelLimits(&p.ev.Spec)
+	limits := apiconv.ModelLimits(&p.ev.Spec)
 	budget := p.ev.Spec.Budget
 	if p.plan == nil {
 		return true, nil
@@ -267,7 +268,7 @@ func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool,
 		}
 	}
 	if budget != nil {
-		limit, err := cluster.SpendLimit(budget)
+		limit, err := apiconv.SpendLimit(budget)
 		if err != nil {
 			return false, err
 		}
@@ -325,7 +326,7 @@ func spendShards(shards []shardState) []cluster.SpendShard {
 // observeSpend sets status.spend from the shards' heads, when the run has a
 // budget or a model has pricing (else its cost is simply not followed).
 func (r *EvaluationReconciler) observeSpend(p *pass) {
-	priced := slices.ContainsFunc(p.ev.Spec.Models, func(m v1alpha1.Model) bool { return m.Pricing != nil || cluster.ModelCostKnown(&m) })
+	priced := slices.ContainsFunc(p.ev.Spec.Models, func(m v1alpha1.Model) bool { return m.Pricing != nil || apiconv.ModelCostKnown(&m) })
 	if p.ev.Spec.Budget == nil && !priced {
 		p.status.Spend = nil
 		return
@@ -335,11 +336,11 @@ func (r *EvaluationReconciler) observeSpend(p *pass) {
 		total = total.Add(s.Spent)
 	}
 	st := &v1alpha1.SpendStatus{Cost: v1alpha1.CostUnknown, Tokens: total.Tokens}
-	if cluster.CostKnown(&p.ev.Spec) {
+	if apiconv.CostKnown(&p.ev.Spec) {
 		st.Cost = total.Cost.Decimal()
 	}
 	if b := p.ev.Spec.Budget; b != nil {
-		if limit, err := cluster.SpendLimit(b); err == nil && b.MaxCost != nil {
+		if limit, err := apiconv.SpendLimit(b); err == nil && b.MaxCost != nil {
 			st.MaxCost = strings.TrimPrefix(limit.CostText(), "$")
 		}
 		if b.MaxTokens != nil {

@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
@@ -162,7 +163,7 @@ func (p *pass) limitsMismatch() (reason, msg string) {
 		if u, ok := p.used[m.Name]; ok {
 			used = &u
 		}
-		if r, why := cluster.LimitsMismatchOf(cluster.LimitsOf(m.RateLimit), seen, used, p.now); r != "" {
+		if r, why := cluster.LimitsMismatchOf(apiconv.LimitsOf(m.RateLimit), seen, used, p.now); r != "" {
 			reason = cmp.Or(reason, r)
 			parts = append(parts, fmt.Sprintf("model %s (spec.models[%d].rateLimit): %s", m.Name, i, why))
 		}

@@ -32,7 +32,7 @@ const (
 type PaceRequest struct {
 	Namespace  string `json:"namespace"`
 	Evaluation string `json:"evaluation"`
-	// Caller is the model called, or AgentCallerName for an agent's calls
+	// Caller is the model called, or apiconv.AgentCallerName for an agent's calls
 	// through an endpoint.
 	Caller string         `json:"caller"`
 	Cost   ratelimit.Cost `json:"cost"`

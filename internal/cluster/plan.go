@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 )
 
 // RunID identifies a run of an Evaluation: a hash of its UID and of SpecHash.
@@ -107,7 +108,7 @@ func resultSpec(spec *v1alpha1.EvaluationSpec) *v1alpha1.EvaluationSpec {
 		s.Models[i].Concurrency = nil
 		s.Models[i].Pricing = nil
 	}
-	for _, c := range EndpointCallers(s) {
+	for _, c := range apiconv.EndpointCallers(s) {
 		c.Ref.Weight = nil // a share's weight applies at once
 	}
 	for i := range s.Datasets {

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
@@ -207,6 +206,3 @@ func (b *Budget) InUse(endpoint string) bool {
 	}
 	return false
 }
-
-// QuotaLimitsOf is a ModelQuota's limits as the limiter counts them.
-func QuotaLimitsOf(q *v1alpha1.ModelQuota) ratelimit.Limits { return EndpointLimitsOf(q.Spec.Limits) }

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
-	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/cache"
 )
@@ -50,7 +50,7 @@ func CheckPlan(ctx context.Context, ev *v1alpha1.Evaluation, env Env) (*runner.P
 	// So are the endpoints agents call, which the controller does not read
 	// (it checks that they are there): any will do, since nothing is called.
 	endpoints := maps.Clone(env.ModelEndpoints)
-	for _, c := range cluster.EndpointCallers(&ev.Spec) {
+	for _, c := range apiconv.EndpointCallers(&ev.Spec) {
 		if c.Agent != nil && endpoints[c.Ref.Name] == nil {
 			if endpoints == nil {
 				endpoints = map[string]*v1alpha1.ModelEndpointSpec{}

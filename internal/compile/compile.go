@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/source"
 	"github.com/proctor-dev/proctor/runner"
@@ -219,7 +220,7 @@ func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.
 		Agent:       m.Provider == v1alpha1.ProviderAgent,
 		Concurrency: concurrency,
 	}
-	out.Limits = cluster.LimitsOf(m.RateLimit)
+	out.Limits = apiconv.LimitsOf(m.RateLimit)
 	if m.RateLimit != nil && m.RateLimit.Burst != nil {
 		out.Burst = m.RateLimit.Burst.Duration
 	}
@@ -370,7 +371,7 @@ func agentEndpoints(m *v1alpha1.Model, path string, env Env) ([]*runner.AgentEnd
 		}
 		out = append(out, &runner.AgentEndpoint{
 			Prices:   prices,
-			Endpoint: name, Caller: cluster.AgentCallerName(m.Name, name),
+			Endpoint: name, Caller: apiconv.AgentCallerName(m.Name, name),
 			Anthropic: via.Provider == v1alpha1.ProviderAnthropic,
 			BaseURL:   base, APIKey: key, Headers: via.Headers,
 			BaseURLEnv: a.BaseURLEnv, APIKeyEnv: a.APIKeyEnv, Weight: a.EndpointRef.EndpointWeight(),

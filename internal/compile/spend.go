@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
-	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
@@ -35,7 +35,7 @@ func checkBudget(spec *v1alpha1.EvaluationSpec, plan *runner.Plan) error {
 	if b == nil {
 		return nil
 	}
-	if _, err := cluster.SpendLimit(b); err != nil {
+	if _, err := apiconv.SpendLimit(b); err != nil {
 		return err
 	}
 	plan.AssumedOutputTokens = v1alpha1.DefaultAssumedOutputTokens

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
-	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
@@ -64,7 +64,7 @@ budget: {maxCost: 5, assumedOutputTokens: 300}
 	if plan.AssumedOutputTokens != 300 {
 		t.Errorf("AssumedOutputTokens %d, want 300", plan.AssumedOutputTokens)
 	}
-	limit, err := cluster.SpendLimit(ev.Spec.Budget)
+	limit, err := apiconv.SpendLimit(ev.Spec.Budget)
 	if err != nil || limit != (spend.Limit{Cost: 5 * spend.Dollar}) {
 		t.Errorf("Limit = %+v, %v", limit, err)
 	}

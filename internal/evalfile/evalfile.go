@@ -24,7 +24,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/admission"
-	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
@@ -289,7 +289,7 @@ var validators = struct {
 func (f *File) resolve() field.ErrorList {
 	var errs field.ErrorList
 	ev := f.Evaluation
-	for _, c := range cluster.EndpointCallers(&ev.Spec) {
+	for _, c := range apiconv.EndpointCallers(&ev.Spec) {
 		rp := field.NewPath(c.Path)
 		if ns := c.Ref.Namespace; ns != "" && ns != ev.Namespace {
 			errs = append(errs, field.Invalid(rp.Child("namespace"), ns,
@@ -334,10 +334,10 @@ func (f *File) EndpointLimits() map[string]ratelimit.Limits {
 		}
 		var l ratelimit.Limits
 		if ep.Spec.Limits != nil {
-			l = cluster.EndpointLimitsOf(*ep.Spec.Limits)
+			l = apiconv.EndpointLimitsOf(*ep.Spec.Limits)
 		}
 		if ref := ep.Spec.QuotaRef; ref != nil && f.Quotas[ref.Name] != nil {
-			l = l.Lesser(cluster.EndpointLimitsOf(f.Quotas[ref.Name].Spec.Limits))
+			l = l.Lesser(apiconv.EndpointLimitsOf(f.Quotas[ref.Name].Spec.Limits))
 		}
 		if !l.IsZero() {
 			out[name] = l

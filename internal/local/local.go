@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/internal/estimate"
@@ -253,7 +254,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	engOpts := runner.Options{Log: log, Observer: display, ScoreOnly: o.Rescore}
-	if limit, _ := cluster.SpendLimit(ev.Spec.Budget); !limit.IsZero() {
+	if limit, _ := apiconv.SpendLimit(ev.Spec.Budget); !limit.IsZero() {
 		// The budget is the run's, over its resumptions: what the records
 		// already written cost counts.
 		engOpts.Ledger = spend.NewLedger(limit)

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 )
 
@@ -31,7 +32,7 @@ func (c CacheResolver) Resolve(ctx context.Context, namespace, evaluation, calle
 		return Bucket{}, "", err
 	}
 	sa := cluster.RunnerServiceAccount(&ev)
-	for _, ec := range cluster.EndpointCallers(&ev.Spec) {
+	for _, ec := range apiconv.EndpointCallers(&ev.Spec) {
 		if ec.Name != caller {
 			continue
 		}
@@ -48,7 +49,7 @@ func (c CacheResolver) Resolve(ctx context.Context, namespace, evaluation, calle
 			return Bucket{}, sa, nil
 		}
 		return Bucket{Key: fmt.Sprintf("evaluation/%s/%s/%s", namespace, evaluation, m.Name),
-			Limits: cluster.LimitsOf(m.RateLimit), Burst: v1alpha1.BurstOf(m.RateLimit.Burst)}, sa, nil
+			Limits: apiconv.LimitsOf(m.RateLimit), Burst: v1alpha1.BurstOf(m.RateLimit.Burst)}, sa, nil
 	}
 	return Bucket{}, "", fmt.Errorf("evaluation %s/%s has no model %q: %w", namespace, evaluation, caller, ErrUnknown)
 }
@@ -70,7 +71,7 @@ func (c CacheResolver) endpointBucket(ctx context.Context, namespace, name strin
 		switch {
 		case err == nil:
 			if _, ok := q.Spec.Admits(namespace); ok {
-				return Bucket{Key: "quota/" + q.Name, Limits: cluster.QuotaLimitsOf(&q), Burst: v1alpha1.BurstOf(q.Spec.Limits.Burst)}, nil
+				return Bucket{Key: "quota/" + q.Name, Limits: apiconv.QuotaLimitsOf(&q), Burst: v1alpha1.BurstOf(q.Spec.Limits.Burst)}, nil
 			}
 		case !apierrors.IsNotFound(err):
 			return Bucket{}, err
@@ -80,5 +81,5 @@ func (c CacheResolver) endpointBucket(ctx context.Context, namespace, name strin
 	if ep.Spec.Limits != nil {
 		own = *ep.Spec.Limits
 	}
-	return Bucket{Key: fmt.Sprintf("endpoint/%s/%s", namespace, name), Limits: cluster.EndpointLimitsOf(own), Burst: v1alpha1.BurstOf(own.Burst)}, nil
+	return Bucket{Key: fmt.Sprintf("endpoint/%s/%s", namespace, name), Limits: apiconv.EndpointLimitsOf(own), Burst: v1alpha1.BurstOf(own.Burst)}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/internal/estimate"
@@ -82,7 +83,7 @@ func Plan(ctx context.Context, c client.Client, o Options) error {
 			pl.Data[d.Name] = d.Fingerprint
 		}
 		cluster.SetPlan(cm.Annotations, pl)
-		if cluster.WantsEstimate(&ev.Spec) {
+		if apiconv.WantsEstimate(&ev.Spec) {
 			b, _ := json.Marshal(runEstimate(ctx, plan, o))
 			cm.Annotations[cluster.AnnotationEstimate] = string(b)
 		}

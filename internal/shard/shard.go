@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/internal/pacer"
@@ -181,7 +182,7 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 
 	// The rate-limited models among those this pod calls take their shares from the budget.
 	limited := map[string]bool{}
-	for m := range cluster.ModelLimits(&ev.Spec) {
+	for m := range apiconv.ModelLimits(&ev.Spec) {
 		if slices.Contains(models, m) {
 			limited[m] = true
 		}
@@ -189,7 +190,7 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 	// Models calling through a ModelEndpoint, and agents calling one through
 	// their proxies, take their shares from its budget.
 	viaEndpoint, agentOf := map[string]string{}, map[string]string{}
-	for _, caller := range cluster.EndpointCallers(&ev.Spec) {
+	for _, caller := range apiconv.EndpointCallers(&ev.Spec) {
 		if slices.Contains(models, caller.Model.Name) {
 			viaEndpoint[caller.Name] = caller.Ref.Name
 			if caller.Agent != nil {
@@ -311,7 +312,7 @@ func sameData(ev *v1alpha1.Evaluation, plan *cluster.Plan, p *runner.Plan) error
 // already running do.
 func resolveEndpoints(ctx context.Context, c client.Client, o Options, ev *v1alpha1.Evaluation) (map[string]*v1alpha1.ModelEndpointSpec, error) {
 	specs := map[string]*v1alpha1.ModelEndpointSpec{}
-	for _, caller := range cluster.EndpointCallers(&ev.Spec) {
+	for _, caller := range apiconv.EndpointCallers(&ev.Spec) {
 		name := caller.Ref.Name
 		if ns := caller.Ref.Namespace; ns != "" && ns != ev.Namespace {
 			return nil, &InvalidError{fmt.Errorf("%s.namespace: %q is not the Evaluation's namespace", caller.Path, ns)}
