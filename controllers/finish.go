@@ -18,6 +18,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/runner/compare"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/spend"
@@ -64,7 +65,7 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	// for; a failed one is not gated.
 	gated := p.stalled == nil && !anyFailed
 	var base *compare.Baseline
-	var lost *cluster.Missing
+	var lost *kube.Missing
 	if gated && p.ev.Spec.Baseline != nil {
 		b, missing, err := r.readBaseline(ctx, p)
 		switch {
@@ -144,8 +145,8 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 // readBaseline reads spec.baseline's records, or says why it cannot: the
 // baseline Evaluation has not ended yet (WaitingForBaseline), or what it
 // names is not there (BaselineNotFound).
-func (r *EvaluationReconciler) readBaseline(ctx context.Context, p *pass) (*compare.Baseline, *cluster.Missing, error) {
-	res, missing, err := cluster.FindBaseline(ctx, r.APIReader, p.ev)
+func (r *EvaluationReconciler) readBaseline(ctx context.Context, p *pass) (*compare.Baseline, *kube.Missing, error) {
+	res, missing, err := kube.FindBaseline(ctx, r.APIReader, p.ev)
 	switch {
 	case err != nil:
 		return nil, nil, fmt.Errorf("reading the baseline: %w", err)
@@ -158,7 +159,7 @@ func (r *EvaluationReconciler) readBaseline(ctx context.Context, p *pass) (*comp
 	case apierrors.IsNotFound(err):
 		// A copy of results that lists its records in a run's ConfigMaps
 		// outlives them when that Evaluation runs again.
-		return nil, &cluster.Missing{Reason: v1alpha1.ReasonBaselineNotFound, Message: fmt.Sprintf("the records of %s are gone: %v", res.Label, err)}, nil
+		return nil, &kube.Missing{Reason: v1alpha1.ReasonBaselineNotFound, Message: fmt.Sprintf("the records of %s are gone: %v", res.Label, err)}, nil
 	case err != nil:
 		return nil, nil, fmt.Errorf("reading the baseline %s: %w", res.Label, err)
 	}
@@ -214,7 +215,7 @@ func metricNames(spec *v1alpha1.EvaluationSpec) []string {
 	return metrics
 }
 
-// gather reads the run's records shard by shard (cluster.ForEachRunRecord: one
+// gather reads the run's records shard by shard (kube.ForEachRunRecord: one
 // record per sample, the last written) and summarizes each model on each
 // dataset as it goes, so memory grows with the number of samples by a latency
 // each, and by one shard's records. It also compresses the records, in sample
@@ -255,7 +256,7 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compar
 	}
 	embed := newCappedGzip(maxEmbeddedRecords)
 	foreign := func(fe *cluster.ForeignError) { r.ignoreForeign(p, fe.Kind, &metav1.ObjectMeta{Name: fe.Name}) }
-	err = cluster.ForEachRunRecord(ctx, r.APIReader, ev, p.run, *p.plan, names, foreign, func(sh cluster.Shard, l results.Line) error {
+	err = kube.ForEachRunRecord(ctx, r.APIReader, ev, p.run, *p.plan, names, foreign, func(sh cluster.Shard, l results.Line) error {
 		rec, err := results.Emit(l.Record, aggs[pairKey{sh.Model, sh.Dataset}], embed)
 		if err == nil && comparer != nil {
 			comparer.Add(rec)

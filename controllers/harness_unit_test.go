@@ -324,7 +324,7 @@ func completeStatus(indexes string) batchv1.JobStatus {
 	}
 }
 
-// --- shard ConfigMaps, in the formats of cluster.Store ---
+// --- shard ConfigMaps, in the formats of kube.Store ---
 
 // rec is a record of sample i of a model on a dataset: even samples score 1,
 // odd ones 0; latency 100+10i ms; 10 input and 2 output tokens; judging cost 7

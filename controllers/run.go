@@ -18,6 +18,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/internal/source"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
@@ -165,7 +166,7 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 	if p.ev.Spec.Baseline != nil {
 		// A baseline that is not there would leave the run unjudged: it
 		// waits for it. One that has not ended yet is waited for at the end.
-		_, missing, err := cluster.FindBaseline(ctx, r.APIReader, p.ev)
+		_, missing, err := kube.FindBaseline(ctx, r.APIReader, p.ev)
 		switch {
 		case err != nil:
 			return false, fmt.Errorf("looking for the baseline: %w", err)
@@ -181,7 +182,7 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 		if !ok {
 			continue
 		}
-		found, err := k.Lookup(ctx, r.APIReader, ns, d, fmt.Sprintf("spec.datasets[%d].source", i))
+		found, err := k.Lookup(ctx, kube.Getter(r.APIReader), ns, d, fmt.Sprintf("spec.datasets[%d].source", i))
 		switch {
 		case err != nil:
 			return false, err

@@ -20,6 +20,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
@@ -76,7 +77,7 @@ type pass struct {
 
 	// waiting says why a run whose samples all ran cannot end yet (its
 	// baseline has no results yet).
-	waiting *cluster.Missing
+	waiting *kube.Missing
 
 	// throttled holds, by model, the runs of 429s the active shards reported:
 	// the earliest start and the latest retry-after end.

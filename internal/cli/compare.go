@@ -18,6 +18,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/runner/compare"
 	"github.com/proctor-dev/proctor/runner/results"
 )
@@ -116,7 +117,7 @@ func openResults(ctx context.Context, arg, namespace string, warn io.Writer) (*r
 		// A mistyped directory must not read as a kubeconfig problem.
 		return nil, invalid(fmt.Errorf("%s: no such results directory, and no cluster to look for it in as an Evaluation or ConfigMap: %w", arg, err))
 	}
-	res, missing, err := cluster.FindResults(ctx, c, ns, &b)
+	res, missing, err := kube.FindResults(ctx, c, ns, &b)
 	switch {
 	case err != nil:
 		return nil, &exitError{code: exitFailed, err: fmt.Errorf("%s: %w", arg, err)}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/runner/results"
 )
 
@@ -97,7 +98,7 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 		return &exitError{code: exitFailed, err: fmt.Errorf("evaluation %s has no results yet (phase %s%s)", name, ev.Status.Phase, progress)}
 	}
 	var cm corev1.ConfigMap
-	if err := cluster.GetConfigMap(ctx, c, ev, ev.Status.ResultsConfigMap, &cm); err != nil {
+	if err := kube.GetConfigMap(ctx, c, ev, ev.Status.ResultsConfigMap, &cm); err != nil {
 		return &exitError{code: exitFailed, err: err}
 	}
 	if output == "" {
@@ -120,7 +121,7 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 	defer os.Remove(f.Name())
 	w := bufio.NewWriter(f)
 	foreign := func(fe *cluster.ForeignError) { fmt.Fprintf(s.errOut, "proctor: skipped %v\n", fe) }
-	if err := cluster.ResultRecords(ctx, c, ev, &cm, foreign, func(line []byte) error {
+	if err := kube.ResultRecords(ctx, c, ev, &cm, foreign, func(line []byte) error {
 		if _, err := w.Write(line); err != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/internal/pacer"
 	"github.com/proctor-dev/proctor/internal/shard"
 	"github.com/proctor-dev/proctor/runner/provider"
@@ -124,7 +125,7 @@ func podExit(s streams, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, cluster.ErrObsolete):
+	case errors.Is(err, kube.ErrObsolete):
 		fmt.Fprintln(s.errOut, "proctor: the Evaluation changed or was deleted; this run is obsolete")
 		return nil
 	case provider.IsUnavailable(err):

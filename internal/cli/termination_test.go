@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/internal/shard"
 	"github.com/proctor-dev/proctor/runner/provider"
 )
@@ -102,7 +102,7 @@ func TestPodExitCodes(t *testing.T) {
 		want int
 	}{
 		{nil, exitOK},
-		{cluster.ErrObsolete, exitOK},
+		{kube.ErrObsolete, exitOK},
 		{errors.New("saving records: conflict"), exitFailed},
 		{&shard.InvalidError{Err: errors.New("spec.models[0].agent.command[0]: bad template")}, exitInvalid},
 		{gone, exitFailed},

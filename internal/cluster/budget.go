@@ -1,14 +1,12 @@
 package cluster
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
@@ -345,15 +343,6 @@ func NewBudgetConfigMap(ev *v1alpha1.Evaluation) *corev1.ConfigMap {
 	b, _ := json.Marshal(&Budget{})
 	cm.Annotations = map[string]string{AnnotationBudget: string(b)}
 	return cm
-}
-
-// ReadBudget reads an Evaluation's budget, from the ConfigMap ev controls.
-func ReadBudget(ctx context.Context, c client.Reader, ev *v1alpha1.Evaluation) (*Budget, error) {
-	var cm corev1.ConfigMap
-	if err := GetConfigMap(ctx, c, ev, BudgetName(ev.Name), &cm); err != nil {
-		return nil, err
-	}
-	return ParseBudget(cm.Annotations)
 }
 
 // ParseBudget reads a budget from the budget ConfigMap's annotations; an empty

@@ -1,16 +1,13 @@
 package cluster
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
@@ -224,28 +221,6 @@ func NewEndpointBudgetConfigMap(ep *v1alpha1.ModelEndpoint) *corev1.ConfigMap {
 	return cm
 }
 
-// ErrEndpointGone is returned by ReadEndpointBudget when the endpoint, or its
+// ErrEndpointGone is returned by kube.ReadEndpointBudget when the endpoint, or its
 // budget, is not there: its models must not be called.
 var ErrEndpointGone = fmt.Errorf("the ModelEndpoint's budget is gone")
-
-// ReadEndpointBudget reads the budget of the ModelEndpoint named endpoint in
-// namespace, checking that the endpoint controls it, and returns it with its
-// UID (what acknowledgements name).
-func ReadEndpointBudget(ctx context.Context, c client.Reader, namespace, endpoint string) (*Budget, string, error) {
-	var cm corev1.ConfigMap
-	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: EndpointBudgetName(endpoint)}, &cm); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, "", ErrEndpointGone
-		}
-		return nil, "", err
-	}
-	ref := metav1.GetControllerOf(&cm)
-	if ref == nil || ref.Kind != "ModelEndpoint" || ref.Name != endpoint || ref.APIVersion != v1alpha1.GroupVersion.String() {
-		return nil, "", &ForeignError{Kind: "ConfigMap", Namespace: namespace, Name: cm.Name, Of: "ModelEndpoint " + endpoint}
-	}
-	b, err := ParseBudget(cm.Annotations)
-	if err != nil {
-		return nil, "", err
-	}
-	return b, string(cm.UID), nil
-}

@@ -175,7 +175,7 @@ func TestChunkNamesFitAConfigMapName(t *testing.T) {
 	if len(head) > MaxName-8 {
 		t.Fatalf("head name is %d long", len(head))
 	}
-	chunk := ChunkName(head+"-"+"abcdef", 0) // as Store.seal names its first chunk
+	chunk := ChunkName(head+"-"+"abcdef", 0) // as kube.Store.seal names its first chunk
 	if errs := validation.IsDNS1123Subdomain(chunk); len(errs) > 0 {
 		t.Errorf("chunk name %q is not a valid ConfigMap name: %v", chunk, errs)
 	}

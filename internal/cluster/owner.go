@@ -5,10 +5,9 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 )
@@ -54,12 +53,23 @@ func (e *ForeignError) Error() string {
 		e.Kind, e.Namespace, e.Name, of, owner)
 }
 
+// Object is an object of the API server: controller-runtime's client.Object,
+// named here so that the contract does not need controller-runtime.
+type Object interface {
+	metav1.Object
+	runtime.Object
+}
+
+// Get reads the object namespace/name into obj, returning the API server's
+// errors as they are (NotFound, Forbidden): a client.Reader's Get, as
+// kube.Getter adapts it.
+type Get func(ctx context.Context, namespace, name string, obj Object) error
+
 // GetConfigMap reads the ConfigMap name of ev's namespace into cm, and returns
 // a *ForeignError if ev does not control it: the runners and the controller
-// read no other. The Get's own errors are returned as they are (NotFound,
-// Forbidden).
-func GetConfigMap(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, name string, cm *corev1.ConfigMap) error {
-	if err := r.Get(ctx, client.ObjectKey{Namespace: ev.Namespace, Name: name}, cm); err != nil {
+// read no other. The Get's own errors are returned as they are.
+func GetConfigMap(ctx context.Context, get Get, ev *v1alpha1.Evaluation, name string, cm *corev1.ConfigMap) error {
+	if err := get(ctx, ev.Namespace, name, cm); err != nil {
 		return err
 	}
 	return Owned("ConfigMap", cm, ev)

@@ -1,18 +1,15 @@
 package cluster
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/apiconv"
@@ -221,25 +218,6 @@ func ParsePlan(annotations map[string]string) (plan *Plan, failed string, err er
 		return nil, "", fmt.Errorf("reading the plan: %w", err)
 	}
 	return plan, "", nil
-}
-
-// ReadPlan reads a run's plan, from the plan ConfigMap ev controls; an error if
-// it has none.
-func ReadPlan(ctx context.Context, c client.Reader, ev *v1alpha1.Evaluation, run string) (Plan, error) {
-	var cm corev1.ConfigMap
-	if err := GetConfigMap(ctx, c, ev, PlanName(ev.Name, run), &cm); err != nil {
-		return Plan{}, fmt.Errorf("reading the plan: %w", err)
-	}
-	plan, failed, err := ParsePlan(cm.Annotations)
-	switch {
-	case err != nil:
-		return Plan{}, err
-	case failed != "":
-		return Plan{}, fmt.Errorf("planning failed: %s", failed)
-	case plan == nil:
-		return Plan{}, errors.New("reading the plan: the plan ConfigMap holds no plan yet")
-	}
-	return *plan, nil
 }
 
 // StorageShare is shard s's share of the run's storage budget, in proportion to

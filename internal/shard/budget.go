@@ -14,6 +14,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 	"github.com/proctor-dev/proctor/runner/spend"
@@ -33,7 +34,7 @@ type budgetFollower struct {
 	run     string
 	shard   cluster.Shard
 	eng     *runner.Engine
-	store   *cluster.Store
+	store   *kube.Store
 	limited map[string]bool
 	// viaEndpoint maps the models calling through a ModelEndpoint to its name
 	// (and the callers that are agents' calls, MODEL/ENDPOINT).
@@ -243,7 +244,7 @@ func (b *budgetFollower) poll(ctx context.Context) bool {
 // pollOwn reads the Evaluation's budget; if it has been unreadable for
 // FenceAfter, it holds every limited model.
 func (b *budgetFollower) pollOwn(ctx context.Context) {
-	budget, err := cluster.ReadBudget(ctx, b.c, b.ev)
+	budget, err := kube.ReadBudget(ctx, b.c, b.ev)
 	now := b.o.Clock.Now()
 	if err != nil {
 		if b.lastRead.IsZero() {
@@ -289,7 +290,7 @@ func allowanceLimit(budget *v1alpha1.Budget, a spend.Totals) spend.Limit {
 // pollEndpoint reads a ModelEndpoint's budget. Its models stop at once when the
 // endpoint is gone, and when its budget has been unreadable for FenceAfter.
 func (b *budgetFollower) pollEndpoint(ctx context.Context, ep string) {
-	budget, uid, err := cluster.ReadEndpointBudget(ctx, b.c, b.ev.Namespace, ep)
+	budget, uid, err := kube.ReadEndpointBudget(ctx, b.c, b.ev.Namespace, ep)
 	now := b.o.Clock.Now()
 	set := func(s func(model string) share) {
 		for m, e := range b.viaEndpoint {

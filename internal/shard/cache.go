@@ -13,6 +13,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/runner/cache"
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/results"
@@ -54,7 +55,7 @@ type earlier struct {
 func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, sh cluster.Shard) (*earlier, error) {
 	out := &earlier{cache: &recordCache{m: map[string]*cache.Entry{}}, answers: map[int]*results.Record{}}
 	var list corev1.ConfigMap
-	err := cluster.GetConfigMap(ctx, c, ev, cluster.CacheSourcesName(ev.Name, run), &list)
+	err := kube.GetConfigMap(ctx, c, ev, cluster.CacheSourcesName(ev.Name, run), &list)
 	if apierrors.IsNotFound(err) {
 		return out, nil // the first run, or nothing kept: nothing to reuse
 	}
@@ -71,7 +72,7 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 			continue
 		}
 		var cm corev1.ConfigMap
-		err := cluster.GetConfigMap(ctx, c, ev, src.Name, &cm)
+		err := kube.GetConfigMap(ctx, c, ev, src.Name, &cm)
 		var fe *cluster.ForeignError
 		switch {
 		case apierrors.IsNotFound(err), errors.As(err, &fe):
@@ -116,7 +117,7 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 // answers to score again (runner.Answered). What a re-scored record carries
 // of its answer was paid for by that run: the store does not count it again.
 type answeredStore struct {
-	*cluster.Store
+	*kube.Store
 	mu      sync.Mutex
 	answers map[int]*results.Record
 }

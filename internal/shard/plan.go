@@ -14,6 +14,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/internal/estimate"
 	"github.com/proctor-dev/proctor/runner"
@@ -65,7 +66,7 @@ func Plan(ctx context.Context, c client.Client, o Options) error {
 	// The controller made the plan ConfigMap before starting this Job; the
 	// planner fills it in (it may not create objects).
 	var cm corev1.ConfigMap
-	if err := cluster.GetConfigMap(ctx, c, ev, cluster.PlanName(o.Evaluation, o.Run), &cm); err != nil {
+	if err := kube.GetConfigMap(ctx, c, ev, cluster.PlanName(o.Evaluation, o.Run), &cm); err != nil {
 		return fmt.Errorf("reading the plan ConfigMap: %w", err)
 	}
 	if cm.Annotations == nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/internal/pacer"
 	"github.com/proctor-dev/proctor/internal/services"
@@ -85,7 +86,7 @@ func (e *InvalidError) Unwrap() error { return e.Err }
 
 // Run evaluates the shard to the end, or until ctx ends (then it checkpoints what
 // finished and returns ctx's error). A run that is no longer the Evaluation's
-// returns cluster.ErrObsolete.
+// returns kube.ErrObsolete.
 func Run(ctx context.Context, c client.WithWatch, o Options) error {
 	o.defaults()
 	log := o.Log.WithValues("evaluation", o.Evaluation, "run", o.Run, "model", o.Model, "shard", o.Index)
@@ -94,7 +95,7 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 	if err != nil {
 		return err
 	}
-	plan, err := cluster.ReadPlan(ctx, c, ev, o.Run)
+	plan, err := kube.ReadPlan(ctx, c, ev, o.Run)
 	if err != nil {
 		return err
 	}
@@ -148,7 +149,7 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 			log.Info("Read data that deserves a warning", "warning", w)
 		}
 	}
-	store, err := cluster.OpenStore(ctx, c, ev, o.Run, sh, o.Pod)
+	store, err := kube.OpenStore(ctx, c, ev, o.Run, sh, o.Pod)
 	if err != nil {
 		return err
 	}
@@ -347,18 +348,18 @@ func resolveEndpoints(ctx context.Context, c client.Client, o Options, ev *v1alp
 
 // currentEvaluation reads the Evaluation, defaulted as the controller sees it
 // and its models given what their ModelEndpoints say, or returns
-// cluster.ErrObsolete if it is gone or its run is no longer o.Run.
+// kube.ErrObsolete if it is gone or its run is no longer o.Run.
 func currentEvaluation(ctx context.Context, c client.Client, o Options) (*v1alpha1.Evaluation, map[string]*v1alpha1.ModelEndpointSpec, error) {
 	ev := &v1alpha1.Evaluation{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Evaluation}, ev); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil, cluster.ErrObsolete
+			return nil, nil, kube.ErrObsolete
 		}
 		return nil, nil, fmt.Errorf("reading the evaluation: %w", err)
 	}
 	v1alpha1.SetDefaults(&ev.Spec)
 	if !cluster.IsRun(ev, o.Run) {
-		return nil, nil, cluster.ErrObsolete
+		return nil, nil, kube.ErrObsolete
 	}
 	endpoints, err := resolveEndpoints(ctx, c, o, ev)
 	if err != nil {
@@ -399,6 +400,6 @@ func (o *Options) defaults() {
 
 // resolveSource makes a cluster dataset source a local file.
 func resolveSource(ctx context.Context, c client.Client, o Options, ev *v1alpha1.Evaluation, ds *v1alpha1.Dataset) (string, error) {
-	pod := source.Pod{Client: c, Evaluation: ev, Run: o.Run, DatasetRoot: o.DatasetRoot, DataDir: filepath.Join(o.WorkDir, "data")}
+	pod := source.Pod{Get: kube.Getter(c), Evaluation: ev, Run: o.Run, DatasetRoot: o.DatasetRoot, DataDir: filepath.Join(o.WorkDir, "data")}
 	return source.ResolveInPod(ctx, pod, ds)
 }

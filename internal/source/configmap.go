@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
@@ -36,10 +35,10 @@ func (ConfigMap) Fetch(_ context.Context, d *v1alpha1.Dataset, path string, env 
 	return resolve(d, path+".source.configMap", d.Source.ConfigMap.Key, env)
 }
 
-func (ConfigMap) Lookup(ctx context.Context, r client.Reader, ns string, d *v1alpha1.Dataset, path string) (Found, error) {
+func (ConfigMap) Lookup(ctx context.Context, get cluster.Get, ns string, d *v1alpha1.Dataset, path string) (Found, error) {
 	ref := d.Source.ConfigMap
 	var cm corev1.ConfigMap
-	err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, &cm)
+	err := get(ctx, ns, ref.Name, &cm)
 	switch {
 	case apierrors.IsNotFound(err):
 		return Found{Missing: &Missing{
@@ -82,7 +81,7 @@ func (ConfigMap) InPod(ctx context.Context, pod Pod, d *v1alpha1.Dataset) (strin
 	ref := d.Source.ConfigMap
 	var cm corev1.ConfigMap
 	name := cluster.DataName(pod.Evaluation.Name, pod.Run, d.Name)
-	if err := cluster.GetConfigMap(ctx, pod.Client, pod.Evaluation, name, &cm); err != nil {
+	if err := cluster.GetConfigMap(ctx, pod.Get, pod.Evaluation, name, &cm); err != nil {
 		return "", fmt.Errorf("reading the run's copy of ConfigMap %s: %w", ref.Name, err)
 	}
 	data, err := cluster.SnapshotData(&cm, ref.Key)

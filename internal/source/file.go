@@ -6,9 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
 )
 
 // File is a local path (source.file), relative to the Evaluation file: local
@@ -37,6 +36,6 @@ func (File) Fetch(_ context.Context, d *v1alpha1.Dataset, path string, env Env) 
 	return Fetched{Path: file, Name: d.Source.File}, nil
 }
 
-func (File) Lookup(_ context.Context, _ client.Reader, _ string, _ *v1alpha1.Dataset, path string) (Found, error) {
+func (File) Lookup(_ context.Context, _ cluster.Get, _ string, _ *v1alpha1.Dataset, path string) (Found, error) {
 	return Found{Invalid: fmt.Sprintf("%s.file: a local file cannot be read in a cluster; use configMap, url or pvc", path)}, nil
 }

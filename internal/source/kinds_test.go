@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 )
 
 // TestKindsCoverTheAPI ties the kinds to the API: every field of
@@ -112,7 +113,7 @@ func TestLookup(t *testing.T) {
 	}
 	for _, tc := range cases {
 		d := &v1alpha1.Dataset{Name: "d", Source: *tc.src}
-		found, err := Of(tc.src).(Referencing).Lookup(context.Background(), c, "ns", d, "spec.datasets[0].source")
+		found, err := Of(tc.src).(Referencing).Lookup(context.Background(), kube.Getter(c), "ns", d, "spec.datasets[0].source")
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
@@ -33,11 +32,11 @@ func (PVC) Fetch(_ context.Context, d *v1alpha1.Dataset, path string, env Env) (
 	return resolve(d, path+".source.pvc", d.Source.PVC.Path, env)
 }
 
-func (PVC) Lookup(ctx context.Context, r client.Reader, ns string, d *v1alpha1.Dataset, path string) (Found, error) {
+func (PVC) Lookup(ctx context.Context, get cluster.Get, ns string, d *v1alpha1.Dataset, path string) (Found, error) {
 	// Metadata only: the manager needs nothing else of the claim.
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"))
-	err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: d.Source.PVC.ClaimName}, m)
+	err := get(ctx, ns, d.Source.PVC.ClaimName, m)
 	switch {
 	case apierrors.IsNotFound(err):
 		return Found{Missing: &Missing{

@@ -19,9 +19,9 @@ import (
 	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/dataset"
 )
 
@@ -91,7 +91,8 @@ type Fetcher interface {
 
 // Pod is what a runner pod reads cluster sources with.
 type Pod struct {
-	Client     client.Reader
+	// Get reads the Evaluation's objects (kube.Getter of the pod's client).
+	Get        cluster.Get
 	Evaluation *v1alpha1.Evaluation
 	Run        string
 	// DatasetRoot is where PVC datasets are mounted (cluster.DatasetRoot).
@@ -136,7 +137,7 @@ type Missing struct {
 // which the controller looks up before it plans a run. path is the source's
 // field path (spec.datasets[i].source).
 type Referencing interface {
-	Lookup(ctx context.Context, r client.Reader, ns string, d *v1alpha1.Dataset, path string) (Found, error)
+	Lookup(ctx context.Context, get cluster.Get, ns string, d *v1alpha1.Dataset, path string) (Found, error)
 }
 
 // Snapshotted is a source whose data the controller copies for each run, so a

@@ -33,6 +33,7 @@ import (
 	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cli"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/internal/shard"
 	"github.com/proctor-dev/proctor/test/fakellm"
@@ -399,7 +400,7 @@ func (k *kubelet) runIndex(ctx context.Context, j *batchv1.Job, r *jobRun, opts 
 		r.active--
 		var invalid *shard.InvalidError
 		switch {
-		case err == nil || errors.Is(err, cluster.ErrObsolete):
+		case err == nil || errors.Is(err, kube.ErrObsolete):
 			r.completed[index] = true
 		case errors.As(err, &invalid):
 			r.failed[index] = true // the pod failure policy: FailIndex on exit code 2

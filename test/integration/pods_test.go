@@ -18,6 +18,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/internal/shard"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/test/fakellm"
@@ -51,7 +52,7 @@ func (k *kubelet) endPod(ctx context.Context, pod *corev1.Pod, runErr error) {
 	pod.Status.Phase = corev1.PodSucceeded
 	var invalid *shard.InvalidError
 	switch {
-	case runErr == nil || errors.Is(runErr, cluster.ErrObsolete):
+	case runErr == nil || errors.Is(runErr, kube.ErrObsolete):
 	case errors.As(runErr, &invalid):
 		pod.Status.Phase, t.Reason, t.ExitCode, t.Message = corev1.PodFailed, "Error", 2, runErr.Error()
 	default:

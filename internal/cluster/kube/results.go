@@ -1,4 +1,4 @@
-package cluster
+package kube
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/results"
 )
 
@@ -20,8 +21,8 @@ import (
 // lists, which must be ev's (ForEachRunRecord; foreign is told of those that
 // are not).
 func ResultRecords(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, cm *corev1.ConfigMap,
-	foreign func(*ForeignError), fn func(line []byte) error) error {
-	if gz := cm.BinaryData[ResultsKeyRecords]; len(gz) > 0 {
+	foreign func(*cluster.ForeignError), fn func(line []byte) error) error {
+	if gz := cm.BinaryData[cluster.ResultsKeyRecords]; len(gz) > 0 {
 		zr, err := gzip.NewReader(bytes.NewReader(gz))
 		if err != nil {
 			return fmt.Errorf("%s: %w", cm.Name, err)
@@ -31,12 +32,12 @@ func ResultRecords(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation
 		}
 		return nil
 	}
-	run := cm.Annotations[AnnotationRun]
+	run := cm.Annotations[cluster.AnnotationRun]
 	plan, err := ReadPlan(ctx, r, ev, run)
 	if err != nil {
 		return err
 	}
-	return ForEachRunRecord(ctx, r, ev, run, plan, strings.Fields(cm.Data[ResultsKeyChunks]), foreign, func(_ Shard, l results.Line) error {
+	return ForEachRunRecord(ctx, r, ev, run, plan, strings.Fields(cm.Data[cluster.ResultsKeyChunks]), foreign, func(_ cluster.Shard, l results.Line) error {
 		return fn(l.Record)
 	})
 }

@@ -1,4 +1,4 @@
-package cluster
+package kube
 
 import (
 	"compress/gzip"
@@ -15,173 +15,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
-
-// A shard's records live in ConfigMaps, the checkpoint that survives its pod:
-//
-//   - its head (HeadName) holds its progress (annotation AnnotationProgress, so the
-//     controller can follow every shard from a metadata-only cache), the set of
-//     samples done, and the records not yet sealed (key pending.jsonl.gz);
-//   - chunk slots (ChunkName(head, k), labelled ComponentRecords) hold the rest,
-//     gzipped JSON lines {"i": position, "r": record}, one batch each.
-//
-// The controller creates the head and the chunk slots, owned by the Evaluation,
-// before the runner writes to them: runners create nothing, and may only read
-// and update their own shard's objects, by name. The controller keeps SpareSlots
-// empty slots ahead of what a shard sealed (progress.Chunks), or as many as it
-// asks for (progress.Want). The head's done set, not the chunks, is what a
-// restarted shard resumes from: a slot written by a pod that died before its
-// head said so is written again by the next pod. The controller reads every
-// slot once and keeps one record per sample.
-
-// Keys of a head ConfigMap.
-const (
-	KeyPending = "pending.jsonl.gz"
-	KeyDone    = "done"
-	KeyRecords = "records.jsonl.gz"
-	// KeyAwaiting lists the samples whose records await a judge's batch
-	// (results.Record.JudgePending), as ranges like KeyDone.
-	KeyAwaiting = "awaiting"
-)
-
-// CacheSource is a ConfigMap of records a run may reuse answers from.
-type CacheSource struct {
-	Model   string `json:"model"`
-	Dataset string `json:"dataset"`
-	Name    string `json:"name"`
-	// Answers says its model's answers were made for the same requests
-	// (AnswersHash): the run scores them again, by position, without
-	// calling the model, whether the cache is on or not.
-	Answers bool `json:"answers,omitempty"`
-}
-
-// KeySources is the key of the cache sources ConfigMap (JSON []CacheSource).
-const KeySources = "sources.json"
-
-// Shard states.
-const (
-	StateRunning   = "running"
-	StateSucceeded = "succeeded"
-)
-
-// Size bounds. ConfigMaps must stay well under etcd's 1.5 MiB object limit.
-const (
-	// MaxChunkBytes bounds a sealed chunk's compressed records.
-	MaxChunkBytes = 512 << 10
-	// MaxHeadPendingBytes is when pending records are sealed into chunks.
-	MaxHeadPendingBytes = 256 << 10
-	// MaxHeadBytes bounds the pending records a head may hold while no chunk
-	// slot is free (the controller grants slots within a second or two).
-	MaxHeadBytes = 768 << 10
-	// SpareSlots is how many empty chunk slots the controller keeps ahead of a
-	// shard's sealed chunks.
-	SpareSlots = 2
-	// FlushPendingRaw asks for an early flush when this much accumulates between flushes.
-	FlushPendingRaw = 1 << 20
-	// MaxOutputBytes caps one record's output in a cluster, so that any record fits
-	// a chunk; longer outputs are cut, and the record says so (OutputTruncated,
-	// OutputBytes).
-	MaxOutputBytes = 256 << 10
-	// DefaultStorageBudget bounds the records a run stores in the cluster (their
-	// JSON, before compression) unless the manager is told otherwise: past it,
-	// records are stored without their output.
-	DefaultStorageBudget = 64 << 20
-	// DefaultNamespaceStorageBudget and DefaultClusterStorageBudget bound
-	// the records the Evaluations of a namespace, and of the whole cluster,
-	// keep (their JSON, before compression; etcd holds them compressed, with
-	// their history until it compacts): about 60 runs at the per-run budget
-	// filled a 4 GiB etcd quota, which makes the whole cluster read-only.
-	// A run not ended counts its whole budget: 32 at once a namespace, 64 in
-	// the cluster, by default.
-	DefaultNamespaceStorageBudget = 2 << 30
-	DefaultClusterStorageBudget   = 4 << 30
-)
-
-// ShardProgress is a head's progress annotation.
-type ShardProgress struct {
-	State   string `json:"state"`
-	Total   int    `json:"total"`
-	Done    int    `json:"done"`
-	Errored int    `json:"errored"`
-	// Scores sums each metric over done samples (errored ones count 0).
-	Scores map[string]float64 `json:"scores,omitempty"`
-	Tokens results.Tokens     `json:"tokens"`
-	// Budget is the newest budget version the runner applied.
-	Budget int64 `json:"budget"`
-	// Chunks counts the chunk slots this shard filled: slots 0 to Chunks-1.
-	Chunks int `json:"chunks"`
-	// Want, when larger than Chunks+SpareSlots, is how many slots the shard
-	// needs: records are waiting for them.
-	Want int    `json:"want,omitempty"`
-	Pod  string `json:"pod,omitempty"`
-	// Stored is the size of the records stored (their JSON, before compression).
-	Stored int64 `json:"stored,omitempty"`
-	// Cut counts outputs cut at MaxOutputBytes; Dropped, outputs not stored
-	// because the shard's share of the storage budget was used up.
-	Cut     int `json:"cut,omitempty"`
-	Dropped int `json:"dropped,omitempty"`
-	// Throttled lists the models (the shard's and its judges) that the server
-	// is rate limiting (429) at the last flush.
-	Throttled map[string]Throttle `json:"throttled,omitempty"`
-	// Endpoints are the budgets of the ModelEndpoints the shard calls through
-	// that it applied, by endpoint name.
-	Endpoints map[string]EndpointAck `json:"endpoints,omitempty"`
-	// Usage is what the shard sent to each model that calls through a
-	// ModelEndpoint or has a rateLimit over the last minute, by caller (for
-	// the endpoint's status, and to compare with the provider's counts).
-	Usage map[string]Usage `json:"usage,omitempty"`
-	// Provider is what the providers' rate-limit headers last said of each
-	// caller's key.
-	Provider map[string]ProviderSeen `json:"provider,omitempty"`
-	// Spent is what the shard's records cost (their calls and their judging),
-	// over all its pods.
-	Spent spend.Totals `json:"spent"`
-	// Ledger is the runner's account against its allowance of spec.budget,
-	// when the run has one.
-	Ledger *LedgerReport `json:"ledger,omitempty"`
-}
-
-// LedgerReport is a runner's account of its spending against its allowance.
-type LedgerReport struct {
-	// Spent is what its records and the calls it settled cost; Reserved, the
-	// worst case of its calls in flight.
-	Spent    spend.Totals `json:"spent"`
-	Reserved spend.Totals `json:"reserved"`
-	// Blocked: a call waits for a larger allowance; Needed is its worst case.
-	Blocked bool         `json:"blocked,omitempty"`
-	Needed  spend.Totals `json:"needed"`
-}
-
-// NewLedgerReport reports a ledger's state.
-func NewLedgerReport(st spend.State) *LedgerReport {
-	return &LedgerReport{Spent: st.Spent, Reserved: st.Reserved, Blocked: st.Waiting, Needed: st.Needed}
-}
-
-// Throttle is a model's current run of 429s, as a runner saw it.
-type Throttle struct {
-	// Since is the first 429 after the model's last successful call.
-	Since metav1.Time `json:"since"`
-	// Until is when the server's latest retry-after ends, if it sent one.
-	Until *metav1.Time `json:"until,omitempty"`
-	// Refusals counts the 429s since Since.
-	Refusals int `json:"refusals"`
-}
-
-// ParseProgress reads a head's progress annotation.
-func ParseProgress(annotations map[string]string) (ShardProgress, bool) {
-	var p ShardProgress
-	v, ok := annotations[AnnotationProgress]
-	if !ok || json.Unmarshal([]byte(v), &p) != nil {
-		return p, false
-	}
-	return p, true
-}
 
 var _ results.Log = (*Store)(nil)
 
@@ -190,13 +30,13 @@ type Store struct {
 	c     client.Client
 	ns    string
 	head  string
-	shard Shard
+	shard cluster.Shard
 	ev    *v1alpha1.Evaluation
 
 	mu       sync.Mutex
 	obj      *corev1.ConfigMap
 	done     []bool // by position - shard.Start
-	progress ShardProgress
+	progress cluster.ShardProgress
 	pending  [][]byte // journal lines not yet sealed
 	raw      int      // bytes in pending
 	wake     chan struct{}
@@ -255,31 +95,18 @@ func (s *Store) PutBatch(b results.BatchRecord) error {
 	return s.flush(ctx, false)
 }
 
-// ParseBatches reads a head's batches.
-func ParseBatches(annotations map[string]string) ([]results.BatchRecord, error) {
-	v, ok := annotations[AnnotationBatches]
-	if !ok {
-		return nil, nil
-	}
-	var out []results.BatchRecord
-	if err := json.Unmarshal([]byte(v), &out); err != nil {
-		return nil, fmt.Errorf("batches: %w", err)
-	}
-	return out, nil
-}
-
 // OpenStore opens a shard's head, which the controller made, and loads what an
 // earlier pod of the shard left in it. A head that the Evaluation does not
 // control is refused (a *ForeignError).
-func OpenStore(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, shard Shard, pod string) (*Store, error) {
+func OpenStore(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, shard cluster.Shard, pod string) (*Store, error) {
 	s := &Store{
 		c:        c,
 		ns:       ev.Namespace,
-		head:     HeadName(ev.Name, run, shard.Model, shard.Index),
+		head:     cluster.HeadName(ev.Name, run, shard.Model, shard.Index),
 		shard:    shard,
 		ev:       ev,
 		done:     make([]bool, shard.End-shard.Start),
-		progress: ShardProgress{State: StateRunning, Total: shard.End - shard.Start, Pod: pod},
+		progress: cluster.ShardProgress{State: cluster.StateRunning, Total: shard.End - shard.Start, Pod: pod},
 		wake:     make(chan struct{}, 1),
 	}
 	var cm corev1.ConfigMap
@@ -289,82 +116,28 @@ func OpenStore(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, ru
 	if err := s.load(&cm); err != nil {
 		return nil, fmt.Errorf("shard head %s: %w", s.head, err)
 	}
-	if err := s.loadAwaiting(ctx, cm.Data[KeyAwaiting]); err != nil {
+	if err := s.loadAwaiting(ctx, cm.Data[cluster.KeyAwaiting]); err != nil {
 		return nil, fmt.Errorf("shard head %s: %w", s.head, err)
 	}
-	s.progress.State, s.progress.Pod, s.progress.Total = StateRunning, pod, shard.End-shard.Start
+	s.progress.State, s.progress.Pod, s.progress.Total = cluster.StateRunning, pod, shard.End-shard.Start
 	return s, nil
-}
-
-// NewHead is a shard's empty head, as the controller creates it.
-func NewHead(ev *v1alpha1.Evaluation, run string, sh Shard) *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-		Namespace: ev.Namespace, Name: HeadName(ev.Name, run, sh.Model, sh.Index),
-		Labels:          shardLabels(ev, Labels(ev.Name, run, ComponentShard), sh),
-		Annotations:     scorerAnnotation(ev),
-		OwnerReferences: []metav1.OwnerReference{OwnerReference(ev)},
-	}}
-}
-
-// NewChunkSlot is the k-th empty chunk slot of a shard, as the controller
-// creates it.
-func NewChunkSlot(ev *v1alpha1.Evaluation, run string, sh Shard, k int) *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
-		Namespace: ev.Namespace, Name: ChunkName(HeadName(ev.Name, run, sh.Model, sh.Index), k),
-		Labels:          shardLabels(ev, Labels(ev.Name, run, ComponentRecords), sh),
-		Annotations:     scorerAnnotation(ev),
-		OwnerReferences: []metav1.OwnerReference{OwnerReference(ev)},
-	}}
-}
-
-// SlotsWanted is how many chunk slots a shard whose head shows p needs now:
-// those it filled and those it asks for.
-func SlotsWanted(p ShardProgress) int { return max(p.Chunks, p.Want) }
-
-func scorerAnnotation(ev *v1alpha1.Evaluation) map[string]string {
-	b, _ := json.Marshal(ScorerHashes(&ev.Spec))
-	return map[string]string{AnnotationScorers: string(b)}
-}
-
-// KeptScorers are the metrics of the current spec whose scorer is the one
-// that scored the records of an earlier run's ConfigMap cm (its
-// AnnotationScorers): their scores stay when its answers are scored again.
-func KeptScorers(spec *v1alpha1.EvaluationSpec, cm *corev1.ConfigMap) map[string]bool {
-	var was map[string]string
-	if json.Unmarshal([]byte(cm.Annotations[AnnotationScorers]), &was) != nil {
-		return nil
-	}
-	keep := map[string]bool{}
-	for name, h := range ScorerHashes(spec) {
-		if was[name] == h {
-			keep[name] = true
-		}
-	}
-	return keep
-}
-
-func shardLabels(ev *v1alpha1.Evaluation, l map[string]string, s Shard) map[string]string {
-	l[LabelModel] = s.Model
-	l[LabelDataset] = s.Dataset
-	l[LabelAnswers] = AnswersHash(&ev.Spec, s.Model)
-	return l
 }
 
 // load restores the done set, progress and pending records from a head.
 func (s *Store) load(cm *corev1.ConfigMap) error {
 	s.obj = cm
-	if p, ok := ParseProgress(cm.Annotations); ok {
+	if p, ok := cluster.ParseProgress(cm.Annotations); ok {
 		s.progress = p
 	}
-	batches, err := ParseBatches(cm.Annotations)
+	batches, err := cluster.ParseBatches(cm.Annotations)
 	if err != nil {
 		return err
 	}
 	s.batches = batches
-	if err := parseRanges(cm.Data[KeyDone], s.shard.Start, s.done); err != nil {
+	if err := parseRanges(cm.Data[cluster.KeyDone], s.shard.Start, s.done); err != nil {
 		return err
 	}
-	if gz := cm.BinaryData[KeyPending]; len(gz) > 0 {
+	if gz := cm.BinaryData[cluster.KeyPending]; len(gz) > 0 {
 		lines, err := results.GunzipLines(gz)
 		if err != nil {
 			return fmt.Errorf("pending records: %w", err)
@@ -395,10 +168,10 @@ func (s *Store) loadAwaiting(ctx context.Context, ranges string) error {
 	}
 	for k := range s.progress.Chunks {
 		var cm corev1.ConfigMap
-		if err := GetConfigMap(ctx, s.c, s.ev, ChunkName(s.head, k), &cm); err != nil {
+		if err := GetConfigMap(ctx, s.c, s.ev, cluster.ChunkName(s.head, k), &cm); err != nil {
 			return fmt.Errorf("reading chunk %d for the records awaiting judging: %w", k, err)
 		}
-		lines, err := ReadRecords(&cm)
+		lines, err := cluster.ReadRecords(&cm)
 		if err != nil {
 			return err
 		}
@@ -476,9 +249,9 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 	if rec.OutputTruncated {
 		whole = rec.OutputBytes // the engine cut it already (an agent's cap)
 	}
-	cut := len(rec.Output) > MaxOutputBytes
+	cut := len(rec.Output) > cluster.MaxOutputBytes
 	if cut {
-		rec.Output = cutUTF8(rec.Output, MaxOutputBytes)
+		rec.Output = cutUTF8(rec.Output, cluster.MaxOutputBytes)
 		rec.OutputTruncated, rec.OutputBytes = true, whole
 	}
 	line, err := recordLine(index, rec)
@@ -532,7 +305,7 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 	s.progress.Spent = s.progress.Spent.Add(spent)
 	s.pending = append(s.pending, line)
 	s.raw += len(line)
-	if s.raw >= FlushPendingRaw {
+	if s.raw >= cluster.FlushPendingRaw {
 		select {
 		case s.wake <- struct{}{}:
 		default:
@@ -586,7 +359,7 @@ func (s *Store) SetBudget(version int64) {
 
 // SetEndpoints records the endpoint budgets the shard applied, and what it
 // sent through them, for the next flush.
-func (s *Store) SetEndpoints(acks map[string]EndpointAck, usage map[string]Usage) {
+func (s *Store) SetEndpoints(acks map[string]cluster.EndpointAck, usage map[string]cluster.Usage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.progress.Endpoints, s.progress.Usage = acks, usage
@@ -594,7 +367,7 @@ func (s *Store) SetEndpoints(acks map[string]EndpointAck, usage map[string]Usage
 
 // SetProvider records what the providers' rate-limit headers last said, for
 // the next flush.
-func (s *Store) SetProvider(seen map[string]ProviderSeen) {
+func (s *Store) SetProvider(seen map[string]cluster.ProviderSeen) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.progress.Provider = seen
@@ -602,21 +375,21 @@ func (s *Store) SetProvider(seen map[string]ProviderSeen) {
 
 // SetLedger records the runner's account against its allowance, for the
 // next flush.
-func (s *Store) SetLedger(r *LedgerReport) {
+func (s *Store) SetLedger(r *cluster.LedgerReport) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.progress.Ledger = r
 }
 
 // SetThrottled records which models are being rate limited, for the next flush.
-func (s *Store) SetThrottled(t map[string]Throttle) {
+func (s *Store) SetThrottled(t map[string]cluster.Throttle) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.progress.Throttled = t
 }
 
 // Progress returns the shard's progress so far.
-func (s *Store) Progress() ShardProgress {
+func (s *Store) Progress() cluster.ShardProgress {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.progress
@@ -656,7 +429,7 @@ func (s *Store) flush(ctx context.Context, final bool) error {
 		return err
 	}
 	need := 0 // chunks of records still waiting for a slot
-	if len(gz) > MaxHeadPendingBytes {
+	if len(gz) > cluster.MaxHeadPendingBytes {
 		if need, err = s.seal(ctx); err != nil {
 			return err
 		}
@@ -667,17 +440,17 @@ func (s *Store) flush(ctx context.Context, final bool) error {
 	// Ask for slots ahead, once records outgrow a quarter of the head, so that
 	// the controller has made them by the time they are needed.
 	want := 0
-	if s.progress.Chunks > 0 || len(gz) > MaxHeadPendingBytes/4 {
-		want = s.progress.Chunks + SpareSlots
+	if s.progress.Chunks > 0 || len(gz) > cluster.MaxHeadPendingBytes/4 {
+		want = s.progress.Chunks + cluster.SpareSlots
 	}
 	s.progress.Want = max(want, s.progress.Chunks+need)
-	if len(gz) > MaxHeadBytes {
+	if len(gz) > cluster.MaxHeadBytes {
 		// Say how many slots are needed, without touching what the head holds
 		// (its done set must only name records it or the slots hold).
 		return errors.Join(ErrNoSlot, s.askForSlots(ctx))
 	}
 	if final {
-		s.progress.State = StateSucceeded
+		s.progress.State = cluster.StateSucceeded
 	}
 	return s.writeHead(ctx, gz)
 }
@@ -686,12 +459,12 @@ func (s *Store) flush(ctx context.Context, final bool) error {
 // controller granted; what does not fit stays pending, and it returns how many
 // chunks that is.
 func (s *Store) seal(ctx context.Context) (int, error) {
-	chunks, err := packChunks(s.pending, MaxChunkBytes)
+	chunks, err := packChunks(s.pending, cluster.MaxChunkBytes)
 	if err != nil {
 		return 0, err
 	}
 	for i, ch := range chunks {
-		ok, err := s.fillSlot(ctx, ChunkName(s.head, s.progress.Chunks), ch.gz)
+		ok, err := s.fillSlot(ctx, cluster.ChunkName(s.head, s.progress.Chunks), ch.gz)
 		if err != nil {
 			return 0, err
 		}
@@ -721,7 +494,7 @@ func (s *Store) fillSlot(ctx context.Context, name string, gz []byte) (bool, err
 		if err != nil {
 			return false, fmt.Errorf("reading chunk slot %s: %w", name, err)
 		}
-		cm.BinaryData = map[string][]byte{KeyRecords: gz}
+		cm.BinaryData = map[string][]byte{cluster.KeyRecords: gz}
 		cm.Data = nil
 		err = s.c.Update(ctx, &cm)
 		switch {
@@ -738,8 +511,8 @@ func (s *Store) fillSlot(ctx context.Context, name string, gz []byte) (bool, err
 
 // askForSlots writes only progress.Want into the head.
 func (s *Store) askForSlots(ctx context.Context) error {
-	var p ShardProgress
-	if old, ok := ParseProgress(s.obj.Annotations); ok {
+	var p cluster.ShardProgress
+	if old, ok := cluster.ParseProgress(s.obj.Annotations); ok {
 		p = old
 	}
 	if p.Want == s.progress.Want {
@@ -754,7 +527,7 @@ func (s *Store) askForSlots(ctx context.Context) error {
 	if cm.Annotations == nil {
 		cm.Annotations = map[string]string{}
 	}
-	cm.Annotations[AnnotationProgress] = string(b)
+	cm.Annotations[cluster.AnnotationProgress] = string(b)
 	if err := s.c.Update(ctx, cm); err != nil {
 		return fmt.Errorf("asking for chunk slots in %s: %w", s.head, err)
 	}
@@ -788,21 +561,21 @@ func (s *Store) writeHead(ctx context.Context, pendingGz []byte) error {
 		if cm.Annotations == nil {
 			cm.Annotations = map[string]string{}
 		}
-		cm.Annotations[AnnotationProgress] = string(prog)
+		cm.Annotations[cluster.AnnotationProgress] = string(prog)
 		if batches != nil {
-			cm.Annotations[AnnotationBatches] = string(batches)
+			cm.Annotations[cluster.AnnotationBatches] = string(batches)
 		}
-		cm.Data = map[string]string{KeyDone: formatRanges(s.done, s.shard.Start)}
+		cm.Data = map[string]string{cluster.KeyDone: formatRanges(s.done, s.shard.Start)}
 		if len(s.awaiting) > 0 {
 			set := make([]bool, len(s.done))
 			for i := range s.awaiting {
 				set[i-s.shard.Start] = true
 			}
-			cm.Data[KeyAwaiting] = formatRanges(set, s.shard.Start)
+			cm.Data[cluster.KeyAwaiting] = formatRanges(set, s.shard.Start)
 		}
 		cm.BinaryData = nil
 		if len(pendingGz) > 0 {
-			cm.BinaryData = map[string][]byte{KeyPending: pendingGz}
+			cm.BinaryData = map[string][]byte{cluster.KeyPending: pendingGz}
 		}
 		err := s.c.Update(ctx, cm)
 		if err == nil {

@@ -1,9 +1,8 @@
-package cluster
+package kube
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,16 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/results"
-)
-
-// Keys of the results ConfigMap (ResultsName): the summary, as a local run's
-// summary.json; the records in sample order, as a local run's results.jsonl
-// (gzip), when they fit; else the names of the run's ConfigMaps that hold them.
-const (
-	ResultsKeySummary = "summary.json"
-	ResultsKeyRecords = "results.jsonl.gz"
-	ResultsKeyChunks  = "chunks"
 )
 
 // ForEachRunRecord reads the records of run, one shard at a time in the order
@@ -33,8 +24,8 @@ const (
 // HEAD-9), then its head's pending records. Only the ConfigMaps named in names are read; those gone meanwhile
 // are skipped, and one that ev does not control is skipped and passed to
 // foreign. Memory holds one shard's records.
-func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, run string, plan Plan, names []string,
-	foreign func(*ForeignError), fn func(Shard, results.Line) error) error {
+func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, run string, plan cluster.Plan, names []string,
+	foreign func(*cluster.ForeignError), fn func(cluster.Shard, results.Line) error) error {
 	listed := make(map[string]bool, len(names))
 	chunks := map[string][]int{} // by head: the slots listed, HEAD-k
 	for _, n := range names {
@@ -45,14 +36,14 @@ func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluat
 			}
 		}
 	}
-	for _, model := range Subjects(&ev.Spec) {
+	for _, model := range cluster.Subjects(&ev.Spec) {
 		for _, sh := range plan.Shards(&ev.Spec, model) {
-			head := HeadName(ev.Name, run, sh.Model, sh.Index)
+			head := cluster.HeadName(ev.Name, run, sh.Model, sh.Index)
 			var log []string
 			ks := chunks[head]
 			slices.Sort(ks)
 			for _, k := range ks {
-				log = append(log, ChunkName(head, k))
+				log = append(log, cluster.ChunkName(head, k))
 			}
 			if listed[head] {
 				log = append(log, head) // its pending records were written after every sealed chunk
@@ -77,10 +68,10 @@ func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluat
 
 // readOurs reads the records of the named shard ConfigMap if ev controls it;
 // none if it is gone or foreign (passed to foreign).
-func readOurs(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, name string, foreign func(*ForeignError)) ([]results.Line, error) {
+func readOurs(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, name string, foreign func(*cluster.ForeignError)) ([]results.Line, error) {
 	var cm corev1.ConfigMap
 	err := GetConfigMap(ctx, r, ev, name, &cm)
-	var fe *ForeignError
+	var fe *cluster.ForeignError
 	switch {
 	case errors.As(err, &fe):
 		if foreign != nil {
@@ -92,29 +83,5 @@ func readOurs(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, nam
 	case err != nil:
 		return nil, err
 	}
-	return ReadRecords(&cm)
-}
-
-// ReadRecords decodes the records a shard ConfigMap (head or chunk) holds, in
-// the order they were written (a head holds pending records, a chunk sealed ones).
-func ReadRecords(cm *corev1.ConfigMap) ([]results.Line, error) {
-	var out []results.Line
-	for _, key := range []string{KeyPending, KeyRecords} {
-		gz := cm.BinaryData[key]
-		if len(gz) == 0 {
-			continue
-		}
-		lines, err := results.GunzipLines(gz)
-		if err != nil {
-			return nil, fmt.Errorf("%s/%s: %w", cm.Name, key, err)
-		}
-		for _, b := range lines {
-			l, err := results.ParseLine(b)
-			if err != nil {
-				return nil, fmt.Errorf("%s/%s: %w", cm.Name, key, err)
-			}
-			out = append(out, l)
-		}
-	}
-	return out, nil
+	return cluster.ReadRecords(&cm)
 }

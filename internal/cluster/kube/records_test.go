@@ -1,4 +1,4 @@
-package cluster
+package kube
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/results"
 )
 
@@ -17,18 +18,18 @@ import (
 func TestForEachRunRecord(t *testing.T) {
 	ctx := context.Background()
 	ev := testEvaluation()
-	ev.Spec = *baseSpec() // subjects: small (judge only judges); dataset d
-	plan := Plan{ShardSize: 3, Totals: map[string]int{"d": 5}}
+	ev.Spec = *testSpec() // model small, dataset d
+	plan := cluster.Plan{ShardSize: 3, Totals: map[string]int{"d": 5}}
 	shards := plan.Shards(&ev.Spec, "small") // [0,3) [3,5)
 	c := newFakeClient(t)
 	var names []string
-	put := func(sh Shard, k int, lines ...string) {
-		cm := NewChunkSlot(ev, "r1", sh, k)
+	put := func(sh cluster.Shard, k int, lines ...string) {
+		cm := cluster.NewChunkSlot(ev, "r1", sh, k)
 		if k < 0 {
-			cm = NewHead(ev, "r1", sh)
-			cm.BinaryData = map[string][]byte{KeyPending: mustGzip(t, lines...)}
+			cm = cluster.NewHead(ev, "r1", sh)
+			cm.BinaryData = map[string][]byte{cluster.KeyPending: mustGzip(t, lines...)}
 		} else {
-			cm.BinaryData = map[string][]byte{KeyRecords: mustGzip(t, lines...)}
+			cm.BinaryData = map[string][]byte{cluster.KeyRecords: mustGzip(t, lines...)}
 		}
 		if err := c.Create(ctx, cm); err != nil {
 			t.Fatal(err)
@@ -49,7 +50,7 @@ func TestForEachRunRecord(t *testing.T) {
 	put(shards[1], -1, line(4, "s4 pending"))
 	slices.Sort(names) // as the controller lists them: HEAD-10 before HEAD-2
 	var got []string
-	err := ForEachRunRecord(ctx, c, ev, "r1", plan, names, nil, func(sh Shard, l results.Line) error {
+	err := ForEachRunRecord(ctx, c, ev, "r1", plan, names, nil, func(sh cluster.Shard, l results.Line) error {
 		rec, err := results.Emit(l.Record, nil, nil)
 		if err != nil {
 			return err
@@ -67,7 +68,7 @@ func TestForEachRunRecord(t *testing.T) {
 
 	// Only the listed ConfigMaps are read.
 	got = nil
-	err = ForEachRunRecord(ctx, c, ev, "r1", plan, []string{ChunkName(HeadName(ev.Name, "r1", "small", 0), 0)}, nil, func(_ Shard, l results.Line) error {
+	err = ForEachRunRecord(ctx, c, ev, "r1", plan, []string{cluster.ChunkName(cluster.HeadName(ev.Name, "r1", "small", 0), 0)}, nil, func(_ cluster.Shard, l results.Line) error {
 		got = append(got, fmt.Sprint(l.Index))
 		return nil
 	})

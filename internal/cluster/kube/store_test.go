@@ -1,4 +1,4 @@
-package cluster
+package kube
 
 import (
 	"context"
@@ -21,6 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
@@ -172,17 +174,22 @@ func TestPackChunks(t *testing.T) {
 	}
 }
 
+// testSpec names the shards' model (small) and dataset (d).
+func testSpec() *v1alpha1.EvaluationSpec {
+	return &testutil.MakeEvaluation("arith", "ns").InlineDataset("d", 3).OpenAIModel("small", "http://llm/v1").Scorer(v1alpha1.ScorerExactMatch).Obj().Spec
+}
+
 func testEvaluation() *v1alpha1.Evaluation {
 	return &v1alpha1.Evaluation{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "arith", UID: "uid-1"}}
 }
 
 // controllerMakes creates what the controller makes for a shard before its
 // runner starts: the head, and n chunk slots.
-func controllerMakes(t *testing.T, c client.Client, ev *v1alpha1.Evaluation, run string, sh Shard, n int) {
+func controllerMakes(t *testing.T, c client.Client, ev *v1alpha1.Evaluation, run string, sh cluster.Shard, n int) {
 	t.Helper()
-	objs := []client.Object{NewHead(ev, run, sh)}
+	objs := []client.Object{cluster.NewHead(ev, run, sh)}
 	for k := range n {
-		objs = append(objs, NewChunkSlot(ev, run, sh, k))
+		objs = append(objs, cluster.NewChunkSlot(ev, run, sh, k))
 	}
 	for _, o := range objs {
 		if err := c.Create(context.Background(), o); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -215,10 +222,10 @@ func listShardCMs(t *testing.T, c client.Client) (head *corev1.ConfigMap, chunks
 	}
 	for i := range list.Items {
 		cm := list.Items[i]
-		switch cm.Labels[LabelComponent] {
-		case ComponentShard:
+		switch cm.Labels[cluster.LabelComponent] {
+		case cluster.ComponentShard:
 			head = &cm
-		case ComponentRecords:
+		case cluster.ComponentRecords:
 			chunks = append(chunks, cm)
 		}
 	}
@@ -229,7 +236,7 @@ func indexes(t *testing.T, cms ...corev1.ConfigMap) []int {
 	t.Helper()
 	var out []int
 	for i := range cms {
-		lines, err := ReadRecords(&cms[i])
+		lines, err := cluster.ReadRecords(&cms[i])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -244,7 +251,7 @@ func TestStoreCheckpointAndResume(t *testing.T) {
 	ctx := context.Background()
 	c := newFakeClient(t)
 	ev := testEvaluation()
-	sh := Shard{Model: "small", Dataset: "d", Index: 2, Start: 10, End: 15}
+	sh := cluster.Shard{Model: "small", Dataset: "d", Index: 2, Start: 10, End: 15}
 
 	if _, err := OpenStore(ctx, c, ev, "r1", sh, "pod-a"); !apierrors.IsNotFound(err) {
 		t.Fatalf("OpenStore before the controller made the head: %v, want not found (runners create nothing)", err)
@@ -259,8 +266,8 @@ func TestStoreCheckpointAndResume(t *testing.T) {
 		t.Fatalf("head = %v, want arith-r1-small-2", head)
 	}
 	wantLabels := map[string]string{
-		LabelManagedBy: ManagedBy, LabelEvaluation: "arith", LabelRun: "r1", LabelComponent: ComponentShard,
-		LabelModel: "small", LabelDataset: "d", LabelAnswers: AnswersHash(&ev.Spec, "small"),
+		cluster.LabelManagedBy: cluster.ManagedBy, cluster.LabelEvaluation: "arith", cluster.LabelRun: "r1", cluster.LabelComponent: cluster.ComponentShard,
+		cluster.LabelModel: "small", cluster.LabelDataset: "d", cluster.LabelAnswers: cluster.AnswersHash(&ev.Spec, "small"),
 	}
 	if diff := cmp.Diff(wantLabels, head.Labels); diff != "" {
 		t.Errorf("head labels (-want +got):\n%s", diff)
@@ -297,12 +304,12 @@ func TestStoreCheckpointAndResume(t *testing.T) {
 	if len(chunks) != 0 {
 		t.Errorf("a small flush sealed %d chunks", len(chunks))
 	}
-	prog, ok := ParseProgress(head.Annotations)
+	prog, ok := cluster.ParseProgress(head.Annotations)
 	if !ok {
 		t.Fatalf("no progress annotation: %v", head.Annotations)
 	}
-	wantProg := ShardProgress{
-		State: StateRunning, Total: 5, Done: 4, Errored: 1, Scores: map[string]float64{"exact_match": 1},
+	wantProg := cluster.ShardProgress{
+		State: cluster.StateRunning, Total: 5, Done: 4, Errored: 1, Scores: map[string]float64{"exact_match": 1},
 		Tokens: results.Tokens{Input: 12, Output: 3}, Budget: 4, Pod: "pod-a", // the duplicate counts once
 		Spent: spend.Totals{Tokens: 19}, // but was paid for twice
 	}
@@ -313,7 +320,7 @@ func TestStoreCheckpointAndResume(t *testing.T) {
 	if diff := cmp.Diff(wantProg, prog); diff != "" {
 		t.Errorf("progress (-want +got):\n%s", diff)
 	}
-	if got := head.Data[KeyDone]; got != "10-13" {
+	if got := head.Data[cluster.KeyDone]; got != "10-13" {
 		t.Errorf("done = %q, want 10-13", got)
 	}
 	if diff := cmp.Diff([]int{10, 11, 12, 13, 12}, indexes(t, *head)); diff != "" {
@@ -325,7 +332,7 @@ func TestStoreCheckpointAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := s2.Progress(); p.Done != 4 || p.Pod != "pod-b" || p.State != StateRunning {
+	if p := s2.Progress(); p.Done != 4 || p.Pod != "pod-b" || p.State != cluster.StateRunning {
 		t.Errorf("resumed progress = %+v", p)
 	}
 	for i := 10; i < 15; i++ {
@@ -345,14 +352,14 @@ func TestStoreCheckpointAndResume(t *testing.T) {
 	if len(chunks) != 0 {
 		t.Fatalf("final flush of small records sealed %d chunks", len(chunks))
 	}
-	prog, _ = ParseProgress(head.Annotations)
-	if prog.State != StateSucceeded || prog.Done != 5 || prog.Chunks != 0 || prog.Pod != "pod-b" {
+	prog, _ = cluster.ParseProgress(head.Annotations)
+	if prog.State != cluster.StateSucceeded || prog.Done != 5 || prog.Chunks != 0 || prog.Pod != "pod-b" {
 		t.Errorf("final progress = %+v", prog)
 	}
 	if diff := cmp.Diff([]int{10, 11, 12, 13, 12, 14}, indexes(t, *head)); diff != "" {
 		t.Errorf("stored records (-want +got):\n%s", diff)
 	}
-	lines, _ := ReadRecords(head)
+	lines, _ := cluster.ReadRecords(head)
 	var r results.Record
 	if err := json.Unmarshal(lines[3].Record, &r); err != nil || r.Error != "boom" {
 		t.Errorf("record 13 = %+v, %v", r, err)
@@ -375,7 +382,7 @@ func TestStoreSealsIntoTheSlotsItIsGiven(t *testing.T) {
 	ev := testEvaluation()
 	rng := rand.New(rand.NewPCG(1, 2))
 	const n = 70
-	sh := Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: n}
+	sh := cluster.Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: n}
 	controllerMakes(t, c, ev, "r1", sh, 1) // one slot to begin with
 	s, err := OpenStore(ctx, c, ev, "r1", sh, "p")
 	if err != nil {
@@ -396,16 +403,16 @@ func TestStoreSealsIntoTheSlotsItIsGiven(t *testing.T) {
 		t.Fatalf("Flush with too few slots: %v, want ErrNoSlot", err)
 	}
 	head, chunks := listShardCMs(t, c)
-	prog, _ := ParseProgress(head.Annotations)
-	if prog.Want < 2 || head.Data[KeyDone] != headBefore.Data[KeyDone] || len(head.BinaryData) != 0 {
+	prog, _ := cluster.ParseProgress(head.Annotations)
+	if prog.Want < 2 || head.Data[cluster.KeyDone] != headBefore.Data[cluster.KeyDone] || len(head.BinaryData) != 0 {
 		t.Errorf("after a blocked flush: want %d slots, done %q, %d binary keys; want slots asked for and the head's records untouched",
-			prog.Want, head.Data[KeyDone], len(head.BinaryData))
+			prog.Want, head.Data[cluster.KeyDone], len(head.BinaryData))
 	}
 	if got := indexes(t, chunks...); len(got) == 0 {
 		t.Errorf("the one slot given was not filled")
 	}
 	// The controller grants what the head asks for; the next flush goes through.
-	controllerMakes(t, c, ev, "r1", sh, SlotsWanted(prog))
+	controllerMakes(t, c, ev, "r1", sh, cluster.SlotsWanted(prog))
 	if err := s.Flush(ctx, false); err != nil {
 		t.Fatal(err)
 	}
@@ -418,8 +425,8 @@ func TestStoreSealsIntoTheSlotsItIsGiven(t *testing.T) {
 		t.Fatal(err)
 	}
 	head, chunks = listShardCMs(t, c)
-	prog, _ = ParseProgress(head.Annotations)
-	if prog.State != StateSucceeded || prog.Done != n {
+	prog, _ = cluster.ParseProgress(head.Annotations)
+	if prog.State != cluster.StateSucceeded || prog.Done != n {
 		t.Errorf("final progress %+v", prog)
 	}
 	got := indexes(t, append(chunks, *head)...)
@@ -429,8 +436,8 @@ func TestStoreSealsIntoTheSlotsItIsGiven(t *testing.T) {
 		t.Errorf("%d samples stored in the head and %d slots, want %d", len(got), len(chunks), n)
 	}
 	for _, ch := range chunks {
-		if len(ch.BinaryData[KeyRecords]) > MaxChunkBytes {
-			t.Errorf("slot %s holds %d bytes", ch.Name, len(ch.BinaryData[KeyRecords]))
+		if len(ch.BinaryData[cluster.KeyRecords]) > cluster.MaxChunkBytes {
+			t.Errorf("slot %s holds %d bytes", ch.Name, len(ch.BinaryData[cluster.KeyRecords]))
 		}
 	}
 }
@@ -438,21 +445,21 @@ func TestStoreSealsIntoTheSlotsItIsGiven(t *testing.T) {
 func TestStoreRefusesObjectsItDoesNotOwn(t *testing.T) {
 	ctx := context.Background()
 	ev := testEvaluation()
-	sh := Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 2}
+	sh := cluster.Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 2}
 	other := ev.DeepCopy()
 	other.UID = "uid-of-another"
 
 	// A head made by someone else (a user, or before the Evaluation existed).
 	c := newFakeClient(t)
 	controllerMakes(t, c, other, "r1", sh, 0)
-	var fe *ForeignError
+	var fe *cluster.ForeignError
 	if _, err := OpenStore(ctx, c, ev, "r1", sh, "p"); !errors.As(err, &fe) {
 		t.Fatalf("OpenStore on a foreign head: %v, want a ForeignError", err)
 	}
 	c = newFakeClient(t)
-	forged := NewHead(ev, "r1", sh)
+	forged := cluster.NewHead(ev, "r1", sh)
 	forged.OwnerReferences = nil
-	forged.Data = map[string]string{KeyDone: "0-1"}
+	forged.Data = map[string]string{cluster.KeyDone: "0-1"}
 	if err := c.Create(ctx, forged); err != nil {
 		t.Fatal(err)
 	}
@@ -463,22 +470,22 @@ func TestStoreRefusesObjectsItDoesNotOwn(t *testing.T) {
 	// A foreign slot is never written to.
 	c = newFakeClient(t)
 	controllerMakes(t, c, ev, "r1", sh, 0)
-	if err := c.Create(ctx, NewChunkSlot(other, "r1", sh, 0)); err != nil {
+	if err := c.Create(ctx, cluster.NewChunkSlot(other, "r1", sh, 0)); err != nil {
 		t.Fatal(err)
 	}
 	s, err := OpenStore(ctx, c, ev, "r1", sh, "p")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.fillSlot(ctx, ChunkName(s.head, 0), []byte("x")); !errors.As(err, &fe) {
+	if _, err := s.fillSlot(ctx, cluster.ChunkName(s.head, 0), []byte("x")); !errors.As(err, &fe) {
 		t.Errorf("fillSlot into a foreign slot: %v", err)
 	}
 
 	// ForEachRunRecord skips (and reports) ConfigMaps the Evaluation does not control.
-	mine := NewChunkSlot(ev, "r2", sh, 0)
-	mine.BinaryData = map[string][]byte{KeyRecords: mustGzip(t, `{"i":0,"r":{"id":"real"}}`)}
-	theirs := NewChunkSlot(other, "r2", sh, 1)
-	theirs.BinaryData = map[string][]byte{KeyRecords: mustGzip(t, `{"i":1,"r":{"id":"FORGED"}}`)}
+	mine := cluster.NewChunkSlot(ev, "r2", sh, 0)
+	mine.BinaryData = map[string][]byte{cluster.KeyRecords: mustGzip(t, `{"i":0,"r":{"id":"real"}}`)}
+	theirs := cluster.NewChunkSlot(other, "r2", sh, 1)
+	theirs.BinaryData = map[string][]byte{cluster.KeyRecords: mustGzip(t, `{"i":1,"r":{"id":"FORGED"}}`)}
 	for _, o := range []client.Object{mine, theirs} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)
@@ -486,10 +493,10 @@ func TestStoreRefusesObjectsItDoesNotOwn(t *testing.T) {
 	}
 	var seen, skipped []string
 	withSpec := ev.DeepCopy() // the same Evaluation, whose spec names the shard's model and dataset
-	withSpec.Spec = *baseSpec()
-	plan := Plan{ShardSize: sh.End - sh.Start, Totals: map[string]int{sh.Dataset: sh.End}}
-	err = ForEachRunRecord(ctx, c, withSpec, "r2", plan, []string{mine.Name, theirs.Name}, func(fe *ForeignError) { skipped = append(skipped, fe.Name) },
-		func(_ Shard, l results.Line) error {
+	withSpec.Spec = *testSpec()
+	plan := cluster.Plan{ShardSize: sh.End - sh.Start, Totals: map[string]int{sh.Dataset: sh.End}}
+	err = ForEachRunRecord(ctx, c, withSpec, "r2", plan, []string{mine.Name, theirs.Name}, func(fe *cluster.ForeignError) { skipped = append(skipped, fe.Name) },
+		func(_ cluster.Shard, l results.Line) error {
 			rec, err := results.Emit(l.Record, nil, nil)
 			if err == nil {
 				seen = append(seen, rec.ID)
@@ -517,7 +524,7 @@ func mustGzip(t *testing.T, lines ...string) []byte {
 func TestStoreCutsLongOutputs(t *testing.T) {
 	ctx := context.Background()
 	c := newFakeClient(t)
-	sh := Shard{Model: "small", Dataset: "d", Start: 0, End: 1}
+	sh := cluster.Shard{Model: "small", Dataset: "d", Start: 0, End: 1}
 	controllerMakes(t, c, testEvaluation(), "r1", sh, 0)
 	s, err := OpenStore(ctx, c, testEvaluation(), "r1", sh, "p")
 	if err != nil {
@@ -525,7 +532,7 @@ func TestStoreCutsLongOutputs(t *testing.T) {
 	}
 	r := record(0, 1)
 	// A 3-byte character straddles the cap: the cut must not split it.
-	r.Output = strings.Repeat("x", MaxOutputBytes-1) + "€" + strings.Repeat("y", 10)
+	r.Output = strings.Repeat("x", cluster.MaxOutputBytes-1) + "€" + strings.Repeat("y", 10)
 	whole := len(r.Output)
 	if err := s.Put("small", "d", 0, r); err != nil {
 		t.Fatal(err)
@@ -534,7 +541,7 @@ func TestStoreCutsLongOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	head, _ := listShardCMs(t, c)
-	lines, err := ReadRecords(head)
+	lines, err := cluster.ReadRecords(head)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +549,7 @@ func TestStoreCutsLongOutputs(t *testing.T) {
 	if err := json.Unmarshal(lines[0].Record, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Output != strings.Repeat("x", MaxOutputBytes-1) || !got.OutputTruncated || got.OutputBytes != whole || got.Scores["exact_match"] != 1 {
+	if got.Output != strings.Repeat("x", cluster.MaxOutputBytes-1) || !got.OutputTruncated || got.OutputBytes != whole || got.Scores["exact_match"] != 1 {
 		t.Errorf("stored output of %d bytes, truncated %v, outputBytes %d (want %d), scores %v",
 			len(got.Output), got.OutputTruncated, got.OutputBytes, whole, got.Scores)
 	}
@@ -558,7 +565,7 @@ func TestStoreStorageBudget(t *testing.T) {
 	ctx := context.Background()
 	c := newFakeClient(t)
 	const n = 40
-	sh := Shard{Model: "small", Dataset: "d", Start: 0, End: n}
+	sh := cluster.Shard{Model: "small", Dataset: "d", Start: 0, End: n}
 	controllerMakes(t, c, testEvaluation(), "r1", sh, 4)
 	s, err := OpenStore(ctx, c, testEvaluation(), "r1", sh, "p")
 	if err != nil {
@@ -583,7 +590,7 @@ func TestStoreStorageBudget(t *testing.T) {
 	head, chunks := listShardCMs(t, c)
 	kept, dropped := 0, 0
 	for _, ch := range append(chunks, *head) {
-		lines, err := ReadRecords(&ch)
+		lines, err := cluster.ReadRecords(&ch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -625,10 +632,10 @@ func TestReadRecordsKeysAndErrors(t *testing.T) {
 		return gz
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "h"}, BinaryData: map[string][]byte{
-		KeyPending: mk(`{"i":3,"r":{"id":"c"}}`),
-		KeyRecords: mk(`{"i":1,"k":"abc","r":{"id":"a"}}`, `{"i":2,"r":{"id":"b"}}`),
+		cluster.KeyPending: mk(`{"i":3,"r":{"id":"c"}}`),
+		cluster.KeyRecords: mk(`{"i":1,"k":"abc","r":{"id":"a"}}`, `{"i":2,"r":{"id":"b"}}`),
 	}}
-	lines, err := ReadRecords(cm)
+	lines, err := cluster.ReadRecords(cm)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -647,12 +654,12 @@ func TestReadRecordsKeysAndErrors(t *testing.T) {
 		"truncated":  mk(`{"i":1,"r":{}}`)[:10],
 		"wrong type": mk(`{"i":"x","r":{}}`),
 	} {
-		_, err := ReadRecords(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "h"}, BinaryData: map[string][]byte{KeyRecords: bad}})
-		if err == nil || !strings.HasPrefix(err.Error(), "h/"+KeyRecords+": ") {
-			t.Errorf("%s: error = %v, want one naming h/%s", name, err, KeyRecords)
+		_, err := cluster.ReadRecords(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "h"}, BinaryData: map[string][]byte{cluster.KeyRecords: bad}})
+		if err == nil || !strings.HasPrefix(err.Error(), "h/"+cluster.KeyRecords+": ") {
+			t.Errorf("%s: error = %v, want one naming h/%s", name, err, cluster.KeyRecords)
 		}
 	}
-	if lines, err := ReadRecords(&corev1.ConfigMap{}); err != nil || lines != nil {
+	if lines, err := cluster.ReadRecords(&corev1.ConfigMap{}); err != nil || lines != nil {
 		t.Errorf("empty ConfigMap: %v, %v", lines, err)
 	}
 }
@@ -663,7 +670,7 @@ func TestStoreKeepsBatches(t *testing.T) {
 	ctx := context.Background()
 	c := newFakeClient(t)
 	ev := testEvaluation()
-	sh := Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 100}
+	sh := cluster.Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 100}
 	controllerMakes(t, c, ev, "r1", sh, 0)
 	s, err := OpenStore(ctx, c, ev, "r1", sh, "pod-a")
 	if err != nil {
@@ -679,9 +686,9 @@ func TestStoreKeepsBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	head, _ := listShardCMs(t, c)
-	got, err := ParseBatches(head.Annotations)
+	got, err := cluster.ParseBatches(head.Annotations)
 	if err != nil || len(got) != 1 || got[0].ID != "batch_1" || got[0].Indexes.String() != "0-2,5" {
-		t.Fatalf("head batches %+v, %v; annotation %q", got, err, head.Annotations[AnnotationBatches])
+		t.Fatalf("head batches %+v, %v; annotation %q", got, err, head.Annotations[cluster.AnnotationBatches])
 	}
 	s2, err := OpenStore(ctx, c, ev, "r1", sh, "pod-b")
 	if err != nil {
@@ -704,7 +711,7 @@ func TestStoreKeepsRecordsAwaitingJudging(t *testing.T) {
 	ctx := context.Background()
 	c := newFakeClient(t)
 	ev := testEvaluation()
-	sh := Shard{Model: "small", Dataset: "d", Index: 0, Start: 10, End: 15}
+	sh := cluster.Shard{Model: "small", Dataset: "d", Index: 0, Start: 10, End: 15}
 	controllerMakes(t, c, ev, "r1", sh, 3)
 	cost := func(d float64) *float64 { return &d }
 	awaiting := func(i int) *results.Record {

@@ -1,4 +1,4 @@
-package cluster
+package kube
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/compare"
 	"github.com/proctor-dev/proctor/runner/results"
 )
@@ -65,7 +66,7 @@ func findResults(ctx context.Context, r client.Reader, ns, self string, b *v1alp
 			}
 			return nil, nil, err
 		}
-		return &Results{Label: fmt.Sprintf("evaluation/%s (run %s)", ev.Name, cm.Annotations[AnnotationRun]), owner: ev, cm: cm}, nil, nil
+		return &Results{Label: fmt.Sprintf("evaluation/%s (run %s)", ev.Name, cm.Annotations[cluster.AnnotationRun]), owner: ev, cm: cm}, nil, nil
 	case b.ConfigMap != "":
 		cm := &corev1.ConfigMap{}
 		if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: b.ConfigMap}, cm); err != nil {
@@ -74,17 +75,17 @@ func findResults(ctx context.Context, r client.Reader, ns, self string, b *v1alp
 			}
 			return nil, nil, err
 		}
-		if _, ok := cm.Data[ResultsKeySummary]; !ok {
-			return nil, &Missing{v1alpha1.ReasonBaselineNotFound, fmt.Sprintf("ConfigMap %s (spec.baseline.configMap) holds no results: no %s", b.ConfigMap, ResultsKeySummary)}, nil
+		if _, ok := cm.Data[cluster.ResultsKeySummary]; !ok {
+			return nil, &Missing{v1alpha1.ReasonBaselineNotFound, fmt.Sprintf("ConfigMap %s (spec.baseline.configMap) holds no results: no %s", b.ConfigMap, cluster.ResultsKeySummary)}, nil
 		}
-		res := &Results{Label: fmt.Sprintf("configMap/%s (run %s)", cm.Name, cm.Annotations[AnnotationRun]), cm: cm}
-		if len(cm.BinaryData[ResultsKeyRecords]) == 0 {
+		res := &Results{Label: fmt.Sprintf("configMap/%s (run %s)", cm.Name, cm.Annotations[cluster.AnnotationRun]), cm: cm}
+		if len(cm.BinaryData[cluster.ResultsKeyRecords]) == 0 {
 			// Its records are in the run's ConfigMaps, which the Evaluation
 			// it was copied from controls.
 			owner := &v1alpha1.Evaluation{}
-			name := cm.Labels[LabelEvaluation]
+			name := cm.Labels[cluster.LabelEvaluation]
 			if name == "" {
-				return nil, &Missing{v1alpha1.ReasonBaselineNotFound, fmt.Sprintf("ConfigMap %s lists its records in another run's ConfigMaps (%s) but names no Evaluation: keep its label %s", cm.Name, ResultsKeyChunks, LabelEvaluation)}, nil
+				return nil, &Missing{v1alpha1.ReasonBaselineNotFound, fmt.Sprintf("ConfigMap %s lists its records in another run's ConfigMaps (%s) but names no Evaluation: keep its label %s", cm.Name, cluster.ResultsKeyChunks, cluster.LabelEvaluation)}, nil
 			}
 			if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, owner); err != nil {
 				if apierrors.IsNotFound(err) {
@@ -109,14 +110,14 @@ func phaseOrNew(p v1alpha1.Phase) string {
 // Summaries are the summaries of the results' summary.json.
 func (res *Results) Summaries() ([]results.Summary, error) {
 	var s compare.Summary
-	if err := json.Unmarshal([]byte(res.cm.Data[ResultsKeySummary]), &s); err != nil {
-		return nil, fmt.Errorf("%s: %s: %w", res.cm.Name, ResultsKeySummary, err)
+	if err := json.Unmarshal([]byte(res.cm.Data[cluster.ResultsKeySummary]), &s); err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", res.cm.Name, cluster.ResultsKeySummary, err)
 	}
 	return s.Results, nil
 }
 
 // Records calls fn with each record of the results.
-func (res *Results) Records(ctx context.Context, r client.Reader, foreign func(*ForeignError), fn func(*results.Record)) error {
+func (res *Results) Records(ctx context.Context, r client.Reader, foreign func(*cluster.ForeignError), fn func(*results.Record)) error {
 	owner := res.owner
 	if owner == nil {
 		owner = &v1alpha1.Evaluation{}
@@ -132,7 +133,7 @@ func (res *Results) Records(ctx context.Context, r client.Reader, foreign func(*
 }
 
 // Baseline reads the results as a baseline scored by metrics.
-func (res *Results) Baseline(ctx context.Context, r client.Reader, metrics []string, foreign func(*ForeignError)) (*compare.Baseline, error) {
+func (res *Results) Baseline(ctx context.Context, r client.Reader, metrics []string, foreign func(*cluster.ForeignError)) (*compare.Baseline, error) {
 	b := compare.NewBaseline(res.Label, metrics)
 	if err := res.Records(ctx, r, foreign, b.Add); err != nil {
 		return nil, err

@@ -1,0 +1,273 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/spend"
+)
+
+// A shard's records live in ConfigMaps, the checkpoint that survives its pod:
+//
+//   - its head (HeadName) holds its progress (annotation AnnotationProgress, so the
+//     controller can follow every shard from a metadata-only cache), the set of
+//     samples done, and the records not yet sealed (key pending.jsonl.gz);
+//   - chunk slots (ChunkName(head, k), labelled ComponentRecords) hold the rest,
+//     gzipped JSON lines {"i": position, "r": record}, one batch each.
+//
+// The controller creates the head and the chunk slots, owned by the Evaluation,
+// before the runner writes to them: runners create nothing, and may only read
+// and update their own shard's objects, by name. The controller keeps SpareSlots
+// empty slots ahead of what a shard sealed (progress.Chunks), or as many as it
+// asks for (progress.Want). The head's done set, not the chunks, is what a
+// restarted shard resumes from: a slot written by a pod that died before its
+// head said so is written again by the next pod. The controller reads every
+// slot once and keeps one record per sample.
+
+// Keys of a head ConfigMap.
+const (
+	KeyPending = "pending.jsonl.gz"
+	KeyDone    = "done"
+	KeyRecords = "records.jsonl.gz"
+	// KeyAwaiting lists the samples whose records await a judge's batch
+	// (results.Record.JudgePending), as ranges like KeyDone.
+	KeyAwaiting = "awaiting"
+)
+
+// KeySources is the key of the cache sources ConfigMap (JSON []CacheSource).
+const KeySources = "sources.json"
+
+// Shard states.
+const (
+	StateRunning   = "running"
+	StateSucceeded = "succeeded"
+)
+
+// Size bounds. ConfigMaps must stay well under etcd's 1.5 MiB object limit.
+const (
+	// MaxChunkBytes bounds a sealed chunk's compressed records.
+	MaxChunkBytes = 512 << 10
+	// MaxHeadPendingBytes is when pending records are sealed into chunks.
+	MaxHeadPendingBytes = 256 << 10
+	// MaxHeadBytes bounds the pending records a head may hold while no chunk
+	// slot is free (the controller grants slots within a second or two).
+	MaxHeadBytes = 768 << 10
+	// SpareSlots is how many empty chunk slots the controller keeps ahead of a
+	// shard's sealed chunks.
+	SpareSlots = 2
+	// FlushPendingRaw asks for an early flush when this much accumulates between flushes.
+	FlushPendingRaw = 1 << 20
+	// MaxOutputBytes caps one record's output in a cluster, so that any record fits
+	// a chunk; longer outputs are cut, and the record says so (OutputTruncated,
+	// OutputBytes).
+	MaxOutputBytes = 256 << 10
+	// DefaultStorageBudget bounds the records a run stores in the cluster (their
+	// JSON, before compression) unless the manager is told otherwise: past it,
+	// records are stored without their output.
+	DefaultStorageBudget = 64 << 20
+	// DefaultNamespaceStorageBudget and DefaultClusterStorageBudget bound
+	// the records the Evaluations of a namespace, and of the whole cluster,
+	// keep (their JSON, before compression; etcd holds them compressed, with
+	// their history until it compacts): about 60 runs at the per-run budget
+	// filled a 4 GiB etcd quota, which makes the whole cluster read-only.
+	// A run not ended counts its whole budget: 32 at once a namespace, 64 in
+	// the cluster, by default.
+	DefaultNamespaceStorageBudget = 2 << 30
+	DefaultClusterStorageBudget   = 4 << 30
+)
+
+// CacheSource is a ConfigMap of records a run may reuse answers from.
+type CacheSource struct {
+	Model   string `json:"model"`
+	Dataset string `json:"dataset"`
+	Name    string `json:"name"`
+	// Answers says its model's answers were made for the same requests
+	// (AnswersHash): the run scores them again, by position, without
+	// calling the model, whether the cache is on or not.
+	Answers bool `json:"answers,omitempty"`
+}
+
+// ShardProgress is a head's progress annotation.
+type ShardProgress struct {
+	State   string `json:"state"`
+	Total   int    `json:"total"`
+	Done    int    `json:"done"`
+	Errored int    `json:"errored"`
+	// Scores sums each metric over done samples (errored ones count 0).
+	Scores map[string]float64 `json:"scores,omitempty"`
+	Tokens results.Tokens     `json:"tokens"`
+	// Budget is the newest budget version the runner applied.
+	Budget int64 `json:"budget"`
+	// Chunks counts the chunk slots this shard filled: slots 0 to Chunks-1.
+	Chunks int `json:"chunks"`
+	// Want, when larger than Chunks+SpareSlots, is how many slots the shard
+	// needs: records are waiting for them.
+	Want int    `json:"want,omitempty"`
+	Pod  string `json:"pod,omitempty"`
+	// Stored is the size of the records stored (their JSON, before compression).
+	Stored int64 `json:"stored,omitempty"`
+	// Cut counts outputs cut at MaxOutputBytes; Dropped, outputs not stored
+	// because the shard's share of the storage budget was used up.
+	Cut     int `json:"cut,omitempty"`
+	Dropped int `json:"dropped,omitempty"`
+	// Throttled lists the models (the shard's and its judges) that the server
+	// is rate limiting (429) at the last flush.
+	Throttled map[string]Throttle `json:"throttled,omitempty"`
+	// Endpoints are the budgets of the ModelEndpoints the shard calls through
+	// that it applied, by endpoint name.
+	Endpoints map[string]EndpointAck `json:"endpoints,omitempty"`
+	// Usage is what the shard sent to each model that calls through a
+	// ModelEndpoint or has a rateLimit over the last minute, by caller (for
+	// the endpoint's status, and to compare with the provider's counts).
+	Usage map[string]Usage `json:"usage,omitempty"`
+	// Provider is what the providers' rate-limit headers last said of each
+	// caller's key.
+	Provider map[string]ProviderSeen `json:"provider,omitempty"`
+	// Spent is what the shard's records cost (their calls and their judging),
+	// over all its pods.
+	Spent spend.Totals `json:"spent"`
+	// Ledger is the runner's account against its allowance of spec.budget,
+	// when the run has one.
+	Ledger *LedgerReport `json:"ledger,omitempty"`
+}
+
+// LedgerReport is a runner's account of its spending against its allowance.
+type LedgerReport struct {
+	// Spent is what its records and the calls it settled cost; Reserved, the
+	// worst case of its calls in flight.
+	Spent    spend.Totals `json:"spent"`
+	Reserved spend.Totals `json:"reserved"`
+	// Blocked: a call waits for a larger allowance; Needed is its worst case.
+	Blocked bool         `json:"blocked,omitempty"`
+	Needed  spend.Totals `json:"needed"`
+}
+
+// NewLedgerReport reports a ledger's state.
+func NewLedgerReport(st spend.State) *LedgerReport {
+	return &LedgerReport{Spent: st.Spent, Reserved: st.Reserved, Blocked: st.Waiting, Needed: st.Needed}
+}
+
+// Throttle is a model's current run of 429s, as a runner saw it.
+type Throttle struct {
+	// Since is the first 429 after the model's last successful call.
+	Since metav1.Time `json:"since"`
+	// Until is when the server's latest retry-after ends, if it sent one.
+	Until *metav1.Time `json:"until,omitempty"`
+	// Refusals counts the 429s since Since.
+	Refusals int `json:"refusals"`
+}
+
+// ParseProgress reads a head's progress annotation.
+func ParseProgress(annotations map[string]string) (ShardProgress, bool) {
+	var p ShardProgress
+	v, ok := annotations[AnnotationProgress]
+	if !ok || json.Unmarshal([]byte(v), &p) != nil {
+		return p, false
+	}
+	return p, true
+}
+
+// ParseBatches reads a head's batches.
+func ParseBatches(annotations map[string]string) ([]results.BatchRecord, error) {
+	v, ok := annotations[AnnotationBatches]
+	if !ok {
+		return nil, nil
+	}
+	var out []results.BatchRecord
+	if err := json.Unmarshal([]byte(v), &out); err != nil {
+		return nil, fmt.Errorf("batches: %w", err)
+	}
+	return out, nil
+}
+
+// NewHead is a shard's empty head, as the controller creates it.
+func NewHead(ev *v1alpha1.Evaluation, run string, sh Shard) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Namespace: ev.Namespace, Name: HeadName(ev.Name, run, sh.Model, sh.Index),
+		Labels:          shardLabels(ev, Labels(ev.Name, run, ComponentShard), sh),
+		Annotations:     scorerAnnotation(ev),
+		OwnerReferences: []metav1.OwnerReference{OwnerReference(ev)},
+	}}
+}
+
+// NewChunkSlot is the k-th empty chunk slot of a shard, as the controller
+// creates it.
+func NewChunkSlot(ev *v1alpha1.Evaluation, run string, sh Shard, k int) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Namespace: ev.Namespace, Name: ChunkName(HeadName(ev.Name, run, sh.Model, sh.Index), k),
+		Labels:          shardLabels(ev, Labels(ev.Name, run, ComponentRecords), sh),
+		Annotations:     scorerAnnotation(ev),
+		OwnerReferences: []metav1.OwnerReference{OwnerReference(ev)},
+	}}
+}
+
+// SlotsWanted is how many chunk slots a shard whose head shows p needs now:
+// those it filled and those it asks for.
+func SlotsWanted(p ShardProgress) int { return max(p.Chunks, p.Want) }
+
+func scorerAnnotation(ev *v1alpha1.Evaluation) map[string]string {
+	b, _ := json.Marshal(ScorerHashes(&ev.Spec))
+	return map[string]string{AnnotationScorers: string(b)}
+}
+
+// KeptScorers are the metrics of the current spec whose scorer is the one
+// that scored the records of an earlier run's ConfigMap cm (its
+// AnnotationScorers): their scores stay when its answers are scored again.
+func KeptScorers(spec *v1alpha1.EvaluationSpec, cm *corev1.ConfigMap) map[string]bool {
+	var was map[string]string
+	if json.Unmarshal([]byte(cm.Annotations[AnnotationScorers]), &was) != nil {
+		return nil
+	}
+	keep := map[string]bool{}
+	for name, h := range ScorerHashes(spec) {
+		if was[name] == h {
+			keep[name] = true
+		}
+	}
+	return keep
+}
+
+func shardLabels(ev *v1alpha1.Evaluation, l map[string]string, s Shard) map[string]string {
+	l[LabelModel] = s.Model
+	l[LabelDataset] = s.Dataset
+	l[LabelAnswers] = AnswersHash(&ev.Spec, s.Model)
+	return l
+}
+
+// ReadRecords decodes the records a shard ConfigMap (head or chunk) holds, in
+// the order they were written (a head holds pending records, a chunk sealed ones).
+func ReadRecords(cm *corev1.ConfigMap) ([]results.Line, error) {
+	var out []results.Line
+	for _, key := range []string{KeyPending, KeyRecords} {
+		gz := cm.BinaryData[key]
+		if len(gz) == 0 {
+			continue
+		}
+		lines, err := results.GunzipLines(gz)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", cm.Name, key, err)
+		}
+		for _, b := range lines {
+			l, err := results.ParseLine(b)
+			if err != nil {
+				return nil, fmt.Errorf("%s/%s: %w", cm.Name, key, err)
+			}
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// Keys of the results ConfigMap (ResultsName): the summary, as a local run's
+// summary.json; the records in sample order, as a local run's results.jsonl
+// (gzip), when they fit; else the names of the run's ConfigMaps that hold them.
+const (
+	ResultsKeySummary = "summary.json"
+	ResultsKeyRecords = "results.jsonl.gz"
+	ResultsKeyChunks  = "chunks"
+)
