@@ -29,5 +29,7 @@ start=$(date +%s.%N)
 hack/cluster-up.sh >/dev/null
 awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {printf "Measured: hack/cluster-up.sh %.1fs\n", b - a}'
 export KUBECONFIG=$CLUSTER_DIR/kubeconfig
-go test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-45m}" ${E2E_RUN:+-run "$E2E_RUN"} ./test/e2e/cluster/ 2>&1 |
+# -parallel: the subtests that run side by side (t.Parallel) mostly wait for
+# pods and rate limits; go test's default, GOMAXPROCS, would run two at a time.
+go test -tags e2e -count=1 -v -parallel 16 -timeout "${E2E_TIMEOUT:-45m}" ${E2E_RUN:+-run "$E2E_RUN"} ./test/e2e/cluster/ 2>&1 |
 	grep --line-buffered -v -E '^=== (RUN|PAUSE|CONT)'

@@ -11,11 +11,11 @@ import (
 	"github.com/proctor-dev/proctor/test/fakellm"
 )
 
-// TestDatasetEditedMidRun: the ConfigMap a run reads is replaced while the run
+// testDatasetEditedMidRun (TestRunsSideBySide): the ConfigMap a run reads is replaced while the run
 // goes on (other ids, wrong answers, more rows). The run reads the version it
 // started with, whole: its samples, each once, all right, and nothing of the
 // new version (it once mixed 50 old and 70 new samples, then failed with EOF).
-func TestDatasetEditedMidRun(t *testing.T) {
+func testDatasetEditedMidRun(t *testing.T) {
 	ns := namespace(t, "e2e-dataset-edit")
 	const n = 24
 	mustKubectl(t, "-n", ns, "create", "configmap", "qa", "--from-literal=data.jsonl="+fakellm.ArithmeticJSONL("old", n))

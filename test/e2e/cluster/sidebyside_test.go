@@ -2,7 +2,10 @@
 
 package cluster_test
 
-import "testing"
+import (
+	"sync"
+	"testing"
+)
 
 // The tests below run side by side, each in namespaces, with fake servers and
 // keys of its own. Those of TestSharedKeys spend most of their time waiting
@@ -10,23 +13,38 @@ import "testing"
 // together they take about the longest one's time rather than the sum: the
 // cluster's CPU is mostly idle while they wait. Left out, and run alone: the
 // tests that delete the manager or a node's pods (TestBatchModeInACluster,
-// TestKilledPods, the services' faults), the one that times a first call
-// from its pod's start (TestTwoNamespacesShareOneQuota), and the lifecycle
-// tests (zz_lifecycle_test.go), which look at what every other test left.
+// TestKilledPods, the services' faults), and the lifecycle tests
+// (zz_lifecycle_test.go), which look at what every other test left.
 
 // TestSharedKeys: rate limits shared by shards, Evaluations, namespaces and
 // agents, each against its own server enforcing its limit.
+// TwoNamespacesShareOneQuota times its runner pods' first calls from their
+// start, so the others start once it has made them: their pods starting at the
+// same moment would slow its pods' start, which is not what it measures.
 func TestSharedKeys(t *testing.T) {
+	firstCalls := make(chan struct{})
+	var once sync.Once
+	timed := func() { once.Do(func() { close(firstCalls) }) }
+	after := func(run func(*testing.T)) func(*testing.T) {
+		return func(t *testing.T) {
+			<-firstCalls
+			run(t)
+		}
+	}
 	sideBySide(t, map[string]func(*testing.T){
-		"SharedRateLimit":                  testSharedRateLimit,
-		"TwoTeamsShareOneKey":              testTwoTeamsShareOneKey,
-		"TwoEvaluationsShareOneEndpoint":   testTwoEvaluationsShareOneEndpoint,
-		"AgentCallsThroughASharedEndpoint": testAgentCallsThroughASharedEndpoint,
+		"TwoNamespacesShareOneQuota": func(t *testing.T) {
+			defer timed() // if it fails first
+			testTwoNamespacesShareOneQuota(t, timed)
+		},
+		"SharedRateLimit":                  after(testSharedRateLimit),
+		"TwoTeamsShareOneKey":              after(testTwoTeamsShareOneKey),
+		"TwoEvaluationsShareOneEndpoint":   after(testTwoEvaluationsShareOneEndpoint),
+		"AgentCallsThroughASharedEndpoint": after(testAgentCallsThroughASharedEndpoint),
 	})
 }
 
-// TestRunsSideBySide: data sources, gates, ownership, re-scoring, budgets and
-// judges in batches.
+// TestRunsSideBySide: data sources (one edited mid-run), gates, ownership,
+// re-scoring, budgets and judges in batches.
 func TestRunsSideBySide(t *testing.T) {
 	sideBySide(t, map[string]func(*testing.T){
 		"EveryDatasetSource":            testEveryDatasetSource,
@@ -36,6 +54,7 @@ func TestRunsSideBySide(t *testing.T) {
 		"ScoringEditRescoresInACluster": testScoringEditRescoresInACluster,
 		"BudgetInACluster":              testBudgetInACluster,
 		"JudgeInBatchesInACluster":      testJudgeInBatchesInACluster,
+		"DatasetEditedMidRun":           testDatasetEditedMidRun,
 	})
 }
 

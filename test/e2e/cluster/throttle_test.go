@@ -268,7 +268,7 @@ func additions(n int) string {
 	return b.String()
 }
 
-// TestTwoNamespacesShareOneQuota is the cross-namespace case, as issue 24
+// testTwoNamespacesShareOneQuota (TestSharedKeys) is the cross-namespace case, as issue 24
 // measured it: two teams, each with its own key in its own namespace (a
 // ModelEndpoint and its Secret), share one account's 120 rpm through a
 // ModelQuota naming both namespaces, weights 2 and 1, an Evaluation of 3
@@ -278,8 +278,9 @@ func additions(n int) string {
 // no call refused; while both run, at least 0.9 of the limit and the samples
 // answered split 2:1 within ±10%; a runner pod's first call within 2 s of its
 // start; the quota lowered to 60 rpm mid-run applied within 10 s; and
-// `kubectl get modelquotas` shows both.
-func TestTwoNamespacesShareOneQuota(t *testing.T) {
+// `kubectl get modelquotas` shows both. It calls timed once both teams' first
+// calls were answered.
+func testTwoNamespacesShareOneQuota(t *testing.T, timed func()) {
 	const rpm, lowered = 120, 60
 	teams := []string{namespace(t, "e2e-quota-a"), namespace(t, "e2e-quota-b")}
 	samples := map[string]int{teams[0]: 240, teams[1]: 120}
@@ -311,6 +312,9 @@ spec:
 	eventually(t, 6*time.Minute, 2*time.Second, "both Evaluations to finish", func() error {
 		if out, err := kubectl("get", "modelquota", quota, "-o", "jsonpath={.status.endpoints}"); err == nil && strings.TrimSpace(out) == "2" {
 			sawBoth = true
+		}
+		if a := answers(t, teams[0], "account"); len(a["fake-team-0"]) > 0 && len(a["fake-team-1"]) > 0 {
+			timed()
 		}
 		// A minute and a half of both running, then the account's limit is
 		// lowered for 30 s.

@@ -190,16 +190,21 @@ spec:
 	// behind (a ModelEndpoint's budget goes with it).
 	mustKubectl(t, "delete", "-k", filepath.Join(repo, "config", "fakellm"), "--wait=true", "--timeout=2m")
 	mustKubectl(t, append([]string{"delete", "crd"}, append(crds, "--wait=true", "--timeout=2m")...)...)
-	for _, ns := range append([]string{"e2e-samples", "e2e-ratelimit", "e2e-agent", "e2e-restarts", "e2e-invalid", "e2e-upgrade", "e2e-unwatched",
-		"e2e-endpoint", "e2e-quota-a", "e2e-quota-b"}, failureNamespaces...) {
-		if _, err := kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
-			t.Error(err)
+	// One command, so that the namespaces go together rather than one after another.
+	namespaces := append([]string{"e2e-samples", "e2e-ratelimit", "e2e-agent", "e2e-restarts", "e2e-invalid", "e2e-upgrade", "e2e-unwatched",
+		"e2e-endpoint", "e2e-quota-a", "e2e-quota-b"}, failureNamespaces...)
+	if _, err := run(4*time.Minute, kubectlBin, append([]string{"delete", "namespace", "--ignore-not-found", "--wait=true", "--timeout=3m"}, namespaces...)...); err != nil {
+		t.Error(err)
+	}
+	// What the Evaluations owned in the namespaces that stay goes with them, as
+	// the garbage collector gets to it.
+	eventually(t, 2*time.Minute, time.Second, "no object of Proctor left", func() error {
+		out, err := kubectl("get", "jobs,pods,configmaps,roles,rolebindings,serviceaccounts", "-A", "-l", "app.kubernetes.io/managed-by=proctor", "-o", "name")
+		if err == nil && strings.TrimSpace(out) != "" {
+			err = fmt.Errorf("objects of Proctor left:\n%s", out)
 		}
-	}
-	out := mustKubectl(t, "get", "jobs,pods,configmaps,roles,rolebindings,serviceaccounts", "-A", "-l", "app.kubernetes.io/managed-by=proctor", "-o", "name")
-	if strings.TrimSpace(out) != "" {
-		t.Errorf("objects of Proctor left:\n%s", out)
-	}
+		return err
+	})
 	if out := mustKubectl(t, "get", "all", "-n", releaseNamespace, "-o", "name"); strings.TrimSpace(out) != "" {
 		t.Errorf("left in %s:\n%s", releaseNamespace, out)
 	}
