@@ -17,6 +17,9 @@ KUSTOMIZE_VERSION ?= v5.7.1
 KUSTOMIZE := $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 HELM_VERSION ?= v3.22.0
 HELM := $(LOCALBIN)/helm-$(HELM_VERSION)
+# jq for the docs' pipelines in test/chart (gojq: jq's language, in Go; the newest that builds from the proxy).
+GOJQ_VERSION ?= v0.12.17
+GOJQ := $(LOCALBIN)/gojq-$(GOJQ_VERSION)
 # Kubernetes components built from the module proxy (hack/install-kube.sh).
 KUBE_VERSION ?= v1.36.3
 KUBE_BIN := $(LOCALBIN)/kube-$(KUBE_VERSION)
@@ -91,7 +94,7 @@ test-race: ## The unit tests with the race detector (several minutes; what make 
 	cd hack/image && go test -race ./...
 
 .PHONY: test-integration
-test-integration: kube-assets $(HELM) ## Integration tests: the real manager against a real kube-apiserver + etcd, and the chart rendered by Helm.
+test-integration: kube-assets $(HELM) $(GOJQ) ## Integration tests: the real manager against a real kube-apiserver + etcd; the chart rendered by Helm, and the docs' kubectl and helm commands run against a kube-apiserver.
 	go test -race -timeout $(TEST_TIMEOUT) ./test/integration/ ./test/chart/
 
 .PHONY: test-e2e
@@ -180,6 +183,9 @@ $(CONTROLLER_GEN):
 
 $(CRD_REF_DOCS):
 	hack/go-install-tool.sh crd-ref-docs github.com/elastic/crd-ref-docs $(CRD_REF_DOCS_VERSION)
+
+$(GOJQ):
+	hack/go-install-tool.sh gojq github.com/itchyny/gojq/cmd/gojq $(GOJQ_VERSION)
 
 $(KUSTOMIZE):
 	hack/go-install-tool.sh kustomize sigs.k8s.io/kustomize/kustomize/v5 $(KUSTOMIZE_VERSION)

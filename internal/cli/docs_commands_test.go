@@ -1,89 +1,41 @@
 package cli
 
 import (
-	"bufio"
 	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-)
 
-// docsFiles are the pages whose shell blocks tell users what to type.
-func docsFiles(t *testing.T) []string {
-	t.Helper()
-	root := filepath.Join("..", "..")
-	files := []string{filepath.Join(root, "README.md"), filepath.Join(root, "charts", "proctor", "README.md")}
-	err := filepath.WalkDir(filepath.Join(root, "docs"), func(path string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
-			files = append(files, path)
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return files
-}
+	"github.com/proctor-dev/proctor/internal/testutil"
+)
 
 // proctorLine is a command line of proctor in a shell block: the binary as
 // the docs call it (proctor, bin/proctor, ./bin/proctor), then its words up
-// to a comment, a pipe or the next command.
-var proctorLine = regexp.MustCompile(`^(?:\$ )?(?:\./)?(?:bin/)?proctor(?:\s+(.*))?$`)
+// to a pipe or the next command.
+var proctorLine = regexp.MustCompile(`^(?:\./)?(?:bin/)?proctor(?:\s+(.*))?$`)
 
 // docsCommands lists the proctor command lines of the fenced shell blocks
 // of path, each with its line number.
 func docsCommands(t *testing.T, path string) map[int][]string {
 	t.Helper()
-	f, err := os.Open(path)
+	cmds, err := testutil.DocsCommands(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
 	out := map[int][]string{}
-	sc := bufio.NewScanner(f)
-	var inShell, inBlock bool
-	var n, start int
-	var cont string
-	for sc.Scan() {
-		n++
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "```") {
-			lang := strings.TrimPrefix(line, "```")
-			inBlock = !inBlock
-			inShell = inBlock && (lang == "" || lang == "sh" || lang == "bash" || lang == "shell" || lang == "console")
-			continue
-		}
-		if !inShell {
-			continue
-		}
-		if cont != "" {
-			line = cont + " " + line
-		} else {
-			start = n
-		}
-		if strings.HasSuffix(line, `\`) {
-			cont = strings.TrimSuffix(line, `\`)
-			continue
-		}
-		cont = ""
-		// The first command of the line: before a comment, a pipe, && or ;.
-		for _, sep := range []string{" #", " |", " &&", ";"} {
+	for _, c := range cmds {
+		line := c.Text
+		// The first command of the line: before a pipe, && or ;.
+		for _, sep := range []string{" |", " &&", ";"} {
 			if i := strings.Index(line, sep); i >= 0 {
 				line = line[:i]
 			}
 		}
-		m := proctorLine.FindStringSubmatch(strings.TrimSpace(line))
-		if m == nil {
-			continue
+		if m := proctorLine.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
+			out[c.Line] = strings.Fields(strings.NewReplacer(`"`, "", "'", "").Replace(m[1]))
 		}
-		out[start] = strings.Fields(strings.NewReplacer(`"`, "", "'", "").Replace(m[1]))
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }
@@ -95,7 +47,11 @@ func docsCommands(t *testing.T, path string) map[int][]string {
 // is the end-to-end tests' (the examples, the quickstarts, make demo).
 func TestDocsCommandsParse(t *testing.T) {
 	seen := 0
-	for _, path := range docsFiles(t) {
+	files, err := testutil.DocsFiles(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range files {
 		for line, args := range docsCommands(t, path) {
 			seen++
 			where := path + ":" + strconv.Itoa(line) + ": proctor " + strings.Join(args, " ")

@@ -27,7 +27,7 @@ import (
 // asks for (progress.Want). The head's done set, not the chunks, is what a
 // restarted shard resumes from: a slot written by a pod that died before its
 // head said so is written again by the next pod. The controller reads every
-// slot once and keeps one record per sample.
+// slot once and keeps one record per sample. The runner's side is kube.Store.
 
 // Keys of a head ConfigMap.
 const (

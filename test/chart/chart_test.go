@@ -1,7 +1,8 @@
 // Package chart tests the Helm chart charts/proctor with the pinned helm binary
 // (`make helm`): `helm lint --strict`, and `helm template` output decoded into
 // objects and compared with what the chart must render and with the kustomize
-// manifests of config/ it mirrors.
+// manifests of config/ it mirrors. TestDocsCommands runs the docs' kubectl and
+// helm commands, the chart's install among them, against a real kube-apiserver.
 package chart
 
 import (
