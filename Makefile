@@ -20,6 +20,10 @@ HELM := $(LOCALBIN)/helm-$(HELM_VERSION)
 # jq for the docs' pipelines in test/chart (gojq: jq's language, in Go; the newest that builds from the proxy).
 GOJQ_VERSION ?= v0.12.17
 GOJQ := $(LOCALBIN)/gojq-$(GOJQ_VERSION)
+# SeaweedFS's weed, an S3-compatible object store (release 4.53; the proxy serves only pseudo-versions), for the
+# results store's tests (issue 27; not yet run by make test).
+SEAWEEDFS_VERSION ?= v0.0.0-20261109003541-7506e5f91cd6
+WEED := $(LOCALBIN)/weed-$(SEAWEEDFS_VERSION)
 # Kubernetes components built from the module proxy (hack/install-kube.sh).
 KUBE_VERSION ?= v1.36.3
 KUBE_BIN := $(LOCALBIN)/kube-$(KUBE_VERSION)
@@ -120,6 +124,9 @@ kube-assets: ## Build etcd, kube-apiserver and kubectl $(KUBE_VERSION) into bin/
 bench: kube-assets host-deps-images ## Benchmarks: rate limits, runner vs bare HTTP, memory, the cost of per-sample isolation (PostgreSQL); operator latency and memory.
 	go test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/ ./test/integration/ | tee bench.out
 
+.PHONY: seaweedfs
+seaweedfs: $(WEED) ## Build SeaweedFS's weed $(SEAWEEDFS_VERSION) into bin/ (once; about 6 minutes cold).
+
 .PHONY: helm
 helm: $(HELM) ## Build Helm $(HELM_VERSION) into bin/ (once; a few minutes). The chart tests (test/chart) run it.
 
@@ -183,6 +190,10 @@ $(CONTROLLER_GEN):
 
 $(CRD_REF_DOCS):
 	hack/go-install-tool.sh crd-ref-docs github.com/elastic/crd-ref-docs $(CRD_REF_DOCS_VERSION)
+
+# Not hack/go-install-tool.sh: SeaweedFS's go.mod has a replace directive, which go install refuses (see the script).
+$(WEED):
+	hack/install-seaweedfs.sh $(SEAWEEDFS_VERSION)
 
 $(GOJQ):
 	hack/go-install-tool.sh gojq github.com/itchyny/gojq/cmd/gojq $(GOJQ_VERSION)
