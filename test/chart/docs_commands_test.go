@@ -64,6 +64,7 @@ var (
 	createdAs  = regexp.MustCompile(`^kubectl create secret generic (\S+)`)
 	watchFlag  = regexp.MustCompile(`\s(-w|--watch)(\s|$)`)
 	nameHolder = regexp.MustCompile(`\bNAME\b`)
+	looking    = regexp.MustCompile(`^kubectl (-n \S+ )?(get|describe|wait|rollout status)\s`)
 )
 
 // docsScripts lists the kubectl and helm commands of the docs' shell blocks.
@@ -91,10 +92,6 @@ func docsScripts(t *testing.T, root string) []docsScript {
 		}
 		done := map[int]bool{}
 		for _, c := range cmds {
-			if seen[c.Text] {
-				continue // the same command on another page runs once
-			}
-			seen[c.Text] = true
 			where := rel + ":" + strconv.Itoa(c.Line)
 			switch {
 			case whole[c.Block] && ours[c.Block] && !done[c.Block]:
@@ -105,9 +102,15 @@ func docsScripts(t *testing.T, root string) []docsScript {
 						lines = append(lines, d.Text)
 					}
 				}
-				out = append(out, docsScript{where: where, text: strings.Join(lines, "\n"), phase: phaseLook})
-			case whole[c.Block] || !kubectlOrHelm.MatchString(c.Text):
+				if text := strings.Join(lines, "\n"); !seen[text] {
+					seen[text] = true
+					out = append(out, docsScript{where: where, text: text, phase: phaseLook})
+				}
+			case whole[c.Block] || !kubectlOrHelm.MatchString(c.Text) || seen[c.Text]:
+				// The rest of a block run whole, another program, or a
+				// command another page has too (it runs once).
 			default:
+				seen[c.Text] = true
 				out = append(out, docsScript{where: where, text: c.Text, phase: phaseOf(c.Text), output: c.Output})
 			}
 		}
@@ -123,7 +126,7 @@ func phaseOf(cmd string) int {
 		return phaseUpgrade
 	case strings.HasPrefix(cmd, "helm uninstall "):
 		return phaseUninstall
-	case regexp.MustCompile(`^kubectl (-n \S+ )?(get|describe|wait|rollout status)\s`).MatchString(cmd):
+	case looking.MatchString(cmd):
 		return phaseLook
 	}
 	return phaseSetUp
