@@ -89,15 +89,7 @@ func helmBinary(t *testing.T) string {
 func chartDir(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(repoRoot(t), "charts", "proctor")
-	readChart.Do(func() {
-		readChartErr = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			_, err = os.ReadFile(path)
-			return err
-		})
-	})
+	readChart.Do(func() { readChartErr = readAll(dir) })
 	if readChartErr != nil {
 		t.Fatal(readChartErr)
 	}
@@ -108,6 +100,19 @@ var (
 	readChart    sync.Once
 	readChartErr error
 )
+
+// readAll reads every file under dir, only so that go test's cache sees
+// them: a tool run in another process reads them too, which the cache does
+// not watch.
+func readAll(dir string) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		_, err = os.ReadFile(path)
+		return err
+	})
+}
 
 // helm runs the helm binary with args and returns its standard output.
 func helm(t *testing.T, args ...string) []byte {

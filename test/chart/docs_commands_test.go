@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -292,15 +291,8 @@ func startDocsCluster(t *testing.T, root string) *docsCluster {
 		}
 	}
 	for _, sub := range []string{"charts", "config", "docs"} {
-		// Read here so that go test's cache sees them: kubectl and helm read
-		// them in other processes, which the cache does not watch.
-		if err := filepath.WalkDir(filepath.Join(root, sub), func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			_, err = os.ReadFile(path)
-			return err
-		}); err != nil {
+		// kubectl and helm read them (readAll).
+		if err := readAll(filepath.Join(root, sub)); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Symlink(filepath.Join(root, sub), filepath.Join(dir, sub)); err != nil {

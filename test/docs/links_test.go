@@ -5,7 +5,6 @@
 package docs
 
 import (
-	"io/fs"
 	"net/url"
 	"os"
 	"path"
@@ -16,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/proctor-dev/proctor/internal/testutil"
 )
 
 // root is the repository, seen from this package's directory.
@@ -25,22 +26,17 @@ const root = "../.."
 // reader starts from and every page under docs/.
 func pages(t *testing.T) []string {
 	t.Helper()
-	ps := []string{"README.md", "charts/proctor/README.md"}
-	err := filepath.WalkDir(filepath.Join(root, "docs"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() && strings.HasSuffix(p, ".md") {
-			rel, err := filepath.Rel(root, p)
-			if err != nil {
-				return err
-			}
-			ps = append(ps, filepath.ToSlash(rel))
-		}
-		return nil
-	})
+	files, err := testutil.DocsFiles(root)
 	if err != nil {
 		t.Fatal(err)
+	}
+	ps := make([]string, 0, len(files))
+	for _, f := range files {
+		rel, err := filepath.Rel(root, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, filepath.ToSlash(rel))
 	}
 	sort.Strings(ps)
 	return ps
