@@ -115,6 +115,9 @@ func testGateInACluster(t *testing.T) {
 	if st.Gate == nil || st.Gate.Passed || len(st.Gate.Violations) == 0 || !strings.Contains(st.Gate.Violations[0], "exact_match fell") {
 		t.Errorf("regressed: gate %+v", st.Gate)
 	}
+	if st.Comparison == nil || len(st.Comparison.Results) == 0 || len(st.Comparison.Results[0].Metrics) == 0 {
+		t.Fatalf("regressed: no comparison in status (%+v): the run was not compared", st.Comparison)
+	}
 	if m := st.Comparison.Results[0].Metrics[0]; !strings.HasPrefix(m.Diff, "-") || !strings.HasPrefix(m.Hi, "-") {
 		t.Errorf("regressed: comparison %+v, want a drop whose whole interval is below 0", m)
 	}
