@@ -138,7 +138,7 @@ func (ix *Indexes) UnmarshalJSON(b []byte) error {
 }
 
 // batchFile is where a local run keeps its batches.
-func (d *Dir) batchFile() string { return filepath.Join(d.root, CheckpointDir, "batches.jsonl") }
+func (d *Dir) batchFile() string { return filepath.Join(d.root, CheckpointDir, BatchesFile) }
 
 // Batches implements BatchLog: the newest record of each of model's batches
 // (every model's for ""), in the order they were first recorded.

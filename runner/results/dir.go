@@ -287,10 +287,16 @@ func readHeader(path string, most int) (*header, int, error) {
 func (d *Dir) Root() string { return d.root }
 
 func (d *Dir) journalPath(model, dataset string) string {
-	// Model and dataset names are DNS labels, which cannot contain a dot
-	// (checkName): the file name is unambiguous and stays in the directory.
-	return filepath.Join(d.root, CheckpointDir, model+"."+dataset+".jsonl")
+	return filepath.Join(d.root, CheckpointDir, JournalName(model, dataset))
 }
+
+// JournalName is the file name of a pair's journal in CheckpointDir. Model
+// and dataset names are DNS labels, which cannot contain a dot (checkName):
+// the name is unambiguous and stays in the directory.
+func JournalName(model, dataset string) string { return model + "." + dataset + ".jsonl" }
+
+// BatchesFile is the batch log's file name in CheckpointDir.
+const BatchesFile = "batches.jsonl"
 
 // checkName refuses a model or dataset name that is not a DNS label (lower
 // case letters, digits and '-'), as validation already does: names become

@@ -97,7 +97,7 @@ func lineOf(row *partRow) (results.Line, error) {
 	return results.Line{Index: int(row.Index), Key: row.CacheKey, Unscored: row.Unscored, Record: b}, nil
 }
 
-// WritePart writes lines to w as one Parquet part.
+// Write writes lines to w as one Parquet part.
 func Write(w io.Writer, lines []results.Line) error {
 	rows := make([]partRow, 0, len(lines))
 	for _, l := range lines {
@@ -117,33 +117,69 @@ func Write(w io.Writer, lines []results.Line) error {
 	return nil
 }
 
-// ReadPart calls fn with each line of the Parquet part r holds (size bytes),
+// Read calls fn with each line of the Parquet part r holds (size bytes),
 // in the order they were written. Only the columns' pages are read, as fn
 // needs them: r may read a remote object by ranges.
 func Read(r io.ReaderAt, size int64, fn func(results.Line) error) error {
-	f, err := parquet.OpenFile(r, size)
+	pr, err := NewReader(r, size)
 	if err != nil {
-		return fmt.Errorf("reading a Parquet part: %w", err)
+		return err
 	}
-	pr := parquet.NewGenericReader[partRow](f)
 	defer pr.Close()
-	buf := make([]partRow, 256)
 	for {
-		n, err := pr.Read(buf)
-		for i := range buf[:n] {
-			l, lerr := lineOf(&buf[i])
-			if lerr != nil {
-				return lerr
-			}
-			if lerr := fn(l); lerr != nil {
-				return lerr
-			}
-		}
-		switch {
-		case errors.Is(err, io.EOF):
+		l, err := pr.Next()
+		if errors.Is(err, io.EOF) {
 			return nil
-		case err != nil:
-			return fmt.Errorf("reading a Parquet part: %w", err)
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(l); err != nil {
+			return err
 		}
 	}
 }
+
+// Reader reads a part's lines one at a time, a few hundred rows decoded
+// at once: readers merging many parts pull from each in turn.
+type Reader struct {
+	pr   *parquet.GenericReader[partRow]
+	buf  []partRow
+	next int
+	err  error
+}
+
+// NewReader opens the Parquet part r holds (size bytes).
+func NewReader(r io.ReaderAt, size int64) (*Reader, error) {
+	f, err := parquet.OpenFile(r, size)
+	if err != nil {
+		return nil, fmt.Errorf("reading a Parquet part: %w", err)
+	}
+	return &Reader{pr: parquet.NewGenericReader[partRow](f)}, nil
+}
+
+// Next returns the next line, or io.EOF after the last.
+func (r *Reader) Next() (results.Line, error) {
+	for r.next >= len(r.buf) {
+		if r.err != nil {
+			return results.Line{}, r.err
+		}
+		if cap(r.buf) == 0 {
+			r.buf = make([]partRow, 256)
+		}
+		n, err := r.pr.Read(r.buf[:cap(r.buf)])
+		r.buf, r.next = r.buf[:n], 0
+		switch {
+		case errors.Is(err, io.EOF):
+			r.err = io.EOF
+		case err != nil:
+			r.err = fmt.Errorf("reading a Parquet part: %w", err)
+		}
+	}
+	row := &r.buf[r.next]
+	r.next++
+	return lineOf(row)
+}
+
+// Close releases the reader.
+func (r *Reader) Close() error { return r.pr.Close() }
