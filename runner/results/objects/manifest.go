@@ -39,7 +39,7 @@ const (
 
 // Manifest is one committed state of a location.
 type Manifest struct {
-	Format     int `json:"format"`
+	Format     int   `json:"format"`
 	Generation int64 `json:"generation"`
 	// ID names this commit (random); parts it added carry it in their keys.
 	ID string `json:"id"`

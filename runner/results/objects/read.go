@@ -126,7 +126,7 @@ func (h *cursors) Less(i, j int) bool {
 	return a.ord > b.ord
 }
 func (h *cursors) Swap(i, j int) { h.items[i], h.items[j] = h.items[j], h.items[i] }
-func (h *cursors) Push(x any)   { h.items = append(h.items, x.(*cursor)) }
+func (h *cursors) Push(x any)    { h.items = append(h.items, x.(*cursor)) }
 func (h *cursors) Pop() any {
 	c := h.items[len(h.items)-1]
 	h.items = h.items[:len(h.items)-1]
