@@ -19,8 +19,10 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/cluster/kube"
+	"github.com/proctor-dev/proctor/internal/objstore"
 	"github.com/proctor-dev/proctor/runner/compare"
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/results/objects"
 )
 
 // exitRegression: the run missed its gate (spec.gate).
@@ -38,9 +40,10 @@ scores of 0 or 1, else the bootstrap's), with the samples only one of them has.
 
 Each of BASELINE and CANDIDATE is a results directory of proctor run (or its results.jsonl),
 or, in the cluster of your kubeconfig, an Evaluation (NAME or evaluation/NAME) or a results
-ConfigMap (configmap/NAME).`,
+ConfigMap (configmap/NAME), or an object store location (s3://BUCKET/PREFIX, its latest commit).`,
 		Example: `  proctor compare results/nightly results/candidate
   proctor compare evaluation/nightly evaluation/candidate -n evals
+  proctor compare s3://evals/nightly results/candidate
   proctor compare results/gpt-4.1 results/gpt-5 --baseline-model gpt-4.1 -o json`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -92,6 +95,23 @@ type resultsSource struct {
 // openResults opens a results directory, or an Evaluation's or a ConfigMap's
 // results in the cluster.
 func openResults(ctx context.Context, arg, namespace string, warn io.Writer) (*resultsSource, error) {
+	if objstore.IsURL(arg) {
+		store, err := objstore.OpenURL(ctx, arg)
+		if err != nil {
+			return nil, invalid(err)
+		}
+		res, err := objects.ReadResults(ctx, store, store.Location().String())
+		if err != nil {
+			return nil, &exitError{code: exitFailed, err: err}
+		}
+		summaries, err := res.Summaries()
+		if err != nil {
+			return nil, &exitError{code: exitFailed, err: err}
+		}
+		return &resultsSource{label: res.Where, summaries: summaries, records: func(fn func(*results.Record)) error {
+			return res.Records(ctx, fn)
+		}}, nil
+	}
 	_, statErr := os.Stat(arg)
 	if statErr == nil {
 		src := &resultsSource{label: arg, records: func(fn func(*results.Record)) error { return compare.ReadDir(arg, fn) }}

@@ -2,11 +2,13 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -16,7 +18,9 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/cluster/kube"
+	"github.com/proctor-dev/proctor/internal/objstore"
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/results/objects"
 )
 
 // newResultsCommand fetches an Evaluation's results from a cluster into the same
@@ -25,13 +29,19 @@ func newResultsCommand(s streams) *cobra.Command {
 	var namespace, output string
 	var overwrite bool
 	cmd := &cobra.Command{
-		Use:   "results NAME [-n NAMESPACE] [-o DIR]",
-		Short: "Fetch an Evaluation's results from the cluster into DIR/results.jsonl and DIR/summary.json",
+		Use:   "results NAME|s3://BUCKET/PREFIX [-n NAMESPACE] [-o DIR]",
+		Short: "Fetch an Evaluation's results from the cluster or an object store into DIR/results.jsonl and DIR/summary.json",
 		Long: `Fetch a finished Evaluation's records and summary from its NAME-results ConfigMap (and the
 ConfigMaps it lists, when the records did not fit in one) into DIR/results.jsonl, one record per
 sample per model in sample order, and DIR/summary.json, exactly as proctor run writes them.
-The cluster is the one of your kubeconfig (KUBECONFIG, or ~/.kube/config).`,
-		Example: `  proctor results arithmetic -n evals -o out/arithmetic`,
+The cluster is the one of your kubeconfig (KUBECONFIG, or ~/.kube/config).
+
+With s3://BUCKET/PREFIX, the results are read from the latest commit of that location in an
+S3-compatible object store (written by proctor run -o s3://..., or by the controller when the
+cluster has a results store), reached as the standard AWS environment says (AWS_ENDPOINT_URL_S3,
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION).`,
+		Example: `  proctor results arithmetic -n evals -o out/arithmetic
+  proctor results s3://evals/runs/arithmetic -o out/arithmetic`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return fetchResults(cmd.Context(), s, args[0], namespace, output, overwrite)
@@ -49,13 +59,22 @@ The cluster is the one of your kubeconfig (KUBECONFIG, or ~/.kube/config).`,
 const fetchedFrom = ".proctor-results.json"
 
 type fetchedSource struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	// Location is the s3:// location fetched, for one.
+	Location string `json:"location,omitempty"`
+}
+
+func (f fetchedSource) String() string {
+	if f.Location != "" {
+		return "location " + f.Location
+	}
+	return "Evaluation " + f.Namespace + "/" + f.Name
 }
 
 // checkFetchDir refuses to replace results in dir that are not those of the
 // Evaluation namespace/name fetched earlier.
-func checkFetchDir(dir, namespace, name string) error {
+func checkFetchDir(dir string, src fetchedSource) error {
 	if _, err := os.Stat(filepath.Join(dir, results.CheckpointDir)); err == nil {
 		return fmt.Errorf("%s holds a local run's results (its %s/): use another output directory (-o), or --overwrite to replace them", dir, results.CheckpointDir)
 	}
@@ -70,17 +89,20 @@ func checkFetchDir(dir, namespace, name string) error {
 	}
 	var was fetchedSource
 	if b, err := os.ReadFile(filepath.Join(dir, fetchedFrom)); err == nil && json.Unmarshal(b, &was) == nil {
-		if was == (fetchedSource{Namespace: namespace, Name: name}) {
+		if was == src {
 			return nil
 		}
-		return fmt.Errorf("%s holds the results of Evaluation %s/%s: use another output directory (-o), or --overwrite to replace them", dir, was.Namespace, was.Name)
+		return fmt.Errorf("%s holds the results of %s: use another output directory (-o), or --overwrite to replace them", dir, was)
 	}
-	return fmt.Errorf("%s already has results not fetched from Evaluation %s/%s: use another output directory (-o), or --overwrite to replace them", dir, namespace, name)
+	return fmt.Errorf("%s already has results not fetched from %s: use another output directory (-o), or --overwrite to replace them", dir, src)
 }
 
 func fetchResults(ctx context.Context, s streams, name, namespace, output string, overwrite bool) error {
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	if objstore.IsURL(name) {
+		return fetchLocation(ctx, s, name, output, overwrite)
 	}
 	c, namespace, err := clusterClient(namespace)
 	if err != nil {
@@ -105,7 +127,7 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 		output = filepath.Join("results", name)
 	}
 	if !overwrite {
-		if err := checkFetchDir(output, namespace, name); err != nil {
+		if err := checkFetchDir(output, fetchedSource{Namespace: namespace, Name: name}); err != nil {
 			return invalid(err)
 		}
 	}
@@ -153,5 +175,36 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 		printSummary(s.out, sum.Results, metrics)
 	}
 	fmt.Fprintf(s.errOut, "Results: %s, %s\n", filepath.Join(output, results.ResultsFile), filepath.Join(output, results.SummaryFile))
+	return nil
+}
+
+// fetchLocation exports the latest commit of an s3:// location into output.
+func fetchLocation(ctx context.Context, s streams, location, output string, overwrite bool) error {
+	store, err := objstore.OpenURL(ctx, location)
+	if err != nil {
+		return invalid(err)
+	}
+	src := fetchedSource{Location: store.Location().String()}
+	if output == "" {
+		output = filepath.Join("results", path.Base("/"+cmp.Or(store.Location().Prefix, store.Location().Bucket)))
+	}
+	if !overwrite {
+		if err := checkFetchDir(output, src); err != nil {
+			return invalid(err)
+		}
+	}
+	res, err := objects.ReadResults(ctx, store, src.Location)
+	if err != nil {
+		return &exitError{code: exitFailed, err: err}
+	}
+	if err := res.Export(ctx, output); err != nil {
+		return &exitError{code: exitFailed, err: err}
+	}
+	b, _ := json.Marshal(src)
+	if err := os.WriteFile(filepath.Join(output, fetchedFrom), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.errOut, "Results: %s, %s (generation %d of %s)\n", filepath.Join(output, results.ResultsFile),
+		filepath.Join(output, results.SummaryFile), res.Manifest.Generation, src.Location)
 	return nil
 }

@@ -42,7 +42,7 @@ func TestFetchNeverReplacesOtherResults(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			err := checkFetchDir(dir, "evals", "arith")
+			err := checkFetchDir(dir, fetchedSource{Namespace: "evals", Name: "arith"})
 			switch {
 			case c.want == "" && err != nil:
 				t.Errorf("refused: %v", err)

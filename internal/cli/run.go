@@ -30,6 +30,7 @@ type runOptions struct {
 	retryErrors    bool
 	restart        bool
 	gracePeriod    time.Duration
+	syncInterval   time.Duration
 	progress       string
 	keepWorkspaces bool
 	estimate       bool
@@ -69,12 +70,13 @@ Exit codes:
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.file, "file", "f", "", "the Evaluation manifest (YAML); - reads it from standard input")
-	f.StringVarP(&o.output, "output", "o", "", "output directory (default results/NAME, NAME being the Evaluation's)")
+	f.StringVarP(&o.output, "output", "o", "", "output directory, or an object store location s3://BUCKET/PREFIX (default results/NAME, NAME being the Evaluation's)")
 	f.IntVar(&o.concurrency, "concurrency", 0, "samples in flight per model, overriding the file")
 	f.StringVar(&o.cacheDir, "cache-dir", "", "response cache directory, used when the Evaluation enables the cache (default: the user cache dir)")
 	f.BoolVar(&o.retryErrors, "retry-errors", false, "run again the samples that ended in an error last time")
 	f.BoolVar(&o.restart, "restart", false, "discard the checkpoint in the output directory and start over")
 	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on interrupt, how long samples in flight may take to finish")
+	f.DurationVar(&o.syncInterval, "sync-interval", 10*time.Second, "with -o s3://..., how often the records are committed to the location (also at the start and the end)")
 	f.StringVar(&o.progress, "progress", "auto", "progress display: auto (a bar on a terminal, else lines), bar, plain or none")
 	f.BoolVar(&o.keepWorkspaces, "keep-workspaces", false, "keep agent workspaces for inspection instead of removing them")
 	f.BoolVar(&o.estimate, "estimate", false, "say what the run would cost, calling no model and writing nothing: input tokens counted by the providers, answers bounded by maxTokens")
@@ -127,6 +129,7 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 		RescoreAll:     o.rescoreAll,
 		KeepWorkspaces: o.keepWorkspaces,
 		GracePeriod:    o.gracePeriod,
+		SyncInterval:   o.syncInterval,
 		Interrupts:     sigs,
 		Warnings:       s.errOut,
 		Display: func(pairs []results.Pair, dir *results.Dir, limits map[string]float64) local.Display {
@@ -154,7 +157,11 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 				"run the same command with --retry-errors to retry them.\n", res.EarlierErrors)
 		}
 	}
-	fmt.Fprintf(s.errOut, "Results: %s, %s\n", filepath.Join(res.Dir, results.ResultsFile), filepath.Join(res.Dir, results.SummaryFile))
+	if res.Location != "" {
+		fmt.Fprintf(s.errOut, "Results: %s (its working copy: %s)\n", res.Location, res.Dir)
+	} else {
+		fmt.Fprintf(s.errOut, "Results: %s, %s\n", filepath.Join(res.Dir, results.ResultsFile), filepath.Join(res.Dir, results.SummaryFile))
+	}
 	if b := res.Budget; b != nil {
 		fmt.Fprintf(s.errOut, "Budget: %s\n", budgetLine(b))
 	}

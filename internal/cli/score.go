@@ -39,7 +39,7 @@ Exit codes are proctor run's.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.file, "file", "f", "", "the Evaluation manifest (YAML); - reads it from standard input")
-	f.StringVarP(&o.output, "output", "o", "", "the results directory of a proctor run (default results/NAME, NAME being the Evaluation's)")
+	f.StringVarP(&o.output, "output", "o", "", "the results directory or s3:// location of a proctor run (default results/NAME, NAME being the Evaluation's)")
 	f.BoolVar(&o.rescoreAll, "all", false, "score every answer with every scorer, also the scores of unchanged scorers")
 	f.IntVar(&o.concurrency, "concurrency", 0, "answers scored at a time per model, overriding the file")
 	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on interrupt, how long scorings in flight may take to finish")

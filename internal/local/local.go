@@ -30,6 +30,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/compile"
 	"github.com/proctor-dev/proctor/internal/estimate"
 	"github.com/proctor-dev/proctor/internal/evalfile"
+	"github.com/proctor-dev/proctor/internal/objstore"
 	"github.com/proctor-dev/proctor/internal/services"
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/compare"
@@ -37,6 +38,7 @@ import (
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/provider/agent"
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/results/objects"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
 
@@ -47,8 +49,13 @@ type Options struct {
 	// Stdin is where File "-" is read from; nil means os.Stdin.
 	Stdin io.Reader
 	// Output is the results directory; empty means results/NAME, NAME being the
-	// Evaluation's (or the file's).
+	// Evaluation's (or the file's). An s3://BUCKET/PREFIX location keeps the
+	// results in an object store (the standard AWS environment says how to
+	// reach it), through a working copy in the user's cache directory.
 	Output string
+	// SyncInterval is how often a run writing to a location commits what it
+	// recorded (default 10 s); it also commits at its start and end.
+	SyncInterval time.Duration
 	// Concurrency, when positive, overrides every model's.
 	Concurrency int
 	// CacheDir holds the response cache when the Evaluation enables it; empty
@@ -101,8 +108,11 @@ type Display interface {
 
 // Result is what a run that reached its end wrote.
 type Result struct {
-	// Dir is the results directory (results.jsonl, summary.json).
+	// Dir is the results directory (results.jsonl, summary.json): a
+	// location's working copy when Location is set.
 	Dir string
+	// Location is the s3:// location the results were committed to, if any.
+	Location string
 	// Summaries are the model × dataset summaries, in the spec's order.
 	Summaries []results.Summary
 	// Metrics are the scorers' metric names.
@@ -168,7 +178,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// proctor score of results without a checkpoint (fetched from a
 	// cluster by proctor results) scores the answers results.jsonl holds.
 	importing := false
-	if o.Rescore {
+	if o.Rescore && pr.location == "" {
 		if _, err := os.Stat(filepath.Join(outDir, results.CheckpointDir)); err != nil {
 			if _, err2 := os.Stat(filepath.Join(outDir, results.ResultsFile)); err2 != nil {
 				return nil, &InvalidError{fmt.Errorf("%s holds neither a checkpoint of a run nor a results.jsonl: nothing to score; proctor run answers the samples", outDir)}
@@ -182,6 +192,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer func() { _ = dir.Unlock() }() // releasing the lock of a directory left as it is
 	defer dir.Close()
+	var mirror *objects.Mirror
+	if pr.location != "" {
+		// With the working copy locked: another run of this machine cannot
+		// be using it.
+		if mirror, err = openLocation(ctx, pr.location, outDir); err != nil {
+			return nil, err
+		}
+	}
 	tasks := plan.Tasks()
 	pairs := make([]results.Pair, len(tasks))
 	for i, t := range tasks {
@@ -211,6 +229,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if err := dir.Reset(); err != nil {
 			return nil, fmt.Errorf("--restart: %w", err)
 		}
+		if mirror != nil {
+			mirror.Restarted()
+		}
 	} else if err := dir.Check(pairs); err != nil {
 		advice := "use another output directory (-o), or --restart to discard them"
 		if errors.Is(err, results.ErrMismatch) {
@@ -228,6 +249,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		_, errored := dir.Counts(p.Model, p.Dataset)
 		earlierErrors += int64(errored)
+	}
+	if mirror != nil {
+		// The first commit holds the fingerprints: a second run of the
+		// location is stopped here, before it calls any model.
+		if err := mirror.Sync(ctx); err != nil {
+			return nil, locationError(pr.location, err)
+		}
 	}
 	rescoring := dir.Rescoring()
 	if o.Rescore && len(rescoring) == 0 {
@@ -281,7 +309,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		display.Note(fmt.Sprintf("Stopping: samples in flight may finish within %v (interrupt again to stop now).", o.GracePeriod))
 	}
 	display.Start(eng.Throttle)
-	runErr := eng.RunDraining(ctx, tasks, dir, drain)
+	runCtx, stopSyncing := ctx, func() error { return nil }
+	if mirror != nil {
+		runCtx, stopSyncing = syncEvery(ctx, mirror, cmp.Or(o.SyncInterval, 10*time.Second), display.Note)
+	}
+	runErr := eng.RunDraining(runCtx, tasks, dir, drain)
+	conflict := stopSyncing()
+	runErr = errors.Join(runErr, conflict)
 	sig := stopWatching()
 	display.Stop()
 	warnLimitsMismatch(warnings(o), plan, eng, time.Now())
@@ -293,7 +327,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("writing results: %w", errors.Join(runErr, err))
 	}
-	res := &Result{Dir: outDir, Summaries: summaries, Metrics: plan.MetricNames(), Interrupted: sig, EarlierErrors: earlierErrors, Rescoring: rescoring}
+	if mirror != nil && conflict == nil {
+		if err := commitLast(ctx, mirror); err != nil {
+			runErr = errors.Join(runErr, locationError(pr.location, err))
+		}
+	}
+	res := &Result{Dir: outDir, Location: pr.location, Summaries: summaries, Metrics: plan.MetricNames(), Interrupted: sig, EarlierErrors: earlierErrors, Rescoring: rescoring}
 	if pr.baseline != "" || ev.Spec.Gate != nil {
 		sum, err := compareAndGate(ev, pr.baseline, outDir, pairs, plan.MetricNames(), summaries)
 		if err != nil {
@@ -374,6 +413,8 @@ type prepared struct {
 	plan     *runner.Plan
 	services []services.Config
 	outDir   string
+	// location is the s3:// location outDir is the working copy of, if any.
+	location string
 	// baseline is the results directory spec.baseline names, if any.
 	baseline string
 	// cleanup removes the run's downloads.
@@ -390,6 +431,9 @@ func prepare(ctx context.Context, o Options) (*prepared, error) {
 	if o.GracePeriod < 0 {
 		return nil, &InvalidError{fmt.Errorf("--grace-period: %v is negative", o.GracePeriod)}
 	}
+	if o.SyncInterval < 0 {
+		return nil, &InvalidError{fmt.Errorf("--sync-interval: %v is negative", o.SyncInterval)}
+	}
 	var file *evalfile.File
 	var err error
 	if o.File == StdinFile {
@@ -405,16 +449,23 @@ func prepare(ctx context.Context, o Options) (*prepared, error) {
 		return nil, &InvalidError{err}
 	}
 	ev := file.Evaluation
-	outDir := o.Output
+	outDir, location := o.Output, ""
 	if outDir == "" {
 		outDir = filepath.Join("results", runName(ev, o.File))
 	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	if objstore.IsURL(outDir) {
+		loc, err := objstore.ParseURL(outDir)
+		if err != nil {
+			return nil, &InvalidError{fmt.Errorf("-o: %w", err)}
+		}
+		location, outDir = loc.String(), workingCopy(base, loc)
+	}
 	cacheDir := o.CacheDir
 	if cacheDir == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			base = os.TempDir()
-		}
 		cacheDir = filepath.Join(base, "proctor", "responses")
 	}
 
@@ -466,7 +517,7 @@ func prepare(ctx context.Context, o Options) (*prepared, error) {
 		return nil, &InvalidError{fmt.Errorf("%s: %w", o.File, err)}
 	}
 	ready = true
-	return &prepared{ev: ev, plan: plan, services: svcs, outDir: outDir, baseline: baseline, cleanup: cleanup}, nil
+	return &prepared{ev: ev, plan: plan, services: svcs, outDir: outDir, location: location, baseline: baseline, cleanup: cleanup}, nil
 }
 
 // StdinFile is the File that means standard input.

@@ -249,3 +249,28 @@ func (r *Results) Export(ctx context.Context, dir string) error {
 	}
 	return results.WriteSummary(dir, indented)
 }
+
+// Summaries are the run's summaries, from its summary.json; none before a
+// run wrote one.
+func (r *Results) Summaries() ([]results.Summary, error) {
+	if len(r.Manifest.Summary) == 0 {
+		return nil, nil
+	}
+	var sum summaryFile
+	if err := json.Unmarshal(r.Manifest.Summary, &sum); err != nil {
+		return nil, fmt.Errorf("%s: its summary: %w", r.Where, err)
+	}
+	return sum.Results, nil
+}
+
+// Records calls fn with every finished record, as Each orders them.
+func (r *Results) Records(ctx context.Context, fn func(*results.Record)) error {
+	return r.Each(ctx, func(_ *PairParts, l results.Line) error {
+		var rec results.Record
+		if err := json.Unmarshal(l.Record, &rec); err != nil {
+			return fmt.Errorf("the record of sample %d: %w", l.Index, err)
+		}
+		fn(&rec)
+		return nil
+	})
+}
