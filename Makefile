@@ -20,8 +20,8 @@ HELM := $(LOCALBIN)/helm-$(HELM_VERSION)
 # jq for the docs' pipelines in test/chart (gojq: jq's language, in Go; the newest that builds from the proxy).
 GOJQ_VERSION ?= v0.12.17
 GOJQ := $(LOCALBIN)/gojq-$(GOJQ_VERSION)
-# SeaweedFS's weed, an S3-compatible object store (release 4.53; the proxy serves only pseudo-versions), for the
-# results store's tests (issue 27; not yet run by make test).
+# SeaweedFS's weed, an S3-compatible object store (release 4.53; the proxy serves only pseudo-versions): the real
+# store of the results-location tests (test/objstore, the local e2e).
 SEAWEEDFS_VERSION ?= v0.0.0-20261109003541-7506e5f91cd6
 WEED := $(LOCALBIN)/weed-$(SEAWEEDFS_VERSION)
 # Kubernetes components built from the module proxy (hack/install-kube.sh).
@@ -82,7 +82,7 @@ verify: $(CONTROLLER_GEN) $(CRD_REF_DOCS) lint ## Lint, regenerate everything (g
 
 # Test tiers, as jobset's: test-unit, test-integration and test-e2e are disjoint and together are everything.
 # Packages that need Kubernetes binaries or a cluster; the rest are unit tests.
-NON_UNIT_PKGS := /test/integration|/test/chart|/test/e2e/
+NON_UNIT_PKGS := /test/integration|/test/chart|/test/objstore|/test/e2e/
 
 .PHONY: test
 test: verify test-race test-integration test-e2e ## Everything: generated files and lint, unit tests with the race detector, integration and end-to-end tests (the README's test command).
@@ -98,14 +98,14 @@ test-race: ## The unit tests with the race detector (several minutes; what make 
 	cd hack/image && go test -race ./...
 
 .PHONY: test-integration
-test-integration: kube-assets $(HELM) $(GOJQ) ## Integration tests: the real manager against a real kube-apiserver + etcd; the chart rendered by Helm, and the docs' kubectl and helm commands run against a kube-apiserver.
-	go test -race -timeout $(TEST_TIMEOUT) ./test/integration/ ./test/chart/
+test-integration: kube-assets $(HELM) $(GOJQ) $(WEED) ## Integration tests: the real manager against a real kube-apiserver + etcd; the chart rendered by Helm, and the docs' kubectl and helm commands run against a kube-apiserver; the results store's client against a real S3-compatible server (weed).
+	go test -race -timeout $(TEST_TIMEOUT) ./test/integration/ ./test/chart/ ./test/objstore/
 
 .PHONY: test-e2e
 test-e2e: test-e2e-local e2e ## End-to-end tests: the proctor binary locally, then a real local cluster (root).
 
 .PHONY: test-e2e-local
-test-e2e-local: host-deps-images ## End-to-end tests of the proctor binary, locally (no cluster; PostgreSQL for the CRM example).
+test-e2e-local: host-deps-images $(WEED) ## End-to-end tests of the proctor binary, locally (no cluster; PostgreSQL for the CRM example; weed for results locations).
 	go test -race -timeout $(TEST_TIMEOUT) ./test/e2e/local/
 
 .PHONY: test-go

@@ -147,9 +147,6 @@ func Open(ctx context.Context, loc Location, o Options) (*Store, error) {
 	if o.AccessKeyID != "" || o.SecretAccessKey != "" {
 		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(o.AccessKeyID, o.SecretAccessKey, "")))
 	}
-	if o.HTTPClient != nil {
-		opts = append(opts, config.WithHTTPClient(o.HTTPClient))
-	}
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("object store %s: reading the AWS configuration: %w", loc, err)
@@ -171,6 +168,9 @@ func Open(ctx context.Context, loc Location, o Options) (*Store, error) {
 			so.BaseEndpoint = aws.String(o.Endpoint)
 		}
 		so.UsePathStyle = o.PathStyle || endpoint != ""
+		if o.HTTPClient != nil {
+			so.HTTPClient = o.HTTPClient
+		}
 		// Checksums only where the operation requires them: several
 		// S3-compatible stores refuse the SDK's default trailing checksums.
 		so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
