@@ -42,7 +42,7 @@ cluster has a results store), reached as the standard AWS environment says (AWS_
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION).`,
 		Example: `  proctor results arithmetic -n evals -o out/arithmetic
   proctor results s3://evals/runs/arithmetic -o out/arithmetic`,
-		Args:    cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return fetchResults(cmd.Context(), s, args[0], namespace, output, overwrite)
 		},

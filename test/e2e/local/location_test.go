@@ -195,4 +195,3 @@ func TestResultsLocationRefusedClearly(t *testing.T) {
 		})
 	}
 }
-
