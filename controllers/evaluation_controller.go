@@ -28,6 +28,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/objstore"
 )
 
 // Options tune the controller. Zero values take the defaults.
@@ -59,6 +60,10 @@ type Options struct {
 	// (StorageFull). Defaults cluster.DefaultNamespaceStorageBudget and
 	// cluster.DefaultClusterStorageBudget; negative means unbounded.
 	NamespaceStorageBudget, ClusterStorageBudget int64
+	// ResultsStore, when set, is the cluster's results store: each run's
+	// records are committed there, under NAMESPACE/NAME/STARTED-RUN/, when it
+	// ends (status.resultsLocation).
+	ResultsStore *objstore.Store
 }
 
 func (o *Options) defaults() {

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -78,8 +79,16 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		}
 		base, lost = b, missing
 	}
-	summaries, records, chunks, comparison, err := r.gather(ctx, p, base)
+	store, location, err := r.openRunStore(ctx, p)
 	if err != nil {
+		return r.storeUnavailable(p, err)
+	}
+	summaries, records, chunks, comparison, err := r.gather(ctx, p, base, store)
+	var se *storeError
+	switch {
+	case errors.As(err, &se):
+		return r.storeUnavailable(p, se.err)
+	case err != nil:
 		return false, err
 	}
 	sum := compare.Summary{Results: summaries, Comparison: comparison}
@@ -87,7 +96,18 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		v := compare.Check(apiconv.Gate(p.ev.Spec.Gate), summaries, comparison)
 		sum.Gate = &v
 	}
-	if ok, err := r.writeResults(ctx, p, &sum, records, chunks); !ok || err != nil {
+	if store != nil {
+		// The manifest is committed last, with the summary: a reader
+		// sees the whole run or none of it.
+		compact, err := json.Marshal(&sum)
+		if err != nil {
+			return false, err
+		}
+		if location, err = store.commit(ctx, p, compact); err != nil {
+			return r.storeUnavailable(p, err)
+		}
+	}
+	if ok, err := r.writeResults(ctx, p, &sum, records, chunks, location); !ok || err != nil {
 		return false, err
 	}
 	// The records an earlier run left as this run's cache are no longer needed.
@@ -128,6 +148,7 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		p.status.Score = fmt.Sprintf("%.4f", firstSum/float64(firstDone))
 	}
 	p.status.ResultsConfigMap = cluster.ResultsName(p.ev.Name)
+	p.status.ResultsLocation = location
 	setGateStatus(p, &sum)
 	end()
 	switch {
@@ -221,7 +242,7 @@ func metricNames(spec *v1alpha1.EvaluationSpec) []string {
 // each, and by one shard's records. It also compresses the records, in sample
 // order, while they are few enough to embed in NAME-results (nil beyond), and
 // returns the names of the ConfigMaps that hold them.
-func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compare.Baseline) ([]results.Summary, []byte, []string, *compare.Report, error) {
+func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compare.Baseline, store *storeWriter) ([]results.Summary, []byte, []string, *compare.Report, error) {
 	ev := p.ev
 	cms, err := r.runConfigMaps(ctx, p)
 	if err != nil {
@@ -260,6 +281,11 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compar
 		rec, err := results.Emit(l.Record, aggs[pairKey{sh.Model, sh.Dataset}], embed)
 		if err == nil && comparer != nil {
 			comparer.Add(rec)
+		}
+		if err == nil && store != nil {
+			if serr := store.add(ctx, sh, l); serr != nil {
+				return &storeError{serr}
+			}
 		}
 		return err
 	})
@@ -321,7 +347,7 @@ func (c *cappedGzip) bytes() []byte {
 // local run's) and the records: results.jsonl.gz in sample order when small
 // enough, else the list of ConfigMaps that hold them. It writes only into a
 // NAME-results the Evaluation controls, and reports false otherwise.
-func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, sum *compare.Summary, records []byte, chunks []string) (bool, error) {
+func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, sum *compare.Summary, records []byte, chunks []string, location string) (bool, error) {
 	summary, err := json.MarshalIndent(sum, "", "  ")
 	if err != nil {
 		return false, err
@@ -331,6 +357,9 @@ func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, sum *c
 		Data:       map[string]string{cluster.ResultsKeySummary: string(summary) + "\n"},
 	}
 	cm.Annotations = map[string]string{cluster.AnnotationRun: p.run}
+	if location != "" {
+		cm.Data[cluster.ResultsKeyLocation] = location
+	}
 	if records != nil {
 		cm.BinaryData = map[string][]byte{cluster.ResultsKeyRecords: records}
 	} else {

@@ -814,6 +814,12 @@ type EvaluationStatus struct {
 	// resultsConfigMap holds the summary and the per-sample records.
 	// +optional
 	ResultsConfigMap string `json:"resultsConfigMap,omitempty"`
+	// resultsLocation is where the run's records were committed in the
+	// cluster's results store (s3://BUCKET/PREFIX), when it has one: they
+	// stay there after the Evaluation is deleted.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	ResultsLocation string `json:"resultsLocation,omitempty"`
 	// startTime is when the current run started.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,6 +33,7 @@ import (
 	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/compile"
+	"github.com/proctor-dev/proctor/internal/objstore"
 	"github.com/proctor-dev/proctor/internal/pacer"
 )
 
@@ -48,7 +50,10 @@ type managerOptions struct {
 	pacerAddr       string
 	pacerURL        string
 	resources       controllers.PodResources
-	zap             zap.Options
+	// The results store (issue 27).
+	store, storeEndpoint, storeRegion string
+	storePathStyle                    bool
+	zap                               zap.Options
 }
 
 func newManagerCommand(s streams) *cobra.Command {
@@ -73,6 +78,10 @@ func newManagerCommand(s streams) *cobra.Command {
 	f.Int64Var(&o.nsStorage, "namespace-storage-budget", cluster.DefaultNamespaceStorageBudget, "bytes of records the Evaluations of one namespace may keep in the cluster together; a new run waits (StorageFull) until its --storage-budget fits. 0: unbounded")
 	f.Int64Var(&o.clusterStorage, "cluster-storage-budget", cluster.DefaultClusterStorageBudget, "bytes of records every Evaluation of the cluster may keep together; a new run waits (StorageFull) until its --storage-budget fits. 0: unbounded")
 	f.Int64Var(&o.storageBudget, "storage-budget", cluster.DefaultStorageBudget, "bytes of records one run may store in the cluster (their JSON, before compression); past it, outputs are not stored. 0: unbounded")
+	f.StringVar(&o.store, "results-store", "", "an S3-compatible location (s3://BUCKET/PREFIX) where each run's records are committed when it ends, and kept after its Evaluation is deleted; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (empty: the records stay in ConfigMaps only)")
+	f.StringVar(&o.storeEndpoint, "results-store-endpoint", "", "the results store's URL (http(s)://host:port), for stores other than AWS S3 (default $AWS_ENDPOINT_URL_S3)")
+	f.StringVar(&o.storeRegion, "results-store-region", "", "the results store's region (default $AWS_REGION, else us-east-1)")
+	f.BoolVar(&o.storePathStyle, "results-store-path-style", false, "address the bucket as http://host/BUCKET rather than http://BUCKET.host (on whenever an endpoint is set)")
 	o.resources = controllers.DefaultPodResources()
 	for _, x := range []struct {
 		name string
@@ -108,6 +117,19 @@ func runManager(o *managerOptions, s streams) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap), zap.WriteTo(s.errOut)))
 	log := ctrl.Log.WithName("setup")
+	var store *objstore.Store
+	if o.store != "" {
+		loc, err := objstore.ParseURL(o.store)
+		if err != nil {
+			return invalid(fmt.Errorf("--results-store: %w", err))
+		}
+		if store, err = objstore.Open(context.Background(), loc, objstore.Options{Endpoint: o.storeEndpoint, Region: o.storeRegion, PathStyle: o.storePathStyle}); err != nil {
+			return invalid(fmt.Errorf("--results-store: %w", err))
+		}
+		log.Info("Committing runs' records to the results store", "location", loc.String(), "endpoint", store.Endpoint())
+	} else if o.storeEndpoint != "" || o.storeRegion != "" || o.storePathStyle {
+		return invalid(errors.New("--results-store-endpoint, --results-store-region and --results-store-path-style need --results-store"))
+	}
 
 	scheme := newScheme()
 	cfg, err := ctrl.GetConfig()
@@ -138,7 +160,8 @@ func runManager(o *managerOptions, s streams) error {
 		RunnerImage: o.runnerImage,
 		CheckSpec:   compile.CheckData,
 		Options: controllers.Options{StorageBudget: storageBudgetOption(o.storageBudget), Resources: o.resources, PacerURL: o.pacerURL,
-			NamespaceStorageBudget: storageBudgetOption(o.nsStorage), ClusterStorageBudget: storageBudgetOption(o.clusterStorage)},
+			NamespaceStorageBudget: storageBudgetOption(o.nsStorage), ClusterStorageBudget: storageBudgetOption(o.clusterStorage),
+			ResultsStore: store},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)

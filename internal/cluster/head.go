@@ -265,9 +265,12 @@ func ReadRecords(cm *corev1.ConfigMap) ([]results.Line, error) {
 
 // Keys of the results ConfigMap (ResultsName): the summary, as a local run's
 // summary.json; the records in sample order, as a local run's results.jsonl
-// (gzip), when they fit; else the names of the run's ConfigMaps that hold them.
+// (gzip), when they fit; else the names of the run's ConfigMaps that hold them;
+// and, when the cluster has a results store, the location the run was
+// committed to there.
 const (
-	ResultsKeySummary = "summary.json"
-	ResultsKeyRecords = "results.jsonl.gz"
-	ResultsKeyChunks  = "chunks"
+	ResultsKeySummary  = "summary.json"
+	ResultsKeyRecords  = "results.jsonl.gz"
+	ResultsKeyChunks   = "chunks"
+	ResultsKeyLocation = "location"
 )

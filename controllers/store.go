@@ -1,0 +1,155 @@
+package controllers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
+	"github.com/proctor-dev/proctor/internal/objstore"
+	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/results/objects"
+	"github.com/proctor-dev/proctor/runner/results/parquetpart"
+)
+
+// storeWriter writes a run's records into the cluster's results store while
+// gather reads them: a Parquet part per shard, at a key named after the
+// shard (so a pass tried again writes the same parts), then the manifest,
+// committed last and once (commit).
+type storeWriter struct {
+	store *objstore.Store
+	// at is the run's location under the store.
+	at    *objstore.Store
+	shard cluster.Shard
+	lines []results.Line
+	pairs []objects.PairParts
+	index map[[2]string]int
+}
+
+// runLocation is where a run's records go: NAMESPACE/NAME/STARTED-RUN, so a
+// name's runs list in the order they started, and outlive it.
+func (p *pass) runLocation() []string {
+	started := "unstarted"
+	if t := p.status.StartTime; t != nil {
+		started = t.UTC().Format("20060102T150405Z")
+	}
+	return []string{p.ev.Namespace, p.ev.Name, started + "-" + p.run}
+}
+
+func newStoreWriter(store *objstore.Store, p *pass) *storeWriter {
+	w := &storeWriter{store: store, at: store.Sub(p.runLocation()...), index: map[[2]string]int{}}
+	for _, model := range cluster.Subjects(&p.ev.Spec) {
+		for _, d := range p.ev.Spec.Datasets {
+			w.index[[2]string{model, d.Name}] = len(w.pairs)
+			w.pairs = append(w.pairs, objects.PairParts{Model: model, Dataset: d.Name, Parts: []objects.Part{},
+				Header: fmt.Appendf(nil, `{"model":%q,"dataset":%q,"run":%q}`, model, d.Name, p.run)})
+		}
+	}
+	return w
+}
+
+// add takes one record of shard sh; a new shard writes the last one's part.
+func (w *storeWriter) add(ctx context.Context, sh cluster.Shard, l results.Line) error {
+	if len(w.lines) > 0 && sh != w.shard {
+		if err := w.flush(ctx); err != nil {
+			return err
+		}
+	}
+	w.shard = sh
+	l.Record = bytes.Clone(l.Record)
+	w.lines = append(w.lines, l)
+	return nil
+}
+
+// flush writes the current shard's part.
+func (w *storeWriter) flush(ctx context.Context) error {
+	if len(w.lines) == 0 {
+		return nil
+	}
+	lines := objects.Latest1(w.lines)
+	var buf bytes.Buffer
+	if err := parquetpart.Write(&buf, lines); err != nil {
+		return err
+	}
+	sh := w.shard
+	key := objects.PartKey(sh.Model, sh.Dataset, fmt.Sprintf("shard-%05d", sh.Index))
+	if err := w.at.Put(ctx, key, buf.Bytes()); err != nil {
+		return err
+	}
+	i, ok := w.index[[2]string{sh.Model, sh.Dataset}]
+	if !ok {
+		return fmt.Errorf("shard %s of dataset %s is of no model and dataset of the run", sh.Key(), sh.Dataset)
+	}
+	w.pairs[i].Parts = append(w.pairs[i].Parts, objects.Part{Key: key, Lines: len(lines), Bytes: int64(buf.Len()),
+		First: lines[0].Index, Last: lines[len(lines)-1].Index})
+	w.lines = w.lines[:0]
+	return nil
+}
+
+// commit writes the last part and commits the run's manifest, with its
+// summary. A manifest of this run committed by an earlier pass (the
+// manager restarted before it wrote status) stands.
+func (w *storeWriter) commit(ctx context.Context, p *pass, summary []byte) (string, error) {
+	if err := w.flush(ctx); err != nil {
+		return "", err
+	}
+	where := w.at.Location().String()
+	m := &objects.Manifest{Generation: 1, ID: p.run, Writer: "the Proctor controller", Committed: p.now.UTC(), Pairs: w.pairs, Summary: summary}
+	err := objects.Commit(ctx, w.at, where, m)
+	var ce *objects.ConflictError
+	if errors.As(err, &ce) {
+		if had, rerr := objects.ReadManifest(ctx, w.at, 1); rerr == nil && had.ID == p.run {
+			return where, nil
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	return where, nil
+}
+
+// storeError is a failure of the results store, as opposed to one of the
+// cluster: the run waits for the store (ResultsStoreUnavailable).
+type storeError struct{ err error }
+
+func (e *storeError) Error() string { return e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
+// openRunStore is the writer of the run's records into the results store;
+// nil when the cluster has none, or when an earlier pass committed them
+// already (location says where).
+func (r *EvaluationReconciler) openRunStore(ctx context.Context, p *pass) (*storeWriter, string, error) {
+	if r.Options.ResultsStore == nil {
+		return nil, "", nil
+	}
+	w := newStoreWriter(r.Options.ResultsStore, p)
+	had, err := objects.ReadManifest(ctx, w.at, 1)
+	switch {
+	case err == nil && had.ID == p.run:
+		return nil, w.at.Location().String(), nil
+	case err == nil:
+		return nil, "", fmt.Errorf("%s holds another run's records (%s)", w.at.Location(), had.ID)
+	case !errors.Is(err, objstore.ErrNotFound):
+		return nil, "", err
+	}
+	return w, "", nil
+}
+
+// storeUnavailable keeps the run Running, saying why, until the store
+// takes its records: it is tried again every RecheckAfter. The Warning
+// event is made once, when the run starts waiting.
+func (r *EvaluationReconciler) storeUnavailable(p *pass, err error) (bool, error) {
+	msg := fmt.Sprintf("every sample ran, but the records could not be written to the results store (tried again every %v): %v",
+		r.Options.RecheckAfter, err)
+	p.waiting = &kube.Missing{Reason: v1alpha1.ReasonResultsStoreUnavailable, Message: msg}
+	if p.ev.Status.Reason != v1alpha1.ReasonResultsStoreUnavailable {
+		p.event(corev1.EventTypeWarning, v1alpha1.ReasonResultsStoreUnavailable, "%s", msg)
+	}
+	p.requeueAfter(r.Options.RecheckAfter)
+	return false, nil
+}

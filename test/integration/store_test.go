@@ -1,0 +1,182 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/controllers"
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/objstore"
+	"github.com/proctor-dev/proctor/internal/testutil"
+	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/results/objects"
+	"github.com/proctor-dev/proctor/test/fakellm"
+)
+
+// TestResultsStore runs an Evaluation with the cluster's results store on a
+// real S3-compatible server (weed): 10% of its runner pods are killed twice
+// and the manager is restarted mid-run, yet the committed location holds
+// every sample exactly once, a part per shard, and outlives the Evaluation.
+// While the store is down, a run that ran every sample waits, saying why.
+func TestResultsStore(t *testing.T) {
+	weed := testutil.StartSeaweed(t)
+	store := weed.Bucket(t, "runs", "cluster")
+	ctx := context.Background()
+	ns := newNamespace(t)
+	const latency = 100 * time.Millisecond
+	srv, url := fakeLLM(t, fakellm.Config{Latency: latency})
+	withStore := func(o *controllers.Options) { o.ResultsStore = store }
+	m := startManagerWith(t, ns, withStore)
+	k := startKubelet(t, ns)
+	const n, shardSize, concurrency = 100, 10, 1
+	create(t, testutil.MakeEvaluation("stored", ns).InlineDataset("d", n).OpenAIModel("m", url).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(shardSize).Parallelism(4).Concurrency(concurrency).Obj())
+
+	// One shard of ten is killed, once it has checkpointed samples, then
+	// another; the manager is restarted between the kills.
+	killMidway := func(index int) {
+		t.Helper()
+		eventually(t, 30*time.Second, fmt.Sprintf("shard m/%d to checkpoint samples", index), func() (bool, string) {
+			ev := getEvaluation(t, ns, "stored")
+			head := headProgress(t, ns, cluster.HeadName("stored", ev.Status.Run, "m", index))
+			return head.Done >= 2 && head.Done < shardSize, fmt.Sprintf("head %+v", head)
+		})
+		if !k.kill("m", index) {
+			t.Fatalf("shard m/%d was not running", index)
+		}
+	}
+	killMidway(1)
+	m.stop()
+	time.Sleep(300 * time.Millisecond)
+	startManagerWith(t, ns, withStore)
+	killMidway(6)
+	ev := waitPhase(t, ns, "stored", v1alpha1.PhaseSucceeded, 90*time.Second)
+
+	prefix := fmt.Sprintf("s3://runs/cluster/%s/stored/", ns)
+	loc := ev.Status.ResultsLocation
+	if !strings.HasPrefix(loc, prefix) || !strings.HasSuffix(loc, "-"+ev.Status.Run) {
+		t.Fatalf("status.resultsLocation = %q, want %sSTARTED-%s", loc, prefix, ev.Status.Run)
+	}
+	var cm corev1.ConfigMap
+	if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster.ResultsName("stored")}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data[cluster.ResultsKeyLocation] != loc {
+		t.Errorf("stored-results says location %q, status %q", cm.Data[cluster.ResultsKeyLocation], loc)
+	}
+	checkStored := func() {
+		t.Helper()
+		res, err := objects.ReadResults(ctx, weed.Store(t, loc), loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := res.Manifest.Pair("m", "d"); p == nil || len(p.Parts) != n/shardSize {
+			t.Errorf("the manifest's pair m/d: %+v, want a part per shard (%d)", p, n/shardSize)
+		}
+		seen := map[string]int{}
+		if err := res.Records(ctx, func(r *results.Record) {
+			seen[r.ID]++
+			if r.Error != "" || r.Scores["exact_match"] != 1 {
+				t.Errorf("stored record %s: %+v", r.ID, r)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range sampleIDs("d", n) {
+			if seen[id] != 1 {
+				t.Errorf("sample %s is in the store %d times, want once", id, seen[id])
+			}
+		}
+		if len(seen) != n {
+			t.Errorf("%d samples in the store, want %d", len(seen), n)
+		}
+		sums, err := res.Summaries()
+		if err != nil || len(sums) != 1 || sums[0].Completed != n {
+			t.Errorf("the stored summary: %+v (%v)", sums, err)
+		}
+	}
+	checkStored()
+	// Finished samples were not called again: beyond the samples, only
+	// those in flight at the two kills (and not flushed yet) were.
+	if calls, inFlight := srv.Stats().Requests, int64(concurrency+concurrency*testFlushEvery/latency); calls > n+2*inFlight {
+		t.Errorf("%d model calls for %d samples: finished samples were called again", calls, n)
+	}
+
+	// The records outlive the Evaluation.
+	if err := k8sClient.Delete(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the Evaluation to be gone", func() (bool, string) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(ev), &v1alpha1.Evaluation{})
+		return err != nil, fmt.Sprint(err)
+	})
+	checkStored()
+}
+
+// TestResultsStoreUnavailable: a run whose store cannot take its records
+// stays Running with REASON ResultsStoreUnavailable and one Warning event,
+// and ends once the store is back.
+func TestResultsStoreUnavailable(t *testing.T) {
+	weed := testutil.StartSeaweed(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	_, url := fakeLLM(t, fakellm.Config{})
+	loc, _ := objstore.ParseURL("s3://down/cluster")
+	// Nothing listens there.
+	down, err := objstore.Open(ctx, loc, objstore.Options{Endpoint: "http://127.0.0.1:9", AccessKeyID: "k", SecretAccessKey: "s",
+		HTTPClient: &http.Client{Timeout: 2 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := startManagerWith(t, ns, func(o *controllers.Options) { o.ResultsStore = down })
+	startKubelet(t, ns)
+	create(t, testutil.MakeEvaluation("waits", ns).InlineDataset("d", 10).OpenAIModel("m", url).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Obj())
+	eventually(t, 60*time.Second, "the run to wait for the store", func() (bool, string) {
+		ev := getEvaluation(t, ns, "waits")
+		return ev.Status.Reason == v1alpha1.ReasonResultsStoreUnavailable && ev.Status.Phase == v1alpha1.PhaseRunning,
+			fmt.Sprintf("%s %s %s", ev.Status.Phase, ev.Status.Reason, ev.Status.Message)
+	})
+	time.Sleep(time.Second) // several rechecks
+	ev := getEvaluation(t, ns, "waits")
+	if strings.Contains(ev.Status.Message, weed.SecretKey) || !strings.Contains(ev.Status.Message, "results store") {
+		t.Errorf("message %q", ev.Status.Message)
+	}
+	var events corev1.EventList
+	if err := k8sClient.List(ctx, &events, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	warnings := 0
+	for _, e := range events.Items {
+		if e.Reason == v1alpha1.ReasonResultsStoreUnavailable {
+			warnings += max(1, int(e.Count))
+			if e.Type != corev1.EventTypeWarning {
+				t.Errorf("event %s is %s, want Warning", e.Reason, e.Type)
+			}
+		}
+	}
+	if warnings != 1 {
+		t.Errorf("%d ResultsStoreUnavailable events, want one", warnings)
+	}
+	// The store is back (the manager restarted with a reachable one).
+	m.stop()
+	store := weed.Bucket(t, "back", "cluster")
+	startManagerWith(t, ns, func(o *controllers.Options) { o.ResultsStore = store })
+	ev = waitPhase(t, ns, "waits", v1alpha1.PhaseSucceeded, 60*time.Second)
+	if !strings.HasPrefix(ev.Status.ResultsLocation, "s3://back/cluster/"+ns+"/waits/") {
+		t.Errorf("status.resultsLocation = %q", ev.Status.ResultsLocation)
+	}
+	b, _ := json.Marshal(ev.Status)
+	if strings.Contains(string(b), weed.SecretKey) {
+		t.Error("status holds the store's secret key")
+	}
+}
