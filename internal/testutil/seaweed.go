@@ -119,7 +119,7 @@ func StartSeaweed(tb testing.TB) *Seaweed {
 	go func() { exited <- cmd.Wait() }()
 	tb.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = <-exited // killed: its exit status says so
+		tb.Logf("weed stopped (%v)", <-exited)
 		log.Close()
 	})
 	// Ready when a bucket can be created and written: the S3 gateway
