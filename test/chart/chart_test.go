@@ -250,6 +250,8 @@ func summarize(t *testing.T, objs objects) summary {
 			s.Env[name] = v
 		} else if f, ok, _ := unstructured.NestedString(e, "valueFrom", "fieldRef", "fieldPath"); ok {
 			s.Env[name] = "fieldRef:" + f
+		} else if ref, ok, _ := unstructured.NestedStringMap(e, "valueFrom", "secretKeyRef"); ok {
+			s.Env[name] = "secret:" + ref["name"] + "/" + ref["key"]
 		}
 	}
 	ports, _, _ := unstructured.NestedSlice(c, "ports")
@@ -443,6 +445,25 @@ func TestRender(t *testing.T) {
 					"Role a/proctor-manager-role", "RoleBinding a/proctor-manager-rolebinding",
 					"Role b/proctor-manager-role", "RoleBinding b/proctor-manager-rolebinding")
 				s.Args = append(s.Args, "--watch-namespaces=a,b")
+			},
+		},
+		{
+			name:   "results store",
+			values: "resultsStore: {url: s3://evals/runs, endpoint: 'http://seaweedfs.store:8333', region: eu-west-1, pathStyle: true, credentialsSecret: results-s3}",
+			want: func(s *summary) {
+				s.Args = slices.Insert(s.Args, slices.Index(s.Args, "--zap-log-level=info"),
+					"--results-store=s3://evals/runs", "--results-store-endpoint=http://seaweedfs.store:8333",
+					"--results-store-region=eu-west-1", "--results-store-path-style")
+				s.Env["AWS_ACCESS_KEY_ID"] = "secret:results-s3/AWS_ACCESS_KEY_ID"
+				s.Env["AWS_SECRET_ACCESS_KEY"] = "secret:results-s3/AWS_SECRET_ACCESS_KEY"
+			},
+		},
+		{
+			// The pod's own AWS identity (IRSA): no Secret.
+			name:   "results store without a Secret",
+			values: "resultsStore: {url: s3://evals/runs}",
+			want: func(s *summary) {
+				s.Args = slices.Insert(s.Args, slices.Index(s.Args, "--zap-log-level=info"), "--results-store=s3://evals/runs")
 			},
 		},
 		{
