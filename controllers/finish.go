@@ -168,6 +168,20 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 // names is not there (BaselineNotFound).
 func (r *EvaluationReconciler) readBaseline(ctx context.Context, p *pass) (*compare.Baseline, *kube.Missing, error) {
 	res, missing, err := kube.FindBaseline(ctx, r.APIReader, p.ev)
+	if err == nil && missing != nil && missing.Reason == v1alpha1.ReasonBaselineNotFound {
+		// An Evaluation deleted since: its latest run in the results store.
+		stored, err := r.storedBaseline(ctx, p)
+		switch {
+		case err != nil:
+			return nil, nil, fmt.Errorf("reading the baseline from the results store: %w", err)
+		case stored != nil:
+			b := compare.NewBaseline(stored.Where, metricNames(&p.ev.Spec))
+			if err := stored.Records(ctx, b.Add); err != nil {
+				return nil, nil, fmt.Errorf("reading the baseline %s: %w", stored.Where, err)
+			}
+			return b, nil, nil
+		}
+	}
 	switch {
 	case err != nil:
 		return nil, nil, fmt.Errorf("reading the baseline: %w", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/cluster/kube"
+	"github.com/proctor-dev/proctor/runner/results/objects"
 	"github.com/proctor-dev/proctor/internal/source"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
@@ -167,6 +168,13 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 		// A baseline that is not there would leave the run unjudged: it
 		// waits for it. One that has not ended yet is waited for at the end.
 		_, missing, err := kube.FindBaseline(ctx, r.APIReader, p.ev)
+		if err == nil && missing != nil && missing.Reason == v1alpha1.ReasonBaselineNotFound {
+			// An Evaluation deleted since: its runs are in the results store.
+			var stored *objects.Results
+			if stored, err = r.storedBaseline(ctx, p); stored != nil {
+				missing = nil
+			}
+		}
 		switch {
 		case err != nil:
 			return false, fmt.Errorf("looking for the baseline: %w", err)

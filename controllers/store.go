@@ -153,3 +153,31 @@ func (r *EvaluationReconciler) storeUnavailable(p *pass, err error) (bool, error
 	p.requeueAfter(r.Options.RecheckAfter)
 	return false, nil
 }
+
+// storedBaseline is the latest run committed to the results store of the
+// Evaluation spec.baseline.evaluation names, for one deleted since; nil
+// when there is no store, no such name, or no committed run of it.
+func (r *EvaluationReconciler) storedBaseline(ctx context.Context, p *pass) (*objects.Results, error) {
+	name := p.ev.Spec.Baseline.Evaluation
+	if r.Options.ResultsStore == nil || name == "" || name == p.ev.Name {
+		return nil, nil
+	}
+	of := r.Options.ResultsStore.Sub(p.ev.Namespace, name)
+	runs, err := of.Dirs(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	// Newest first: run directories start with the time the run started.
+	for i := len(runs) - 1; i >= 0; i-- {
+		at := of.Sub(runs[i])
+		m, err := objects.Latest(ctx, at)
+		switch {
+		case err != nil:
+			return nil, err
+		case m == nil:
+			continue // a run whose records were never committed
+		}
+		return &objects.Results{Bucket: at, Where: at.Location().String(), Manifest: m}, nil
+	}
+	return nil, nil
+}

@@ -159,6 +159,12 @@ func (w *EvaluationWrapper) Concurrency(n int32) *EvaluationWrapper {
 	return w
 }
 
+// Baseline compares the run with the results of Evaluation name.
+func (w *EvaluationWrapper) Baseline(name string) *EvaluationWrapper {
+	w.Spec.Baseline = &v1alpha1.Baseline{Evaluation: name}
+	return w
+}
+
 // Suspend sets spec.suspend.
 func (w *EvaluationWrapper) Suspend(s bool) *EvaluationWrapper {
 	w.Spec.Suspend = ptr.To(s)

@@ -120,6 +120,16 @@ func TestResultsStore(t *testing.T) {
 		return err != nil, fmt.Sprint(err)
 	})
 	checkStored()
+
+	// A run naming the deleted Evaluation as its baseline is compared with
+	// its records in the store.
+	create(t, testutil.MakeEvaluation("after", ns).InlineDataset("d", n).OpenAIModel("m", url).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(50).Parallelism(2).Concurrency(4).Baseline("stored").Obj())
+	after := waitPhase(t, ns, "after", v1alpha1.PhaseSucceeded, 90*time.Second)
+	c := after.Status.Comparison
+	if c == nil || c.Baseline != loc || len(c.Results) != 1 || c.Results[0].Paired != n {
+		t.Errorf("the comparison with the deleted Evaluation's stored run: %+v, want %d samples paired with %s", c, n, loc)
+	}
 }
 
 // TestResultsStoreUnavailable: a run whose store cannot take its records

@@ -146,7 +146,7 @@ func (h *cursors) close() {
 // Results is a location's committed results, as read by proctor results,
 // proctor compare and baselines.
 type Results struct {
-	b objstore.Bucket
+	Bucket objstore.Bucket
 	// Where names the location in messages.
 	Where    string
 	Manifest *Manifest
@@ -162,7 +162,7 @@ func ReadResults(ctx context.Context, b objstore.Bucket, where string) (*Results
 	if m == nil {
 		return nil, fmt.Errorf("%s holds no committed results (no manifests/)", where)
 	}
-	return &Results{b: b, Where: where, Manifest: m}, nil
+	return &Results{Bucket: b, Where: where, Manifest: m}, nil
 }
 
 // summaryFile is a summary.json: its results in the run's order.
@@ -204,7 +204,7 @@ func (r *Results) pairs() []*PairParts {
 // in dataset order.
 func (r *Results) Each(ctx context.Context, fn func(p *PairParts, l results.Line) error) error {
 	for _, p := range r.pairs() {
-		err := ReadPair(ctx, r.b, p, func(l results.Line) error {
+		err := ReadPair(ctx, r.Bucket, p, func(l results.Line) error {
 			if l.Unscored {
 				return nil
 			}
