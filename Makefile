@@ -121,7 +121,7 @@ kube-assets: ## Build etcd, kube-apiserver and kubectl $(KUBE_VERSION) into bin/
 	hack/install-kube.sh etcd kube-apiserver kubectl
 
 .PHONY: bench
-bench: kube-assets host-deps-images ## Benchmarks: rate limits, runner vs bare HTTP, memory, the cost of per-sample isolation (PostgreSQL); operator latency and memory.
+bench: kube-assets host-deps-images $(WEED) ## Benchmarks: rate limits, runner vs bare HTTP, memory, the cost of per-sample isolation (PostgreSQL); operator latency and memory.
 	go test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/ ./test/integration/ | tee bench.out
 
 .PHONY: seaweedfs
