@@ -138,7 +138,7 @@ build: ## Build bin/proctor and bin/fakellm.
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/fakellm ./test/fakellm/cmd/fakellm
 
 .PHONY: images
-images: host-deps-images ## Build the proctor, fakellm, pause and busybox image tarballs into bin/images (no Docker).
+images: host-deps-images $(WEED) ## Build the proctor, fakellm, pause, busybox, postgres and seaweedfs image tarballs into bin/images (no Docker).
 	IMAGE_TAG=$(IMAGE_TAG) VERSION=$(VERSION) hack/build-images.sh $(LOCALBIN)/images
 
 ##@ Local cluster

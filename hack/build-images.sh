@@ -9,12 +9,16 @@
 #   postgres.tar ghcr.io/proctor-dev/proctor-postgres:$IMAGE_TAG the host's PostgreSQL (Debian's
 #                                                                 packages) with the libraries it
 #                                                                 loads, and the static busybox
+#   seaweedfs.tar ghcr.io/proctor-dev/proctor-seaweedfs:$IMAGE_TAG SeaweedFS's weed (bin/weed, make
+#                                                                 seaweedfs): the local cluster's
+#                                                                 results store (config/seaweedfs)
 #
 # Load one into containerd with: ctr -n k8s.io images import bin/images/proctor.tar
 #
 # Usage: hack/build-images.sh [out-dir]   (default bin/images)
 # Environment: IMAGE_TAG (v0.1.0), VERSION (git describe, as in the Makefile),
-# PROCTOR_IMAGE, FAKELLM_IMAGE, PAUSE_IMAGE, BUSYBOX_IMAGE, POSTGRES_IMAGE (the references),
+# PROCTOR_IMAGE, FAKELLM_IMAGE, PAUSE_IMAGE, BUSYBOX_IMAGE, POSTGRES_IMAGE, SEAWEEDFS_IMAGE (the references),
+# WEED (bin/weed),
 # GOARCH (the Go toolchain's), BUSYBOX (/usr/bin/busybox), CA_BUNDLE
 # (/etc/ssl/certs/ca-certificates.crt), SOURCE_DATE_EPOCH (every timestamp; 0).
 #
@@ -40,6 +44,8 @@ FAKELLM_IMAGE=${FAKELLM_IMAGE:-ghcr.io/proctor-dev/proctor-fakellm:$IMAGE_TAG}
 PAUSE_IMAGE=${PAUSE_IMAGE:-localhost/pause:3.10}
 BUSYBOX_IMAGE=${BUSYBOX_IMAGE:-docker.io/library/busybox:1.35.0}
 POSTGRES_IMAGE=${POSTGRES_IMAGE:-ghcr.io/proctor-dev/proctor-postgres:$IMAGE_TAG}
+SEAWEEDFS_IMAGE=${SEAWEEDFS_IMAGE:-ghcr.io/proctor-dev/proctor-seaweedfs:$IMAGE_TAG}
+WEED=${WEED:-$ROOT/bin/weed}
 BUSYBOX=${BUSYBOX:-/usr/bin/busybox}
 CA_BUNDLE=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 ARCH=${GOARCH:-$(go env GOARCH)}
@@ -172,7 +178,16 @@ image postgres "$BUSYBOX" "$CA_BUNDLE" "$BUILD/postgres-root.sums" -- \
   -env "PATH=/usr/lib/postgresql/$pg_version/bin:/usr/local/bin:/usr/bin:/bin" -env TZ=UTC -cmd sh \
   -user 65532:65532 -workdir /home/nonroot -ca-bundle "$CA_BUNDLE" "${postgres_labels[@]}"
 
+# SeaweedFS's weed, as make seaweedfs builds it (static: CGO_ENABLED=0); /data
+# and /tmp are volumes of the pod (config/seaweedfs).
+[[ -x $WEED ]] || die "no $WEED: build it with make seaweedfs, or set WEED"
+"$BUILDER" -check-static "$(readlink -f "$WEED")" -arch "$ARCH" >/dev/null || die "$WEED is not a static binary for $ARCH"
+mapfile -d '' seaweedfs_labels < <(labels proctor-seaweedfs)
+image seaweedfs "$(readlink -f "$WEED")" "$CA_BUNDLE" -- \
+  -tag "$SEAWEEDFS_IMAGE" -file "/weed=$(readlink -f "$WEED"):0755" -entrypoint /weed \
+  -user 65532:65532 -workdir /data -ca-bundle "$CA_BUNDLE" "${seaweedfs_labels[@]}"
+
 echo "build-images: built: ${built[*]:-nothing}; up to date: ${skipped[*]:-none}"
-for name in proctor fakellm pause busybox postgres; do
+for name in proctor fakellm pause busybox postgres seaweedfs; do
   ls -l "$OUT/$name.tar"
 done

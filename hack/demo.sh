@@ -22,8 +22,16 @@ step "Starting the local cluster (etcd, control plane, containerd, kubelet, kube
 hack/cluster-up.sh >/dev/null   # when it runs already: reloads the images
 kubectl get nodes
 
-step "helm install proctor charts/proctor"
-"$HELM" upgrade --install proctor charts/proctor --namespace proctor-system --create-namespace --wait --timeout 3m >/dev/null
+step "A results store: SeaweedFS's S3 gateway as Service seaweedfs.proctor-system.svc (config/seaweedfs)"
+kubectl create namespace proctor-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl apply -k config/seaweedfs
+kubectl rollout status -n proctor-system deployment/seaweedfs --timeout=2m
+
+step "helm install proctor charts/proctor, committing each run's records to that store"
+"$HELM" upgrade --install proctor charts/proctor --namespace proctor-system --create-namespace --wait --timeout 3m \
+	--set resultsStore.url=s3://proctor/runs \
+	--set resultsStore.endpoint=http://seaweedfs.proctor-system.svc:8333 \
+	--set resultsStore.credentialsSecret=results-s3 >/dev/null
 kubectl get deployment -n proctor-system
 
 step "The fake OpenAI/Anthropic-compatible server, as Service fakellm.proctor-system.svc"
@@ -58,6 +66,14 @@ kubectl get evaluation "$NAME" -n "$NS" -o jsonpath='{range .status.results[*]}m
 bin/proctor results "$NAME" -n "$NS" -o "results/$NAME"
 head -n 3 "results/$NAME/results.jsonl"
 
+step "The same records, committed to the results store (Parquet), read back from it"
+location=$(kubectl get evaluation "$NAME" -n "$NS" -o jsonpath='{.status.resultsLocation}')
+echo "status.resultsLocation: $location"
+store_ip=$(kubectl get service seaweedfs -n proctor-system -o jsonpath='{.spec.clusterIP}')
+AWS_ENDPOINT_URL_S3=http://$store_ip:8333 AWS_ACCESS_KEY_ID=proctor AWS_SECRET_ACCESS_KEY=local-results-store-secret-7c41e9 AWS_REGION=us-east-1 \
+	bin/proctor results "$location" -o "results/$NAME-from-store" --overwrite
+echo "$(wc -l <"results/$NAME-from-store/results.jsonl") records in results/$NAME-from-store/results.jsonl"
+
 cat <<EOF
 
 $(printf '\033[1m')The cluster is yours to explore:$(printf '\033[0m')
@@ -65,6 +81,8 @@ $(printf '\033[1m')The cluster is yours to explore:$(printf '\033[0m')
   kubectl get evaluations -A
   kubectl describe evaluation $NAME -n $NS
   kubectl get configmap $NAME-results -n $NS -o yaml
+  AWS_ENDPOINT_URL_S3=http://$store_ip:8333 AWS_ACCESS_KEY_ID=proctor AWS_SECRET_ACCESS_KEY=local-results-store-secret-7c41e9 \
+    bin/proctor results $location -o out/from-store   # the records in the results store
   kubectl create secret generic anthropic -n $NS --from-literal=api-key=any
   kubectl apply -n $NS -k config/samples/     # every sample; see their comments
 

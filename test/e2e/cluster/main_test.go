@@ -79,11 +79,36 @@ func envOr(k, def string) string {
 	return def
 }
 
-// setUp installs the chart and the fake model server, as the README tells users.
+// The results store of config/seaweedfs, which the chart is installed with.
+const (
+	storeURL      = "s3://proctor/runs"
+	storeEndpoint = "http://seaweedfs." + releaseNamespace + ".svc:8333"
+	// storeSecretKey is the store's secret key (config/seaweedfs): only the
+	// manager and the store see it.
+	storeSecretKey = "local-results-store-secret-7c41e9"
+)
+
+// setUp installs the results store, the chart and the fake model server, as
+// the docs tell users.
 func setUp() error {
 	start := time.Now()
+	if _, err := kubectl("get", "namespace", releaseNamespace); err != nil {
+		if _, err := kubectl("create", "namespace", releaseNamespace); err != nil {
+			return err
+		}
+	}
+	if _, err := kubectl("apply", "-k", filepath.Join(repo, "config", "seaweedfs")); err != nil {
+		return err
+	}
+	if _, err := run(3*time.Minute, kubectlBin, "-n", releaseNamespace, "rollout", "status", "deployment/seaweedfs", "--timeout=2m"); err != nil {
+		return fmt.Errorf("%w\n%s", err, diagnose("app.kubernetes.io/name=seaweedfs"))
+	}
+	record("the results store (config/seaweedfs) ready", time.Since(start))
+	start = time.Now()
 	out, err := run(3*time.Minute, helmBin, "upgrade", "--install", release, filepath.Join(repo, "charts", "proctor"),
-		"--namespace", releaseNamespace, "--create-namespace", "--wait", "--timeout", "2m")
+		"--namespace", releaseNamespace, "--create-namespace", "--wait", "--timeout", "2m",
+		"--set", "resultsStore.url="+storeURL, "--set", "resultsStore.endpoint="+storeEndpoint,
+		"--set", "resultsStore.credentialsSecret=results-s3")
 	if err != nil {
 		return err
 	}

@@ -61,6 +61,7 @@ func TestRunsSideBySide(t *testing.T) {
 		"BudgetInACluster":              testBudgetInACluster,
 		"JudgeInBatchesInACluster":      testJudgeInBatchesInACluster,
 		"DatasetEditedMidRun":           testDatasetEditedMidRun,
+		"ResultsStoreInACluster":        testResultsStoreInACluster,
 	})
 }
 

@@ -47,6 +47,9 @@ func TestSecretsNeverLeak(t *testing.T) {
 		if strings.Contains(text, canary) {
 			t.Errorf("the API key appears in %s", where)
 		}
+		if strings.Contains(text, storeSecretKey) {
+			t.Errorf("the results store's secret key appears in %s", where)
+		}
 	}
 	// The check itself works: the key is where it belongs.
 	if s := mustKubectl(t, "get", "secret", "-n", "e2e-samples", "openai", "-o", "jsonpath={.data.api-key}"); s == "" {
@@ -189,6 +192,7 @@ spec:
 	// Deleting them, the fake server and the test namespaces leaves nothing
 	// behind (a ModelEndpoint's budget goes with it).
 	mustKubectl(t, "delete", "-k", filepath.Join(repo, "config", "fakellm"), "--wait=true", "--timeout=2m")
+	mustKubectl(t, "delete", "-k", filepath.Join(repo, "config", "seaweedfs"), "--wait=true", "--timeout=2m")
 	mustKubectl(t, append([]string{"delete", "crd"}, append(crds, "--wait=true", "--timeout=2m")...)...)
 	// One command, so that the namespaces go together rather than one after another.
 	namespaces := append([]string{"e2e-samples", "e2e-ratelimit", "e2e-agent", "e2e-restarts", "e2e-invalid", "e2e-upgrade", "e2e-unwatched",

@@ -1,0 +1,80 @@
+//go:build e2e
+
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testResultsStoreInACluster (TestRunsSideBySide): with the chart's results
+// store (config/seaweedfs), a run's records are committed there when it ends;
+// they are read from outside the cluster with proctor results, stay after
+// the Evaluation is deleted, and a later run is compared with them.
+func testResultsStoreInACluster(t *testing.T) {
+	ns := namespace(t, "e2e-store")
+	const n = 20
+	model := `    provider: openai
+    model: fake-model
+    baseURL: http://fakellm.proctor-system.svc:8080/v1
+    apiKey: {env: API_KEY, secretKeyRef: {name: openai, key: api-key}}
+`
+	start := time.Now()
+	applyYAML(t, ns, additionsEvaluation("stored", n, model, "  shardSize: 10\n"))
+	mustKubectl(t, "wait", "-n", ns, "--for=condition=Ready", "evaluation/stored", "--timeout=5m")
+	ev := getEvaluation(t, ns, "stored")
+	loc := ev.Status.ResultsLocation
+	if want := fmt.Sprintf("%s/%s/stored/", storeURL, ns); !strings.HasPrefix(loc, want) || !strings.HasSuffix(loc, "-"+ev.Status.Run) {
+		t.Fatalf("status.resultsLocation = %q, want %sSTARTED-%s", loc, want, ev.Status.Run)
+	}
+	if got := mustKubectl(t, "get", "configmap", "-n", ns, "stored-results", "-o", `jsonpath={.data.location}`); got != loc {
+		t.Errorf("stored-results' location is %q, status says %q", got, loc)
+	}
+	record("a run committed to the results store", time.Since(start))
+
+	// From the host, through the Service's cluster IP, as a user would with
+	// the store's own address.
+	ip := strings.TrimSpace(mustKubectl(t, "get", "service", "-n", releaseNamespace, "seaweedfs", "-o", "jsonpath={.spec.clusterIP}"))
+	env := append(os.Environ(), "AWS_ENDPOINT_URL_S3=http://"+ip+":8333", "AWS_ACCESS_KEY_ID=proctor",
+		"AWS_SECRET_ACCESS_KEY="+storeSecretKey, "AWS_REGION=us-east-1", "HOME="+t.TempDir())
+	proctorWith := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, proctorBin, args...)
+		cmd.Env = env
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		return out.String(), err
+	}
+	dir := filepath.Join(t.TempDir(), "stored")
+	if out, err := proctorWith("results", loc, "-o", dir); err != nil {
+		t.Fatalf("proctor results %s: %v\n%s", loc, err, out)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "results.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(string(data), "\n"); lines != n {
+		t.Errorf("the stored run has %d records, want %d:\n%s", lines, n, data)
+	}
+
+	// The records outlive the Evaluation, and a later run is compared with them.
+	mustKubectl(t, "delete", "evaluation", "-n", ns, "stored", "--wait=true", "--timeout=2m")
+	if out, err := proctorWith("results", loc, "-o", dir); err != nil {
+		t.Fatalf("proctor results %s after the Evaluation was deleted: %v\n%s", loc, err, out)
+	}
+	applyYAML(t, ns, additionsEvaluation("later", n, model, "  shardSize: 10\n  baseline: {evaluation: stored}\n"))
+	mustKubectl(t, "wait", "-n", ns, "--for=condition=Ready", "evaluation/later", "--timeout=5m")
+	c := getEvaluation(t, ns, "later").Status.Comparison
+	if c == nil || c.Baseline != loc || len(c.Results) != 1 || c.Results[0].Paired != n {
+		t.Errorf("later's comparison with the deleted Evaluation's stored run: %+v, want %d samples paired with %s", c, n, loc)
+	}
+}
