@@ -71,7 +71,7 @@ func (w *storeWriter) flush(ctx context.Context) error {
 	if len(w.lines) == 0 {
 		return nil
 	}
-	lines := objects.Latest1(w.lines)
+	lines := objects.LastPerSample(w.lines)
 	var buf bytes.Buffer
 	if err := parquetpart.Write(&buf, lines); err != nil {
 		return err

@@ -365,7 +365,7 @@ func readJournalLines(r *bufio.Reader, off int64) ([]results.Line, int64, error)
 
 // upload writes lines as a part: one line a sample (the last), sorted.
 func (m *Mirror) upload(ctx context.Context, model, dataset string, lines []results.Line) (Part, error) {
-	lines = Latest1(lines)
+	lines = LastPerSample(lines)
 	var buf bytes.Buffer
 	if err := parquetpart.Write(&buf, lines); err != nil {
 		return Part{}, err
@@ -378,8 +378,8 @@ func (m *Mirror) upload(ctx context.Context, model, dataset string, lines []resu
 	return Part{Key: key, Lines: len(lines), Bytes: int64(buf.Len()), First: lines[0].Index, Last: lines[len(lines)-1].Index}, nil
 }
 
-// Latest1 keeps the last line of each sample, sorted by sample position.
-func Latest1(lines []results.Line) []results.Line {
+// LastPerSample keeps the last line of each sample, sorted by sample position.
+func LastPerSample(lines []results.Line) []results.Line {
 	last := map[int]int{}
 	for i, l := range lines {
 		last[l.Index] = i
