@@ -58,22 +58,10 @@ func BenchmarkProctorResultsFromS31M(b *testing.B) {
 	weed := testutil.StartSeaweed(b)
 	st := weed.Bucket(b, "bench", "evals/million")
 	ctx := context.Background()
-	cost := 0.00012
 	pp := objects.PairParts{Model: "gpt", Dataset: "qs", Header: json.RawMessage(`{"model":"gpt","dataset":"qs"}`)}
 	var size int64
 	for p := range n / per {
-		lines := make([]results.Line, 0, per)
-		for i := range per {
-			idx := p*per + i
-			rec, err := json.Marshal(&results.Record{ID: fmt.Sprintf("q%d", idx), Model: "gpt", Dataset: "qs",
-				Output: fmt.Sprintf("The answer to question %d is %d: it takes a sentence or two to say why, as models do.", idx, 7*idx),
-				Scores: map[string]float64{"exact_match": float64(idx % 2)}, Attempts: 1, LatencyMillis: int64(idx % 900),
-				InputTokens: 40, OutputTokens: 20, Cost: &cost})
-			if err != nil {
-				b.Fatal(err)
-			}
-			lines = append(lines, results.Line{Index: idx, Record: rec})
-		}
+		lines := partLines(b, p*per, per)
 		var buf bytes.Buffer
 		if err := parquetpart.Write(&buf, lines); err != nil {
 			b.Fatal(err)

@@ -22,22 +22,10 @@ func BenchmarkParquetParts1M(b *testing.B) {
 	const n, per = 1_000_000, 50_000
 	const goal, heapGoal = 10 * time.Second, 300 << 20
 	dir := b.TempDir()
-	cost := 0.00012
 	var size int64
 	start := time.Now()
 	for p := range n / per {
-		lines := make([]results.Line, 0, per)
-		for i := range per {
-			idx := p*per + i
-			rec, err := json.Marshal(&results.Record{ID: fmt.Sprintf("q%d", idx), Model: "gpt", Dataset: "qs",
-				Output: fmt.Sprintf("The answer to question %d is %d: it takes a sentence or two to say why, as models do.", idx, 7*idx),
-				Scores: map[string]float64{"exact_match": float64(idx % 2)}, Attempts: 1, LatencyMillis: int64(idx % 900),
-				InputTokens: 40, OutputTokens: 20, Cost: &cost})
-			if err != nil {
-				b.Fatal(err)
-			}
-			lines = append(lines, results.Line{Index: i, Record: rec})
-		}
+		lines := partLines(b, p*per, per)
 		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("part-%d.parquet", p)))
 		if err != nil {
 			b.Fatal(err)
@@ -85,4 +73,23 @@ func BenchmarkParquetParts1M(b *testing.B) {
 	if took > goal || peak > heapGoal {
 		b.Errorf("goal: a million records read in at most %v with at most %d MiB of heap; took %v and %.0f MiB", goal, heapGoal>>20, took, float64(peak)/(1<<20))
 	}
+}
+
+// partLines are n records of a model's answers, samples first to first+n-1,
+// as a shard of a million-sample run writes them.
+func partLines(b *testing.B, first, n int) []results.Line {
+	b.Helper()
+	cost := 0.00012
+	lines := make([]results.Line, 0, n)
+	for idx := first; idx < first+n; idx++ {
+		rec, err := json.Marshal(&results.Record{ID: fmt.Sprintf("q%d", idx), Model: "gpt", Dataset: "qs",
+			Output: fmt.Sprintf("The answer to question %d is %d: it takes a sentence or two to say why, as models do.", idx, 7*idx),
+			Scores: map[string]float64{"exact_match": float64(idx % 2)}, Attempts: 1, LatencyMillis: int64(idx % 900),
+			InputTokens: 40, OutputTokens: 20, Cost: &cost})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lines = append(lines, results.Line{Index: idx, Record: rec})
+	}
+	return lines
 }
