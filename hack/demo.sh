@@ -81,8 +81,8 @@ $(printf '\033[1m')The cluster is yours to explore:$(printf '\033[0m')
   kubectl get evaluations -A
   kubectl describe evaluation $NAME -n $NS
   kubectl get configmap $NAME-results -n $NS -o yaml
-  AWS_ENDPOINT_URL_S3=http://$store_ip:8333 AWS_ACCESS_KEY_ID=proctor AWS_SECRET_ACCESS_KEY=local-results-store-secret-7c41e9 \
-    bin/proctor results $location -o out/from-store   # the records in the results store
+  export AWS_ENDPOINT_URL_S3=http://$store_ip:8333 AWS_ACCESS_KEY_ID=proctor AWS_SECRET_ACCESS_KEY=local-results-store-secret-7c41e9
+  bin/proctor results $location -o out/from-store   # the run's records, from the results store
   kubectl create secret generic anthropic -n $NS --from-literal=api-key=any
   kubectl apply -n $NS -k config/samples/     # every sample; see their comments
 
