@@ -19,8 +19,8 @@ import (
 	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/cluster/kube"
-	"github.com/proctor-dev/proctor/runner/results/objects"
 	"github.com/proctor-dev/proctor/internal/source"
+	"github.com/proctor-dev/proctor/runner/results/objects"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
 
