@@ -59,12 +59,14 @@ func TestResultsLocation(t *testing.T) {
 	const n, concurrency = 200, 4
 	const loc = "s3://results/evals/slow"
 	st := weed.Store(t, loc)
-	srv := newFake(t, fakellm.Config{Latency: 50 * time.Millisecond})
+	// 5 s for the whole run: it is killed well before it ends, however
+	// slowly the test polls the location.
+	srv := newFake(t, fakellm.Config{Latency: 100 * time.Millisecond})
 
 	first := machine(t, weed, srv, n, concurrency)
 	p := first.start("run", "-f", first.evalFile(), "-o", loc, "--progress", "plain", "--sync-interval", "300ms")
 	waitFor(t, 30*time.Second, "samples committed to the location", func() bool {
-		return len(committed(t, st, "gpt", "qs")) >= 30 || p.exited()
+		return len(committed(t, st, "gpt", "qs")) >= 20 || p.exited()
 	})
 	if p.exited() {
 		t.Fatalf("proctor finished before it could be killed\n%s", p.wait())
