@@ -1,6 +1,7 @@
 // Package objstore is Proctor's client of S3-compatible object stores (AWS
 // S3, GCS's S3 API, SeaweedFS, MinIO, Ceph), where results outgrow etcd and
-// outlive their Evaluation (issue 27). It is the AWS SDK for Go v2, narrowed to
+// outlive their Evaluation (issue 27): the runner/results/objects.Bucket
+// that results locations are written and read through. It is the AWS SDK for Go v2, narrowed to
 // what a results location needs: conditional creates (If-None-Match: *, so two
 // writers cannot both commit one manifest), whole and ranged reads, listing
 // and deleting, all under one bucket and prefix.
@@ -26,31 +27,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/proctor-dev/proctor/runner/results/objects"
 )
 
-// ErrExists is a conditional create that found the key taken.
-var ErrExists = errors.New("the object exists already")
+// ErrExists and ErrNotFound are results locations' errors (Store
+// implements objects.Bucket).
+var (
+	ErrExists   = objects.ErrExists
+	ErrNotFound = objects.ErrNotFound
+)
 
-// ErrNotFound is a key with no object.
-var ErrNotFound = errors.New("no such object")
-
-// Bucket is what a results location needs of a store, under its prefix:
-// keys are relative to it. *Store implements it; unit tests use an
-// in-memory one.
-type Bucket interface {
-	// PutIfAbsent creates key, or returns ErrExists when it exists.
-	PutIfAbsent(ctx context.Context, key string, data []byte) error
-	// Put creates or replaces key.
-	Put(ctx context.Context, key string, data []byte) error
-	// Get reads key whole (ErrNotFound when absent).
-	Get(ctx context.Context, key string) ([]byte, error)
-	// ReaderAt opens key for reads at offsets, and says its size.
-	ReaderAt(ctx context.Context, key string) (io.ReaderAt, int64, error)
-	// List returns the keys under prefix, sorted.
-	List(ctx context.Context, prefix string) ([]string, error)
-	// Delete removes keys; absent ones are not an error.
-	Delete(ctx context.Context, keys ...string) error
-}
+var _ objects.Bucket = (*Store)(nil)
 
 // Location is a bucket and a prefix in it: s3://BUCKET/PREFIX.
 type Location struct {
@@ -130,7 +118,8 @@ type Options struct {
 	WholeBelow int64
 }
 
-// Store is a location of an S3-compatible store. It implements Bucket.
+// Store is a location of an S3-compatible store. It implements
+// objects.Bucket.
 type Store struct {
 	c          *s3.Client
 	loc        Location
@@ -245,7 +234,7 @@ func (s *Store) wrap(op, key string, err error) error {
 	return fmt.Errorf("%s %s: %w", op, s.loc.Join(key), err)
 }
 
-// PutIfAbsent implements Bucket with If-None-Match: *, which AWS S3 and
+// PutIfAbsent implements objects.Bucket with If-None-Match: *, which AWS S3 and
 // most S3-compatible stores honour: of writers racing for one key, one
 // succeeds and the others get 412.
 func (s *Store) PutIfAbsent(ctx context.Context, key string, data []byte) error {
@@ -271,7 +260,7 @@ func (s *Store) PutIfAbsent(ctx context.Context, key string, data []byte) error 
 	}
 }
 
-// Put implements Bucket.
+// Put implements objects.Bucket.
 func (s *Store) Put(ctx context.Context, key string, data []byte) error {
 	_, err := s.c.PutObject(ctx, &s3.PutObjectInput{
 		Bucket: aws.String(s.loc.Bucket), Key: aws.String(s.key(key)), Body: bytes.NewReader(data),
@@ -283,7 +272,7 @@ func (s *Store) Put(ctx context.Context, key string, data []byte) error {
 	return nil
 }
 
-// Get implements Bucket.
+// Get implements objects.Bucket.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	out, err := s.c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.loc.Bucket), Key: aws.String(s.key(key))})
 	if err != nil {
@@ -297,7 +286,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	return b, nil
 }
 
-// ReaderAt implements Bucket: an object below Options.WholeBelow is read
+// ReaderAt implements objects.Bucket: an object below Options.WholeBelow is read
 // whole, at once (one request); a larger one by ranges, each checked
 // against the object's ETag so a replaced object is not read half old.
 func (s *Store) ReaderAt(ctx context.Context, key string) (io.ReaderAt, int64, error) {
@@ -347,7 +336,7 @@ func (r *rangeReader) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// List implements Bucket.
+// List implements objects.Bucket.
 func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
 	var keys []string
 	base := s.key("")
@@ -384,7 +373,7 @@ func (s *Store) Dirs(ctx context.Context, prefix string) ([]string, error) {
 	return dirs, nil
 }
 
-// Delete implements Bucket, one key at a time: DeleteObjects needs a
+// Delete implements objects.Bucket, one key at a time: DeleteObjects needs a
 // Content-MD5 or checksum that not every S3-compatible store accepts, and
 // a results location deletes few keys at once.
 func (s *Store) Delete(ctx context.Context, keys ...string) error {

@@ -25,8 +25,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/proctor-dev/proctor/internal/objstore"
 )
 
 // Format is the manifest format this package writes and reads.
@@ -109,14 +107,14 @@ func PartKey(model, dataset, name string) string {
 
 // Commit writes m as generation m.Generation, only if no writer did: a
 // *ConflictError otherwise.
-func Commit(ctx context.Context, b objstore.Bucket, where string, m *Manifest) error {
+func Commit(ctx context.Context, b Bucket, where string, m *Manifest) error {
 	m.Format = Format
 	data, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
 	err = b.PutIfAbsent(ctx, manifestKey(m.Generation), data)
-	if errors.Is(err, objstore.ErrExists) {
+	if errors.Is(err, ErrExists) {
 		ce := &ConflictError{Location: where, Generation: m.Generation}
 		if other, rerr := ReadManifest(ctx, b, m.Generation); rerr == nil {
 			ce.Writer = other.Writer
@@ -130,7 +128,7 @@ func Commit(ctx context.Context, b objstore.Bucket, where string, m *Manifest) e
 }
 
 // Latest reads the highest committed manifest; nil when there is none.
-func Latest(ctx context.Context, b objstore.Bucket) (*Manifest, error) {
+func Latest(ctx context.Context, b Bucket) (*Manifest, error) {
 	// A writer deletes the manifests it supersedes: one listed may be gone
 	// by the time it is read, and then a newer one exists; list again.
 	for range 5 {
@@ -148,7 +146,7 @@ func Latest(ctx context.Context, b objstore.Bucket) (*Manifest, error) {
 			return nil, nil
 		}
 		m, err := ReadManifest(ctx, b, slices.Max(gens))
-		if errors.Is(err, objstore.ErrNotFound) {
+		if errors.Is(err, ErrNotFound) {
 			continue
 		}
 		return m, err
@@ -166,7 +164,7 @@ func generationOf(key string) (int64, bool) {
 }
 
 // ReadManifest reads generation gen and checks it.
-func ReadManifest(ctx context.Context, b objstore.Bucket, gen int64) (*Manifest, error) {
+func ReadManifest(ctx context.Context, b Bucket, gen int64) (*Manifest, error) {
 	data, err := b.Get(ctx, manifestKey(gen))
 	if err != nil {
 		return nil, err
@@ -215,7 +213,7 @@ func (m *Manifest) Pair(model, dataset string) *PairParts {
 // parts/ that neither m nor a writer's commit in progress names. Only
 // manifests and the parts of pairs dropped or replaced since prev are
 // deleted: parts another writer uploaded but has not committed are its own.
-func Prune(ctx context.Context, b objstore.Bucket, prev, m *Manifest) error {
+func Prune(ctx context.Context, b Bucket, prev, m *Manifest) error {
 	var stale []string
 	if prev != nil {
 		kept := map[string]bool{}

@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/proctor-dev/proctor/internal/objstore"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/results/parquetpart"
 )
@@ -31,7 +30,7 @@ const stateFile = ".location.json"
 // makes the copy hold the location's latest commit; Sync uploads what the
 // journals gained since as Parquet parts and commits them.
 type Mirror struct {
-	b      objstore.Bucket
+	b      Bucket
 	where  string
 	root   string
 	writer string
@@ -63,7 +62,7 @@ type fileState struct {
 // NewMirror keeps the results directory root and location b (named where
 // in messages) in step; writer says who commits (for ConflictError), now
 // is the clock.
-func NewMirror(b objstore.Bucket, where, root, writer string, now func() time.Time) *Mirror {
+func NewMirror(b Bucket, where, root, writer string, now func() time.Time) *Mirror {
 	return &Mirror{b: b, where: where, root: root, writer: writer, now: now, run: NewID()}
 }
 

@@ -18,12 +18,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/proctor-dev/proctor/internal/objstore"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/results/parquetpart"
 )
 
-// memBucket is an in-memory objstore.Bucket for unit tests (test/objstore
+// memBucket is an in-memory Bucket for unit tests (test/objstore
 // runs the same operations against a real S3-compatible server).
 type memBucket struct {
 	mu      sync.Mutex
@@ -36,7 +35,7 @@ func (m *memBucket) PutIfAbsent(_ context.Context, key string, data []byte) erro
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.objects[key]; ok {
-		return objstore.ErrExists
+		return ErrExists
 	}
 	m.objects[key] = bytes.Clone(data)
 	return nil
@@ -54,7 +53,7 @@ func (m *memBucket) Get(_ context.Context, key string) ([]byte, error) {
 	defer m.mu.Unlock()
 	b, ok := m.objects[key]
 	if !ok {
-		return nil, fmt.Errorf("%s: %w", key, objstore.ErrNotFound)
+		return nil, fmt.Errorf("%s: %w", key, ErrNotFound)
 	}
 	return b, nil
 }
@@ -108,7 +107,7 @@ func line(t *testing.T, i int, out string) results.Line {
 	return l
 }
 
-func putPart(t *testing.T, b objstore.Bucket, key string, lines []results.Line) Part {
+func putPart(t *testing.T, b Bucket, key string, lines []results.Line) Part {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := parquetpart.Write(&buf, lines); err != nil {
@@ -355,7 +354,7 @@ func TestMirrorReplacesThePartsOfAJournalWrittenAnew(t *testing.T) {
 	if len(parts) != 1 || parts[0].First != 3 || parts[0].Lines != 1 {
 		t.Fatalf("parts after the journal was written anew: %+v, want one part of sample 3", parts)
 	}
-	if _, err := b.Get(ctx, old); !errors.Is(err, objstore.ErrNotFound) {
+	if _, err := b.Get(ctx, old); !errors.Is(err, ErrNotFound) {
 		t.Errorf("the replaced part %s is still there (%v)", old, err)
 	}
 }

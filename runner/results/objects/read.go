@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/proctor-dev/proctor/internal/objstore"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/results/parquetpart"
 )
@@ -22,7 +21,7 @@ import (
 // merged in one pass, each opened only once the merge reaches its first
 // sample, so a run's shards (whose parts do not overlap) are read one at a
 // time.
-func ReadPair(ctx context.Context, b objstore.Bucket, p *PairParts, fn func(results.Line) error) error {
+func ReadPair(ctx context.Context, b Bucket, p *PairParts, fn func(results.Line) error) error {
 	h := &cursors{}
 	for i, pt := range p.Parts {
 		h.items = append(h.items, &cursor{part: pt, ord: i, index: pt.First})
@@ -76,7 +75,7 @@ type cursor struct {
 	err   error
 }
 
-func (c *cursor) open(ctx context.Context, b objstore.Bucket) error {
+func (c *cursor) open(ctx context.Context, b Bucket) error {
 	ra, size, err := b.ReaderAt(ctx, c.part.Key)
 	if err != nil {
 		return fmt.Errorf("part %s: %w", c.part.Key, err)
@@ -146,7 +145,7 @@ func (h *cursors) close() {
 // Results is a location's committed results, as read by proctor results,
 // proctor compare and baselines.
 type Results struct {
-	Bucket objstore.Bucket
+	Bucket Bucket
 	// Where names the location in messages.
 	Where    string
 	Manifest *Manifest
@@ -154,7 +153,7 @@ type Results struct {
 
 // ReadResults reads the latest commit of a location; an error when it
 // holds none.
-func ReadResults(ctx context.Context, b objstore.Bucket, where string) (*Results, error) {
+func ReadResults(ctx context.Context, b Bucket, where string) (*Results, error) {
 	m, err := Latest(ctx, b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
