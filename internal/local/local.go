@@ -327,18 +327,25 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("writing results: %w", errors.Join(runErr, err))
 	}
-	if mirror != nil && conflict == nil {
-		if err := commitLast(ctx, mirror); err != nil {
-			runErr = errors.Join(runErr, locationError(pr.location, err))
-		}
-	}
 	res := &Result{Dir: outDir, Location: pr.location, Summaries: summaries, Metrics: plan.MetricNames(), Interrupted: sig, EarlierErrors: earlierErrors, Rescoring: rescoring}
+	var gateErr error
 	if pr.baseline != "" || ev.Spec.Gate != nil {
 		sum, err := compareAndGate(ev, pr.baseline, outDir, pairs, plan.MetricNames(), summaries)
 		if err != nil {
-			return nil, fmt.Errorf("comparing with the baseline: %w", errors.Join(runErr, err))
+			gateErr = fmt.Errorf("comparing with the baseline: %w", errors.Join(runErr, err))
+		} else {
+			res.Comparison, res.Gate = sum.Comparison, sum.Gate
 		}
-		res.Comparison, res.Gate = sum.Comparison, sum.Gate
+	}
+	if mirror != nil && conflict == nil {
+		// Last: summary.json holds the comparison and the gate's verdict.
+		if err := commitLast(ctx, mirror); err != nil {
+			runErr = errors.Join(runErr, locationError(pr.location, err))
+			gateErr = errors.Join(gateErr, locationError(pr.location, err))
+		}
+	}
+	if gateErr != nil {
+		return nil, gateErr
 	}
 	if engOpts.Ledger != nil {
 		st := engOpts.Ledger.State()

@@ -2,6 +2,10 @@ package local_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -195,5 +199,44 @@ func TestResultsLocationRefusedClearly(t *testing.T) {
 				t.Errorf("%d model calls, want none", calls)
 			}
 		})
+	}
+}
+
+// TestGatedRunToALocation: the gate's verdict is in the summary the
+// location commits, as in a directory's summary.json.
+func TestGatedRunToALocation(t *testing.T) {
+	t.Parallel()
+	weed := testutil.StartSeaweed(t)
+	weed.Bucket(t, "results", "")
+	const loc = "s3://results/evals/gated"
+	srv := newFake(t, fakellm.Config{})
+	w := machine(t, weed, srv, 10, 2)
+	w.writeEval("gated", fmt.Sprintf(`  datasets:
+  - name: qs
+    source: {file: qs.jsonl}
+  models:
+  - {name: gpt, provider: openai, model: fake-model, baseURL: %s}
+  scoring:
+  - type: exact_match
+  gate:
+    rules:
+    - {metric: exact_match, min: 0.5}
+`, srv.OpenAIURL()))
+	if r := w.proctor("run", "-f", w.evalFile(), "-o", loc, "--progress", "plain"); r.Code != 0 {
+		t.Fatalf("a gated run to %s\n%s", loc, r)
+	}
+	other := machine(t, weed, srv, 10, 2)
+	if r := other.proctor("results", loc, "-o", other.out); r.Code != 0 {
+		t.Fatalf("proctor results %s\n%s", loc, r)
+	}
+	b, err := os.ReadFile(filepath.Join(other.out, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		Gate *struct{ Passed bool } `json:"gate"`
+	}
+	if err := json.Unmarshal(b, &sum); err != nil || sum.Gate == nil || !sum.Gate.Passed {
+		t.Errorf("the location's summary has no passed gate (%v):\n%s", err, b)
 	}
 }
