@@ -14,7 +14,6 @@ import (
 	"github.com/proctor-dev/proctor/internal/objstore"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/results/objects"
-	"github.com/proctor-dev/proctor/runner/results/parquetpart"
 )
 
 // storeWriter writes a run's records into the cluster's results store while
@@ -71,22 +70,16 @@ func (w *storeWriter) flush(ctx context.Context) error {
 	if len(w.lines) == 0 {
 		return nil
 	}
-	lines := objects.LastPerSample(w.lines)
-	var buf bytes.Buffer
-	if err := parquetpart.Write(&buf, lines); err != nil {
-		return err
-	}
 	sh := w.shard
-	key := objects.PartKey(sh.Model, sh.Dataset, fmt.Sprintf("shard-%05d", sh.Index))
-	if err := w.at.Put(ctx, key, buf.Bytes()); err != nil {
-		return err
-	}
 	i, ok := w.index[[2]string{sh.Model, sh.Dataset}]
 	if !ok {
 		return fmt.Errorf("shard %s of dataset %s is of no model and dataset of the run", sh.Key(), sh.Dataset)
 	}
-	w.pairs[i].Parts = append(w.pairs[i].Parts, objects.Part{Key: key, Lines: len(lines), Bytes: int64(buf.Len()),
-		First: lines[0].Index, Last: lines[len(lines)-1].Index})
+	part, err := objects.PutPart(ctx, w.at, objects.PartKey(sh.Model, sh.Dataset, fmt.Sprintf("shard-%05d", sh.Index)), w.lines)
+	if err != nil {
+		return err
+	}
+	w.pairs[i].Parts = append(w.pairs[i].Parts, part)
 	w.lines = w.lines[:0]
 	return nil
 }

@@ -362,16 +362,21 @@ func readJournalLines(r *bufio.Reader, off int64) ([]results.Line, int64, error)
 	}
 }
 
-// upload writes lines as a part: one line a sample (the last), sorted.
+// upload writes lines as this writer's next part of a pair.
 func (m *Mirror) upload(ctx context.Context, model, dataset string, lines []results.Line) (Part, error) {
+	m.n++
+	return PutPart(ctx, m.b, PartKey(model, dataset, fmt.Sprintf("%s-%d", m.run, m.n)), lines)
+}
+
+// PutPart writes lines at key as a part, one line a sample (the last),
+// sorted, and returns the part as a manifest names it. lines is not empty.
+func PutPart(ctx context.Context, b Bucket, key string, lines []results.Line) (Part, error) {
 	lines = LastPerSample(lines)
 	var buf bytes.Buffer
 	if err := parquetpart.Write(&buf, lines); err != nil {
 		return Part{}, err
 	}
-	m.n++
-	key := PartKey(model, dataset, fmt.Sprintf("%s-%d", m.run, m.n))
-	if err := m.b.Put(ctx, key, buf.Bytes()); err != nil {
+	if err := b.Put(ctx, key, buf.Bytes()); err != nil {
 		return Part{}, err
 	}
 	return Part{Key: key, Lines: len(lines), Bytes: int64(buf.Len()), First: lines[0].Index, Last: lines[len(lines)-1].Index}, nil
