@@ -398,3 +398,27 @@ func (s *Store) CreateBucket(ctx context.Context) error {
 	}
 	return nil
 }
+
+// PresignPut is a URL that lets its holder write the object at key, and no
+// other, until expires has passed: how a runner pod writes its records
+// without the store's credentials. The URL is a bearer credential: keep it
+// in Secrets, never in logs.
+func (s *Store) PresignPut(ctx context.Context, key string, expires time.Duration) (string, error) {
+	req, err := s3.NewPresignClient(s.c, s3.WithPresignExpires(expires)).PresignPutObject(ctx,
+		&s3.PutObjectInput{Bucket: aws.String(s.loc.Bucket), Key: aws.String(s.key(key))})
+	if err != nil {
+		return "", fmt.Errorf("presigning a write of %s: %w", s.loc.Join(key), err)
+	}
+	return req.URL, nil
+}
+
+// PresignGet is a URL that lets its holder read the object at key until
+// expires has passed.
+func (s *Store) PresignGet(ctx context.Context, key string, expires time.Duration) (string, error) {
+	req, err := s3.NewPresignClient(s.c, s3.WithPresignExpires(expires)).PresignGetObject(ctx,
+		&s3.GetObjectInput{Bucket: aws.String(s.loc.Bucket), Key: aws.String(s.key(key))})
+	if err != nil {
+		return "", fmt.Errorf("presigning a read of %s: %w", s.loc.Join(key), err)
+	}
+	return req.URL, nil
+}

@@ -176,6 +176,46 @@ func TestS3(t *testing.T) {
 			t.Errorf("parts in the location: %v; want the winner's and the loser's uncommitted one", keys)
 		}
 	})
+
+	t.Run("PresignedURLsReachOnlyTheirKey", func(t *testing.T) {
+		st := weed.Bucket(t, "presigned", "ns/run")
+		hc := &http.Client{Timeout: 10 * time.Second}
+		put, err := st.PresignPut(ctx, "staging/head/000000.jsonl.gz", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := objstore.PutURL(ctx, hc, put, []byte("records")); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := st.Get(ctx, "staging/head/000000.jsonl.gz"); err != nil || string(got) != "records" {
+			t.Errorf("the key holds %q (%v), want what was put through its URL", got, err)
+		}
+		// The signature covers the key: the same URL made to name
+		// another key is refused, so a pod writes only what it was given.
+		other := strings.Replace(put, "000000.jsonl.gz", "000001.jsonl.gz", 1)
+		if err := objstore.PutURL(ctx, hc, other, []byte("x")); !errors.Is(err, objstore.ErrRefused) {
+			t.Errorf("a write to another key with the URL: %v, want ErrRefused", err)
+		}
+		if strings.Contains(fmt.Sprint(objstore.PutURL(ctx, hc, other, nil)), "X-Amz-Signature") {
+			t.Error("an error of a presigned write shows the URL's signature")
+		}
+		get, err := st.PresignGet(ctx, "staging/head/000000.jsonl.gz", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := objstore.GetURL(ctx, hc, get); err != nil || string(got) != "records" {
+			t.Errorf("read through a presigned URL: %q (%v)", got, err)
+		}
+		missing, _ := st.PresignGet(ctx, "staging/head/000009.jsonl.gz", time.Hour)
+		if _, err := objstore.GetURL(ctx, hc, missing); !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("read of a missing key through its URL: %v, want ErrNotFound", err)
+		}
+		short, _ := st.PresignPut(ctx, "staging/head/000002.jsonl.gz", time.Second)
+		time.Sleep(2100 * time.Millisecond)
+		if err := objstore.PutURL(ctx, hc, short, []byte("late")); !errors.Is(err, objstore.ErrRefused) {
+			t.Errorf("a write with an expired URL: %v, want ErrRefused", err)
+		}
+	})
 }
 
 // write records samples [from, to) of pair into the results directory root.
