@@ -107,8 +107,18 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 			return r.storeUnavailable(p, err)
 		}
 	}
+	if location != "" {
+		// The records are in the store: NAME-results says where, and holds
+		// none (readers read them from the location).
+		records, chunks = nil, nil
+	}
 	if ok, err := r.writeResults(ctx, p, &sum, records, chunks, location); !ok || err != nil {
 		return false, err
+	}
+	if location != "" {
+		if err := r.cleanStaging(ctx, p); err != nil {
+			return false, err
+		}
 	}
 	// The records an earlier run left as this run's cache are no longer needed.
 	if _, err := r.deleteOtherRuns(ctx, p, ""); err != nil {
@@ -189,6 +199,7 @@ func (r *EvaluationReconciler) readBaseline(ctx context.Context, p *pass) (*comp
 		return nil, missing, nil
 	}
 	foreign := func(fe *cluster.ForeignError) { r.ignoreForeign(p, fe.Kind, &metav1.ObjectMeta{Name: fe.Name}) }
+	res.Open = r.openLocation(p)
 	b, err := res.Baseline(ctx, r.APIReader, metricNames(&p.ev.Spec), foreign)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -263,10 +274,16 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compar
 		return nil, nil, nil, nil, err
 	}
 	var names []string
+	var staged kube.Staged
 	for i := range cms {
 		m := &cms[i]
 		if c := m.Labels[cluster.LabelComponent]; (c == cluster.ComponentShard || c == cluster.ComponentRecords) && !r.ignoreForeign(p, "ConfigMap", m) {
 			names = append(names, m.Name)
+			if cluster.InStore(m.Annotations) && staged == nil {
+				if staged, err = r.runStaged(ctx, p, store); err != nil {
+					return nil, nil, nil, nil, err
+				}
+			}
 		}
 	}
 	slices.Sort(names)
@@ -291,7 +308,7 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compar
 	}
 	embed := newCappedGzip(maxEmbeddedRecords)
 	foreign := func(fe *cluster.ForeignError) { r.ignoreForeign(p, fe.Kind, &metav1.ObjectMeta{Name: fe.Name}) }
-	err = kube.ForEachRunRecord(ctx, r.APIReader, ev, p.run, *p.plan, names, foreign, func(sh cluster.Shard, l results.Line) error {
+	err = kube.ForEachRunRecord(ctx, r.APIReader, ev, p.run, *p.plan, names, staged, foreign, func(sh cluster.Shard, l results.Line) error {
 		rec, err := results.Emit(l.Record, aggs[pairKey{sh.Model, sh.Dataset}], embed)
 		if err == nil && comparer != nil {
 			comparer.Add(rec)
@@ -374,9 +391,10 @@ func (r *EvaluationReconciler) writeResults(ctx context.Context, p *pass, sum *c
 	if location != "" {
 		cm.Data[cluster.ResultsKeyLocation] = location
 	}
-	if records != nil {
+	switch {
+	case records != nil:
 		cm.BinaryData = map[string][]byte{cluster.ResultsKeyRecords: records}
-	} else {
+	case len(chunks) > 0:
 		cm.Data[cluster.ResultsKeyChunks] = strings.Join(chunks, "\n") + "\n"
 	}
 

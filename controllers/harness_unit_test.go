@@ -188,6 +188,7 @@ func initReconciler(r *EvaluationReconciler) {
 	r.heads = newHeadTracker()
 	r.progress = newThrottle()
 	r.reported = newNameSet()
+	r.grants = newUploadGrants()
 }
 
 func (h *harness) statusWrites() int {

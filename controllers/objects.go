@@ -69,16 +69,33 @@ func (r *EvaluationReconciler) ensureShardObjects(ctx context.Context, p *pass) 
 	ok := true
 	for _, model := range cluster.Subjects(&ev.Spec) {
 		for _, s := range p.plan.Shards(&ev.Spec, model) {
-			head := cluster.NewHead(ev, p.run, s)
+			head := cluster.NewHead(ev, p.run, s, r.Options.ResultsStore != nil)
 			mine, err := ensure(head)
 			if err != nil {
 				return false, err
 			}
 			ok = ok && mine
 			p.shardObjects = append(p.shardObjects, head.Name)
-			var want int
-			if m := have[head.Name]; m != nil && mine {
-				progress, _ := cluster.ParseProgress(m.Annotations)
+			var progress cluster.ShardProgress
+			inStore := cluster.InStore(head.Annotations)
+			if m := have[head.Name]; m != nil {
+				// The head as made decides, whatever the manager's options say now.
+				progress, _ = cluster.ParseProgress(m.Annotations)
+				inStore = cluster.InStore(m.Annotations)
+			}
+			if !mine {
+				continue
+			}
+			if inStore {
+				mine, err := r.ensureUploads(ctx, p, head.Name, progress)
+				if err != nil {
+					return false, err
+				}
+				ok = ok && mine
+				continue
+			}
+			want := 0
+			if have[head.Name] != nil {
 				want = cluster.SlotsWanted(progress)
 			}
 			for k := range want {

@@ -26,7 +26,8 @@ import (
 // Evaluation, plan, budget and dataset ConfigMaps, and to read and update its
 // shards' heads and chunk slots (and the plan, while the planner makes it).
 // Nothing else: no create (the controller makes every object a runner writes
-// to), no Secrets (keys reach pods as secretKeyRef env vars), no listing.
+// to), no Secrets but its shards' uploads Secrets (keys reach pods as
+// secretKeyRef env vars), no listing.
 func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (bool, error) {
 	ev := p.ev
 	{
@@ -148,6 +149,11 @@ func (r *EvaluationReconciler) runnerRules(p *pass) []rbacv1.PolicyRule {
 	}
 	if len(write) > 0 {
 		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "update"}, ResourceNames: write})
+	}
+	if len(p.uploadSecrets) > 0 {
+		// The presigned URLs its shards write their records with, into the
+		// run's location only: never the store's credentials.
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: slices.Sorted(slices.Values(p.uploadSecrets))})
 	}
 	return rules
 }

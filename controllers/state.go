@@ -50,6 +50,9 @@ type pass struct {
 	configMaps map[string]*corev1.ConfigMap
 	// cacheSources are record ConfigMaps of an earlier run this run may reuse.
 	cacheSources []string
+	// uploadSecrets are the run's shards' uploads Secrets (its records go
+	// to the results store), which its runners read.
+	uploadSecrets []string
 	// shardObjects are the heads and chunk slots of the run's shards, which
 	// their runners may update.
 	shardObjects []string

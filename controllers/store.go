@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
@@ -75,7 +77,7 @@ func (w *storeWriter) flush(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("shard %s of dataset %s is of no model and dataset of the run", sh.Key(), sh.Dataset)
 	}
-	part, err := objects.PutPart(ctx, w.at, objects.PartKey(sh.Model, sh.Dataset, fmt.Sprintf("shard-%05d", sh.Index)), w.lines)
+	part, err := objects.PutPart(ctx, w.at, objects.PartKey(sh.Model, sh.Dataset, shardPartName(sh)), w.lines)
 	if err != nil {
 		return err
 	}
@@ -173,4 +175,53 @@ func (r *EvaluationReconciler) storedBaseline(ctx context.Context, p *pass) (*ob
 		return &objects.Results{Bucket: at, Where: at.Location().String(), Manifest: m}, nil
 	}
 	return nil, nil
+}
+
+// cleanStaging removes what only served to carry the run's records to the
+// store, once they are committed: the shards' uploads Secrets and staging
+// chunks. A failure to delete chunks is logged, not retried: the committed
+// manifest never names them.
+func (r *EvaluationReconciler) cleanStaging(ctx context.Context, p *pass) error {
+	var heads []string
+	for _, model := range cluster.Subjects(&p.ev.Spec) {
+		for _, sh := range p.plan.Shards(&p.ev.Spec, model) {
+			heads = append(heads, cluster.HeadName(p.ev.Name, p.run, sh.Model, sh.Index))
+		}
+	}
+	if err := r.deleteUploads(ctx, p, heads); err != nil {
+		return err
+	}
+	if r.Options.ResultsStore == nil {
+		return nil
+	}
+	at := r.Options.ResultsStore.Sub(p.runLocation()...)
+	keys, err := at.List(ctx, cluster.StagingPrefix(""))
+	if err == nil {
+		err = at.Delete(ctx, keys...)
+	}
+	if err != nil {
+		log.FromContext(ctx).Info("Left staging chunks in the results store", "location", at.Location().String(), "error", err.Error())
+	}
+	return nil
+}
+
+// shardPartName names a shard's part: a pass tried again writes the same.
+func shardPartName(sh cluster.Shard) string { return fmt.Sprintf("shard-%05d", sh.Index) }
+
+// openLocation opens, in the manager's results store, a location a
+// baseline's results name: only one of the Evaluation's own namespace, as
+// the results ConfigMap naming it may be anyone's copy.
+func (r *EvaluationReconciler) openLocation(p *pass) kube.OpenLocation {
+	return func(_ context.Context, location string) (objects.Bucket, error) {
+		store := r.Options.ResultsStore
+		if store == nil {
+			return nil, fmt.Errorf("the records are in the results store at %s, and the manager has none (--results-store)", location)
+		}
+		loc, err := objstore.ParseURL(location)
+		ns := store.Sub(p.ev.Namespace).Location()
+		if err != nil || loc.Bucket != ns.Bucket || !strings.HasPrefix(loc.Prefix+"/", ns.Prefix+"/") {
+			return nil, fmt.Errorf("%s is not a location of this namespace's runs in the results store (%s)", location, ns)
+		}
+		return store.Sub(p.ev.Namespace, strings.TrimPrefix(loc.Prefix, ns.Prefix+"/")), nil
+	}
 }

@@ -144,6 +144,7 @@ func openResults(ctx context.Context, arg, namespace string, warn io.Writer) (*r
 	case missing != nil:
 		return nil, &exitError{code: exitFailed, err: fmt.Errorf("%s: %s", arg, missing.Message)}
 	}
+	res.Open = openLocation
 	summaries, err := res.Summaries()
 	if err != nil {
 		return nil, &exitError{code: exitFailed, err: err}
@@ -151,6 +152,13 @@ func openResults(ctx context.Context, arg, namespace string, warn io.Writer) (*r
 	return &resultsSource{label: res.Label, summaries: summaries, records: func(fn func(*results.Record)) error {
 		return res.Records(ctx, c, func(fe *cluster.ForeignError) { fmt.Fprintf(warn, "proctor: skipped %v\n", fe) }, fn)
 	}}, nil
+}
+
+// openLocation opens a results store location a cluster's results name,
+// with the credentials of the environment (AWS_*), as `proctor results
+// s3://...` does.
+func openLocation(ctx context.Context, location string) (objects.Bucket, error) {
+	return objstore.OpenURL(ctx, location)
 }
 
 // clusterClient is a client of the kubeconfig's cluster, and the namespace to

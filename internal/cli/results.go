@@ -143,7 +143,7 @@ func fetchResults(ctx context.Context, s streams, name, namespace, output string
 	defer os.Remove(f.Name())
 	w := bufio.NewWriter(f)
 	foreign := func(fe *cluster.ForeignError) { fmt.Fprintf(s.errOut, "proctor: skipped %v\n", fe) }
-	if err := kube.ResultRecords(ctx, c, ev, &cm, foreign, func(line []byte) error {
+	if err := kube.ResultRecords(ctx, c, ev, &cm, openLocation, foreign, func(line []byte) error {
 		if _, err := w.Write(line); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,6 +63,12 @@ const (
 	SpareSlots = 2
 	// FlushPendingRaw asks for an early flush when this much accumulates between flushes.
 	FlushPendingRaw = 1 << 20
+	// MaxStagingChunkBytes bounds a staging chunk's compressed records (a
+	// shard's chunk in the results store), and MaxStoreOutputBytes one
+	// record's output there: outputs that long are cut, with the record
+	// saying so, as at MaxOutputBytes.
+	MaxStagingChunkBytes = 64 << 20
+	MaxStoreOutputBytes  = 32 << 20
 	// MaxOutputBytes caps one record's output in a cluster, so that any record fits
 	// a chunk; longer outputs are cut, and the record says so (OutputTruncated,
 	// OutputBytes).
@@ -107,8 +114,11 @@ type ShardProgress struct {
 	Chunks int `json:"chunks"`
 	// Want, when larger than Chunks+SpareSlots, is how many slots the shard
 	// needs: records are waiting for them.
-	Want int    `json:"want,omitempty"`
-	Pod  string `json:"pod,omitempty"`
+	Want int `json:"want,omitempty"`
+	// Awaiting counts the records awaiting a judge's batch, which a
+	// restarted pod reads back from the sealed chunks.
+	Awaiting int    `json:"awaiting,omitempty"`
+	Pod      string `json:"pod,omitempty"`
 	// Stored is the size of the records stored (their JSON, before compression).
 	Stored int64 `json:"stored,omitempty"`
 	// Cut counts outputs cut at MaxOutputBytes; Dropped, outputs not stored
@@ -186,13 +196,18 @@ func ParseBatches(annotations map[string]string) ([]results.BatchRecord, error) 
 }
 
 // NewHead is a shard's empty head, as the controller creates it.
-func NewHead(ev *v1alpha1.Evaluation, run string, sh Shard) *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+// With inStore, its shard seals its records into the results store.
+func NewHead(ev *v1alpha1.Evaluation, run string, sh Shard, inStore bool) *corev1.ConfigMap {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 		Namespace: ev.Namespace, Name: HeadName(ev.Name, run, sh.Model, sh.Index),
 		Labels:          shardLabels(ev, Labels(ev.Name, run, ComponentShard), sh),
 		Annotations:     scorerAnnotation(ev),
 		OwnerReferences: []metav1.OwnerReference{OwnerReference(ev)},
 	}}
+	if inStore {
+		cm.Annotations[AnnotationRecordsIn] = RecordsInStore
+	}
+	return cm
 }
 
 // NewChunkSlot is the k-th empty chunk slot of a shard, as the controller
@@ -204,6 +219,56 @@ func NewChunkSlot(ev *v1alpha1.Evaluation, run string, sh Shard, k int) *corev1.
 		Annotations:     scorerAnnotation(ev),
 		OwnerReferences: []metav1.OwnerReference{OwnerReference(ev)},
 	}}
+}
+
+// Records in a results store. When the cluster has a results store, a
+// shard seals its chunks there instead of into chunk slot ConfigMaps, so
+// that records never pass through etcd: chunk k is the object
+// StagingKey(head, k) of the run's location, written through a presigned
+// URL the controller puts in the shard's uploads Secret (UploadsName), which
+// the runner may read by name. The head says so (AnnotationRecordsIn), and
+// keeps its progress and done set as before: what is sealed, and what a
+// restarted pod resumes from, work as with chunk slots.
+const (
+	// AnnotationRecordsIn on a head is RecordsInStore when its shard seals
+	// its records into the results store.
+	AnnotationRecordsIn = "proctor.dev/records-in"
+	RecordsInStore      = "store"
+	// KeyUploads is the key of a shard's uploads Secret: Uploads as JSON.
+	KeyUploads = "uploads.json"
+	// UploadWindow is how many slots one grant of presigned URLs covers.
+	UploadWindow = 16
+)
+
+// Uploads are the presigned URLs of a shard's staging chunks. Put[i] writes
+// chunk First+i; Get[k] reads chunk k (given while the shard has records
+// awaiting a judge's batch, which a restarted pod reads back). They hold
+// until Expires.
+type Uploads struct {
+	Expires time.Time `json:"expires"`
+	First   int       `json:"first"`
+	Put     []string  `json:"put"`
+	Get     []string  `json:"get,omitempty"`
+}
+
+// StagingKey is the key of chunk k of a shard, under its run's location.
+func StagingKey(head string, k int) string { return fmt.Sprintf("staging/%s/%06d.jsonl.gz", head, k) }
+
+// StagingPrefix is where a shard's staging chunks are, under its run's
+// location; the run's, with head "".
+func StagingPrefix(head string) string {
+	if head == "" {
+		return "staging/"
+	}
+	return "staging/" + head + "/"
+}
+
+// UploadsName is a shard's uploads Secret.
+func UploadsName(head string) string { return head + "-uploads" }
+
+// InStore says whether a head's shard seals its records into the results store.
+func InStore(annotations map[string]string) bool {
+	return annotations[AnnotationRecordsIn] == RecordsInStore
 }
 
 // SlotsWanted is how many chunk slots a shard whose head shows p needs now:
@@ -244,21 +309,32 @@ func shardLabels(ev *v1alpha1.Evaluation, l map[string]string, s Shard) map[stri
 func ReadRecords(cm *corev1.ConfigMap) ([]results.Line, error) {
 	var out []results.Line
 	for _, key := range []string{KeyPending, KeyRecords} {
-		gz := cm.BinaryData[key]
-		if len(gz) == 0 {
-			continue
-		}
-		lines, err := results.GunzipLines(gz)
+		lines, err := ParseChunk(cm.BinaryData[key])
 		if err != nil {
 			return nil, fmt.Errorf("%s/%s: %w", cm.Name, key, err)
 		}
-		for _, b := range lines {
-			l, err := results.ParseLine(b)
-			if err != nil {
-				return nil, fmt.Errorf("%s/%s: %w", cm.Name, key, err)
-			}
-			out = append(out, l)
+		out = append(out, lines...)
+	}
+	return out, nil
+}
+
+// ParseChunk reads a chunk of records (gzipped JSON lines {"i": position,
+// "r": record}), as a chunk slot or a staging chunk holds it.
+func ParseChunk(gz []byte) ([]results.Line, error) {
+	if len(gz) == 0 {
+		return nil, nil
+	}
+	lines, err := results.GunzipLines(gz)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]results.Line, 0, len(lines))
+	for _, b := range lines {
+		l, err := results.ParseLine(b)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, l)
 	}
 	return out, nil
 }

@@ -37,6 +37,7 @@ const (
 	ComponentPermission = "permissions" // the runner's ServiceAccount, Role, RoleBinding
 	ComponentCache      = "cache"       // the list of the previous run's records a run may reuse
 	ComponentData       = "data"        // a run's snapshot of a ConfigMap dataset
+	ComponentUploads    = "uploads"     // a shard's presigned URLs into the results store (a Secret)
 )
 
 // Annotation keys.

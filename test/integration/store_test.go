@@ -105,6 +105,34 @@ func TestResultsStore(t *testing.T) {
 		}
 	}
 	checkStored()
+	// The records went to the store, not through etcd: no chunk slot was
+	// made, the heads hold no records, NAME-results none, and what
+	// carried them there (presigned URLs, staging chunks) is gone.
+	var cms corev1.ConfigMapList
+	if err := k8sClient.List(ctx, &cms, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cms.Items {
+		if c.Labels[cluster.LabelComponent] == cluster.ComponentRecords || len(c.BinaryData) > 0 {
+			t.Errorf("ConfigMap %s (%s) holds records: %d bytes", c.Name, c.Labels[cluster.LabelComponent], len(c.BinaryData[cluster.KeyPending])+len(c.BinaryData[cluster.KeyRecords])+len(c.BinaryData[cluster.ResultsKeyRecords]))
+		}
+		if c.Labels[cluster.LabelComponent] == cluster.ComponentShard && !cluster.InStore(c.Annotations) {
+			t.Errorf("head %s does not say its records go to the store", c.Name)
+		}
+	}
+	if cm.Data[cluster.ResultsKeyChunks] != "" {
+		t.Errorf("stored-results lists record ConfigMaps: %q", cm.Data[cluster.ResultsKeyChunks])
+	}
+	var secrets corev1.SecretList
+	if err := k8sClient.List(ctx, &secrets, client.InNamespace(ns), client.MatchingLabels{cluster.LabelComponent: cluster.ComponentUploads}); err != nil {
+		t.Fatal(err)
+	}
+	if len(secrets.Items) > 0 {
+		t.Errorf("%d uploads Secrets left after the run, want none", len(secrets.Items))
+	}
+	if keys, err := weed.Store(t, loc).List(ctx, "staging/"); err != nil || len(keys) > 0 {
+		t.Errorf("staging chunks left after the commit: %v (%v)", keys, err)
+	}
 	// Finished samples were not called again: beyond the samples, only
 	// those in flight at the two kills (and not flushed yet) were.
 	if calls, inFlight := srv.Stats().Requests, int64(concurrency+concurrency*testFlushEvery/latency); calls > n+2*inFlight {

@@ -21,6 +21,9 @@ type Results struct {
 	// Label says where they are: evaluation/NAME or configMap/NAME, and the
 	// run.
 	Label string
+	// Open opens the results store location the results name, if they
+	// are there.
+	Open  OpenLocation
 	owner *v1alpha1.Evaluation
 	cm    *corev1.ConfigMap
 }
@@ -122,7 +125,7 @@ func (res *Results) Records(ctx context.Context, r client.Reader, foreign func(*
 	if owner == nil {
 		owner = &v1alpha1.Evaluation{}
 	}
-	return ResultRecords(ctx, r, owner, res.cm, foreign, func(line []byte) error {
+	return ResultRecords(ctx, r, owner, res.cm, res.Open, foreign, func(line []byte) error {
 		var rec results.Record
 		if err := json.Unmarshal(line, &rec); err != nil {
 			return fmt.Errorf("%s: a record: %w", res.Label, err)

@@ -23,9 +23,11 @@ import (
 // HEAD-0, HEAD-1, ... in the order it sealed them (by number: HEAD-10 after
 // HEAD-9), then its head's pending records. Only the ConfigMaps named in names are read; those gone meanwhile
 // are skipped, and one that ev does not control is skipped and passed to
-// foreign. Memory holds one shard's records.
+// foreign. With staged, a shard's staging chunks in the results store
+// (which staged reads, in the order sealed) come before its ConfigMaps.
+// Memory holds one shard's records.
 func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, run string, plan cluster.Plan, names []string,
-	foreign func(*cluster.ForeignError), fn func(cluster.Shard, results.Line) error) error {
+	staged Staged, foreign func(*cluster.ForeignError), fn func(cluster.Shard, results.Line) error) error {
 	listed := make(map[string]bool, len(names))
 	chunks := map[string][]int{} // by head: the slots listed, HEAD-k
 	for _, n := range names {
@@ -49,6 +51,15 @@ func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluat
 				log = append(log, head) // its pending records were written after every sealed chunk
 			}
 			latest := results.NewCollector[results.Line](sh.Start, sh.End-sh.Start)
+			if staged != nil {
+				lines, err := staged(ctx, sh, head)
+				if err != nil {
+					return err
+				}
+				for _, l := range lines {
+					latest.Add(l.Index, l)
+				}
+			}
 			for _, name := range log {
 				lines, err := readOurs(ctx, r, ev, name, foreign)
 				if err != nil {
@@ -65,6 +76,10 @@ func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluat
 	}
 	return nil
 }
+
+// Staged reads a shard's staging chunks from the results store, in the
+// order they were sealed.
+type Staged func(ctx context.Context, sh cluster.Shard, head string) ([]results.Line, error)
 
 // readOurs reads the records of the named shard ConfigMap if ev controls it;
 // none if it is gone or foreign (passed to foreign).

@@ -26,7 +26,7 @@ func TestForEachRunRecord(t *testing.T) {
 	put := func(sh cluster.Shard, k int, lines ...string) {
 		cm := cluster.NewChunkSlot(ev, "r1", sh, k)
 		if k < 0 {
-			cm = cluster.NewHead(ev, "r1", sh)
+			cm = cluster.NewHead(ev, "r1", sh, false)
 			cm.BinaryData = map[string][]byte{cluster.KeyPending: mustGzip(t, lines...)}
 		} else {
 			cm.BinaryData = map[string][]byte{cluster.KeyRecords: mustGzip(t, lines...)}
@@ -50,7 +50,7 @@ func TestForEachRunRecord(t *testing.T) {
 	put(shards[1], -1, line(4, "s4 pending"))
 	slices.Sort(names) // as the controller lists them: HEAD-10 before HEAD-2
 	var got []string
-	err := ForEachRunRecord(ctx, c, ev, "r1", plan, names, nil, func(sh cluster.Shard, l results.Line) error {
+	err := ForEachRunRecord(ctx, c, ev, "r1", plan, names, nil, nil, func(sh cluster.Shard, l results.Line) error {
 		rec, err := results.Emit(l.Record, nil, nil)
 		if err != nil {
 			return err
@@ -68,7 +68,7 @@ func TestForEachRunRecord(t *testing.T) {
 
 	// Only the listed ConfigMaps are read.
 	got = nil
-	err = ForEachRunRecord(ctx, c, ev, "r1", plan, []string{cluster.ChunkName(cluster.HeadName(ev.Name, "r1", "small", 0), 0)}, nil, func(_ cluster.Shard, l results.Line) error {
+	err = ForEachRunRecord(ctx, c, ev, "r1", plan, []string{cluster.ChunkName(cluster.HeadName(ev.Name, "r1", "small", 0), 0)}, nil, nil, func(_ cluster.Shard, l results.Line) error {
 		got = append(got, fmt.Sprint(l.Index))
 		return nil
 	})

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,6 +52,13 @@ type Store struct {
 	// carried is what the earlier answers given to be scored again cost,
 	// by sample position (Carry).
 	carried map[int]spend.Totals
+	// inStore: the shard seals its chunks into the results store, through
+	// the presigned URLs of uploads (cluster.Uploads), read from its
+	// uploads Secret when needed.
+	inStore bool
+	uploads *cluster.Uploads
+	hc      *http.Client
+	now     func() time.Time
 }
 
 var _ results.BatchLog = (*Store)(nil)
@@ -108,6 +116,8 @@ func OpenStore(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, ru
 		done:     make([]bool, shard.End-shard.Start),
 		progress: cluster.ShardProgress{State: cluster.StateRunning, Total: shard.End - shard.Start, Pod: pod},
 		wake:     make(chan struct{}, 1),
+		hc:       &http.Client{Timeout: 2 * time.Minute},
+		now:      time.Now,
 	}
 	var cm corev1.ConfigMap
 	if err := GetConfigMap(ctx, c, ev, s.head, &cm); err != nil {
@@ -126,6 +136,7 @@ func OpenStore(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, ru
 // load restores the done set, progress and pending records from a head.
 func (s *Store) load(cm *corev1.ConfigMap) error {
 	s.obj = cm
+	s.inStore = cluster.InStore(cm.Annotations)
 	if p, ok := cluster.ParseProgress(cm.Annotations); ok {
 		s.progress = p
 	}
@@ -167,13 +178,9 @@ func (s *Store) loadAwaiting(ctx context.Context, ranges string) error {
 		}
 	}
 	for k := range s.progress.Chunks {
-		var cm corev1.ConfigMap
-		if err := GetConfigMap(ctx, s.c, s.ev, cluster.ChunkName(s.head, k), &cm); err != nil {
-			return fmt.Errorf("reading chunk %d for the records awaiting judging: %w", k, err)
-		}
-		lines, err := cluster.ReadRecords(&cm)
+		lines, err := s.readChunk(ctx, k)
 		if err != nil {
-			return err
+			return fmt.Errorf("reading chunk %d for the records awaiting judging: %w", k, err)
 		}
 		keep(lines)
 	}
@@ -249,9 +256,13 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 	if rec.OutputTruncated {
 		whole = rec.OutputBytes // the engine cut it already (an agent's cap)
 	}
-	cut := len(rec.Output) > cluster.MaxOutputBytes
+	limit := cluster.MaxOutputBytes
+	if s.inStore {
+		limit = cluster.MaxStoreOutputBytes
+	}
+	cut := len(rec.Output) > limit
 	if cut {
-		rec.Output = cutUTF8(rec.Output, cluster.MaxOutputBytes)
+		rec.Output = cutUTF8(rec.Output, limit)
 		rec.OutputTruncated, rec.OutputBytes = true, whole
 	}
 	line, err := recordLine(index, rec)
@@ -260,7 +271,9 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 	}
 	dropped := false
 	// A record awaiting its judge keeps its answer, which the judge is to see.
-	if s.budget > 0 && s.progress.Stored+int64(len(line)) > s.budget && rec.Output != "" && len(rec.JudgePending) == 0 {
+	// The storage budget bounds what etcd holds: records in the results
+	// store are not cut.
+	if !s.inStore && s.budget > 0 && s.progress.Stored+int64(len(line)) > s.budget && rec.Output != "" && len(rec.JudgePending) == 0 {
 		rec.Output, rec.OutputTruncated, rec.OutputBytes = "", true, whole
 		dropped = true
 		if line, err = recordLine(index, rec); err != nil {
@@ -424,6 +437,9 @@ func (s *Store) Flush(ctx context.Context, final bool) error {
 }
 
 func (s *Store) flush(ctx context.Context, final bool) error {
+	if s.inStore {
+		return s.flushToStore(ctx, final)
+	}
 	gz, err := gzipRecordLines(s.pending)
 	if err != nil {
 		return err
@@ -459,22 +475,27 @@ func (s *Store) flush(ctx context.Context, final bool) error {
 // controller granted; what does not fit stays pending, and it returns how many
 // chunks that is.
 func (s *Store) seal(ctx context.Context) (int, error) {
-	chunks, err := packChunks(s.pending, cluster.MaxChunkBytes)
+	limit := cluster.MaxChunkBytes
+	if s.inStore {
+		limit = cluster.MaxStagingChunkBytes
+	}
+	chunks, err := packChunks(s.pending, limit)
 	if err != nil {
 		return 0, err
 	}
 	for i, ch := range chunks {
-		ok, err := s.fillSlot(ctx, cluster.ChunkName(s.head, s.progress.Chunks), ch.gz)
-		if err != nil {
-			return 0, err
+		fill := s.fillSlot
+		if s.inStore {
+			fill = s.fillStaging
 		}
-		if !ok {
+		ok, err := fill(ctx, s.progress.Chunks, ch.gz)
+		if err != nil || !ok {
 			var rest [][]byte
 			for _, c := range chunks[i:] {
 				rest = append(rest, c.lines...)
 			}
 			s.pending, s.raw = rest, rawSize(rest)
-			return len(chunks) - i, nil
+			return len(chunks) - i, err
 		}
 		s.progress.Chunks++
 	}
@@ -484,7 +505,8 @@ func (s *Store) seal(ctx context.Context) (int, error) {
 
 // fillSlot writes records into a chunk slot. It reports false when the slot is
 // not there yet, or not yet allowed to this runner.
-func (s *Store) fillSlot(ctx context.Context, name string, gz []byte) (bool, error) {
+func (s *Store) fillSlot(ctx context.Context, k int, gz []byte) (bool, error) {
+	name := cluster.ChunkName(s.head, k)
 	for attempt := 0; ; attempt++ {
 		var cm corev1.ConfigMap
 		err := GetConfigMap(ctx, s.c, s.ev, name, &cm)
@@ -546,6 +568,7 @@ func rawSize(lines [][]byte) int {
 // writeHead updates the head, re-reading it after a conflict: the shard's pod is
 // its only writer, so our state wins.
 func (s *Store) writeHead(ctx context.Context, pendingGz []byte) error {
+	s.progress.Awaiting = len(s.awaiting)
 	prog, err := json.Marshal(s.progress)
 	if err != nil {
 		return err

@@ -187,7 +187,7 @@ func testEvaluation() *v1alpha1.Evaluation {
 // runner starts: the head, and n chunk slots.
 func controllerMakes(t *testing.T, c client.Client, ev *v1alpha1.Evaluation, run string, sh cluster.Shard, n int) {
 	t.Helper()
-	objs := []client.Object{cluster.NewHead(ev, run, sh)}
+	objs := []client.Object{cluster.NewHead(ev, run, sh, false)}
 	for k := range n {
 		objs = append(objs, cluster.NewChunkSlot(ev, run, sh, k))
 	}
@@ -457,7 +457,7 @@ func TestStoreRefusesObjectsItDoesNotOwn(t *testing.T) {
 		t.Fatalf("OpenStore on a foreign head: %v, want a ForeignError", err)
 	}
 	c = newFakeClient(t)
-	forged := cluster.NewHead(ev, "r1", sh)
+	forged := cluster.NewHead(ev, "r1", sh, false)
 	forged.OwnerReferences = nil
 	forged.Data = map[string]string{cluster.KeyDone: "0-1"}
 	if err := c.Create(ctx, forged); err != nil {
@@ -477,7 +477,7 @@ func TestStoreRefusesObjectsItDoesNotOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.fillSlot(ctx, cluster.ChunkName(s.head, 0), []byte("x")); !errors.As(err, &fe) {
+	if _, err := s.fillSlot(ctx, 0, []byte("x")); !errors.As(err, &fe) {
 		t.Errorf("fillSlot into a foreign slot: %v", err)
 	}
 
@@ -495,7 +495,7 @@ func TestStoreRefusesObjectsItDoesNotOwn(t *testing.T) {
 	withSpec := ev.DeepCopy() // the same Evaluation, whose spec names the shard's model and dataset
 	withSpec.Spec = *testSpec()
 	plan := cluster.Plan{ShardSize: sh.End - sh.Start, Totals: map[string]int{sh.Dataset: sh.End}}
-	err = ForEachRunRecord(ctx, c, withSpec, "r2", plan, []string{mine.Name, theirs.Name}, func(fe *cluster.ForeignError) { skipped = append(skipped, fe.Name) },
+	err = ForEachRunRecord(ctx, c, withSpec, "r2", plan, []string{mine.Name, theirs.Name}, nil, func(fe *cluster.ForeignError) { skipped = append(skipped, fe.Name) },
 		func(_ cluster.Shard, l results.Line) error {
 			rec, err := results.Emit(l.Record, nil, nil)
 			if err == nil {

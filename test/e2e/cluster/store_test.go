@@ -66,6 +66,20 @@ func testResultsStoreInACluster(t *testing.T) {
 		t.Errorf("the stored run has %d records, want %d:\n%s", lines, n, data)
 	}
 
+	// By the Evaluation's name too: stored-results holds no records, but
+	// names the location, which the CLI reads with the environment's
+	// credentials.
+	byName := filepath.Join(t.TempDir(), "by-name")
+	if out, err := proctorWith("results", "-n", ns, "stored", "-o", byName); err != nil {
+		t.Fatalf("proctor results stored: %v\n%s", err, out)
+	}
+	if got, err := os.ReadFile(filepath.Join(byName, "results.jsonl")); err != nil || string(got) != string(data) {
+		t.Errorf("proctor results stored wrote %d bytes (%v), want the location's %d", len(got), err, len(data))
+	}
+	if got := mustKubectl(t, "get", "configmap", "-n", ns, "-l", "proctor.dev/component=records", "-o", "name"); strings.TrimSpace(got) != "" {
+		t.Errorf("the run made record ConfigMaps, with a results store: %s", got)
+	}
+
 	// The records outlive the Evaluation, and a later run is compared with them.
 	mustKubectl(t, "delete", "evaluation", "-n", ns, "stored", "--wait=true", "--timeout=2m")
 	if out, err := proctorWith("results", loc, "-o", dir); err != nil {

@@ -28,9 +28,17 @@
   - ""
   resources:
   - persistentvolumeclaims
-  - secrets
   verbs:
   - get
+- apiGroups:
+  - ""
+  resources:
+  - secrets
+  verbs:
+  - create
+  - delete
+  - get
+  - update
 - apiGroups:
   - batch
   resources:
@@ -128,9 +136,17 @@
   - ""
   resources:
   - persistentvolumeclaims
-  - secrets
   verbs:
   - get
+- apiGroups:
+  - ""
+  resources:
+  - secrets
+  verbs:
+  - create
+  - delete
+  - get
+  - update
 - apiGroups:
   - batch
   resources:

@@ -1,0 +1,259 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
+	"github.com/proctor-dev/proctor/internal/objstore"
+	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/results/objects"
+)
+
+// uploadURLLifetime is how long presigned URLs hold. An hour, as
+// credentials from a web identity (IRSA) last about that long and a URL
+// holds no longer than the credentials that signed it; new ones are signed
+// once half of it is gone.
+const uploadURLLifetime = time.Hour
+
+// grant is what a shard's uploads Secret holds: URLs writing chunks
+// [first, end), reading chunks [0, gets), until expires.
+type grant struct {
+	first, end, gets int
+	expires          time.Time
+}
+
+// uploadGrants remembers what each uploads Secret holds, so that a pass
+// reads a Secret only after the manager starts (Secrets are not cached:
+// a cache would hold every Secret of the cluster).
+type uploadGrants struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]grant
+}
+
+func newUploadGrants() *uploadGrants { return &uploadGrants{m: map[types.NamespacedName]grant{}} }
+
+func (g *uploadGrants) get(k types.NamespacedName) (grant, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	v, ok := g.m[k]
+	return v, ok
+}
+
+func (g *uploadGrants) set(k types.NamespacedName, v grant) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.m[k] = v
+}
+
+func (g *uploadGrants) forget(k types.NamespacedName) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.m, k)
+}
+
+// ensureUploads keeps a shard whose records go to the results store
+// supplied with presigned URLs (cluster.Uploads): a window of UploadWindow
+// chunks from the first it has not sealed, reaching what it asks for, and
+// URLs reading its sealed chunks while it has records awaiting a judge's
+// batch. It reports false when the Secret's name is taken by an object the
+// Evaluation does not control.
+func (r *EvaluationReconciler) ensureUploads(ctx context.Context, p *pass, head string, progress cluster.ShardProgress) (bool, error) {
+	store := r.Options.ResultsStore
+	if store == nil {
+		return false, &storeError{fmt.Errorf("shard %s writes its records to the results store, and the manager has none (--results-store)", head)}
+	}
+	name := cluster.UploadsName(head)
+	key := types.NamespacedName{Namespace: p.ev.Namespace, Name: name}
+	p.uploadSecrets = append(p.uploadSecrets, name)
+	want := max(cluster.SlotsWanted(progress), progress.Chunks+1)
+	gets := 0
+	if progress.Awaiting > 0 {
+		gets = progress.Chunks
+	}
+	renew := uploadURLLifetime / 2
+	var existing *corev1.Secret
+	g, known := r.grants.get(key)
+	if !known {
+		var sec corev1.Secret
+		err := r.APIReader.Get(ctx, key, &sec)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return false, err
+		case !r.ours(p, "Secret", &sec):
+			return false, nil
+		default:
+			existing = &sec
+			var u cluster.Uploads
+			if json.Unmarshal(sec.Data[cluster.KeyUploads], &u) == nil {
+				g, known = grant{first: u.First, end: u.First + len(u.Put), gets: len(u.Get), expires: u.Expires}, true
+			}
+		}
+	}
+	if known && g.first <= progress.Chunks && g.end >= want && g.gets >= gets && g.expires.Sub(p.now) > renew {
+		p.requeueAfter(g.expires.Sub(p.now) - renew)
+		return true, nil
+	}
+	u := cluster.Uploads{Expires: p.now.Add(uploadURLLifetime), First: progress.Chunks}
+	end := max(progress.Chunks+cluster.UploadWindow, want)
+	if gets > 0 {
+		gets = end // ahead too, so that sealing more does not ask for new ones each time
+	}
+	at := store.Sub(p.runLocation()...)
+	for k := u.First; k < end; k++ {
+		url, err := at.PresignPut(ctx, cluster.StagingKey(head, k), uploadURLLifetime)
+		if err != nil {
+			return false, &storeError{err}
+		}
+		u.Put = append(u.Put, url)
+	}
+	for k := range gets {
+		url, err := at.PresignGet(ctx, cluster.StagingKey(head, k), uploadURLLifetime)
+		if err != nil {
+			return false, &storeError{err}
+		}
+		u.Get = append(u.Get, url)
+	}
+	data, err := json.Marshal(&u)
+	if err != nil {
+		return false, err
+	}
+	sec := &corev1.Secret{
+		ObjectMeta: objectMeta(p.ev.Namespace, name, cluster.Labels(p.ev.Name, p.run, cluster.ComponentUploads)),
+		Data:       map[string][]byte{cluster.KeyUploads: data},
+	}
+	if existing == nil && known {
+		// Granted by this manager earlier: it is there, to update.
+		existing = &corev1.Secret{}
+		if err := r.APIReader.Get(ctx, key, existing); err != nil {
+			r.grants.forget(key)
+			return false, err
+		}
+		if !r.ours(p, "Secret", existing) {
+			return false, nil
+		}
+	}
+	if existing == nil {
+		if ok, err := r.claim(ctx, p, sec); !ok || err != nil {
+			return false, err
+		}
+	} else {
+		existing.Data = sec.Data
+		if err := r.Update(ctx, existing); err != nil {
+			r.grants.forget(key) // read it again next time
+			return false, fmt.Errorf("updating uploads Secret %s: %w", name, err)
+		}
+	}
+	r.grants.set(key, grant{first: u.First, end: end, gets: gets, expires: u.Expires})
+	p.requeueAfter(uploadURLLifetime - renew)
+	return true, nil
+}
+
+// deleteUploads deletes the run's uploads Secrets once its records are
+// committed: their URLs are not needed any more.
+func (r *EvaluationReconciler) deleteUploads(ctx context.Context, p *pass, heads []string) error {
+	for _, head := range heads {
+		name := cluster.UploadsName(head)
+		sec := &corev1.Secret{}
+		sec.Namespace, sec.Name = p.ev.Namespace, name
+		// Only the Evaluation's own: the precondition makes a Secret of that
+		// name someone else made since stay.
+		err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(sec), sec)
+		switch {
+		case apierrors.IsNotFound(err):
+			r.grants.forget(types.NamespacedName{Namespace: p.ev.Namespace, Name: name})
+			continue
+		case err != nil:
+			return err
+		case !r.ours(p, "Secret", sec):
+			continue
+		}
+		err = r.Delete(ctx, sec, client.Preconditions{UID: &sec.UID})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting uploads Secret %s: %w", name, err)
+		}
+		r.grants.forget(types.NamespacedName{Namespace: p.ev.Namespace, Name: name})
+	}
+	return nil
+}
+
+// stagedRecords reads the staging chunks of a shard from the run's
+// location, in the order they were sealed.
+func stagedRecords(at *objstore.Store) kube.Staged {
+	return func(ctx context.Context, _ cluster.Shard, head string) ([]results.Line, error) {
+		keys, err := at.List(ctx, cluster.StagingPrefix(head))
+		if err != nil {
+			return nil, &storeError{err}
+		}
+		slices.Sort(keys) // zero-padded: in the order sealed
+		var out []results.Line
+		for _, k := range keys {
+			gz, err := at.Get(ctx, k)
+			if err != nil {
+				return nil, &storeError{err}
+			}
+			lines, err := cluster.ParseChunk(gz)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", at.Location().Join(k), err)
+			}
+			out = append(out, lines...)
+		}
+		return out, nil
+	}
+}
+
+// runStaged reads the shards' records that went to the results store: from
+// their staging chunks, or, once this run's manifest is committed (store is
+// nil: a pass before this one committed it, and may have removed the
+// staging chunks since), from the parts it names.
+func (r *EvaluationReconciler) runStaged(ctx context.Context, p *pass, store *storeWriter) (kube.Staged, error) {
+	if store != nil {
+		return stagedRecords(store.at), nil
+	}
+	if r.Options.ResultsStore == nil {
+		return nil, &storeError{errors.New("the run's shards wrote their records to the results store, and the manager has none (--results-store)")}
+	}
+	at := r.Options.ResultsStore.Sub(p.runLocation()...)
+	m, err := objects.Latest(ctx, at)
+	switch {
+	case err != nil:
+		return nil, &storeError{err}
+	case m == nil || m.ID != p.run:
+		return nil, &storeError{fmt.Errorf("%s holds no commit of run %s", at.Location(), p.run)}
+	}
+	return func(ctx context.Context, sh cluster.Shard, _ string) ([]results.Line, error) {
+		pair := m.Pair(sh.Model, sh.Dataset)
+		if pair == nil {
+			return nil, nil
+		}
+		key := objects.PartKey(sh.Model, sh.Dataset, shardPartName(sh))
+		i := slices.IndexFunc(pair.Parts, func(pt objects.Part) bool { return pt.Key == key })
+		if i < 0 {
+			return nil, nil // the shard had no record
+		}
+		one := *pair
+		one.Parts = pair.Parts[i : i+1]
+		var out []results.Line
+		err := objects.ReadPair(ctx, at, &one, func(l results.Line) error {
+			l.Record = slices.Clone(l.Record)
+			out = append(out, l)
+			return nil
+		})
+		if err != nil {
+			return nil, &storeError{err}
+		}
+		return out, nil
+	}, nil
+}

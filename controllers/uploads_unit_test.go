@@ -1,0 +1,164 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/objstore"
+	"github.com/proctor-dev/proctor/internal/testutil"
+)
+
+// TestEnsureUploads: a shard whose records go to the results store is
+// granted presigned URLs in windows, reading URLs while records await a
+// judge, new URLs before the old expire, and never a Secret it does not own.
+// (Presigning makes no request: the store need not be there.)
+func TestEnsureUploads(t *testing.T) {
+	ctx := context.Background()
+	loc, _ := objstore.ParseURL("s3://runs/cluster")
+	store, err := objstore.Open(ctx, loc, objstore.Options{Endpoint: "http://127.0.0.1:9", AccessKeyID: "id", SecretAccessKey: "the-secret-key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, harnessOpts{opts: Options{ResultsStore: store}})
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).OpenAIModel("small", llmURL).Obj())
+	start := metav1.NewTime(time.Date(2026, 11, 27, 1, 2, 3, 0, time.UTC))
+	ev.Status.StartTime = &start
+	head := cluster.HeadName(ev.Name, "r1", "small", 0)
+	key := client.ObjectKey{Namespace: testNS, Name: cluster.UploadsName(head)}
+	now := start.Time
+	pass := func(progress cluster.ShardProgress) (*pass, bool) {
+		t.Helper()
+		p := newPass(ev, now)
+		p.run = "r1"
+		ok, err := h.r.ensureUploads(ctx, p, head, progress)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, ok
+	}
+	read := func() cluster.Uploads {
+		t.Helper()
+		var sec corev1.Secret
+		if err := h.c.Get(ctx, key, &sec); err != nil {
+			t.Fatal(err)
+		}
+		var u cluster.Uploads
+		if err := json.Unmarshal(sec.Data[cluster.KeyUploads], &u); err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	keyOf := func(raw string) string {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.Path
+	}
+	stagingPath := func(k int) string {
+		return "/runs/cluster/" + testNS + "/arith/20261127T010203Z-r1/" + cluster.StagingKey(head, k)
+	}
+
+	p, ok := pass(cluster.ShardProgress{})
+	u := read()
+	if !ok || u.First != 0 || len(u.Put) != cluster.UploadWindow || len(u.Get) != 0 || !u.Expires.Equal(now.Add(uploadURLLifetime)) {
+		t.Fatalf("first grant: ok %v, %+v", ok, u)
+	}
+	if diff := cmp.Diff(stagingPath(3), keyOf(u.Put[3])); diff != "" {
+		t.Errorf("URL of chunk 3 (-want +got):\n%s", diff)
+	}
+	if strings.Contains(string(mustJSON(t, u)), "the-secret-key") {
+		t.Error("the uploads hold the store's secret key")
+	}
+	if p.result.RequeueAfter == 0 || p.result.RequeueAfter > uploadURLLifetime/2 {
+		t.Errorf("requeue after %v, want at most %v (to sign new URLs in time)", p.result.RequeueAfter, uploadURLLifetime/2)
+	}
+	var sec corev1.Secret
+	_ = h.c.Get(ctx, key, &sec)
+	if !metav1.IsControlledBy(&sec, ev) || sec.Labels[cluster.LabelComponent] != cluster.ComponentUploads {
+		t.Errorf("the Secret's owner %v, labels %v", sec.OwnerReferences, sec.Labels)
+	}
+
+	// Within the window, nothing is written.
+	rv := sec.ResourceVersion
+	pass(cluster.ShardProgress{Chunks: 10, Want: 12})
+	_ = h.c.Get(ctx, key, &sec)
+	if sec.ResourceVersion != rv {
+		t.Error("the Secret was rewritten while its window covered what the shard asked for")
+	}
+	// Past it, a new window starts at the first chunk not sealed.
+	pass(cluster.ShardProgress{Chunks: 15, Want: 17})
+	if u := read(); u.First != 15 || len(u.Put) != cluster.UploadWindow || keyOf(u.Put[0]) != stagingPath(15) {
+		t.Errorf("second window: first %d, %d URLs", u.First, len(u.Put))
+	}
+	// Records awaiting a judge: the sealed chunks can be read back.
+	pass(cluster.ShardProgress{Chunks: 15, Want: 17, Awaiting: 3})
+	if u := read(); len(u.Get) < 15 || keyOf(u.Get[14]) != stagingPath(14) {
+		t.Errorf("reading URLs: %d, want at least the 15 sealed", len(u.Get))
+	}
+	// Half the lifetime gone: signed again.
+	before := read().Expires
+	now = now.Add(uploadURLLifetime/2 + time.Minute)
+	pass(cluster.ShardProgress{Chunks: 15, Want: 17, Awaiting: 3})
+	if after := read().Expires; !after.After(before) {
+		t.Errorf("URLs expiring at %v were not signed again at %v", before, now)
+	}
+	// After a restart (nothing remembered), the Secret is read, not rewritten.
+	h.r.grants = newUploadGrants()
+	_ = h.c.Get(ctx, key, &sec)
+	rv = sec.ResourceVersion
+	pass(cluster.ShardProgress{Chunks: 16, Want: 18, Awaiting: 3})
+	_ = h.c.Get(ctx, key, &sec)
+	if sec.ResourceVersion != rv {
+		t.Error("a restarted manager rewrote a Secret that held what the shard needs")
+	}
+
+	// A Secret of that name someone else made is left alone.
+	other := cluster.HeadName(ev.Name, "r1", "small", 1)
+	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: cluster.UploadsName(other)},
+		Data: map[string][]byte{cluster.KeyUploads: []byte(`{"put":["http://elsewhere/"]}`)}}
+	if err := h.c.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	p = newPass(ev, now)
+	p.run = "r1"
+	if ok, err := h.r.ensureUploads(ctx, p, other, cluster.ShardProgress{}); ok || err != nil {
+		t.Errorf("a foreign uploads Secret: ok %v, err %v; want false", ok, err)
+	}
+	_ = h.c.Get(ctx, client.ObjectKeyFromObject(foreign), foreign)
+	if string(foreign.Data[cluster.KeyUploads]) != `{"put":["http://elsewhere/"]}` {
+		t.Error("a foreign uploads Secret was overwritten")
+	}
+
+	// Once committed, the run's uploads Secrets go.
+	p = newPass(ev, now)
+	p.run = "r1"
+	if err := h.r.deleteUploads(ctx, p, []string{head, other}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.Get(ctx, key, &sec); err == nil {
+		t.Error("the uploads Secret is still there after the commit")
+	}
+	if err := h.c.Get(ctx, client.ObjectKeyFromObject(foreign), foreign); err != nil {
+		t.Errorf("the foreign Secret was deleted: %v", err)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
