@@ -87,6 +87,11 @@ func (r *EvaluationReconciler) ensureShardObjects(ctx context.Context, p *pass) 
 				continue
 			}
 			if inStore {
+				if progress.State == cluster.StateSucceeded || p.status.ResultsLocation != "" {
+					// Its runner is done (and a pass that read a stale
+					// Evaluation must not grant URLs the commit revoked).
+					continue
+				}
 				mine, err := r.ensureUploads(ctx, p, head.Name, progress)
 				if err != nil {
 					return false, err
