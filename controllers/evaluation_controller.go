@@ -205,6 +205,7 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		{"SnapshotDatasets", r.snapshotDatasets},
 		{"LoadPlan", r.loadPlan},
 		{"EnsureShardObjects", r.ensureShardObjects},
+		{"EnsureCacheURLs", r.ensureCacheURLs},
 		{"EnsurePermissions", r.ensurePermissions},
 		{"EnsurePlanner", r.ensurePlanner},
 		{"EnsureBudget", r.ensureBudget},

@@ -150,10 +150,16 @@ func (r *EvaluationReconciler) runnerRules(p *pass) []rbacv1.PolicyRule {
 	if len(write) > 0 {
 		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "update"}, ResourceNames: write})
 	}
-	if len(p.uploadSecrets) > 0 {
+	secrets := slices.Clone(p.uploadSecrets)
+	if p.cacheURLs != "" {
+		secrets = append(secrets, p.cacheURLs)
+	}
+	if len(secrets) > 0 {
 		// The presigned URLs its shards write their records with, into the
-		// run's location only: never the store's credentials.
-		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: slices.Sorted(slices.Values(p.uploadSecrets))})
+		// run's location only, and read the earlier run's with: never the
+		// store's credentials.
+		slices.Sort(secrets)
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: secrets})
 	}
 	return rules
 }

@@ -38,7 +38,7 @@ func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, err
 	if p.status.Run == p.run {
 		return true, nil
 	}
-	old := p.status.Run
+	old, oldStart := p.status.Run, p.status.StartTime
 	if old != "" {
 		p.event(corev1.EventTypeNormal, v1alpha1.ReasonNewRun, "The spec changed: starting run %s (was %s)", p.run, old)
 	}
@@ -47,6 +47,7 @@ func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, err
 	if err != nil {
 		return false, err
 	}
+	kept = r.storedSources(ctx, kept, runLocation(p.ev, old, oldStart))
 	var rescored []string
 	for _, k := range kept {
 		if k.Answers && !slices.Contains(rescored, k.Model) {
@@ -118,7 +119,12 @@ func (r *EvaluationReconciler) deleteOtherRuns(ctx context.Context, p *pass, kee
 			model := cm.Labels[cluster.LabelModel]
 			answers := cm.Labels[cluster.LabelAnswers] != "" && cm.Labels[cluster.LabelAnswers] == cluster.AnswersHash(&p.ev.Spec, model)
 			if answers || cacheOn(&p.ev.Spec) {
-				kept = append(kept, cluster.CacheSource{Model: model, Dataset: cm.Labels[cluster.LabelDataset], Name: cm.Name, Answers: answers})
+				src := cluster.CacheSource{Model: model, Dataset: cm.Labels[cluster.LabelDataset], Name: cm.Name, Answers: answers}
+				if cluster.InStore(cm.Annotations) {
+					// Its records are in the store (storedSources), read with these scorers.
+					src.InStore, src.Scorers = true, cm.Annotations[cluster.AnnotationScorers]
+				}
+				kept = append(kept, src)
 				continue
 			}
 		}

@@ -53,6 +53,8 @@ type pass struct {
 	// uploadSecrets are the run's shards' uploads Secrets (its records go
 	// to the results store), which its runners read.
 	uploadSecrets []string
+	// cacheURLs is the run's cache URLs Secret, when it has one.
+	cacheURLs string
 	// shardObjects are the heads and chunk slots of the run's shards, which
 	// their runners may update.
 	shardObjects []string

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
@@ -34,12 +35,15 @@ type storeWriter struct {
 
 // runLocation is where a run's records go: NAMESPACE/NAME/STARTED-RUN, so a
 // name's runs list in the order they started, and outlive it.
-func (p *pass) runLocation() []string {
+func (p *pass) runLocation() []string { return runLocation(p.ev, p.run, p.status.StartTime) }
+
+// runLocation is where run of ev, started at start, puts its records.
+func runLocation(ev *v1alpha1.Evaluation, run string, start *metav1.Time) []string {
 	started := "unstarted"
-	if t := p.status.StartTime; t != nil {
-		started = t.UTC().Format("20060102T150405Z")
+	if start != nil {
+		started = start.UTC().Format("20060102T150405Z")
 	}
-	return []string{p.ev.Namespace, p.ev.Name, started + "-" + p.run}
+	return []string{ev.Namespace, ev.Name, started + "-" + run}
 }
 
 func newStoreWriter(store *objstore.Store, p *pass) *storeWriter {
@@ -179,16 +183,15 @@ func (r *EvaluationReconciler) storedBaseline(ctx context.Context, p *pass) (*ob
 
 // cleanStaging removes what only served to carry the run's records to the
 // store, once they are committed: the shards' uploads Secrets and staging
-// chunks. A failure to delete chunks is logged, not retried: the committed
+// chunks, and the presigned URLs of what it reused. A failure to delete chunks is logged, not retried: the committed
 // manifest never names them.
 func (r *EvaluationReconciler) cleanStaging(ctx context.Context, p *pass) error {
-	var heads []string
-	for _, model := range cluster.Subjects(&p.ev.Spec) {
-		for _, sh := range p.plan.Shards(&p.ev.Spec, model) {
-			heads = append(heads, cluster.HeadName(p.ev.Name, p.run, sh.Model, sh.Index))
-		}
+	if err := r.deleteSecrets(ctx, p, cacheSecrets(p)); err != nil {
+		return err
 	}
-	if err := r.deleteUploads(ctx, p, heads); err != nil {
+	// The list of what the run reused goes too, so that a pass reading the
+	// Evaluation as it was before this one does not grant its URLs again.
+	if err := r.deleteIfOurs(ctx, p, cluster.CacheSourcesName(p.ev.Name, p.run)); err != nil {
 		return err
 	}
 	if r.Options.ResultsStore == nil {
@@ -212,16 +215,21 @@ func shardPartName(sh cluster.Shard) string { return fmt.Sprintf("shard-%05d", s
 // baseline's results name: only one of the Evaluation's own namespace, as
 // the results ConfigMap naming it may be anyone's copy.
 func (r *EvaluationReconciler) openLocation(p *pass) kube.OpenLocation {
-	return func(_ context.Context, location string) (objects.Bucket, error) {
-		store := r.Options.ResultsStore
-		if store == nil {
-			return nil, fmt.Errorf("the records are in the results store at %s, and the manager has none (--results-store)", location)
-		}
-		loc, err := objstore.ParseURL(location)
-		ns := store.Sub(p.ev.Namespace).Location()
-		if err != nil || loc.Bucket != ns.Bucket || !strings.HasPrefix(loc.Prefix+"/", ns.Prefix+"/") {
-			return nil, fmt.Errorf("%s is not a location of this namespace's runs in the results store (%s)", location, ns)
-		}
-		return store.Sub(p.ev.Namespace, strings.TrimPrefix(loc.Prefix, ns.Prefix+"/")), nil
+	return func(_ context.Context, location string) (objects.Bucket, error) { return r.storeAt(p, location) }
+}
+
+// storeAt is a location of the Evaluation's namespace in the manager's
+// results store, which an object (a results ConfigMap, a cache sources
+// list) names.
+func (r *EvaluationReconciler) storeAt(p *pass, location string) (*objstore.Store, error) {
+	store := r.Options.ResultsStore
+	if store == nil {
+		return nil, fmt.Errorf("the records are in the results store at %s, and the manager has none (--results-store)", location)
 	}
+	loc, err := objstore.ParseURL(location)
+	ns := store.Sub(p.ev.Namespace).Location()
+	if err != nil || loc.Bucket != ns.Bucket || !strings.HasPrefix(loc.Prefix+"/", ns.Prefix+"/") {
+		return nil, fmt.Errorf("%s is not a location of this namespace's runs in the results store (%s)", location, ns)
+	}
+	return store.Sub(p.ev.Namespace, strings.TrimPrefix(loc.Prefix, ns.Prefix+"/")), nil
 }

@@ -32,6 +32,8 @@ const uploadURLLifetime = time.Hour
 type grant struct {
 	first, end, gets int
 	expires          time.Time
+	// none: the Secret is not needed (a run without store cache sources).
+	none bool
 }
 
 // uploadGrants remembers what each uploads Secret holds, so that a pass
@@ -83,7 +85,6 @@ func (r *EvaluationReconciler) ensureUploads(ctx context.Context, p *pass, head 
 		gets = progress.Chunks
 	}
 	renew := uploadURLLifetime / 2
-	var existing *corev1.Secret
 	g, known := r.grants.get(key)
 	if !known {
 		var sec corev1.Secret
@@ -95,7 +96,6 @@ func (r *EvaluationReconciler) ensureUploads(ctx context.Context, p *pass, head 
 		case !r.ours(p, "Secret", &sec):
 			return false, nil
 		default:
-			existing = &sec
 			var u cluster.Uploads
 			if json.Unmarshal(sec.Data[cluster.KeyUploads], &u) == nil {
 				g, known = grant{first: u.First, end: u.First + len(u.Put), gets: len(u.Get), expires: u.Expires}, true
@@ -130,42 +130,41 @@ func (r *EvaluationReconciler) ensureUploads(ctx context.Context, p *pass, head 
 	if err != nil {
 		return false, err
 	}
-	sec := &corev1.Secret{
-		ObjectMeta: objectMeta(p.ev.Namespace, name, cluster.Labels(p.ev.Name, p.run, cluster.ComponentUploads)),
-		Data:       map[string][]byte{cluster.KeyUploads: data},
-	}
-	if existing == nil && known {
-		// Granted by this manager earlier: it is there, to update.
-		existing = &corev1.Secret{}
-		if err := r.APIReader.Get(ctx, key, existing); err != nil {
-			r.grants.forget(key)
-			return false, err
-		}
-		if !r.ours(p, "Secret", existing) {
-			return false, nil
-		}
-	}
-	if existing == nil {
-		if ok, err := r.claim(ctx, p, sec); !ok || err != nil {
-			return false, err
-		}
-	} else {
-		existing.Data = sec.Data
-		if err := r.Update(ctx, existing); err != nil {
-			r.grants.forget(key) // read it again next time
-			return false, fmt.Errorf("updating uploads Secret %s: %w", name, err)
-		}
+	if ok, err := r.writeSecret(ctx, p, name, cluster.ComponentUploads, map[string][]byte{cluster.KeyUploads: data}); !ok || err != nil {
+		return ok, err
 	}
 	r.grants.set(key, grant{first: u.First, end: end, gets: gets, expires: u.Expires})
 	p.requeueAfter(uploadURLLifetime - renew)
 	return true, nil
 }
 
-// deleteUploads deletes the run's uploads Secrets once its records are
-// committed: their URLs are not needed any more.
-func (r *EvaluationReconciler) deleteUploads(ctx context.Context, p *pass, heads []string) error {
-	for _, head := range heads {
-		name := cluster.UploadsName(head)
+// writeSecret creates the Secret name of the run holding data, or updates
+// the Evaluation's own; it reports false when the name is someone else's.
+func (r *EvaluationReconciler) writeSecret(ctx context.Context, p *pass, name, component string, data map[string][]byte) (bool, error) {
+	key := types.NamespacedName{Namespace: p.ev.Namespace, Name: name}
+	sec := &corev1.Secret{ObjectMeta: objectMeta(p.ev.Namespace, name, cluster.Labels(p.ev.Name, p.run, component)), Data: data}
+	var existing corev1.Secret
+	err := r.APIReader.Get(ctx, key, &existing)
+	switch {
+	case apierrors.IsNotFound(err):
+		return r.claim(ctx, p, sec)
+	case err != nil:
+		return false, err
+	case !r.ours(p, "Secret", &existing):
+		return false, nil
+	}
+	existing.Data = data
+	if err := r.Update(ctx, &existing); err != nil {
+		r.grants.forget(key) // read it again next time
+		return false, fmt.Errorf("updating Secret %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// deleteSecrets deletes the run's Secrets of presigned URLs once its
+// records are committed: the URLs are not needed any more.
+func (r *EvaluationReconciler) deleteSecrets(ctx context.Context, p *pass, names []string) error {
+	for _, name := range names {
 		sec := &corev1.Secret{}
 		sec.Namespace, sec.Name = p.ev.Namespace, name
 		// Only the Evaluation's own: the precondition makes a Secret of that
@@ -182,7 +181,7 @@ func (r *EvaluationReconciler) deleteUploads(ctx context.Context, p *pass, heads
 		}
 		err = r.Delete(ctx, sec, client.Preconditions{UID: &sec.UID})
 		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting uploads Secret %s: %w", name, err)
+			return fmt.Errorf("deleting Secret %s: %w", name, err)
 		}
 		r.grants.forget(types.NamespacedName{Namespace: p.ev.Namespace, Name: name})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -143,7 +144,7 @@ func TestEnsureUploads(t *testing.T) {
 	// Once committed, the run's uploads Secrets go.
 	p = newPass(ev, now)
 	p.run = "r1"
-	if err := h.r.deleteUploads(ctx, p, []string{head, other}); err != nil {
+	if err := h.r.deleteSecrets(ctx, p, []string{cluster.UploadsName(head), cluster.UploadsName(other)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.c.Get(ctx, key, &sec); err == nil {
@@ -161,4 +162,66 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestEnsureCacheURLs: a run reusing an earlier run's records in the
+// results store gets a Secret of URLs reading them, only for its own
+// namespace's locations, and none when it reuses nothing there.
+func TestEnsureCacheURLs(t *testing.T) {
+	ctx := context.Background()
+	loc, _ := objstore.ParseURL("s3://runs/cluster")
+	store, err := objstore.Open(ctx, loc, objstore.Options{Endpoint: "http://127.0.0.1:9", AccessKeyID: "id", SecretAccessKey: "the-secret-key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, harnessOpts{opts: Options{ResultsStore: store}})
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).OpenAIModel("small", llmURL).Obj())
+	earlier := "s3://runs/cluster/" + testNS + "/arith/20261127T000000Z-r0"
+	elsewhere := "s3://runs/cluster/other-team/arith/20261127T000000Z-r0"
+	sources := []cluster.CacheSource{
+		{Model: "small", Dataset: "d", Location: earlier, Objects: []cluster.StoredObject{{Key: "parts/small/d/shard-00000.parquet", First: 0, Last: 4}, {Key: "parts/small/d/shard-00001.parquet", First: 5, Last: 9}}},
+		{Model: "small", Dataset: "d", Location: elsewhere, Objects: []cluster.StoredObject{{Key: "parts/small/d/shard-00000.parquet"}}},
+		{Model: "small", Dataset: "d", Name: "arith-r0-small-0"},
+	}
+	b, _ := json.Marshal(sources)
+	list := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: cluster.CacheSourcesName(ev.Name, "r1"),
+		OwnerReferences: []metav1.OwnerReference{cluster.OwnerReference(ev)}}, Data: map[string]string{cluster.KeySources: string(b)}}
+	if err := h.c.Create(ctx, list); err != nil {
+		t.Fatal(err)
+	}
+	p := newPass(ev, time.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC))
+	p.run = "r1"
+	if ok, err := h.r.ensureCacheURLs(ctx, p); !ok || err != nil {
+		t.Fatalf("ok %v, err %v", ok, err)
+	}
+	var sec corev1.Secret
+	if err := h.c.Get(ctx, client.ObjectKey{Namespace: testNS, Name: cluster.CacheURLsName(ev.Name, "r1")}, &sec); err != nil {
+		t.Fatal(err)
+	}
+	var urls cluster.CacheURLs
+	if err := json.Unmarshal(sec.Data[cluster.KeyCacheURLs], &urls); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for k, u := range urls.URLs {
+		got = append(got, k)
+		if uu, _ := url.Parse(u); !strings.HasSuffix(k, strings.TrimPrefix(uu.Path, "/runs/cluster/")) {
+			t.Errorf("the URL for %s reads %s", k, uu.Path)
+		}
+	}
+	slices.Sort(got)
+	want := []string{earlier + "/parts/small/d/shard-00000.parquet", earlier + "/parts/small/d/shard-00001.parquet"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("URLs granted (-want +got), never another namespace's:\n%s", diff)
+	}
+	if p.cacheURLs != sec.Name || !slices.Contains(h.r.runnerRules(p)[len(h.r.runnerRules(p))-1].ResourceNames, sec.Name) {
+		t.Errorf("the runner may not read %s: %+v", sec.Name, h.r.runnerRules(p))
+	}
+
+	// A run reusing nothing in the store gets no Secret.
+	p = newPass(ev, p.now)
+	p.run = "r2"
+	if ok, err := h.r.ensureCacheURLs(ctx, p); !ok || err != nil || p.cacheURLs != "" {
+		t.Errorf("without sources: ok %v, err %v, Secret %q", ok, err, p.cacheURLs)
+	}
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -97,7 +98,45 @@ type CacheSource struct {
 	// (AnswersHash): the run scores them again, by position, without
 	// calling the model, whether the cache is on or not.
 	Answers bool `json:"answers,omitempty"`
+	// InStore says a head's shard sealed its records into the results
+	// store: the head holds only those it could not seal.
+	InStore bool `json:"inStore,omitempty"`
+	// Location, for a source in the results store (Name is then empty),
+	// is the earlier run's location, and Objects the records of the pair
+	// there: its committed parts, or the staging chunks of a run that never
+	// committed. Runners read them through the presigned URLs of the run's
+	// cache URLs Secret (CacheURLsName). Scorers is the earlier run's
+	// scorer fingerprints (AnnotationScorers).
+	Location string         `json:"location,omitempty"`
+	Objects  []StoredObject `json:"objects,omitempty"`
+	Scorers  string         `json:"scorers,omitempty"`
 }
+
+// StoredObject is a part or staging chunk of a results location, and the
+// sample positions it covers, if known (First > Last otherwise).
+type StoredObject struct {
+	Key   string `json:"key"`
+	First int    `json:"first"`
+	Last  int    `json:"last"`
+}
+
+// Covers says whether the object may hold records of samples [start, end).
+func (o StoredObject) Covers(start, end int) bool {
+	return o.First > o.Last || o.First < end && o.Last >= start
+}
+
+// IsPart says whether the object is a Parquet part (else a staging chunk).
+func (o StoredObject) IsPart() bool { return strings.HasSuffix(o.Key, ".parquet") }
+
+// CacheURLs are the presigned URLs of a run's store cache sources, by
+// Location+"/"+Key, until Expires: what its runners read them with.
+type CacheURLs struct {
+	Expires time.Time         `json:"expires"`
+	URLs    map[string]string `json:"urls"`
+}
+
+// KeyCacheURLs is the key of the cache URLs Secret: CacheURLs as JSON.
+const KeyCacheURLs = "urls.json"
 
 // ShardProgress is a head's progress annotation.
 type ShardProgress struct {

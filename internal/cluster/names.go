@@ -126,6 +126,12 @@ func CacheSourcesName(eval, run string) string {
 	return ChildName(MaxName, eval, run, "cache")
 }
 
+// CacheURLsName is the Secret of presigned URLs a run's runners read the
+// earlier run's records in the results store with.
+func CacheURLsName(eval, run string) string {
+	return ChildName(MaxName, eval, run, "cache-urls")
+}
+
 // DataName is a run's snapshot of a ConfigMap dataset: the data its pods read.
 func DataName(eval, run, dataset string) string {
 	return ChildName(MaxName, eval, run, "data", dataset)

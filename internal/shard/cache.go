@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,6 +44,9 @@ func (c *recordCache) Put(key string, e *cache.Entry) error {
 	return nil
 }
 
+// storeHTTP reads the earlier run's records from the results store.
+var storeHTTP = &http.Client{Timeout: 5 * time.Minute}
+
 // earlier is what a run reuses of the run before it: the response cache
 // (with the cache on), and the answers to score again of a model whose
 // answers the spec edit left as they were, by sample position.
@@ -67,22 +72,41 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 		return nil, fmt.Errorf("reading the cache sources: %w", err)
 	}
 	cacheOn := ev.Spec.Cache != nil && ev.Spec.Cache.Enabled
+	var urls *cluster.CacheURLs
 	for _, src := range sources {
 		if src.Model != sh.Model || src.Dataset != sh.Dataset || (!cacheOn && !src.Answers) {
 			continue
 		}
 		var cm corev1.ConfigMap
-		err := kube.GetConfigMap(ctx, c, ev, src.Name, &cm)
-		var fe *cluster.ForeignError
-		switch {
-		case apierrors.IsNotFound(err), errors.As(err, &fe):
-			continue // gone, or not this Evaluation's answers: never reuse them
-		case err != nil:
-			return nil, fmt.Errorf("reading earlier answers from %s: %w", src.Name, err)
-		}
-		lines, err := cluster.ReadRecords(&cm)
-		if err != nil {
-			return nil, err
+		var lines []results.Line
+		if src.Location != "" {
+			// The earlier run's records in the results store.
+			if urls == nil {
+				if urls, err = kube.ReadCacheURLs(ctx, c, ev, run); err != nil {
+					return nil, fmt.Errorf("reading the cache sources: %w", err)
+				}
+				if urls == nil {
+					// None granted (the controller could not reach them):
+					// the models are called instead.
+					urls = &cluster.CacheURLs{}
+				}
+			}
+			if lines, err = kube.ReadStoredSource(ctx, storeHTTP, urls, &src, sh.Start, sh.End); err != nil {
+				return nil, fmt.Errorf("reading earlier answers: %w", err)
+			}
+			cm.Annotations = map[string]string{cluster.AnnotationScorers: src.Scorers}
+		} else {
+			err := kube.GetConfigMap(ctx, c, ev, src.Name, &cm)
+			var fe *cluster.ForeignError
+			switch {
+			case apierrors.IsNotFound(err), errors.As(err, &fe):
+				continue // gone, or not this Evaluation's answers: never reuse them
+			case err != nil:
+				return nil, fmt.Errorf("reading earlier answers from %s: %w", src.Name, err)
+			}
+			if lines, err = cluster.ReadRecords(&cm); err != nil {
+				return nil, err
+			}
 		}
 		keep := cluster.KeptScorers(&ev.Spec, &cm)
 		for _, l := range lines {

@@ -10,7 +10,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/objstore"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/test/fakellm"
 )
@@ -20,10 +22,23 @@ import (
 // (cache or not: the records say rescored); with the cache on, any other edit
 // answers the samples whose requests did not change from the previous run's
 // records, with no model call.
+//
+// With a results store, the earlier run's records are read from it: its
+// committed parts, or the staging chunks of a run edited before it ended.
 func TestEditStartsNewRunReusingCache(t *testing.T) {
+	t.Run("ConfigMaps", func(t *testing.T) { testEditStartsNewRunReusingCache(t, nil) })
+	t.Run("ResultsStore", func(t *testing.T) {
+		weed := testutil.StartSeaweed(t)
+		resultsStore = weed
+		t.Cleanup(func() { resultsStore = nil })
+		testEditStartsNewRunReusingCache(t, weed.Bucket(t, "cache", "cluster"))
+	})
+}
+
+func testEditStartsNewRunReusingCache(t *testing.T, store *objstore.Store) {
 	ns := newNamespace(t)
 	srv, url := fakeLLM(t, fakellm.Config{Latency: 5 * time.Millisecond})
-	startManager(t, ns)
+	startManagerWith(t, ns, func(o *controllers.Options) { o.ResultsStore = store })
 	startKubelet(t, ns)
 	const n = 24
 	ev := testutil.MakeEvaluation("cached", ns).InlineDataset("d", n).OpenAIModel("m", url).
@@ -70,6 +85,28 @@ func TestEditStartsNewRunReusingCache(t *testing.T) {
 		}
 	}
 	assertRunGone(t, ns, second.Status.Run)
+	if store == nil {
+		return
+	}
+	// Every run's records went to the store, none through ConfigMaps.
+	var cms corev1.ConfigMapList
+	if err := k8sClient.List(context.Background(), &cms, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cms.Items {
+		if len(c.BinaryData) > 0 {
+			t.Errorf("ConfigMap %s holds records", c.Name)
+		}
+	}
+	var secrets corev1.SecretList
+	if err := k8sClient.List(context.Background(), &secrets, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets.Items {
+		if c := s.Labels[cluster.LabelComponent]; c == cluster.ComponentUploads || c == cluster.ComponentCache {
+			t.Errorf("Secret %s (%s) is left after its run", s.Name, c)
+		}
+	}
 }
 
 // editAndWait edits the Evaluation cached and waits for a run other than

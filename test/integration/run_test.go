@@ -22,6 +22,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/results/objects"
 	"github.com/proctor-dev/proctor/test/fakellm"
 )
 
@@ -152,6 +153,20 @@ func readResults(t testing.TB, ns, name string) []results.Record {
 		}
 		return out
 	}
+	if loc := cm.Data[cluster.ResultsKeyLocation]; loc != "" && resultsStore != nil {
+		res, err := objects.ReadResults(context.Background(), resultsStore.Store(t, loc), loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := res.Records(context.Background(), func(r *results.Record) { out = append(out, *r) }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
 	t.Fatalf("results ConfigMap has no embedded records: %v", cm.Data)
 	return nil
 }
+
+// resultsStore, while a test's manager has a results store, is where
+// readResults reads the records NAME-results names.
+var resultsStore *testutil.Seaweed
