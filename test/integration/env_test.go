@@ -32,6 +32,9 @@ var (
 	// k8sClient is a client of the test API server; its scheme knows the built-in
 	// types, CustomResourceDefinitions and Proctor's API.
 	k8sClient client.Client
+	// etcdURL is the test etcd's client URL (its metrics, and the JSON
+	// gateway of its API).
+	etcdURL string
 )
 
 func TestMain(m *testing.M) {
@@ -69,6 +72,7 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "integration: starting kube-apiserver and etcd from %s: %v\n", bin, err)
 		return 1
 	}
+	etcdURL = env.ControlPlane.Etcd.URL.String()
 	defer func() {
 		if err := env.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "integration: stopping the control plane: %v\n", err)
