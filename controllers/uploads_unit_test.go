@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/objstore"
 	"github.com/proctor-dev/proctor/internal/testutil"
@@ -25,13 +26,7 @@ import (
 // (Presigning makes no request: the store need not be there.)
 func TestEnsureUploads(t *testing.T) {
 	ctx := context.Background()
-	loc, _ := objstore.ParseURL("s3://runs/cluster")
-	store, err := objstore.Open(ctx, loc, objstore.Options{Endpoint: "http://127.0.0.1:9", AccessKeyID: "id", SecretAccessKey: "the-secret-key"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newHarness(t, harnessOpts{opts: Options{ResultsStore: store}})
-	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).OpenAIModel("small", llmURL).Obj())
+	h, ev := storeHarness(t)
 	start := metav1.NewTime(time.Date(2026, 11, 27, 1, 2, 3, 0, time.UTC))
 	ev.Status.StartTime = &start
 	head := cluster.HeadName(ev.Name, "r1", "small", 0)
@@ -155,6 +150,20 @@ func TestEnsureUploads(t *testing.T) {
 	}
 }
 
+// storeHarness is a harness whose manager has a results store at
+// s3://runs/cluster (nothing listens there: presigning makes no request),
+// and an Evaluation to run.
+func storeHarness(t *testing.T) (*harness, *v1alpha1.Evaluation) {
+	t.Helper()
+	loc, _ := objstore.ParseURL("s3://runs/cluster")
+	store, err := objstore.Open(context.Background(), loc, objstore.Options{Endpoint: "http://127.0.0.1:9", AccessKeyID: "id", SecretAccessKey: "the-secret-key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, harnessOpts{opts: Options{ResultsStore: store}})
+	return h, withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).OpenAIModel("small", llmURL).Obj())
+}
+
 func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
@@ -169,13 +178,7 @@ func mustJSON(t *testing.T, v any) []byte {
 // namespace's locations, and none when it reuses nothing there.
 func TestEnsureCacheURLs(t *testing.T) {
 	ctx := context.Background()
-	loc, _ := objstore.ParseURL("s3://runs/cluster")
-	store, err := objstore.Open(ctx, loc, objstore.Options{Endpoint: "http://127.0.0.1:9", AccessKeyID: "id", SecretAccessKey: "the-secret-key"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newHarness(t, harnessOpts{opts: Options{ResultsStore: store}})
-	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).OpenAIModel("small", llmURL).Obj())
+	h, ev := storeHarness(t)
 	earlier := "s3://runs/cluster/" + testNS + "/arith/20261127T000000Z-r0"
 	elsewhere := "s3://runs/cluster/other-team/arith/20261127T000000Z-r0"
 	sources := []cluster.CacheSource{
