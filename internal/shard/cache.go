@@ -53,6 +53,9 @@ var storeHTTP = &http.Client{Timeout: 5 * time.Minute}
 type earlier struct {
 	cache   *recordCache
 	answers map[int]*results.Record
+	// unread are the earlier records in the results store that could not
+	// be read (the store down): their samples are asked again.
+	unread []error
 }
 
 // loadEarlier reads, from the sources the controller listed for this run,
@@ -92,7 +95,9 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 				}
 			}
 			if lines, err = kube.ReadStoredSource(ctx, storeHTTP, urls, &src, sh.Start, sh.End); err != nil {
-				return nil, fmt.Errorf("reading earlier answers: %w", err)
+				// Only the reuse is lost: those samples are asked again.
+				out.unread = append(out.unread, err)
+				continue
 			}
 			cm.Annotations = map[string]string{cluster.AnnotationScorers: src.Scorers}
 		} else {

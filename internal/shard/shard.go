@@ -134,6 +134,9 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 	if err != nil {
 		return err
 	}
+	for _, err := range prev.unread {
+		log.Info("Failed to read an earlier run's answers in the results store; their samples are asked again", "error", err.Error())
+	}
 	if ev.Spec.Cache != nil && ev.Spec.Cache.Enabled {
 		env.Cache = prev.cache
 	}
