@@ -108,9 +108,10 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		}
 	}
 	if location != "" {
-		// The records are in the store: NAME-results says where, and holds
-		// none (readers read them from the location).
-		records, chunks = nil, nil
+		// The records are in the store: NAME-results says where, and lists
+		// no ConfigMap. It still embeds them when they are small, so that
+		// reading a small run's results needs no access to the store.
+		chunks = nil
 	}
 	if ok, err := r.writeResults(ctx, p, &sum, records, chunks, location); !ok || err != nil {
 		return false, err

@@ -15,6 +15,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/internal/objstore"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/runner/results"
@@ -106,14 +107,15 @@ func TestResultsStore(t *testing.T) {
 	}
 	checkStored()
 	// The records went to the store, not through etcd: no chunk slot was
-	// made, the heads hold no records, NAME-results none, and what
-	// carried them there (presigned URLs, staging chunks) is gone.
+	// made, the heads hold no records, and what carried them there
+	// (presigned URLs, staging chunks) is gone. NAME-results embeds them,
+	// small as they are, so that reading them needs no store access.
 	var cms corev1.ConfigMapList
 	if err := k8sClient.List(ctx, &cms, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cms.Items {
-		if c.Labels[cluster.LabelComponent] == cluster.ComponentRecords || len(c.BinaryData) > 0 {
+		if c.Name != cm.Name && (c.Labels[cluster.LabelComponent] == cluster.ComponentRecords || len(c.BinaryData) > 0) {
 			t.Errorf("ConfigMap %s (%s) holds records: %d bytes", c.Name, c.Labels[cluster.LabelComponent], len(c.BinaryData[cluster.KeyPending])+len(c.BinaryData[cluster.KeyRecords])+len(c.BinaryData[cluster.ResultsKeyRecords]))
 		}
 		if c.Labels[cluster.LabelComponent] == cluster.ComponentShard && !cluster.InStore(c.Annotations) {
@@ -122,6 +124,21 @@ func TestResultsStore(t *testing.T) {
 	}
 	if cm.Data[cluster.ResultsKeyChunks] != "" {
 		t.Errorf("stored-results lists record ConfigMaps: %q", cm.Data[cluster.ResultsKeyChunks])
+	}
+	// Results too large to embed are read from the location it names:
+	// here, a copy of stored-results without its records.
+	bare := cm.DeepCopy()
+	bare.BinaryData = nil
+	read := func(open kube.OpenLocation) (int, error) {
+		n := 0
+		err := kube.ResultRecords(ctx, k8sClient, ev, bare, open, nil, func([]byte) error { n++; return nil })
+		return n, err
+	}
+	if got, err := read(func(_ context.Context, l string) (objects.Bucket, error) { return weed.Store(t, l), nil }); err != nil || got != n {
+		t.Errorf("records read from the location stored-results names: %d (%v), want %d", got, err, n)
+	}
+	if _, err := read(nil); err == nil || !strings.Contains(err.Error(), loc) {
+		t.Errorf("reading without access to the store: %v, want an error naming %s", err, loc)
 	}
 	var secrets corev1.SecretList
 	if err := k8sClient.List(ctx, &secrets, client.InNamespace(ns), client.MatchingLabels{cluster.LabelComponent: cluster.ComponentUploads}); err != nil {

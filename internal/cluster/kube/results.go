@@ -44,11 +44,11 @@ func ResultRecords(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation
 		}
 		b, err := open(ctx, loc)
 		if err != nil {
-			return fmt.Errorf("%s: %w", cm.Name, err)
+			return fmt.Errorf("%s: the records are in the results store, at %s: %w", cm.Name, loc, err)
 		}
 		res, err := objects.ReadResults(ctx, b, loc)
 		if err != nil {
-			return fmt.Errorf("%s: %w", cm.Name, err)
+			return fmt.Errorf("%s: the records are in the results store, at %s, which needs its credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3 for a store other than AWS S3): %w", cm.Name, loc, err)
 		}
 		return res.Each(ctx, func(_ *objects.PairParts, l results.Line) error { return fn(l.Record) })
 	}
