@@ -27,6 +27,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 
 	"github.com/proctor-dev/proctor/runner/results/objects"
 )
@@ -136,6 +137,9 @@ func Open(ctx context.Context, loc Location, o Options) (*Store, error) {
 	if o.AccessKeyID != "" || o.SecretAccessKey != "" {
 		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(o.AccessKeyID, o.SecretAccessKey, "")))
 	}
+	// The SDK's own log lines (a WARN on stderr when no credentials are
+	// found, say) would interleave with our output; its errors say it all.
+	opts = append(opts, config.WithLogger(logging.Nop{}))
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("object store %s: reading the AWS configuration: %w", loc, err)
