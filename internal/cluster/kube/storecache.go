@@ -36,7 +36,7 @@ func ReadCacheURLs(ctx context.Context, c client.Reader, ev *v1alpha1.Evaluation
 	}
 	var u cluster.CacheURLs
 	if err := json.Unmarshal(sec.Data[cluster.KeyCacheURLs], &u); err != nil {
-		return nil, fmt.Errorf("Secret %s: %w", name, err)
+		return nil, fmt.Errorf("cache URLs Secret %s: %w", name, err)
 	}
 	return &u, nil
 }
