@@ -114,6 +114,7 @@ type EvaluationReconciler struct {
 	progress *throttle
 	reported *nameSet
 	grants   *uploadGrants
+	stores   storeCache
 }
 
 // +kubebuilder:rbac:groups=proctor.dev,resources=evaluations,verbs=get;list;watch;update;patch

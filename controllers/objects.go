@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,10 +67,17 @@ func (r *EvaluationReconciler) ensureShardObjects(ctx context.Context, p *pass) 
 		}
 		return r.claim(ctx, p, obj)
 	}
+	store, err := r.runStore(ctx, p)
+	var se *storeError
+	if errors.As(err, &se) {
+		return r.storeUnavailable(p, se.err)
+	} else if err != nil {
+		return false, err
+	}
 	ok := true
 	for _, model := range cluster.Subjects(&ev.Spec) {
 		for _, s := range p.plan.Shards(&ev.Spec, model) {
-			head := cluster.NewHead(ev, p.run, s, r.Options.ResultsStore != nil)
+			head := cluster.NewHead(ev, p.run, s, store != nil)
 			mine, err := ensure(head)
 			if err != nil {
 				return false, err
@@ -92,8 +100,10 @@ func (r *EvaluationReconciler) ensureShardObjects(ctx context.Context, p *pass) 
 					// Evaluation must not grant URLs the commit revoked).
 					continue
 				}
-				mine, err := r.ensureUploads(ctx, p, head.Name, progress)
-				if err != nil {
+				mine, err := r.ensureUploads(ctx, p, store, head.Name, progress)
+				if errors.As(err, &se) {
+					return r.storeUnavailable(p, se.err)
+				} else if err != nil {
 					return false, err
 				}
 				ok = ok && mine

@@ -47,7 +47,7 @@ func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, err
 	if err != nil {
 		return false, err
 	}
-	kept = r.storedSources(ctx, kept, runLocation(p.ev, old, oldStart))
+	kept = r.storedSources(ctx, p, kept, runLocation(p.ev, old, oldStart))
 	var rescored []string
 	for _, k := range kept {
 		if k.Answers && !slices.Contains(rescored, k.Model) {
@@ -168,6 +168,16 @@ func (r *EvaluationReconciler) checkReferences(ctx context.Context, p *pass) (bo
 				p.requeueAfter(r.Options.RecheckAfter)
 				return false, nil
 			}
+		}
+	}
+	if p.ev.Spec.ResultsStore != nil {
+		if err := r.openStore(ctx, p); err != nil {
+			return false, err
+		}
+		if p.storeMissing != "" {
+			p.pendingReason, p.pendingMessage = v1alpha1.ReasonSecretNotFound, p.storeMissing
+			p.requeueAfter(r.Options.RecheckAfter)
+			return false, nil
 		}
 	}
 	if p.ev.Spec.Baseline != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/cluster/kube"
+	"github.com/proctor-dev/proctor/internal/objstore"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
@@ -55,6 +56,11 @@ type pass struct {
 	uploadSecrets []string
 	// cacheURLs is the run's cache URLs Secret, when it has one.
 	cacheURLs string
+	// store is the results store the run writes to (openStore), once
+	// storeOpened; storeMissing says why the Evaluation's own cannot be used.
+	store        *objstore.Store
+	storeOpened  bool
+	storeMissing string
 	// shardObjects are the heads and chunk slots of the run's shards, which
 	// their runners may update.
 	shardObjects []string

@@ -123,10 +123,11 @@ func (e *storeError) Unwrap() error { return e.err }
 // nil when the cluster has none, or when an earlier pass committed them
 // already (location says where).
 func (r *EvaluationReconciler) openRunStore(ctx context.Context, p *pass) (*storeWriter, string, error) {
-	if r.Options.ResultsStore == nil {
-		return nil, "", nil
+	store, err := r.runStore(ctx, p)
+	if store == nil || err != nil {
+		return nil, "", err
 	}
-	w := newStoreWriter(r.Options.ResultsStore, p)
+	w := newStoreWriter(store, p)
 	had, err := objects.ReadManifest(ctx, w.at, 1)
 	switch {
 	case err == nil && had.ID == p.run:
@@ -158,10 +159,14 @@ func (r *EvaluationReconciler) storeUnavailable(p *pass, err error) (bool, error
 // when there is no store, no such name, or no committed run of it.
 func (r *EvaluationReconciler) storedBaseline(ctx context.Context, p *pass) (*objects.Results, error) {
 	name := p.ev.Spec.Baseline.Evaluation
-	if r.Options.ResultsStore == nil || name == "" || name == p.ev.Name {
+	if name == "" || name == p.ev.Name {
 		return nil, nil
 	}
-	of := r.Options.ResultsStore.Sub(p.ev.Namespace, name)
+	store, err := r.runStore(ctx, p)
+	if store == nil || err != nil {
+		return nil, err
+	}
+	of := store.Sub(p.ev.Namespace, name)
 	runs, err := of.Dirs(ctx, "")
 	if err != nil {
 		return nil, err
@@ -194,10 +199,11 @@ func (r *EvaluationReconciler) cleanStaging(ctx context.Context, p *pass) error 
 	if err := r.deleteIfOurs(ctx, p, cluster.CacheSourcesName(p.ev.Name, p.run)); err != nil {
 		return err
 	}
-	if r.Options.ResultsStore == nil {
-		return nil
+	store, err := r.runStore(ctx, p)
+	if store == nil || err != nil {
+		return err
 	}
-	at := r.Options.ResultsStore.Sub(p.runLocation()...)
+	at := store.Sub(p.runLocation()...)
 	keys, err := at.List(ctx, cluster.StagingPrefix(""))
 	if err == nil {
 		err = at.Delete(ctx, keys...)
@@ -215,14 +221,17 @@ func shardPartName(sh cluster.Shard) string { return fmt.Sprintf("shard-%05d", s
 // baseline's results name: only one of the Evaluation's own namespace, as
 // the results ConfigMap naming it may be anyone's copy.
 func (r *EvaluationReconciler) openLocation(p *pass) kube.OpenLocation {
-	return func(_ context.Context, location string) (objects.Bucket, error) { return r.storeAt(p, location) }
+	return func(ctx context.Context, location string) (objects.Bucket, error) { return r.storeAt(ctx, p, location) }
 }
 
 // storeAt is a location of the Evaluation's namespace in the manager's
 // results store, which an object (a results ConfigMap, a cache sources
 // list) names.
-func (r *EvaluationReconciler) storeAt(p *pass, location string) (*objstore.Store, error) {
-	store := r.Options.ResultsStore
+func (r *EvaluationReconciler) storeAt(ctx context.Context, p *pass, location string) (*objstore.Store, error) {
+	store, err := r.runStore(ctx, p)
+	if err != nil {
+		return nil, err
+	}
 	if store == nil {
 		return nil, fmt.Errorf("the records are in the results store at %s, and the manager has none (--results-store)", location)
 	}

@@ -23,7 +23,7 @@ import (
 // chunks. They come before the heads, which hold what was not sealed, so
 // a head's records win as the newer. The store failing only costs the
 // reuse: the run calls the models instead, and says so in the log.
-func (r *EvaluationReconciler) storedSources(ctx context.Context, kept []cluster.CacheSource, location []string) []cluster.CacheSource {
+func (r *EvaluationReconciler) storedSources(ctx context.Context, p *pass, kept []cluster.CacheSource, location []string) []cluster.CacheSource {
 	type pair struct{ model, dataset string }
 	var pairs []pair
 	heads := map[pair][]cluster.CacheSource{}
@@ -37,10 +37,14 @@ func (r *EvaluationReconciler) storedSources(ctx context.Context, kept []cluster
 		}
 		heads[pk] = append(heads[pk], k)
 	}
-	if len(pairs) == 0 || r.Options.ResultsStore == nil {
+	if len(pairs) == 0 {
 		return kept
 	}
-	at := r.Options.ResultsStore.Sub(location...)
+	store, err := r.runStore(ctx, p)
+	if store == nil || err != nil {
+		return kept // where the earlier run's records are is not to be reached (logged where it matters)
+	}
+	at := store.Sub(location...)
 	fail := func(err error) []cluster.CacheSource {
 		log.FromContext(ctx).Info("Failed to read the earlier run's records in the results store; the run calls the models for them", "location", at.Location().String(), "error", err.Error())
 		return kept
@@ -114,7 +118,7 @@ func (r *EvaluationReconciler) ensureCacheURLs(ctx context.Context, p *pass) (bo
 		if src.Location == "" {
 			continue
 		}
-		at, err := r.storeAt(p, src.Location)
+		at, err := r.storeAt(ctx, p, src.Location)
 		if err != nil {
 			// Only the reuse is lost: the runners call the models instead.
 			log.FromContext(ctx).Info("Not reusing the earlier run's records in the results store", "error", err.Error())

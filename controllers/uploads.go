@@ -71,8 +71,7 @@ func (g *uploadGrants) forget(k types.NamespacedName) {
 // URLs reading its sealed chunks while it has records awaiting a judge's
 // batch. It reports false when the Secret's name is taken by an object the
 // Evaluation does not control.
-func (r *EvaluationReconciler) ensureUploads(ctx context.Context, p *pass, head string, progress cluster.ShardProgress) (bool, error) {
-	store := r.Options.ResultsStore
+func (r *EvaluationReconciler) ensureUploads(ctx context.Context, p *pass, store *objstore.Store, head string, progress cluster.ShardProgress) (bool, error) {
 	if store == nil {
 		return false, &storeError{fmt.Errorf("shard %s writes its records to the results store, and the manager has none (--results-store)", head)}
 	}
@@ -217,14 +216,18 @@ func stagedRecords(at *objstore.Store) kube.Staged {
 // their staging chunks, or, once this run's manifest is committed (store is
 // nil: a pass before this one committed it, and may have removed the
 // staging chunks since), from the parts it names.
-func (r *EvaluationReconciler) runStaged(ctx context.Context, p *pass, store *storeWriter) (kube.Staged, error) {
-	if store != nil {
-		return stagedRecords(store.at), nil
+func (r *EvaluationReconciler) runStaged(ctx context.Context, p *pass, w *storeWriter) (kube.Staged, error) {
+	if w != nil {
+		return stagedRecords(w.at), nil
 	}
-	if r.Options.ResultsStore == nil {
+	store, err := r.runStore(ctx, p)
+	switch {
+	case err != nil:
+		return nil, err
+	case store == nil:
 		return nil, &storeError{errors.New("the run's shards wrote their records to the results store, and the manager has none (--results-store)")}
 	}
-	at := r.Options.ResultsStore.Sub(p.runLocation()...)
+	at := store.Sub(p.runLocation()...)
 	m, err := objects.Latest(ctx, at)
 	switch {
 	case err != nil:

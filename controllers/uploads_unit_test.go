@@ -36,7 +36,7 @@ func TestEnsureUploads(t *testing.T) {
 		t.Helper()
 		p := newPass(ev, now)
 		p.run = "r1"
-		ok, err := h.r.ensureUploads(ctx, p, head, progress)
+		ok, err := h.r.ensureUploads(ctx, p, h.r.Options.ResultsStore, head, progress)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +128,7 @@ func TestEnsureUploads(t *testing.T) {
 	}
 	p = newPass(ev, now)
 	p.run = "r1"
-	if ok, err := h.r.ensureUploads(ctx, p, other, cluster.ShardProgress{}); ok || err != nil {
+	if ok, err := h.r.ensureUploads(ctx, p, h.r.Options.ResultsStore, other, cluster.ShardProgress{}); ok || err != nil {
 		t.Errorf("a foreign uploads Secret: ok %v, err %v; want false", ok, err)
 	}
 	_ = h.c.Get(ctx, client.ObjectKeyFromObject(foreign), foreign)
@@ -226,5 +226,46 @@ func TestEnsureCacheURLs(t *testing.T) {
 	p.run = "r2"
 	if ok, err := h.r.ensureCacheURLs(ctx, p); !ok || err != nil || p.cacheURLs != "" {
 		t.Errorf("without sources: ok %v, err %v, Secret %q", ok, err, p.cacheURLs)
+	}
+}
+
+// TestOpenStore: an Evaluation's own results store is opened from its
+// Secret, once per version of it; without the Secret, or its keys, the run
+// waits, and the cluster's store is never used in its place.
+func TestOpenStore(t *testing.T) {
+	ctx := context.Background()
+	h, ev := storeHarness(t) // the cluster has a store too
+	ev.Spec.ResultsStore = &v1alpha1.ResultsStore{URL: "s3://team-evals/nightly", Endpoint: "http://127.0.0.1:9", CredentialsSecret: "team-s3"}
+	open := func() *pass {
+		t.Helper()
+		p := newPass(ev, time.Now())
+		if err := h.r.openStore(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p := open(); p.store != nil || !strings.Contains(p.storeMissing, "Secret team-s3 (spec.resultsStore.credentialsSecret) not found") {
+		t.Errorf("without its Secret: store %v, missing %q", p.store, p.storeMissing)
+	}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "team-s3"}, Data: map[string][]byte{"AWS_ACCESS_KEY_ID": []byte("id")}}
+	if err := h.c.Create(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	if p := open(); p.store != nil || !strings.Contains(p.storeMissing, "needs the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY") {
+		t.Errorf("without its secret key: store %v, missing %q", p.store, p.storeMissing)
+	}
+	sec.Data["AWS_SECRET_ACCESS_KEY"] = []byte("team-secret")
+	if err := h.c.Update(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	p := open()
+	if p.store == nil || p.storeMissing != "" || p.store.Location().String() != "s3://team-evals/nightly" {
+		t.Fatalf("with its Secret: store %v, missing %q", p.store, p.storeMissing)
+	}
+	if again := open(); again.store != p.store {
+		t.Error("the store was opened again for the same Secret")
+	}
+	if got, err := h.r.runStore(ctx, p); err != nil || got != p.store {
+		t.Errorf("runStore: %v, %v", got, err)
 	}
 }

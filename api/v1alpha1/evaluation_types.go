@@ -119,6 +119,13 @@ type EvaluationSpec struct {
 	// +optional
 	Baseline *Baseline `json:"baseline,omitempty"`
 
+	// resultsStore puts the records of this Evaluation's runs in an object
+	// store of its own, instead of the cluster's results store (the chart's
+	// resultsStore) or, without one, ConfigMaps. Local runs ignore it (they
+	// take -o s3://...).
+	// +optional
+	ResultsStore *ResultsStore `json:"resultsStore,omitempty"`
+
 	// gate is what the results must meet for the run to succeed (Ready):
 	// minimum scores, and the largest significant drop from the baseline.
 	// +optional

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
@@ -233,5 +234,72 @@ func TestResultsStoreUnavailable(t *testing.T) {
 	b, _ := json.Marshal(ev.Status)
 	if strings.Contains(string(b), weed.SecretKey) {
 		t.Error("status holds the store's secret key")
+	}
+}
+
+// TestEvaluationsOwnResultsStore: an Evaluation names a results store of
+// its own, with credentials of a Secret in its namespace, in a cluster with
+// none: it waits for the Secret, then its records go there, through
+// presigned URLs, and the keys appear nowhere.
+func TestEvaluationsOwnResultsStore(t *testing.T) {
+	weed := testutil.StartSeaweed(t)
+	weed.Bucket(t, "team", "evals") // the team's bucket
+	ctx := context.Background()
+	ns := newNamespace(t)
+	_, url := fakeLLM(t, fakellm.Config{})
+	startManager(t, ns) // the cluster has no results store
+	startKubelet(t, ns)
+	const n = 30
+	ev := testutil.MakeEvaluation("own", ns).InlineDataset("d", n).OpenAIModel("m", url).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(10).Parallelism(3).Obj()
+	ev.Spec.ResultsStore = &v1alpha1.ResultsStore{URL: "s3://team/evals", Endpoint: weed.Endpoint, CredentialsSecret: "team-s3"}
+	create(t, ev)
+	eventually(t, 30*time.Second, "the run to wait for its store's Secret", func() (bool, string) {
+		got := getEvaluation(t, ns, "own")
+		return got.Status.Phase == v1alpha1.PhasePending && got.Status.Reason == v1alpha1.ReasonSecretNotFound &&
+			strings.Contains(got.Status.Message, "spec.resultsStore.credentialsSecret"), fmt.Sprintf("%s %s %s", got.Status.Phase, got.Status.Reason, got.Status.Message)
+	})
+	if err := k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "team-s3"},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": weed.AccessKey, "AWS_SECRET_ACCESS_KEY": weed.SecretKey}}); err != nil {
+		t.Fatal(err)
+	}
+	got := waitPhase(t, ns, "own", v1alpha1.PhaseSucceeded, 60*time.Second)
+	loc := got.Status.ResultsLocation
+	if !strings.HasPrefix(loc, "s3://team/evals/"+ns+"/own/") {
+		t.Fatalf("status.resultsLocation = %q, want it under the Evaluation's own store", loc)
+	}
+	res, err := objects.ReadResults(ctx, weed.Store(t, loc), loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	if err := res.Records(ctx, func(*results.Record) { count++ }); err != nil || count != n {
+		t.Errorf("%d records in the Evaluation's store (%v), want %d", count, err, n)
+	}
+	var cms corev1.ConfigMapList
+	if err := k8sClient.List(ctx, &cms, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cms.Items {
+		if c.Labels[cluster.LabelComponent] == cluster.ComponentShard && !cluster.InStore(c.Annotations) {
+			t.Errorf("head %s does not say its records go to the store", c.Name)
+		}
+	}
+	var events corev1.EventList
+	if err := k8sClient.List(ctx, &events, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	status, _ := json.Marshal(got.Status)
+	seen := string(status)
+	for _, e := range events.Items {
+		seen += e.Message
+	}
+	for _, c := range cms.Items {
+		for _, v := range c.Data {
+			seen += v
+		}
+	}
+	if strings.Contains(seen, weed.SecretKey) {
+		t.Error("the store's secret key is in status, an event or a ConfigMap")
 	}
 }

@@ -73,6 +73,56 @@ func BenchmarkEtcdWithResultsStore(b *testing.B) {
 	}
 }
 
+// BenchmarkResultsStoreThroughput: writing records to a results store
+// costs at most 5% of a run's throughput against the fake server (no
+// latency), compared with the same run keeping them in ConfigMaps. Each
+// way runs twice, in turns; the faster of each counts.
+func BenchmarkResultsStoreThroughput(b *testing.B) {
+	weed := testutil.StartSeaweed(b)
+	store := weed.Bucket(b, "throughput", "cluster")
+	_, url := fakeLLM(b, fakellm.Config{})
+	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
+		fmt.Fprint(w, fakellm.ArithmeticJSONL("s", n))
+	}))
+	b.Cleanup(files.Close)
+	const n = 50_000
+	run := func(withStore bool, i int) time.Duration {
+		b.Helper()
+		ns := newNamespace(b)
+		m := startManagerWith(b, ns, func(o *controllers.Options) {
+			if withStore {
+				o.ResultsStore = store
+			}
+		})
+		startKubeletWith(b, ns, func(o *shard.Options) { o.FlushEvery = 3 * time.Second })
+		defer m.stop()
+		start := time.Now()
+		create(b, testutil.MakeEvaluation(fmt.Sprintf("t-%d", i), ns).
+			Dataset(v1alpha1.Dataset{Name: "d", Source: v1alpha1.DatasetSource{URL: fmt.Sprintf("%s/%d", files.URL, n)}}).
+			OpenAIModel("m", url).Scorer(v1alpha1.ScorerExactMatch).ShardSize(2500).Parallelism(8).Concurrency(16).Obj())
+		waitPhase(b, ns, fmt.Sprintf("t-%d", i), v1alpha1.PhaseSucceeded, 30*time.Minute)
+		return time.Since(start)
+	}
+	for range b.N {
+		best := map[bool]time.Duration{}
+		for i := range 4 {
+			withStore := i%2 == 1
+			if d := run(withStore, i); best[withStore] == 0 || d < best[withStore] {
+				best[withStore] = d
+			}
+		}
+		cost := best[true].Seconds()/best[false].Seconds() - 1
+		b.ReportMetric(n/best[false].Seconds(), "configmaps-samples/s")
+		b.ReportMetric(n/best[true].Seconds(), "store-samples/s")
+		b.ReportMetric(cost*100, "store-cost-%")
+		b.Logf("%d samples: %v with ConfigMaps, %v with a results store (%+.1f%%)", n, best[false].Round(10*time.Millisecond), best[true].Round(10*time.Millisecond), cost*100)
+		if cost > 0.05 {
+			b.Errorf("goal: a results store costs at most 5%% of the throughput; it cost %.1f%%", cost*100)
+		}
+	}
+}
+
 // etcdSizes reads etcd's database size in use, and its whole size.
 func etcdSizes(tb testing.TB) (inUse, total int64) {
 	tb.Helper()
