@@ -81,13 +81,13 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	}
 	store, location, err := r.openRunStore(ctx, p)
 	if err != nil {
-		return r.storeUnavailable(p, err)
+		return r.storeUnavailable(p, err, true)
 	}
 	summaries, records, chunks, comparison, err := r.gather(ctx, p, base, store)
 	var se *storeError
 	switch {
 	case errors.As(err, &se):
-		return r.storeUnavailable(p, se.err)
+		return r.storeUnavailable(p, se.err, true)
 	case err != nil:
 		return false, err
 	}
@@ -104,7 +104,7 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 			return false, err
 		}
 		if location, err = store.commit(ctx, p, compact); err != nil {
-			return r.storeUnavailable(p, err)
+			return r.storeUnavailable(p, err, true)
 		}
 	}
 	if location != "" {

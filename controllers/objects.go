@@ -70,7 +70,7 @@ func (r *EvaluationReconciler) ensureShardObjects(ctx context.Context, p *pass) 
 	store, err := r.runStore(ctx, p)
 	var se *storeError
 	if errors.As(err, &se) {
-		return r.storeUnavailable(p, se.err)
+		return r.storeUnavailable(p, se.err, false)
 	} else if err != nil {
 		return false, err
 	}
@@ -102,7 +102,7 @@ func (r *EvaluationReconciler) ensureShardObjects(ctx context.Context, p *pass) 
 				}
 				mine, err := r.ensureUploads(ctx, p, store, head.Name, progress)
 				if errors.As(err, &se) {
-					return r.storeUnavailable(p, se.err)
+					return r.storeUnavailable(p, se.err, false)
 				} else if err != nil {
 					return false, err
 				}

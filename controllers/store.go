@@ -142,10 +142,13 @@ func (r *EvaluationReconciler) openRunStore(ctx context.Context, p *pass) (*stor
 
 // storeUnavailable keeps the run Running, saying why, until the store
 // takes its records: it is tried again every RecheckAfter. The Warning
-// event is made once, when the run starts waiting.
-func (r *EvaluationReconciler) storeUnavailable(p *pass, err error) (bool, error) {
-	msg := fmt.Sprintf("every sample ran, but the records could not be written to the results store (tried again every %v): %v",
-		r.Options.RecheckAfter, err)
+// event is made once, when the run starts waiting. ran says every sample
+// ran (the run waits at its end), else the run waits to start its shards.
+func (r *EvaluationReconciler) storeUnavailable(p *pass, err error, ran bool) (bool, error) {
+	msg := fmt.Sprintf("the records could not be written to the results store (tried again every %v): %v", r.Options.RecheckAfter, err)
+	if ran {
+		msg = "every sample ran, but " + msg
+	}
 	p.waiting = &kube.Missing{Reason: v1alpha1.ReasonResultsStoreUnavailable, Message: msg}
 	if p.ev.Status.Reason != v1alpha1.ReasonResultsStoreUnavailable {
 		p.event(corev1.EventTypeWarning, v1alpha1.ReasonResultsStoreUnavailable, "%s", msg)

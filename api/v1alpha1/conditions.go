@@ -111,8 +111,10 @@ const (
 	// ReasonWaitingForBaseline: every sample ran, and the run waits for the
 	// baseline Evaluation's results to compare with.
 	ReasonWaitingForBaseline = "WaitingForBaseline"
-	// ReasonResultsStoreUnavailable: every sample ran, and the run's records
-	// could not be written to the results store yet; it is tried again.
+	// ReasonResultsStoreUnavailable: the run's records could not be written
+	// to its results store yet (every sample ran, or its shards cannot start
+	// writing: its own store's Secret was deleted since it started, say);
+	// it is tried again.
 	ReasonResultsStoreUnavailable = "ResultsStoreUnavailable"
 	// ReasonForeignObjectIgnored: objects labelled as the Evaluation's that it
 	// does not control were ignored (neither read, nor deleted).
