@@ -262,6 +262,7 @@ func (r *batchRun) put(ds *Dataset, s *dataset.Sample, rec *results.Record) erro
 		model = r.judging.subject.Name
 	}
 	r.e.zeroFailed(rec)
+	r.e.stamp(rec, s, time.Time{})
 	if err := r.sink.Put(model, ds.Name, s.Index, rec); err != nil {
 		return fmt.Errorf("saving the result of %s on %s sample %s: %w", model, ds.Name, s.ID, err)
 	}

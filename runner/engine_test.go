@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -46,7 +47,8 @@ func TestEveryModelRunsEverySampleOnce(t *testing.T) {
 			for i := range d.n {
 				r := sink.get(m, d.name, i)
 				want := &results.Record{ID: fmt.Sprintf("s%d", i), Model: m, Dataset: d.name, Output: fmt.Sprintf("q%d", i),
-					Scores: map[string]float64{"exact_match": 1}, Attempts: 1, InputTokens: 10, OutputTokens: 2}
+					Scores: map[string]float64{"exact_match": 1}, Attempts: 1, InputTokens: 10, OutputTokens: 2,
+					Expected: json.RawMessage(fmt.Sprintf(`"q%d"`, i))}
 				if diff := cmp.Diff(want, r, cmpIgnoreLatency); diff != "" {
 					t.Fatalf("%s/%s[%d] (-want +got):\n%s", m, d.name, i, diff)
 				}
@@ -58,7 +60,10 @@ func TestEveryModelRunsEverySampleOnce(t *testing.T) {
 	}
 }
 
-var cmpIgnoreLatency = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".LatencyMillis" }, cmp.Ignore())
+var cmpIgnoreLatency = cmp.FilterPath(func(p cmp.Path) bool {
+	s := p.Last().String()
+	return s == ".LatencyMillis" || s == ".StartedAt" || s == ".EndedAt" // times: TestRecordsSayWhenAndWhatWasExpected
+}, cmp.Ignore())
 
 func TestConcurrencyIsASlidingWindow(t *testing.T) {
 	p := &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
@@ -569,5 +574,33 @@ func TestRetryScheduleOnInjectedClock(t *testing.T) {
 				t.Errorf("record: attempts %d, error %q; want %d attempts and success", r.Attempts, r.Error, len(tc.errs)+1)
 			}
 		})
+	}
+}
+
+// TestRecordsSayWhenAndWhatWasExpected: a record carries its sample's
+// expected answer, and when its work began and ended, by the engine's clock,
+// to the millisecond.
+func TestRecordsSayWhenAndWhatWasExpected(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 28, 1, 2, 3, 456789, time.UTC))
+	start := clock.Now()
+	p := &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
+		clock.Advance(1500 * time.Millisecond) // the call takes 1.5 s
+		return echo(ctx, req, n)
+	}}
+	plan := testPlan(t).Model("m", p, 1).Dataset("d", 1).Scorer(score.Config{Type: score.TypeExactMatch}, "").Obj()
+	sink := newMemSink()
+	run(t, plan, sink, Options{Clock: clock})
+	rec := sink.get("m", "d", 0)
+	wantStart := start.Truncate(time.Millisecond)
+	wantEnd := start.Add(1500 * time.Millisecond).Truncate(time.Millisecond)
+	if rec.StartedAt == nil || !rec.StartedAt.Equal(wantStart) || rec.EndedAt == nil || !rec.EndedAt.Equal(wantEnd) {
+		t.Errorf("started %v, ended %v; want %v and %v", rec.StartedAt, rec.EndedAt, wantStart, wantEnd)
+	}
+	if string(rec.Expected) != `"q0"` {
+		t.Errorf("expected %s, want the sample's \"q0\"", rec.Expected)
+	}
+	b, _ := json.Marshal(rec)
+	if !strings.Contains(string(b), `"startedAt":"2026-11-28T01:02:03Z"`) || !strings.Contains(string(b), `"endedAt":"2026-11-28T01:02:04.5Z"`) {
+		t.Errorf("the record's JSON: %s", b)
 	}
 }

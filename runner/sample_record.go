@@ -2,9 +2,12 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/proctor-dev/proctor/runner/dataset"
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/results"
 )
@@ -48,8 +51,28 @@ func (e *Engine) fromCall(rec *results.Record, m *modelRun, res callResult, unpr
 	return true
 }
 
+// stamp gives a finished record its sample's expected answer and its
+// times: started at start (none if zero), ended now.
+func (e *Engine) stamp(rec *results.Record, s *dataset.Sample, start time.Time) {
+	if s.HasExpected && rec.Expected == nil {
+		if b, err := json.Marshal(s.Expected); err == nil {
+			rec.Expected = b
+		}
+	}
+	ms := func(t time.Time) *time.Time {
+		t = t.UTC().Truncate(time.Millisecond)
+		return &t
+	}
+	rec.StartedAt = nil
+	if !start.IsZero() {
+		rec.StartedAt = ms(start)
+	}
+	rec.EndedAt = ms(e.clock.Now())
+}
+
 // finish evaluates a sample and stores its record.
 func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCauseFunc, m *modelRun, j job, sink Sink, s *slot) {
+	start := e.clock.Now()
 	rec, err := e.evaluate(ctx, m, j.ds, &j.s, j.answered, s)
 	if IsBudgetExceeded(err) {
 		// Nothing new starts, for any model; the calls in flight are paid
@@ -78,6 +101,7 @@ func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCa
 		return
 	}
 	e.zeroFailed(rec)
+	e.stamp(rec, &j.s, start)
 	if err := sink.Put(m.Name, j.ds.Name, j.s.Index, rec); err != nil {
 		fail(fmt.Errorf("saving the result of %s on %s sample %s: %w", m.Name, j.ds.Name, j.s.ID, err))
 		return

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -151,12 +152,14 @@ func TestCarriedAnswerScoresOnlyWhatIsMissing(t *testing.T) {
 	want := []*results.Record{
 		// The request that answered it stays its key, for a later run's cache.
 		{ID: "s0", Model: "subject", Dataset: "d", Output: "q0", CacheKey: "k0", Scores: map[string]float64{"exact_match": 1, "graded": 1}, Rescored: true,
-			InputTokens: 7, OutputTokens: 3, Cost: &cost, JudgeInputTokens: 150, JudgeOutputTokens: 10, JudgeCost: ptr(judgeCost + judged)},
+			InputTokens: 7, OutputTokens: 3, Cost: &cost, JudgeInputTokens: 150, JudgeOutputTokens: 10, JudgeCost: ptr(judgeCost + judged),
+			Expected: json.RawMessage(`"q0"`)},
 		{ID: "s1", Model: "subject", Dataset: "d", Output: "wrong", Scores: map[string]float64{"exact_match": 0, "graded": 1}, Rescored: true,
-			InputTokens: 7, OutputTokens: 3, Cost: &cost, JudgeInputTokens: 100, JudgeOutputTokens: 10, JudgeCost: ptr(judged)},
+			InputTokens: 7, OutputTokens: 3, Cost: &cost, JudgeInputTokens: 100, JudgeOutputTokens: 10, JudgeCost: ptr(judged),
+			Expected: json.RawMessage(`"q1"`)},
 	}
 	for i, w := range want {
-		if diff := cmp.Diff(w, sink.get("subject", "d", i), cmpopts.EquateApprox(0, 1e-12)); diff != "" {
+		if diff := cmp.Diff(w, sink.get("subject", "d", i), cmpopts.EquateApprox(0, 1e-12), cmpIgnoreLatency); diff != "" {
 			t.Errorf("sample %d (-want +got):\n%s", i, diff)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/spend"
@@ -83,6 +84,14 @@ type Record struct {
 	// mode has yet to give: the answer is kept (this record), and a later
 	// record of the sample, with their scores, replaces it.
 	JudgePending []string `json:"judgePending,omitempty"`
+	// Expected is the sample's expected answer (its dataset's expected
+	// field) as JSON; absent when it has none.
+	Expected json.RawMessage `json:"expected,omitempty"`
+	// StartedAt is when the sample's work began in the run that made the
+	// record (absent for an answer from a batch), EndedAt when the record
+	// was made: UTC, to the millisecond.
+	StartedAt *time.Time `json:"startedAt,omitempty"`
+	EndedAt   *time.Time `json:"endedAt,omitempty"`
 	// CacheKey is the answering request's cache key, when the cache is on. It is
 	// not part of results.jsonl; a cluster keeps it beside the record, so a later
 	// run can reuse the answer.

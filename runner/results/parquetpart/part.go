@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/parquet-go/parquet-go"
 
@@ -48,6 +49,9 @@ type partRow struct {
 	JudgeCost         *float64           `parquet:"judge_cost,optional"`
 	Batch             string             `parquet:"batch,dict"`
 	JudgePending      []string           `parquet:"judge_pending,list"`
+	Expected          string             `parquet:"expected"` // its JSON; "" for none
+	StartedAt         *time.Time         `parquet:"started_at,timestamp(millisecond),optional"`
+	EndedAt           *time.Time         `parquet:"ended_at,timestamp(millisecond),optional"`
 }
 
 func rowOf(l results.Line) (partRow, error) {
@@ -63,6 +67,7 @@ func rowOf(l results.Line) (partRow, error) {
 		MaxTokensReached: r.MaxTokensReached, JudgeInputTokens: r.JudgeInputTokens, JudgeOutputTokens: r.JudgeOutputTokens,
 		AgentCalls: r.AgentCalls, OutputTruncated: r.OutputTruncated, OutputBytes: int64(r.OutputBytes),
 		Cost: r.Cost, JudgeCost: r.JudgeCost, Batch: r.Batch, JudgePending: r.JudgePending,
+		Expected: string(r.Expected), StartedAt: r.StartedAt, EndedAt: r.EndedAt,
 	}
 	if len(r.ToolCalls) > 0 {
 		b, err := json.Marshal(r.ToolCalls)
@@ -82,6 +87,10 @@ func lineOf(row *partRow) (results.Line, error) {
 		MaxTokensReached: row.MaxTokensReached, JudgeInputTokens: row.JudgeInputTokens, JudgeOutputTokens: row.JudgeOutputTokens,
 		AgentCalls: row.AgentCalls, OutputTruncated: row.OutputTruncated, OutputBytes: int(row.OutputBytes),
 		Cost: row.Cost, JudgeCost: row.JudgeCost, Batch: row.Batch, JudgePending: row.JudgePending,
+		StartedAt: utc(row.StartedAt), EndedAt: utc(row.EndedAt),
+	}
+	if row.Expected != "" {
+		r.Expected = json.RawMessage(row.Expected)
 	}
 	if row.ToolCalls != "" {
 		var calls []provider.ToolCall
@@ -95,6 +104,15 @@ func lineOf(row *partRow) (results.Line, error) {
 		return results.Line{}, err
 	}
 	return results.Line{Index: int(row.Index), Key: row.CacheKey, Unscored: row.Unscored, Record: b}, nil
+}
+
+// utc is t in UTC, as records hold their times.
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 // Write writes lines to w as one Parquet part.
