@@ -104,7 +104,7 @@ func TestPartKeepsEveryField(t *testing.T) {
 			f.Set(reflect.ValueOf(json.RawMessage(`{"answer":["4",2]}`)))
 			continue
 		case ft.Type == reflect.TypeFor[*time.Time]():
-			at := time.Date(2026, 11, 28, 1, 2, 3, int(i)*int(time.Millisecond), time.UTC)
+			at := time.Date(2026, 11, 28, 1, 2, 3, i*int(time.Millisecond), time.UTC)
 			f.Set(reflect.ValueOf(&at))
 			continue
 		}
