@@ -84,6 +84,9 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		return r.storeUnavailable(p, err, true)
 	}
 	summaries, records, chunks, comparison, err := r.gather(ctx, p, base, store)
+	if err != nil && store != nil {
+		_ = store.uploads.Wait() // none outlives the pass
+	}
 	var se *storeError
 	switch {
 	case errors.As(err, &se):

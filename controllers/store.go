@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/cluster/kube"
@@ -31,6 +33,17 @@ type storeWriter struct {
 	lines []results.Line
 	pairs []objects.PairParts
 	index map[[2]string]int
+	// uploads encode and write parts while gather reads on (two at a
+	// time: they hold two shards' records); written are their parts, in
+	// the order the shards were read.
+	uploads *errgroup.Group
+	written []*writtenPart
+}
+
+// writtenPart is a part of pair, once its upload is done.
+type writtenPart struct {
+	pair int
+	part objects.Part
 }
 
 // runLocation is where a run's records go: NAMESPACE/NAME/STARTED-RUN, so a
@@ -47,7 +60,8 @@ func runLocation(ev *v1alpha1.Evaluation, run string, start *metav1.Time) []stri
 }
 
 func newStoreWriter(store *objstore.Store, p *pass) *storeWriter {
-	w := &storeWriter{store: store, at: store.Sub(p.runLocation()...), index: map[[2]string]int{}}
+	w := &storeWriter{store: store, at: store.Sub(p.runLocation()...), index: map[[2]string]int{}, uploads: &errgroup.Group{}}
+	w.uploads.SetLimit(2)
 	for _, model := range cluster.Subjects(&p.ev.Spec) {
 		for _, d := range p.ev.Spec.Datasets {
 			w.index[[2]string{model, d.Name}] = len(w.pairs)
@@ -81,12 +95,14 @@ func (w *storeWriter) flush(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("shard %s of dataset %s is of no model and dataset of the run", sh.Key(), sh.Dataset)
 	}
-	part, err := objects.PutPart(ctx, w.at, objects.PartKey(sh.Model, sh.Dataset, shardPartName(sh)), w.lines)
-	if err != nil {
+	lines, key, done := w.lines, objects.PartKey(sh.Model, sh.Dataset, shardPartName(sh)), &writtenPart{pair: i}
+	w.written = append(w.written, done)
+	w.lines = nil
+	w.uploads.Go(func() error {
+		part, err := objects.PutPart(ctx, w.at, key, lines)
+		done.part = part
 		return err
-	}
-	w.pairs[i].Parts = append(w.pairs[i].Parts, part)
-	w.lines = w.lines[:0]
+	})
 	return nil
 }
 
@@ -96,6 +112,12 @@ func (w *storeWriter) flush(ctx context.Context) error {
 func (w *storeWriter) commit(ctx context.Context, p *pass, summary []byte) (string, error) {
 	if err := w.flush(ctx); err != nil {
 		return "", err
+	}
+	if err := w.uploads.Wait(); err != nil {
+		return "", err
+	}
+	for _, d := range w.written {
+		w.pairs[d.pair].Parts = append(w.pairs[d.pair].Parts, d.part)
 	}
 	where := w.at.Location().String()
 	m := &objects.Manifest{Generation: 1, ID: p.run, Writer: "the Proctor controller", Committed: p.now.UTC(), Pairs: w.pairs, Summary: summary}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -196,19 +197,25 @@ func stagedRecords(at *objstore.Store) kube.Staged {
 			return nil, &storeError{err}
 		}
 		slices.Sort(keys) // zero-padded: in the order sealed
-		var out []results.Line
-		for _, k := range keys {
-			gz, err := at.Get(ctx, k)
-			if err != nil {
-				return nil, &storeError{err}
-			}
-			lines, err := cluster.ParseChunk(gz)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", at.Location().Join(k), err)
-			}
-			out = append(out, lines...)
+		chunks := make([][]results.Line, len(keys))
+		var g errgroup.Group
+		g.SetLimit(4)
+		for i, k := range keys {
+			g.Go(func() error {
+				gz, err := at.Get(ctx, k)
+				if err != nil {
+					return &storeError{err}
+				}
+				if chunks[i], err = cluster.ParseChunk(gz); err != nil {
+					return fmt.Errorf("%s: %w", at.Location().Join(k), err)
+				}
+				return nil
+			})
 		}
-		return out, nil
+		if err := g.Wait(); err != nil {
+			return nil, err
+		}
+		return slices.Concat(chunks...), nil
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/proctor-dev/proctor/runner/results/objects"
 )
@@ -377,18 +378,24 @@ func (s *Store) Dirs(ctx context.Context, prefix string) ([]string, error) {
 	return dirs, nil
 }
 
-// Delete implements objects.Bucket, one key at a time: DeleteObjects needs a
-// Content-MD5 or checksum that not every S3-compatible store accepts, and
-// a results location deletes few keys at once.
+// Delete implements objects.Bucket, a key a request, eight at a time:
+// DeleteObjects needs a Content-MD5 or checksum that not every
+// S3-compatible store accepts.
 func (s *Store) Delete(ctx context.Context, keys ...string) error {
-	var errs []error
-	for _, k := range keys {
-		if _, err := s.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.loc.Bucket), Key: aws.String(s.key(k))}); err != nil {
-			if werr := s.wrap("deleting", k, err); !errors.Is(werr, ErrNotFound) {
-				errs = append(errs, werr)
+	errs := make([]error, len(keys))
+	var g errgroup.Group
+	g.SetLimit(8)
+	for i, k := range keys {
+		g.Go(func() error {
+			if _, err := s.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.loc.Bucket), Key: aws.String(s.key(k))}); err != nil {
+				if werr := s.wrap("deleting", k, err); !errors.Is(werr, ErrNotFound) {
+					errs[i] = werr
+				}
 			}
-		}
+			return nil
+		})
 	}
+	_ = g.Wait()
 	return errors.Join(errs...)
 }
 
