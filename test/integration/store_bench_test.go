@@ -43,11 +43,7 @@ func BenchmarkEtcdWithResultsStore(b *testing.B) {
 	weed := testutil.StartSeaweed(b)
 	store := weed.Bucket(b, "etcd", "cluster")
 	_, url := fakeLLM(b, fakellm.Config{})
-	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
-		fmt.Fprint(w, fakellm.ArithmeticJSONL("s", n))
-	}))
-	b.Cleanup(files.Close)
+	files := arithmeticFiles(b)
 
 	run := func(n int) (left map[string]int64, passed int64, took time.Duration) {
 		b.Helper()
@@ -87,6 +83,17 @@ func BenchmarkEtcdWithResultsStore(b *testing.B) {
 	}
 }
 
+// arithmeticFiles serves GET /N: N arithmetic samples, as JSONL (a url
+// dataset of any size, which an Evaluation object could not inline).
+func arithmeticFiles(tb testing.TB) *httptest.Server {
+	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
+		fmt.Fprint(w, fakellm.ArithmeticJSONL("s", n))
+	}))
+	tb.Cleanup(files.Close)
+	return files
+}
+
 // namespaceBytes is the size of the objects in ns, as JSON, by kind, and
 // in all (kind "").
 func namespaceBytes(tb testing.TB, ns string) map[string]int64 {
@@ -120,11 +127,7 @@ func BenchmarkResultsStoreThroughput(b *testing.B) {
 	weed := testutil.StartSeaweed(b)
 	store := weed.Bucket(b, "throughput", "cluster")
 	_, url := fakeLLM(b, fakellm.Config{})
-	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
-		fmt.Fprint(w, fakellm.ArithmeticJSONL("s", n))
-	}))
-	b.Cleanup(files.Close)
+	files := arithmeticFiles(b)
 	const n = 50_000
 	run := func(withStore bool, i int) time.Duration {
 		b.Helper()
