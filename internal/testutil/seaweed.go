@@ -98,6 +98,24 @@ func StartSeaweed(tb testing.TB) *Seaweed {
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		tb.Fatal(err)
 	}
+	// A port freePorts found free may be taken again before weed binds it
+	// (other tests start servers too): weed then exits, and is started
+	// again on other ports.
+	for attempt := 1; ; attempt++ {
+		out, err := s.start(tb, bin, filepath.Join(dir, fmt.Sprintf("run-%d", attempt)), cfgFile)
+		if err == nil {
+			return s
+		}
+		if attempt == 3 {
+			tb.Fatalf("%v:\n%s", err, out)
+		}
+		tb.Logf("%v; starting it again", err)
+	}
+}
+
+// start runs weed in dir until the test ends, and waits until it is
+// ready; it returns an error (and weed's output) if weed exits first.
+func (s *Seaweed) start(tb testing.TB, bin, dir, cfgFile string) ([]byte, error) {
 	data := filepath.Join(dir, "data")
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		tb.Fatal(err)
@@ -115,11 +133,15 @@ func StartSeaweed(tb testing.TB) *Seaweed {
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("starting weed: %v", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// exited is closed once weed has exited, with its error in waitErr:
+	// both the readiness loop and the cleanup may wait for it.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	tb.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		tb.Logf("weed stopped (%v)", <-exited)
+		<-exited
+		tb.Logf("weed stopped (%v)", waitErr)
 		log.Close()
 	})
 	// Ready when a bucket can be created and written: the S3 gateway
@@ -133,12 +155,12 @@ func StartSeaweed(tb testing.TB) *Seaweed {
 			err = probe.Put(ctx, "probe", []byte("ok"))
 		}
 		if err == nil {
-			return s
+			return nil, nil
 		}
 		select {
-		case werr := <-exited:
+		case <-exited:
 			out, _ := os.ReadFile(log.Name())
-			tb.Fatalf("weed exited (%v) before it was ready:\n%s", werr, out)
+			return out, fmt.Errorf("weed exited (%v) before it was ready", waitErr)
 		case <-ctx.Done():
 			out, _ := os.ReadFile(log.Name())
 			tb.Fatalf("weed was not ready in 90 s (%v):\n%s", err, out)

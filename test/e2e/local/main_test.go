@@ -323,6 +323,9 @@ type record struct {
 	Cost          *float64           `json:"cost"`
 	JudgeCost     *float64           `json:"judgeCost"`
 	Batch         string             `json:"batch"`
+	Expected      json.RawMessage    `json:"expected"`
+	StartedAt     *time.Time         `json:"startedAt"`
+	EndedAt       *time.Time         `json:"endedAt"`
 }
 
 // readRecords reads DIR/results.jsonl; raw holds each line's keys, in order.

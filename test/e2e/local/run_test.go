@@ -90,8 +90,12 @@ func TestHappyPathTwoModelsTwoDatasets(t *testing.T) {
 		if recs[i].ID == "a5" { // the one sample whose answer calls a tool
 			want = append(slices.Clone(want), "toolCalls")
 		}
+		want = append(slices.Clone(want), "expected", "startedAt", "endedAt")
 		if !slices.Equal(k, want) {
 			t.Errorf("results.jsonl line %d (%s): keys %v, want exactly %v", i+1, recs[i].ID, k, want)
+		}
+		if r := recs[i]; len(r.Expected) == 0 || r.StartedAt == nil || r.EndedAt == nil || r.EndedAt.Before(*r.StartedAt) {
+			t.Errorf("results.jsonl line %d (%s): expected %s, started %v, ended %v", i+1, r.ID, r.Expected, r.StartedAt, r.EndedAt)
 		}
 	}
 
