@@ -160,7 +160,7 @@ func (s *Seaweed) start(tb testing.TB, bin, dir, cfgFile string) ([]byte, error)
 		select {
 		case <-exited:
 			out, _ := os.ReadFile(log.Name())
-			return out, fmt.Errorf("weed exited (%v) before it was ready", waitErr)
+			return out, fmt.Errorf("weed exited before it was ready: %w", waitErr)
 		case <-ctx.Done():
 			out, _ := os.ReadFile(log.Name())
 			tb.Fatalf("weed was not ready in 90 s (%v):\n%s", err, out)
