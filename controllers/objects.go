@@ -95,6 +95,9 @@ func (r *EvaluationReconciler) ensureShardObjects(ctx context.Context, p *pass) 
 				continue
 			}
 			if inStore {
+				// Every shard's, done or not: the runner's Role stays the
+				// same as shards end, rather than being rewritten by each.
+				p.uploadSecrets = append(p.uploadSecrets, cluster.UploadsName(head.Name))
 				if progress.State == cluster.StateSucceeded || p.status.ResultsLocation != "" {
 					// Its runner is done (and a pass that read a stale
 					// Evaluation must not grant URLs the commit revoked).

@@ -78,7 +78,6 @@ func (r *EvaluationReconciler) ensureUploads(ctx context.Context, p *pass, store
 	}
 	name := cluster.UploadsName(head)
 	key := types.NamespacedName{Namespace: p.ev.Namespace, Name: name}
-	p.uploadSecrets = append(p.uploadSecrets, name)
 	want := max(cluster.SlotsWanted(progress), progress.Chunks+1)
 	gets := 0
 	if progress.Awaiting > 0 {
