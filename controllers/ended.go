@@ -26,6 +26,10 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 		return true, nil
 	}
 	if regate(p.ev) {
+		if st.ResultsLocation != "" {
+			// Its records are committed, and its heads may be gone.
+			return r.judgeCommitted(ctx, p)
+		}
 		// spec.baseline or spec.gate changed since the run was judged: the
 		// pass goes on to Finish, which compares and gates its records again.
 		return true, nil
@@ -41,6 +45,9 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 			// The run goes on: its Jobs are resumed, and its shards get
 			// allowances of what the budget now leaves.
 			p.event(corev1.EventTypeNormal, v1alpha1.ReasonResumed, "spec.budget was raised: the run resumes")
+			// Its records go to the results store again, and are
+			// committed anew when it ends.
+			p.status.ResultsLocation = ""
 			return true, nil
 		}
 		p.fail(reason, "%s", st.Message)
@@ -50,6 +57,11 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 		cluster.LabelEvaluation: cluster.LabelValue(p.ev.Name), cluster.LabelRun: p.run,
 	}); err != nil {
 		return false, err
+	}
+	if st.ResultsLocation != "" {
+		if tidied, err := r.tidyCommitted(ctx, p, jobs.Items); tidied || err != nil {
+			return false, err
+		}
 	}
 	for i := range jobs.Items {
 		j := &jobs.Items[i]

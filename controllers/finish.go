@@ -99,6 +99,9 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		v := compare.Check(apiconv.Gate(p.ev.Spec.Gate), summaries, comparison)
 		sum.Gate = &v
 	}
+	// A run over its budget may go on once it is raised: it keeps what
+	// carries its records to the store, and its commit says so.
+	resumable := p.stalled != nil && p.stalled.reason == v1alpha1.ReasonBudgetExceeded
 	if store != nil {
 		// The manifest is committed last, with the summary: a reader
 		// sees the whole run or none of it.
@@ -106,7 +109,7 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		if err != nil {
 			return false, err
 		}
-		if location, err = store.commit(ctx, p, compact); err != nil {
+		if location, err = store.commit(ctx, p, compact, resumable); err != nil {
 			return r.storeUnavailable(p, err, true)
 		}
 	}
@@ -120,7 +123,7 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		return false, err
 	}
 	if location != "" {
-		if err := r.cleanStaging(ctx, p); err != nil {
+		if err := r.cleanStaging(ctx, p, !resumable); err != nil {
 			return false, err
 		}
 	}
@@ -128,6 +131,15 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	if _, err := r.deleteOtherRuns(ctx, p, ""); err != nil {
 		return false, err
 	}
+	recordResults(p, summaries, &sum, location)
+	end()
+	judge(p, lost, &sum)
+	return true, nil
+}
+
+// recordResults puts a run's results in status: each model on each
+// dataset, the score, where the records are, and the gate's verdict.
+func recordResults(p *pass, summaries []results.Summary, sum *compare.Summary, location string) {
 	p.status.Results = make([]v1alpha1.ModelResult, len(summaries))
 	var firstSum float64
 	var firstDone int64
@@ -163,8 +175,12 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	}
 	p.status.ResultsConfigMap = cluster.ResultsName(p.ev.Name)
 	p.status.ResultsLocation = location
-	setGateStatus(p, &sum)
-	end()
+	setGateStatus(p, sum)
+}
+
+// judge fails a run whose results could not be compared with its
+// baseline, or missed its gate (unless it failed already).
+func judge(p *pass, lost *kube.Missing, sum *compare.Summary) {
 	switch {
 	case p.failureReason != "":
 	case lost != nil:
@@ -174,7 +190,6 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	case sum.Gate != nil && !sum.Gate.Passed:
 		p.fail(v1alpha1.ReasonRegressionDetected, "the run missed its gate: %s", gateMessage(sum.Gate))
 	}
-	return true, nil
 }
 
 // readBaseline reads spec.baseline's records, or says why it cannot: the
@@ -292,31 +307,10 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compar
 	}
 	slices.Sort(names)
 
-	metrics := metricNames(&ev.Spec)
-	type pairKey struct{ model, dataset string }
-	aggs := map[pairKey]*results.Aggregate{}
-	var order []*results.Aggregate
-	var pairs []results.Pair
-	for _, model := range cluster.Subjects(&ev.Spec) {
-		for _, d := range ev.Spec.Datasets {
-			agg := results.NewAggregate(model, d.Name, int64(p.plan.Totals[d.Name]), metrics)
-			agg.SetPriced(priced(&ev.Spec, model))
-			aggs[pairKey{model, d.Name}] = agg
-			order = append(order, agg)
-			pairs = append(pairs, results.Pair{Model: model, Dataset: d.Name})
-		}
-	}
-	var comparer *compare.Comparer
-	if base != nil {
-		comparer = compare.New(base, ev.Spec.Baseline.Model, metrics, pairs)
-	}
-	embed := newCappedGzip(maxEmbeddedRecords)
+	tally := newTally(ev, base, func(_, dataset string) int64 { return int64(p.plan.Totals[dataset]) })
 	foreign := func(fe *cluster.ForeignError) { r.ignoreForeign(p, fe.Kind, &metav1.ObjectMeta{Name: fe.Name}) }
 	err = kube.ForEachRunRecord(ctx, r.APIReader, ev, p.run, *p.plan, names, staged, foreign, func(sh cluster.Shard, l results.Line) error {
-		rec, err := results.Emit(l.Record, aggs[pairKey{sh.Model, sh.Dataset}], embed)
-		if err == nil && comparer != nil {
-			comparer.Add(rec)
-		}
+		err := tally.add(sh.Model, sh.Dataset, l)
 		if err == nil && store != nil {
 			if serr := store.add(ctx, sh, l); serr != nil {
 				return &storeError{serr}
@@ -327,16 +321,63 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compar
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	summaries := make([]results.Summary, len(order))
-	for i, agg := range order {
+	summaries, records, rep := tally.results()
+	return summaries, records, names, rep, nil
+}
+
+// tally summarizes a run's records as they are read: each model on each
+// dataset, their comparison with the baseline, and the records compressed
+// while they are few enough to embed in NAME-results.
+type tally struct {
+	aggs     map[[2]string]*results.Aggregate
+	order    []*results.Aggregate
+	comparer *compare.Comparer
+	embed    *cappedGzip
+}
+
+// newTally tallies the records of ev's models on its datasets, total(model,
+// dataset) samples each, compared with base if not nil.
+func newTally(ev *v1alpha1.Evaluation, base *compare.Baseline, total func(model, dataset string) int64) *tally {
+	t := &tally{aggs: map[[2]string]*results.Aggregate{}, embed: newCappedGzip(maxEmbeddedRecords)}
+	metrics := metricNames(&ev.Spec)
+	var pairs []results.Pair
+	for _, model := range cluster.Subjects(&ev.Spec) {
+		for _, d := range ev.Spec.Datasets {
+			agg := results.NewAggregate(model, d.Name, total(model, d.Name), metrics)
+			agg.SetPriced(priced(&ev.Spec, model))
+			t.aggs[[2]string{model, d.Name}] = agg
+			t.order = append(t.order, agg)
+			pairs = append(pairs, results.Pair{Model: model, Dataset: d.Name})
+		}
+	}
+	if base != nil {
+		t.comparer = compare.New(base, ev.Spec.Baseline.Model, metrics, pairs)
+	}
+	return t
+}
+
+// add takes a record of model on dataset.
+func (t *tally) add(model, dataset string, l results.Line) error {
+	rec, err := results.Emit(l.Record, t.aggs[[2]string{model, dataset}], t.embed)
+	if err == nil && t.comparer != nil {
+		t.comparer.Add(rec)
+	}
+	return err
+}
+
+// results are the summaries, the records compressed (nil if too many to
+// embed) and the comparison (nil without a baseline).
+func (t *tally) results() ([]results.Summary, []byte, *compare.Report) {
+	summaries := make([]results.Summary, len(t.order))
+	for i, agg := range t.order {
 		summaries[i] = agg.Summary()
 	}
 	var rep *compare.Report
-	if comparer != nil {
-		r := comparer.Report()
+	if t.comparer != nil {
+		r := t.comparer.Report()
 		rep = &r
 	}
-	return summaries, embed.bytes(), names, rep, nil
+	return summaries, t.embed.bytes(), rep
 }
 
 // cappedGzip compresses what is written to it until the compressed bytes pass

@@ -47,7 +47,7 @@ func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, err
 	if err != nil {
 		return false, err
 	}
-	kept = r.storedSources(ctx, p, kept, runLocation(p.ev, old, oldStart))
+	kept = r.storedSources(ctx, p, old, kept, runLocation(p.ev, old, oldStart))
 	var rescored []string
 	for _, k := range kept {
 		if k.Answers && !slices.Contains(rescored, k.Model) {

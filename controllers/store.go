@@ -3,6 +3,9 @@ package controllers
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -38,6 +41,8 @@ type storeWriter struct {
 	// the order the shards were read.
 	uploads *errgroup.Group
 	written []*writtenPart
+	// gen is the generation it commits.
+	gen int64
 }
 
 // writtenPart is a part of pair, once its upload is done.
@@ -60,16 +65,32 @@ func runLocation(ev *v1alpha1.Evaluation, run string, start *metav1.Time) []stri
 }
 
 func newStoreWriter(store *objstore.Store, p *pass) *storeWriter {
-	w := &storeWriter{store: store, at: store.Sub(p.runLocation()...), index: map[[2]string]int{}, uploads: &errgroup.Group{}}
+	w := &storeWriter{store: store, at: store.Sub(p.runLocation()...), index: map[[2]string]int{}, uploads: &errgroup.Group{}, gen: 1}
 	w.uploads.SetLimit(2)
 	for _, model := range cluster.Subjects(&p.ev.Spec) {
 		for _, d := range p.ev.Spec.Datasets {
 			w.index[[2]string{model, d.Name}] = len(w.pairs)
-			w.pairs = append(w.pairs, objects.PairParts{Model: model, Dataset: d.Name, Parts: []objects.Part{},
-				Header: fmt.Appendf(nil, `{"model":%q,"dataset":%q,"run":%q}`, model, d.Name, p.run)})
+			header, _ := json.Marshal(pairHeader{Model: model, Dataset: d.Name, Run: p.run,
+				Answers: cluster.AnswersHash(&p.ev.Spec, model), Scorers: cluster.ScorersValue(&p.ev.Spec)})
+			w.pairs = append(w.pairs, objects.PairParts{Model: model, Dataset: d.Name, Parts: []objects.Part{}, Header: header})
 		}
 	}
 	return w
+}
+
+// pairHeader is the header of each pair the controller commits. Besides
+// naming the pair, it says what a later run needs to reuse its records
+// once the run's heads are gone (tidyCommitted), as their labels said:
+// whose answers they are and how they were scored.
+type pairHeader struct {
+	Model   string `json:"model"`
+	Dataset string `json:"dataset"`
+	Run     string `json:"run"`
+	// Answers is cluster.AnswersHash of the model in the run's spec.
+	Answers string `json:"answers,omitempty"`
+	// Scorers is the run's scorer hashes, as a head's
+	// cluster.AnnotationScorers holds them.
+	Scorers string `json:"scorers,omitempty"`
 }
 
 // add takes one record of shard sh; a new shard writes the last one's part.
@@ -95,7 +116,7 @@ func (w *storeWriter) flush(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("shard %s of dataset %s is of no model and dataset of the run", sh.Key(), sh.Dataset)
 	}
-	lines, key, done := w.lines, objects.PartKey(sh.Model, sh.Dataset, shardPartName(sh)), &writtenPart{pair: i}
+	lines, key, done := w.lines, objects.PartKey(sh.Model, sh.Dataset, shardPartName(sh, w.gen)), &writtenPart{pair: i}
 	w.written = append(w.written, done)
 	w.lines = nil
 	w.uploads.Go(func() error {
@@ -107,9 +128,14 @@ func (w *storeWriter) flush(ctx context.Context) error {
 }
 
 // commit writes the last part and commits the run's manifest, with its
-// summary. A manifest of this run committed by an earlier pass (the
+// summary; stopped says the run stopped before its end, and may go on. A
+// manifest of this generation of the run committed by an earlier pass (the
 // manager restarted before it wrote status) stands.
-func (w *storeWriter) commit(ctx context.Context, p *pass, summary []byte) (string, error) {
+func (w *storeWriter) commit(ctx context.Context, p *pass, summary []byte, stopped bool) (string, error) {
+	var mark string
+	if stopped {
+		mark = recordsMark(p)
+	}
 	if err := w.flush(ctx); err != nil {
 		return "", err
 	}
@@ -120,11 +146,11 @@ func (w *storeWriter) commit(ctx context.Context, p *pass, summary []byte) (stri
 		w.pairs[d.pair].Parts = append(w.pairs[d.pair].Parts, d.part)
 	}
 	where := w.at.Location().String()
-	m := &objects.Manifest{Generation: 1, ID: p.run, Writer: "the Proctor controller", Committed: p.now.UTC(), Pairs: w.pairs, Summary: summary}
+	m := &objects.Manifest{Generation: w.gen, ID: p.run, Writer: "the Proctor controller", Committed: p.now.UTC(), Pairs: w.pairs, Summary: summary, Stopped: mark}
 	err := objects.Commit(ctx, w.at, where, m)
 	var ce *objects.ConflictError
 	if errors.As(err, &ce) {
-		if had, rerr := objects.ReadManifest(ctx, w.at, 1); rerr == nil && had.ID == p.run {
+		if had, rerr := objects.ReadManifest(ctx, w.at, w.gen); rerr == nil && had.ID == p.run {
 			return where, nil
 		}
 	}
@@ -150,16 +176,34 @@ func (r *EvaluationReconciler) openRunStore(ctx context.Context, p *pass) (*stor
 		return nil, "", err
 	}
 	w := newStoreWriter(store, p)
-	had, err := objects.ReadManifest(ctx, w.at, 1)
+	had, err := objects.Latest(ctx, w.at)
 	switch {
-	case err == nil && had.ID == p.run:
-		return nil, w.at.Location().String(), nil
-	case err == nil:
-		return nil, "", fmt.Errorf("%s holds another run's records (%s)", w.at.Location(), had.ID)
-	case !errors.Is(err, objstore.ErrNotFound):
+	case err != nil:
 		return nil, "", err
+	case had == nil:
+		return w, "", nil
+	case had.ID != p.run:
+		return nil, "", fmt.Errorf("%s holds another run's records (%s)", w.at.Location(), had.ID)
+	case had.Stopped == "" || had.Stopped == recordsMark(p):
+		return nil, w.at.Location().String(), nil
 	}
+	// The run stopped before its end, committed what it had then, and
+	// kept its staging chunks: it went on, and commits all it has now.
+	w.gen = had.Generation + 1
 	return w, "", nil
+}
+
+// recordsMark is a mark of what records the run's shards hold, as their
+// heads say: a run that stopped commits it, so that a pass finding the
+// same (one that read the Evaluation before it stopped) commits nothing
+// new, while one of a run that went on does.
+func recordsMark(p *pass) string {
+	h := sha256.New()
+	for _, s := range p.shards {
+		pr := s.progress
+		fmt.Fprintf(h, "%s %d %d %d %d %d\n", s.head, pr.Done, pr.Errored, pr.Chunks, pr.Awaiting, pr.Stored)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // storeUnavailable keeps the run Running, saying why, until the store
@@ -212,10 +256,11 @@ func (r *EvaluationReconciler) storedBaseline(ctx context.Context, p *pass) (*ob
 }
 
 // cleanStaging removes what only served to carry the run's records to the
-// store, once they are committed: the shards' uploads Secrets and staging
-// chunks, and the presigned URLs of what it reused. A failure to delete chunks is logged, not retried: the committed
-// manifest never names them.
-func (r *EvaluationReconciler) cleanStaging(ctx context.Context, p *pass) error {
+// store, once they are committed: the shards' uploads Secrets, the
+// presigned URLs of what it reused, and, with chunks, its staging chunks
+// (a run that may go on reads them again). A failure to delete chunks is
+// logged, not retried: the committed manifest never names them.
+func (r *EvaluationReconciler) cleanStaging(ctx context.Context, p *pass, chunks bool) error {
 	if err := r.deleteSecrets(ctx, p, cacheSecrets(p)); err != nil {
 		return err
 	}
@@ -225,7 +270,7 @@ func (r *EvaluationReconciler) cleanStaging(ctx context.Context, p *pass) error 
 		return err
 	}
 	store, err := r.runStore(ctx, p)
-	if store == nil || err != nil {
+	if store == nil || err != nil || !chunks {
 		return err
 	}
 	at := store.Sub(p.runLocation()...)
@@ -239,8 +284,21 @@ func (r *EvaluationReconciler) cleanStaging(ctx context.Context, p *pass) error 
 	return nil
 }
 
-// shardPartName names a shard's part: a pass tried again writes the same.
-func shardPartName(sh cluster.Shard) string { return fmt.Sprintf("shard-%05d", sh.Index) }
+// shardPartName names a shard's part in commit generation gen: a pass
+// tried again writes the same, and a later commit of a run that stopped
+// and went on leaves the parts of the one before as they were.
+func shardPartName(sh cluster.Shard, gen int64) string {
+	if gen > 1 {
+		return fmt.Sprintf("shard-%05d-g%d", sh.Index, gen)
+	}
+	return fmt.Sprintf("shard-%05d", sh.Index)
+}
+
+// isShardPart says whether key is a part of shard sh, of any generation.
+func isShardPart(key string, sh cluster.Shard) bool {
+	first := objects.PartKey(sh.Model, sh.Dataset, shardPartName(sh, 1))
+	return key == first || strings.HasPrefix(key, strings.TrimSuffix(first, ".parquet")+"-g")
+}
 
 // openLocation opens, in the manager's results store, a location a
 // baseline's results name: only one of the Evaluation's own namespace, as

@@ -16,28 +16,18 @@ import (
 	"github.com/proctor-dev/proctor/runner/results/objects"
 )
 
-// storedSources adds to what a new run reuses of the run before it the
-// records that run put in the results store (at location), for each model
-// and dataset whose heads say so: its committed parts, or, if it never
-// committed (the spec was edited while it ran), its shards' staging
-// chunks. They come before the heads, which hold what was not sealed, so
-// a head's records win as the newer. The store failing only costs the
-// reuse: the run calls the models instead, and says so in the log.
-func (r *EvaluationReconciler) storedSources(ctx context.Context, p *pass, kept []cluster.CacheSource, location []string) []cluster.CacheSource {
-	type pair struct{ model, dataset string }
-	var pairs []pair
-	heads := map[pair][]cluster.CacheSource{}
-	for _, k := range kept {
-		pk := pair{k.Model, k.Dataset}
-		if !k.InStore {
-			continue
-		}
-		if heads[pk] == nil {
-			pairs = append(pairs, pk)
-		}
-		heads[pk] = append(heads[pk], k)
-	}
-	if len(pairs) == 0 {
+// storedSources adds to what a new run reuses of run old the records old
+// put in the results store (at location). Once old committed, they are its
+// committed parts, of each model and dataset whose answers the new run
+// shares (or all, with the cache on), as the pairs' headers say: its heads
+// may be gone (tidyCommitted), and those left hold nothing the parts do
+// not. Before that (the spec was edited while old ran), they are the
+// staging chunks of the heads that say so, which come before the heads,
+// since the heads hold what was not sealed, so a head's records win as the
+// newer. The store failing only costs the reuse: the run calls the models
+// instead, and says so in the log.
+func (r *EvaluationReconciler) storedSources(ctx context.Context, p *pass, old string, kept []cluster.CacheSource, location []string) []cluster.CacheSource {
+	if old == "" {
 		return kept
 	}
 	store, err := r.runStore(ctx, p)
@@ -53,25 +43,33 @@ func (r *EvaluationReconciler) storedSources(ctx context.Context, p *pass, kept 
 	if err != nil {
 		return fail(err)
 	}
+	if m != nil && m.ID == old {
+		return append(committedSources(p, m, at.Location().String()), slices.DeleteFunc(kept, func(k cluster.CacheSource) bool { return k.InStore })...)
+	}
+	type pair struct{ model, dataset string }
+	var pairs []pair
+	heads := map[pair][]cluster.CacheSource{}
+	for _, k := range kept {
+		pk := pair{k.Model, k.Dataset}
+		if !k.InStore {
+			continue
+		}
+		if heads[pk] == nil {
+			pairs = append(pairs, pk)
+		}
+		heads[pk] = append(heads[pk], k)
+	}
 	var stored []cluster.CacheSource
 	for _, pk := range pairs {
 		src := cluster.CacheSource{Model: pk.model, Dataset: pk.dataset, Answers: heads[pk][0].Answers, Scorers: heads[pk][0].Scorers,
 			Location: at.Location().String()}
-		if m != nil {
-			if pp := m.Pair(pk.model, pk.dataset); pp != nil {
-				for _, part := range pp.Parts {
-					src.Objects = append(src.Objects, cluster.StoredObject{Key: part.Key, First: part.First, Last: part.Last})
-				}
+		for _, h := range heads[pk] {
+			keys, err := at.List(ctx, cluster.StagingPrefix(h.Name))
+			if err != nil {
+				return fail(err)
 			}
-		} else {
-			for _, h := range heads[pk] {
-				keys, err := at.List(ctx, cluster.StagingPrefix(h.Name))
-				if err != nil {
-					return fail(err)
-				}
-				for _, k := range keys {
-					src.Objects = append(src.Objects, cluster.StoredObject{Key: k, First: 0, Last: -1})
-				}
+			for _, k := range keys {
+				src.Objects = append(src.Objects, cluster.StoredObject{Key: k, First: 0, Last: -1})
 			}
 		}
 		if len(src.Objects) > 0 {
@@ -79,6 +77,29 @@ func (r *EvaluationReconciler) storedSources(ctx context.Context, p *pass, kept 
 		}
 	}
 	return append(stored, kept...)
+}
+
+// committedSources are the pairs of a committed run (m, at location) that
+// the new run reuses: those whose model answers as it did, or all, with
+// the cache on (deleteOtherRuns decides the same for heads).
+func committedSources(p *pass, m *objects.Manifest, location string) []cluster.CacheSource {
+	var out []cluster.CacheSource
+	for _, pp := range m.Pairs {
+		var h pairHeader
+		if json.Unmarshal(pp.Header, &h) != nil || len(pp.Parts) == 0 {
+			continue
+		}
+		answers := h.Answers != "" && h.Answers == cluster.AnswersHash(&p.ev.Spec, pp.Model)
+		if !answers && !cacheOn(&p.ev.Spec) {
+			continue
+		}
+		src := cluster.CacheSource{Model: pp.Model, Dataset: pp.Dataset, Answers: answers, Scorers: h.Scorers, Location: location}
+		for _, part := range pp.Parts {
+			src.Objects = append(src.Objects, cluster.StoredObject{Key: part.Key, First: part.First, Last: part.Last})
+		}
+		out = append(out, src)
+	}
+	return out
 }
 
 // ensureCacheURLs keeps the run's runners supplied with presigned URLs of

@@ -246,8 +246,7 @@ func (r *EvaluationReconciler) runStaged(ctx context.Context, p *pass, w *storeW
 		if pair == nil {
 			return nil, nil
 		}
-		key := objects.PartKey(sh.Model, sh.Dataset, shardPartName(sh))
-		i := slices.IndexFunc(pair.Parts, func(pt objects.Part) bool { return pt.Key == key })
+		i := slices.IndexFunc(pair.Parts, func(pt objects.Part) bool { return isShardPart(pt.Key, sh) })
 		if i < 0 {
 			return nil, nil // the shard had no record
 		}

@@ -315,8 +315,14 @@ func InStore(annotations map[string]string) bool {
 func SlotsWanted(p ShardProgress) int { return max(p.Chunks, p.Want) }
 
 func scorerAnnotation(ev *v1alpha1.Evaluation) map[string]string {
-	b, _ := json.Marshal(ScorerHashes(&ev.Spec))
-	return map[string]string{AnnotationScorers: string(b)}
+	return map[string]string{AnnotationScorers: ScorersValue(&ev.Spec)}
+}
+
+// ScorersValue is ScorerHashes as AnnotationScorers holds them (and the
+// pairs the controller commits to a results store).
+func ScorersValue(spec *v1alpha1.EvaluationSpec) string {
+	b, _ := json.Marshal(ScorerHashes(spec)) // a map of strings: no error
+	return string(b)
 }
 
 // KeptScorers are the metrics of the current spec whose scorer is the one

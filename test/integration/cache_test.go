@@ -24,7 +24,7 @@ import (
 // records, with no model call.
 //
 // With a results store, the earlier run's records are read from it: its
-// committed parts, or the staging chunks of a run edited before it ended.
+// committed parts, once its heads are gone.
 func TestEditStartsNewRunReusingCache(t *testing.T) {
 	t.Run("ConfigMaps", func(t *testing.T) { testEditStartsNewRunReusingCache(t, nil) })
 	t.Run("ResultsStore", func(t *testing.T) {
@@ -51,6 +51,11 @@ func testEditStartsNewRunReusingCache(t *testing.T, store *objstore.Store) {
 		t.Fatalf("first run made %d calls, want %d", calls, n)
 	}
 
+	if store != nil {
+		// The run's heads are gone once it committed: what it answered
+		// and how it scored are read from the store.
+		waitTidied(t, ns, first.Status.Run)
+	}
 	// A second scorer changes the run but not a single request: re-scored.
 	second := editAndWait(t, ns, first.Status.Run, func(s *v1alpha1.EvaluationSpec) {
 		s.Scoring = append(s.Scoring, v1alpha1.Scorer{Type: v1alpha1.ScorerContains})
@@ -69,6 +74,9 @@ func testEditStartsNewRunReusingCache(t *testing.T, store *objstore.Store) {
 	}
 	assertRunGone(t, ns, first.Status.Run)
 
+	if store != nil {
+		waitTidied(t, ns, second.Status.Run)
+	}
 	// A dataset added changes what the model answers, not d's requests:
 	// d's answers come from the cache, e's are asked.
 	const m = 6

@@ -169,6 +169,8 @@ type kubelet struct {
 	// finishedAt records when each Job was marked Complete or Failed.
 	finishedAt map[string]time.Time
 	stopped    atomic.Bool
+	// collected is when sync last deleted the pods of deleted Jobs.
+	collected time.Time
 }
 
 func startKubelet(t testing.TB, ns string) *kubelet {
@@ -251,13 +253,34 @@ type jobRun struct {
 	failed    map[int]bool
 }
 
-// sync starts runs for new Jobs and cancels those of deleted ones.
+// sync starts runs for new Jobs and cancels those of deleted ones. Every
+// second, it also deletes the pods of Jobs that are gone, as the garbage
+// collector would.
 func (k *kubelet) sync(ctx context.Context) {
+	var pods *corev1.PodList
+	if time.Since(k.collected) > time.Second {
+		// Listed before the Jobs: a pod listed has its Job listed, unless
+		// the Job is gone.
+		k.collected, pods = time.Now(), &corev1.PodList{}
+		if err := k8sClient.List(ctx, pods, client.InNamespace(k.ns)); err != nil {
+			return
+		}
+	}
 	var jobs batchv1.JobList
 	if err := k8sClient.List(ctx, &jobs, client.InNamespace(k.ns)); err != nil {
 		return
 	}
 	seen := map[types.UID]bool{}
+	defer func() {
+		if pods == nil {
+			return
+		}
+		for i := range pods.Items {
+			if o := metav1.GetControllerOf(&pods.Items[i]); o != nil && o.Kind == "Job" && !seen[o.UID] {
+				_ = k8sClient.Delete(ctx, &pods.Items[i])
+			}
+		}
+	}()
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		seen[j.UID] = true

@@ -11,7 +11,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/controllers"
+	"github.com/proctor-dev/proctor/internal/objstore"
 	"github.com/proctor-dev/proctor/internal/testutil"
+	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/results/objects"
 	"github.com/proctor-dev/proctor/test/fakellm"
 )
 
@@ -31,9 +35,22 @@ func bill(s fakellm.Stats) float64 {
 // no more than the budget plus what the calls in flight could cost, with its
 // results written; raising the budget resumes it to the end with no sample
 // called twice, for exactly what the run costs in one go.
+//
+// With a results store, the stopped run commits what it has, and the run
+// that went on commits all of it as the next generation.
 func TestBudgetAcrossShards(t *testing.T) {
+	t.Run("ConfigMaps", func(t *testing.T) { testBudgetAcrossShards(t, nil) })
+	t.Run("ResultsStore", func(t *testing.T) {
+		weed := testutil.StartSeaweed(t)
+		resultsStore = weed
+		t.Cleanup(func() { resultsStore = nil })
+		testBudgetAcrossShards(t, weed.Bucket(t, "budget", "cluster"))
+	})
+}
+
+func testBudgetAcrossShards(t *testing.T, store *objstore.Store) {
 	ns := newNamespace(t)
-	startManager(t, ns)
+	startManagerWith(t, ns, func(o *controllers.Options) { o.ResultsStore = store })
 	startKubelet(t, ns)
 	const n, shards, concurrency, maxTokens = 160, 4, 2, 16
 	eval := func(name, url string) *testutil.EvaluationWrapper {
@@ -85,6 +102,12 @@ func TestBudgetAcrossShards(t *testing.T) {
 	if len(ev.Status.Results) != 1 || ev.Status.Results[0].Completed == 0 || ev.Status.Results[0].Completed >= n {
 		t.Errorf("results %+v, want the samples done before it stopped", ev.Status.Results)
 	}
+	stopped := ev.Status.Results[0].Completed
+	if store != nil {
+		// At least what status shows: the calls in flight at the stop may
+		// have added records since, and a later pass commits them.
+		checkCommit(t, ev.Status.ResultsLocation, 1, true, stopped)
+	}
 
 	// Raised: the run resumes and ends.
 	ev = getEvaluation(t, ns, "budgeted")
@@ -104,6 +127,40 @@ func TestBudgetAcrossShards(t *testing.T) {
 	}
 	if ev.Status.Spend.Cost != fmt.Sprintf("%.6f", full) || ev.Status.Results[0].Cost == nil || ev.Status.Results[0].Cost.Model != fmt.Sprintf("%.6f", full) {
 		t.Errorf("spend %+v, results cost %+v; want %.6f", ev.Status.Spend, ev.Status.Results[0].Cost, full)
+	}
+	if store != nil {
+		checkCommit(t, ev.Status.ResultsLocation, 2, false, n)
+		if keys, err := resultsStore.Store(t, ev.Status.ResultsLocation).List(context.Background(), "staging/"); err != nil || len(keys) > 0 {
+			t.Errorf("staging chunks left after the last commit: %v (%v)", keys, err)
+		}
+	}
+}
+
+// checkCommit checks the latest commit at location in the results store:
+// its generation (at least gen), whether it says the run stopped, and that
+// it holds each sample at most once: done of them, or, for a stopped run,
+// at least done.
+func checkCommit(t *testing.T, location string, gen int64, stopped bool, done int64) {
+	t.Helper()
+	ctx := context.Background()
+	res, err := objects.ReadResults(ctx, resultsStore.Store(t, location), location)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := res.Manifest; m.Generation < gen || (m.Stopped != "") != stopped {
+		t.Errorf("the commit at %s: generation %d, stopped %q; want at least %d, stopped %v", location, m.Generation, m.Stopped, gen, stopped)
+	}
+	seen := map[string]int{}
+	if err := res.Records(ctx, func(r *results.Record) { seen[r.ID]++ }); err != nil {
+		t.Fatal(err)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("sample %s is in the commit %d times", id, k)
+		}
+	}
+	if got := int64(len(seen)); got != done && (!stopped || got < done) {
+		t.Errorf("the commit holds %d samples, want %d", got, done)
 	}
 }
 

@@ -19,10 +19,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/controllers"
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/shard"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/test/fakellm"
@@ -63,6 +65,8 @@ func BenchmarkEtcdWithResultsStore(b *testing.B) {
 		if ev.Status.Progress.Completed != int64(n) {
 			b.Fatalf("%d of %d samples done", ev.Status.Progress.Completed, n)
 		}
+		// What the run leaves: once its Jobs, pods and heads are gone.
+		waitTidied(b, ns, ev.Status.Run)
 		time.Sleep(time.Second) // the last pass's writes
 		_, after := etcdSizes(b)
 		return namespaceBytes(b, ns), after - before, took
@@ -114,6 +118,9 @@ func namespaceBytes(tb testing.TB, ns string) map[string]int64 {
 			b, _ := json.Marshal(o)
 			total[kind] += int64(len(b))
 			total[""] += int64(len(b))
+			if m, ok := o.(metav1.Object); ok && kind == "ConfigMap" {
+				total[kind+"/"+m.GetLabels()[cluster.LabelComponent]] += int64(len(b))
+			}
 		}
 	}
 	return total

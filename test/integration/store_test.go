@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -157,6 +158,10 @@ func TestResultsStore(t *testing.T) {
 		t.Errorf("%d model calls for %d samples: finished samples were called again", calls, n)
 	}
 
+	// Once status shows the commit, the run's Jobs, their pods and its
+	// heads go: the store holds all they did.
+	waitTidied(t, ns, ev.Status.Run)
+
 	// The records outlive the Evaluation.
 	if err := k8sClient.Delete(ctx, ev); err != nil {
 		t.Fatal(err)
@@ -176,6 +181,59 @@ func TestResultsStore(t *testing.T) {
 	if c == nil || c.Baseline != loc || len(c.Results) != 1 || c.Results[0].Paired != n {
 		t.Errorf("the comparison with the deleted Evaluation's stored run: %+v, want %d samples paired with %s", c, n, loc)
 	}
+
+	// A gate added to a run whose Jobs and heads are gone judges it again
+	// from its records in the store, starting nothing, and commits the
+	// verdict as the location's next manifest.
+	waitTidied(t, ns, after.Status.Run)
+	cur := getEvaluation(t, ns, "after")
+	patch := client.MergeFrom(cur.DeepCopy())
+	one := v1alpha1.Number("1")
+	cur.Spec.Gate = &v1alpha1.Gate{Rules: []v1alpha1.GateRule{{Metric: "exact_match", Min: &one, MaxDrop: ptrTo(v1alpha1.Number("0.01"))}}}
+	if err := k8sClient.Patch(ctx, cur, patch); err != nil {
+		t.Fatal(err)
+	}
+	var judged *v1alpha1.Evaluation
+	eventually(t, 30*time.Second, "the run to be judged again", func() (bool, string) {
+		judged = getEvaluation(t, ns, "after")
+		return judged.Status.Gate != nil, fmt.Sprintf("phase %s gate %+v", judged.Status.Phase, judged.Status.Gate)
+	})
+	if st := judged.Status; st.Phase != v1alpha1.PhaseSucceeded || !st.Gate.Passed || st.Run != after.Status.Run ||
+		st.Comparison == nil || len(st.Comparison.Results) != 1 || st.Comparison.Results[0].Paired != n || st.Results[0].Completed != n {
+		t.Errorf("judged again: phase %s gate %+v comparison %+v results %+v; want the same run passing, %d samples paired", st.Phase, st.Gate, st.Comparison, st.Results, n)
+	}
+	waitTidied(t, ns, after.Status.Run) // nothing was made again
+	judgedAt := weed.Store(t, judged.Status.ResultsLocation)
+	latest, err := objects.Latest(ctx, judgedAt)
+	if err != nil || latest == nil || latest.Generation != 2 || latest.ID != after.Status.Run {
+		t.Fatalf("the location's latest manifest: %+v (%v), want generation 2 of run %s", latest, err, after.Status.Run)
+	}
+	if !strings.Contains(string(latest.Summary), `"gate":{"passed":true`) {
+		t.Errorf("the committed summary has no verdict: %s", latest.Summary)
+	}
+}
+
+// waitTidied waits until run has no Job, pod or shard ConfigMap left.
+func waitTidied(t testing.TB, ns, run string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "the committed run's Jobs, pods and heads to be deleted", func() (bool, string) {
+		ctx, in, of := context.Background(), client.InNamespace(ns), client.MatchingLabels{cluster.LabelRun: run}
+		var jobs batchv1.JobList
+		var pods corev1.PodList
+		var cms corev1.ConfigMapList
+		for _, l := range []client.ObjectList{&jobs, &pods, &cms} {
+			if err := k8sClient.List(ctx, l, in, of); err != nil {
+				return false, err.Error()
+			}
+		}
+		heads := 0
+		for _, c := range cms.Items {
+			if l := c.Labels[cluster.LabelComponent]; l == cluster.ComponentShard || l == cluster.ComponentRecords {
+				heads++
+			}
+		}
+		return len(jobs.Items)+len(pods.Items)+heads == 0, fmt.Sprintf("%d Jobs, %d pods, %d heads", len(jobs.Items), len(pods.Items), heads)
+	})
 }
 
 // TestResultsStoreUnavailable: a run whose store cannot take its records

@@ -50,6 +50,11 @@ type Manifest struct {
 	Batches []json.RawMessage `json:"batches,omitempty"`
 	// Summary is the run's summary.json, once a run has written one.
 	Summary json.RawMessage `json:"summary,omitempty"`
+	// Stopped, when set, says the run stopped before its end (over its
+	// budget) and may go on: a later generation then holds all this one
+	// does. It is the writer's mark of the state it committed, so that a
+	// writer finding the same state knows it committed it already.
+	Stopped string `json:"stopped,omitempty"`
 }
 
 // PairParts are one model's records on one dataset.
