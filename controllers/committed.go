@@ -31,6 +31,25 @@ import (
 // deletes: the cache only moves forward, so no later pass reads an
 // Evaluation from before it, which would make them again.
 
+// keptLongEnough says whether an ended run's runners were kept as long as
+// spec.runner.keepFor (else the manager's KeepRunnersFor) says, from when
+// it ended; if not, the pass is asked again then.
+func (r *EvaluationReconciler) keptLongEnough(p *pass) bool {
+	keep := r.Options.KeepRunnersFor
+	if rn := p.ev.Spec.Runner; rn != nil && rn.KeepFor != nil {
+		keep = rn.KeepFor.Duration
+	}
+	ended := p.now
+	if t := p.ev.Status.CompletionTime; t != nil {
+		ended = t.Time
+	}
+	if wait := ended.Add(keep).Sub(p.now); wait > 0 {
+		p.requeueAfter(wait)
+		return false
+	}
+	return true
+}
+
 // tidyCommitted deletes the Jobs (their pods go with them, by the garbage
 // collector) and the shard heads of an ended run committed to the results
 // store, if every one of its Jobs completed: a failed Job keeps its pods'

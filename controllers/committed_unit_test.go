@@ -28,9 +28,11 @@ func TestTidyCommitted(t *testing.T) {
 		location string
 		big      *batchv1.JobStatus // the second model's Job; nil: complete
 		suspend  bool
+		keepFor  string // spec.runner.keepFor; the manager's is 0
 		tidied   bool
 	}{
 		{name: "committed", phase: v1alpha1.PhaseSucceeded, location: location, tidied: true},
+		{name: "committed, kept for a while", phase: v1alpha1.PhaseSucceeded, location: location, keepFor: "1h", tidied: true},
 		{name: "committed, missed its gate", phase: v1alpha1.PhaseFailed, reason: v1alpha1.ReasonRegressionDetected, location: location, tidied: true},
 		{name: "records in ConfigMaps", phase: v1alpha1.PhaseSucceeded},
 		{name: "a shard failed", phase: v1alpha1.PhaseFailed, reason: v1alpha1.ReasonShardsFailed, location: location, big: &failed},
@@ -60,7 +62,18 @@ func TestTidyCommitted(t *testing.T) {
 			h.create(foreign)
 			h.setJobStatus("impostor", failed)
 
+			if tc.keepFor != "" {
+				d, err := time.ParseDuration(tc.keepFor)
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) {
+					s.Runner = &v1alpha1.Runner{KeepFor: &v1alpha1.Retention{Duration: d}}
+				})
+			}
 			cur := h.eval("arith")
+			ended := metav1.NewTime(h.clock.Now())
+			cur.Status.CompletionTime = &ended
 			cur.Status.Phase, cur.Status.Reason, cur.Status.ResultsLocation = tc.phase, tc.reason, tc.location
 			cur.Status.Gated = cluster.GateHash(&cur.Spec)
 			cur.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionFailed, Status: metav1.ConditionTrue, Reason: tc.reason, Message: "m", LastTransitionTime: metav1.NewTime(t0)}}
@@ -69,6 +82,18 @@ func TestTidyCommitted(t *testing.T) {
 			}
 			before := h.configMaps()
 			h.clock.Step(time.Minute)
+			if tc.keepFor != "" {
+				// Kept until keepFor has passed since the run ended: asked
+				// again then.
+				jobs := len(h.jobs())
+				if res := h.mustReconcile(ev); res.RequeueAfter != time.Hour-time.Minute {
+					t.Errorf("requeued after %v, want %v", res.RequeueAfter, time.Hour-time.Minute)
+				}
+				if got := len(h.jobs()); got != jobs {
+					t.Errorf("%d Jobs, want the %d kept", got, jobs)
+				}
+				h.clock.Step(time.Hour - time.Minute)
+			}
 			h.mustReconcile(ev)
 
 			var jobs, heads []string

@@ -58,7 +58,7 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 	}); err != nil {
 		return false, err
 	}
-	if st.ResultsLocation != "" {
+	if st.ResultsLocation != "" && r.keptLongEnough(p) {
 		if tidied, err := r.tidyCommitted(ctx, p, jobs.Items); tidied || err != nil {
 			return false, err
 		}

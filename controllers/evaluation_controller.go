@@ -64,6 +64,10 @@ type Options struct {
 	// records are committed there, under NAMESPACE/NAME/STARTED-RUN/, when it
 	// ends (status.resultsLocation).
 	ResultsStore *objstore.Store
+	// KeepRunnersFor is how long a run's Jobs, pods and heads are kept once
+	// it ended committed to a results store, unless its spec.runner.keepFor
+	// says otherwise (tidyCommitted). 0 deletes them at once.
+	KeepRunnersFor time.Duration
 }
 
 func (o *Options) defaults() {

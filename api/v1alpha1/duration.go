@@ -40,6 +40,12 @@ type Burst metav1.Duration
 // +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) >= duration('100ms') && duration(self) <= duration('1h')`,message="must be a duration of 100ms to 1h, such as 30s"
 type PollInterval metav1.Duration
 
+// Retention is a duration of 0s to 720h (30 days).
+// +kubebuilder:validation:Type=string
+// +kubebuilder:validation:MaxLength=64
+// +kubebuilder:validation:XValidation:rule=`self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) >= duration('0s') && duration(self) <= duration('720h')`,message="must be a duration of 0s to 720h, such as 0s, 30m or 24h"
+type Retention metav1.Duration
+
 // The JSON of each type is metav1.Duration's (a string such as "1m30s").
 
 func (d Timeout) MarshalJSON() ([]byte, error)       { return metav1.Duration(d).MarshalJSON() }
@@ -52,3 +58,5 @@ func (d Burst) MarshalJSON() ([]byte, error)         { return metav1.Duration(d)
 func (d *Burst) UnmarshalJSON(b []byte) error        { return (*metav1.Duration)(d).UnmarshalJSON(b) }
 func (d PollInterval) MarshalJSON() ([]byte, error)  { return metav1.Duration(d).MarshalJSON() }
 func (d *PollInterval) UnmarshalJSON(b []byte) error { return (*metav1.Duration)(d).UnmarshalJSON(b) }
+func (d Retention) MarshalJSON() ([]byte, error)     { return metav1.Duration(d).MarshalJSON() }
+func (d *Retention) UnmarshalJSON(b []byte) error    { return (*metav1.Duration)(d).UnmarshalJSON(b) }

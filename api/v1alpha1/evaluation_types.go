@@ -740,6 +740,17 @@ type Runner struct {
 	// most 24h. Default 5m. Editing it does not start a new run.
 	// +optional
 	StallTimeout *Timeout `json:"stallTimeout,omitempty"`
+	// keepFor is how long a run's runner Jobs, their pods (and so their
+	// logs) and its shard ConfigMaps are kept once it ended with its
+	// records committed to a results store, which then holds everything
+	// they did; then they are deleted, so that a large run leaves nothing
+	// per shard in etcd. 0s deletes them at once. A Job that failed is kept,
+	// as is everything of a run that stopped (it may go on), and nothing is
+	// deleted without a results store. A duration of 0s to 720h. Default:
+	// the manager's (the chart's runner.keepFor, 1h). Editing it does not
+	// start a new run.
+	// +optional
+	KeepFor *Retention `json:"keepFor,omitempty"`
 }
 
 // Phase is a coarse summary of where an Evaluation is.

@@ -53,6 +53,7 @@ type managerOptions struct {
 	// The results store (issue 27).
 	store, storeEndpoint, storeRegion string
 	storePathStyle                    bool
+	keepRunnersFor                    time.Duration
 	zap                               zap.Options
 }
 
@@ -81,6 +82,7 @@ func newManagerCommand(s streams) *cobra.Command {
 	f.StringVar(&o.store, "results-store", "", "an S3-compatible location (s3://BUCKET/PREFIX) where each run's records are committed when it ends, and kept after its Evaluation is deleted; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (empty: the records stay in ConfigMaps only)")
 	f.StringVar(&o.storeEndpoint, "results-store-endpoint", "", "the results store's URL (http(s)://host:port), for stores other than AWS S3 (default $AWS_ENDPOINT_URL_S3)")
 	f.StringVar(&o.storeRegion, "results-store-region", "", "the results store's region (default $AWS_REGION, else us-east-1)")
+	f.DurationVar(&o.keepRunnersFor, "keep-runners-for", time.Hour, "how long a run's runner Jobs, their pods and its shard ConfigMaps are kept once its records are committed to a results store (an Evaluation's spec.runner.keepFor overrides it); 0 deletes them at once")
 	f.BoolVar(&o.storePathStyle, "results-store-path-style", false, "address the bucket as http://host/BUCKET rather than http://BUCKET.host (on whenever an endpoint is set)")
 	o.resources = controllers.DefaultPodResources()
 	for _, x := range []struct {
@@ -130,6 +132,9 @@ func runManager(o *managerOptions, s streams) error {
 	} else if o.storeEndpoint != "" || o.storeRegion != "" || o.storePathStyle {
 		return invalid(errors.New("--results-store-endpoint, --results-store-region and --results-store-path-style need --results-store"))
 	}
+	if o.keepRunnersFor < 0 {
+		return invalid(fmt.Errorf("--keep-runners-for=%v: must not be negative", o.keepRunnersFor))
+	}
 
 	scheme := newScheme()
 	cfg, err := ctrl.GetConfig()
@@ -161,7 +166,7 @@ func runManager(o *managerOptions, s streams) error {
 		CheckSpec:   compile.CheckData,
 		Options: controllers.Options{StorageBudget: storageBudgetOption(o.storageBudget), Resources: o.resources, PacerURL: o.pacerURL,
 			NamespaceStorageBudget: storageBudgetOption(o.nsStorage), ClusterStorageBudget: storageBudgetOption(o.clusterStorage),
-			ResultsStore: store},
+			ResultsStore: store, KeepRunnersFor: o.keepRunnersFor},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)

@@ -86,10 +86,11 @@ func resultSpec(spec *v1alpha1.EvaluationSpec) *v1alpha1.EvaluationSpec {
 	s := spec.DeepCopy()
 	s.Suspend, s.Parallelism = nil, nil
 	s.Concurrency, s.Retry, s.TimeoutPerSample = nil, nil, nil
-	if s.Runner != nil && s.Runner.StallTimeout != nil {
-		// How long a stalled run may wait decides nothing about its results: a
-		// runner holding only stallTimeout hashes as no runner at all.
-		s.Runner.StallTimeout = nil
+	if s.Runner != nil && (s.Runner.StallTimeout != nil || s.Runner.KeepFor != nil) {
+		// How long a stalled run may wait, or its runners are kept, decides
+		// nothing about its results: a runner holding only those hashes as
+		// no runner at all.
+		s.Runner.StallTimeout, s.Runner.KeepFor = nil, nil
 		if apiequality.Semantic.DeepEqual(*s.Runner, v1alpha1.Runner{}) {
 			s.Runner = nil
 		}

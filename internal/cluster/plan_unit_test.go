@@ -136,6 +136,12 @@ func TestRunIDRunnerAndPacingEdits(t *testing.T) {
 		"model concurrency":  func(s *v1alpha1.EvaluationSpec) { s.Models[0].Concurrency = ptr.To[int32](3) },
 		"timeout per sample": func(s *v1alpha1.EvaluationSpec) { s.TimeoutPerSample = &v1alpha1.Timeout{Duration: time.Hour} },
 		"retry":              func(s *v1alpha1.EvaluationSpec) { s.Retry = &v1alpha1.RetryPolicy{MaxAttempts: ptr.To[int32](9)} },
+		"stall timeout": func(s *v1alpha1.EvaluationSpec) {
+			s.Runner = &v1alpha1.Runner{StallTimeout: &v1alpha1.Timeout{Duration: time.Hour}}
+		},
+		"runners kept for": func(s *v1alpha1.EvaluationSpec) {
+			s.Runner = &v1alpha1.Runner{KeepFor: &v1alpha1.Retention{Duration: 0}}
+		},
 	}
 	for name, edit := range newRun {
 		spec := baseSpec()

@@ -341,6 +341,7 @@ func defaults() summary {
 			"--storage-budget=67108864",
 			"--namespace-storage-budget=2147483648",
 			"--cluster-storage-budget=4294967296",
+			"--keep-runners-for=1h",
 			"--zap-log-level=info",
 			"--agent-requests=cpu=50m,memory=128Mi",
 			"--agent-limits=cpu=2,memory=2Gi",

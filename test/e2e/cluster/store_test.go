@@ -27,7 +27,8 @@ func testResultsStoreInACluster(t *testing.T) {
     apiKey: {env: API_KEY, secretKeyRef: {name: openai, key: api-key}}
 `
 	start := time.Now()
-	applyYAML(t, ns, additionsEvaluation("stored", n, model, "  shardSize: 10\n"))
+	// Its runners go as soon as it is committed (the chart keeps them 1h).
+	applyYAML(t, ns, additionsEvaluation("stored", n, model, "  shardSize: 10\n  runner: {keepFor: 0s}\n"))
 	mustKubectl(t, "wait", "-n", ns, "--for=condition=Ready", "evaluation/stored", "--timeout=5m")
 	ev := getEvaluation(t, ns, "stored")
 	loc := ev.Status.ResultsLocation
@@ -79,6 +80,18 @@ func testResultsStoreInACluster(t *testing.T) {
 	if got := mustKubectl(t, "get", "configmap", "-n", ns, "-l", "proctor.dev/component=records", "-o", "name"); strings.TrimSpace(got) != "" {
 		t.Errorf("the run made record ConfigMaps, with a results store: %s", got)
 	}
+
+	// Committed, the run needs none of its Jobs, their pods (the garbage
+	// collector deletes them) or its heads: with keepFor 0s, they go at once.
+	eventually(t, 2*time.Minute, 2*time.Second, "the committed run's Jobs, pods and heads to be deleted", func() error {
+		run := "proctor.dev/run=" + ev.Status.Run
+		left := mustKubectl(t, "get", "jobs,pods", "-n", ns, "-l", run, "-o", "name") +
+			mustKubectl(t, "get", "configmaps", "-n", ns, "-l", run+",proctor.dev/component=shard", "-o", "name")
+		if strings.TrimSpace(left) != "" {
+			return fmt.Errorf("left: %s", strings.Join(strings.Fields(left), ", "))
+		}
+		return nil
+	})
 
 	// The records outlive the Evaluation, and a later run is compared with them.
 	mustKubectl(t, "delete", "evaluation", "-n", ns, "stored", "--wait=true", "--timeout=2m")
