@@ -237,7 +237,9 @@ func (r *Run) sortRows(rows []int32, column string, desc bool) error {
 	case column == "model":
 		less = func(a, b int32) int { return strings.Compare(r.Models[r.rows[a].model], r.Models[r.rows[b].model]) }
 	case column == "dataset":
-		less = func(a, b int32) int { return strings.Compare(r.Datasets[r.rows[a].dataset], r.Datasets[r.rows[b].dataset]) }
+		less = func(a, b int32) int {
+			return strings.Compare(r.Datasets[r.rows[a].dataset], r.Datasets[r.rows[b].dataset])
+		}
 	case column == "latency":
 		less = func(a, b int32) int { return int(r.rows[a].latency) - int(r.rows[b].latency) }
 	case column == "cost":

@@ -53,6 +53,7 @@ type row struct {
 	kind           uint8
 	attempts       uint8
 	rescored       bool
+	pending        bool // awaiting a judge's verdicts
 	latency        int32
 	inTok, outTok  int32
 	cost           float32 // NaN: unknown
@@ -154,7 +155,7 @@ func Load(id, source, dir string, summary *compare.Summary, records func(fn func
 		}
 		r.rows = append(r.rows, row{
 			id: rec.ID, model: uint16(mi), dataset: uint16(di), kind: uint8(ki),
-			attempts: uint8(min(rec.Attempts, math.MaxUint8)), rescored: rec.Rescored,
+			attempts: uint8(min(rec.Attempts, math.MaxUint8)), rescored: rec.Rescored, pending: len(rec.JudgePending) > 0,
 			latency: int32(min(rec.LatencyMillis, math.MaxInt32)),
 			inTok:   int32(min(rec.InputTokens, math.MaxInt32)), outTok: int32(min(rec.OutputTokens, math.MaxInt32)),
 			cost: cost, off: off, n: n,
