@@ -90,6 +90,10 @@ type resultsSource struct {
 	label     string
 	summaries []results.Summary
 	records   func(fn func(*results.Record)) error
+	// summary is the whole summary.json, when there is one; phase and
+	// reason are the Evaluation's, for results found by its name.
+	summary       *compare.Summary
+	phase, reason string
 }
 
 // openResults opens a results directory, or an Evaluation's or a ConfigMap's
@@ -108,15 +112,22 @@ func openResults(ctx context.Context, arg, namespace string, warn io.Writer) (*r
 		if err != nil {
 			return nil, &exitError{code: exitFailed, err: err}
 		}
-		return &resultsSource{label: res.Where, summaries: summaries, records: func(fn func(*results.Record)) error {
+		src := &resultsSource{label: res.Where, summaries: summaries, records: func(fn func(*results.Record)) error {
 			return res.Records(ctx, fn)
-		}}, nil
+		}}
+		if len(res.Manifest.Summary) > 0 {
+			var sum compare.Summary
+			if err := json.Unmarshal(res.Manifest.Summary, &sum); err == nil {
+				src.summary = &sum
+			}
+		}
+		return src, nil
 	}
 	_, statErr := os.Stat(arg)
 	if statErr == nil {
 		src := &resultsSource{label: arg, records: func(fn func(*results.Record)) error { return compare.ReadDir(arg, fn) }}
 		if sum, err := compare.ReadSummary(arg); err == nil {
-			src.summaries = sum.Results
+			src.summaries, src.summary = sum.Results, sum
 		}
 		return src, nil
 	}
@@ -145,13 +156,17 @@ func openResults(ctx context.Context, arg, namespace string, warn io.Writer) (*r
 		return nil, &exitError{code: exitFailed, err: fmt.Errorf("%s: %s", arg, missing.Message)}
 	}
 	res.Open = openLocation
-	summaries, err := res.Summaries()
+	sum, err := res.Summary()
 	if err != nil {
 		return nil, &exitError{code: exitFailed, err: err}
 	}
-	return &resultsSource{label: res.Label, summaries: summaries, records: func(fn func(*results.Record)) error {
+	src := &resultsSource{label: res.Label, summaries: sum.Results, summary: sum, records: func(fn func(*results.Record)) error {
 		return res.Records(ctx, c, func(fe *cluster.ForeignError) { fmt.Fprintf(warn, "proctor: skipped %v\n", fe) }, fn)
-	}}, nil
+	}}
+	if ev := res.Evaluation(); ev != nil {
+		src.phase, src.reason = string(ev.Status.Phase), ev.Status.Reason
+	}
+	return src, nil
 }
 
 // openLocation opens a results store location a cluster's results name,

@@ -90,7 +90,7 @@ func newRootCommand(s streams) *cobra.Command {
 	f := root.PersistentFlags().VarPF(&v, "verbosity", "v", "log verbosity of proctor run: -v every retry, -vv debug (or -v N)")
 	f.NoOptDefVal = "+1"
 	root.AddCommand(newRunCommand(s), newScoreCommand(s), newManagerCommand(s), newShardCommand(s), newPlanCommand(s), newInstallCommand(s),
-		newAgentExecCommand(s), newResultsCommand(s), newCompareCommand(s))
+		newAgentExecCommand(s), newResultsCommand(s), newCompareCommand(s), newViewCommand(s))
 	return root
 }
 

@@ -196,7 +196,46 @@ func Load(id, source, dir string, summary *compare.Summary, records func(fn func
 	})
 	r.permute(order)
 	r.sortMetrics()
+	if len(r.Summary.Results) == 0 && len(r.rows) > 0 {
+		// A results.jsonl alone: summarized as proctor run would, over the
+		// samples it has.
+		if err := r.summarize(); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("summarizing %s: %w", source, err)
+		}
+	}
 	return r, nil
+}
+
+// summarize makes the run's summaries from its records.
+func (r *Run) summarize() error {
+	aggs := map[[2]uint16]*results.Aggregate{}
+	var order [][2]uint16
+	for i := range r.rows {
+		w := &r.rows[i]
+		k := [2]uint16{w.model, w.dataset}
+		if aggs[k] == nil {
+			aggs[k] = results.NewAggregate(r.Models[w.model], r.Datasets[w.dataset], 0, r.Metrics)
+			order = append(order, k)
+		}
+	}
+	counts := map[[2]uint16]int64{}
+	for i := range r.rows {
+		w := &r.rows[i]
+		k := [2]uint16{w.model, w.dataset}
+		counts[k]++
+		rec, err := r.Record(i)
+		if err != nil {
+			return err
+		}
+		aggs[k].Add(rec)
+	}
+	for _, k := range order {
+		s := aggs[k].Summary()
+		s.Total = counts[k]
+		r.Summary.Results = append(r.Summary.Results, s)
+	}
+	return nil
 }
 
 // sortMetrics puts Metrics, and each row's scores, in name order.

@@ -112,12 +112,26 @@ func phaseOrNew(p v1alpha1.Phase) string {
 
 // Summaries are the summaries of the results' summary.json.
 func (res *Results) Summaries() ([]results.Summary, error) {
+	s, err := res.Summary()
+	if err != nil {
+		return nil, err
+	}
+	return s.Results, nil
+}
+
+// Summary is the results' summary.json: the summaries, the comparison with
+// a baseline and the gate's verdict.
+func (res *Results) Summary() (*compare.Summary, error) {
 	var s compare.Summary
 	if err := json.Unmarshal([]byte(res.cm.Data[cluster.ResultsKeySummary]), &s); err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", res.cm.Name, cluster.ResultsKeySummary, err)
 	}
-	return s.Results, nil
+	return &s, nil
 }
+
+// Evaluation is the Evaluation whose results they are, if they were
+// found by its name.
+func (res *Results) Evaluation() *v1alpha1.Evaluation { return res.owner }
 
 // Records calls fn with each record of the results.
 func (res *Results) Records(ctx context.Context, r client.Reader, foreign func(*cluster.ForeignError), fn func(*results.Record)) error {
