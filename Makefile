@@ -105,7 +105,7 @@ test-integration: kube-assets $(HELM) $(GOJQ) $(WEED) ## Integration tests: the 
 test-e2e: test-e2e-local e2e ## End-to-end tests: the proctor binary locally, then a real local cluster (root).
 
 .PHONY: test-e2e-local
-test-e2e-local: host-deps-images $(WEED) ## End-to-end tests of the proctor binary, locally (no cluster; PostgreSQL for the CRM example; weed for results locations).
+test-e2e-local: host-deps-images $(WEED) ## End-to-end tests of the proctor binary, locally (no cluster; PostgreSQL for the CRM example; weed for results locations; Chromium for proctor view).
 	go test -race -timeout $(TEST_TIMEOUT) ./test/e2e/local/
 
 .PHONY: test-go
@@ -148,7 +148,7 @@ host-deps: ## Install the Debian packages the local cluster and the images need 
 	hack/install-host-deps.sh cluster
 
 .PHONY: host-deps-images
-host-deps-images: ## Install the Debian packages the images and the local e2e tests need (static busybox, PostgreSQL), if missing.
+host-deps-images: ## Install the Debian packages the images and the local e2e tests need (static busybox, PostgreSQL, Chromium), if missing.
 	hack/install-host-deps.sh images
 
 .PHONY: demo

@@ -5,8 +5,9 @@
 #
 #   hack/install-host-deps.sh images    # the static busybox that stands in for the
 #                                       # busybox image of the agent sample, CA certificates,
-#                                       # and PostgreSQL (the CRM example's service, locally
-#                                       # and in the proctor-postgres image)
+#                                       # PostgreSQL (the CRM example's service, locally
+#                                       # and in the proctor-postgres image), and Chromium
+#                                       # (the local e2e drives proctor view's page in it)
 #   hack/install-host-deps.sh [cluster] # all of images, plus containerd, runc, the CNI
 #                                       # plugins, iptables, conntrack, openssl, curl,
 #                                       # iproute2 and procps
@@ -28,6 +29,7 @@ file=$(command -v busybox || true)
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 # Debian's PostgreSQL server, whichever major version the release ships.
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql)
+command -v chromium >/dev/null || need+=(chromium)
 if [ "$group" = cluster ]; then
 	command -v containerd >/dev/null || need+=(containerd)
 	command -v runc >/dev/null || need+=(runc)

@@ -1,0 +1,202 @@
+package local_test
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/proctor-dev/proctor/test/fakellm"
+)
+
+// regressed is the sample the candidate run answers wrong, and only it.
+const regressed = "q07"
+
+// TestViewInABrowser drives proctor view's page in a real headless Chromium
+// (Debian's): two runs of 20 arithmetic questions and 2 that the server
+// refuses; the candidate answers one question wrong. It loads the runs,
+// filters to the errored samples and opens one, compares the runs and
+// finds the regression first, and exports the errored samples as CSV.
+// Screenshots of each page are kept in ARTIFACTS (default
+// _artifacts/view); UPDATE_SCREENSHOTS=1 also writes the README's.
+func TestViewInABrowser(t *testing.T) {
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("no chromium (make test-e2e-local installs it: hack/install-host-deps.sh images): %v", err)
+	}
+	var samples strings.Builder
+	for i := 1; i <= 20; i++ {
+		fmt.Fprintf(&samples, "      - {id: q%02d, input: \"What is %d+%d?\", expected: \"%d\"}\n", i, i, 100, i+100)
+	}
+	samples.WriteString("      - {id: r01, input: \"STATUS: 400\", expected: \"0\"}\n      - {id: r02, input: \"STATUS: 400\", expected: \"0\"}\n")
+	// The runs are written into the viewer's directory, so that it names
+	// them as a user would: proctor view nightly candidate.
+	vw := newWorkspace(t)
+	runOf := func(name string, cfg fakellm.Config) string {
+		t.Helper()
+		srv := newFake(t, cfg)
+		w := newWorkspace(t)
+		w.out = filepath.Join(vw.dir, name)
+		w.writeEval(name, fmt.Sprintf(`  datasets:
+  - name: arithmetic
+    source:
+      inline:
+%s  models:
+  - name: small
+    provider: openai
+    model: fake-small
+    baseURL: %s
+  prompt: {system: "Answer with a number only."}
+  retry: {maxAttempts: 1}
+  scoring: [{type: exact_match, normalize: [trim]}]
+`, samples.String(), srv.OpenAIURL()))
+		res := w.run()
+		// The refused samples make the run exit 1 only if every sample failed.
+		if res.Code != 0 {
+			t.Fatalf("proctor run: %v", res)
+		}
+		return name
+	}
+	base := runOf("nightly", fakellm.Config{})
+	cand := runOf("candidate", fakellm.Config{Responder: func(r fakellm.Request) fakellm.Reply {
+		if n := len(r.Messages); n > 0 && strings.Contains(r.Messages[n-1].Content, "What is 7+100?") {
+			return fakellm.Reply{Text: "108"}
+		}
+		return fakellm.DefaultReply(r)
+	}})
+
+	view := vw.start("view", base, cand, "--addr", "127.0.0.1:0")
+	t.Cleanup(func() { view.signal(os.Interrupt); view.wait() })
+	var url string
+	waitFor(t, 30*time.Second, "proctor view to serve", func() bool {
+		m := regexp.MustCompile(`at (http://127\.0\.0\.1:\d+/)`).FindStringSubmatch(view.stdout.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil || view.exited()
+	})
+	if url == "" {
+		t.Fatalf("proctor view: %v", view.wait())
+	}
+
+	artifacts := os.Getenv("ARTIFACTS")
+	if artifacts == "" {
+		artifacts = filepath.Join("..", "..", "..", "_artifacts", "view")
+	}
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+		chromedp.WindowSize(1400, 1000), chromedp.Flag("disable-gpu", true))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancel()
+	bctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	defer cancel()
+	// The first call starts the browser, on a context without a deadline
+	// (a deadline would stop the browser); the steps after it are bounded.
+	if err := chromedp.Do(bctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
+	defer cancel()
+	do := func(steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("%s: %v", sel, err)
+		}
+		return s
+	}
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if os.Getenv("UPDATE_SCREENSHOTS") != "" && (name == "runs" || name == "compare") {
+			if err := os.WriteFile(filepath.Join("..", "..", "..", "docs", "images", "view-"+name+".png"), png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(artifacts, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The runs: each model's score, with its interval, and the errors.
+	do(chromedp.WaitVisible(chromedp.CSS("#run-2")))
+	runsText := text("main")
+	shot("runs")
+	for _, want := range []string{"Run 1: " + base, "Run 2: " + cand, "0.9091 [0.7219, 0.9747]", "0.8636", "Errored (2)"} {
+		if !strings.Contains(runsText, want) {
+			t.Errorf("the runs page does not show %q:\n%s", want, runsText)
+		}
+	}
+	if m := regexp.MustCompile(`\b(null|undefined|NaN)\b`).FindString(runsText); m != "" {
+		t.Errorf("the runs page shows %q:\n%s", m, runsText)
+	}
+
+	// The errored samples of the candidate, and one opened with the keyboard
+	// alone: focus the table, move to the first row, open it.
+	do(chromedp.Navigate(url+"#/samples?run=2&status=errored"), chromedp.WaitVisible(chromedp.CSS(`.grid[aria-label="Samples"] .row`)))
+	count := text("[role=status]")
+	href, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(`a[href*="format=csv"]`), "href"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(chromedp.Focus(chromedp.CSS(".grid")), chromedp.KeyEvent(kb.ArrowDown), chromedp.KeyEvent(kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS(".detail h2")))
+	detail := text(".detail")
+	shot("samples")
+	if count != "2 of 22 samples" {
+		t.Errorf("errored samples: %q, want 2 of 22", count)
+	}
+	if !strings.Contains(detail, "small · arithmetic · r01") || !strings.Contains(detail, "⚠ call") || !strings.Contains(detail, "400") ||
+		!strings.Contains(detail, "Expected") || regexp.MustCompile(`\b(null|undefined)\b|\[object `).MatchString(detail) {
+		t.Errorf("the opened sample shows:\n%s", detail)
+	}
+
+	// The export the page links to has those rows.
+	resp, err := http.Get(strings.TrimSuffix(url, "/") + href.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(resp.Body).ReadAll()
+	resp.Body.Close()
+	if err != nil || len(rows) != 3 || rows[1][2] != "r01" || rows[2][2] != "r02" || rows[1][4] != "call" {
+		t.Errorf("the CSV export of the errored samples (%s): %v %v", href.Value, rows, err)
+	}
+
+	// The comparison: the regression comes first, and opens side by side.
+	pairs := `.grid[aria-label="Pairs, regressions first"] .row`
+	do(chromedp.Navigate(url+"#/compare?base=1&cand=2"), chromedp.WaitVisible(chromedp.CSS(pairs)))
+	first, status := text(pairs), text("main [role=status]")
+	do(chromedp.Click(chromedp.CSS(pairs)), chromedp.WaitVisible(chromedp.CSS(".sides h2")))
+	sides := text(".sides")
+	shot("compare")
+	if !strings.Contains(first, "▼ regressed") || !strings.Contains(first, regressed) {
+		t.Errorf("the first pair is %q, want the regression %s", first, regressed)
+	}
+	if !strings.Contains(status, "▼ 1 regressed") || !strings.Contains(status, "▲ 0 improved") {
+		t.Errorf("the comparison says %q", status)
+	}
+	if !strings.Contains(sides, "107") || !strings.Contains(sides, "108") {
+		t.Errorf("the pair side by side shows:\n%s", sides)
+	}
+}
