@@ -366,7 +366,7 @@ func (r *batchRun) retryFailed(failedIn map[*batchItem]string) error {
 			continue
 		}
 		rec := &results.Record{ID: it.s.ID, Model: r.m.Name, Dataset: it.ds.Name, Scores: map[string]float64{}, Cost: r.m.cost(0),
-			Attempts: it.attempt, Batch: id, ErrorKind: results.ErrorKindCall, Error: r.e.redact(err.Error())}
+			Attempts: it.attempt, Batch: id, ErrorKind: results.ErrorKindCall, Error: r.e.redact(err.Error()), Input: r.e.itemInput(it)}
 		if err := r.put(it.ds, &it.s, rec); err != nil {
 			return err
 		}
@@ -803,7 +803,7 @@ func (r *batchRun) result(ctx context.Context, b *results.BatchRecord, it *batch
 			return r.judgeFailed(it, fmt.Errorf("batch %s: %w (in %d batches)", b.ID, res.Err, it.attempt))
 		}
 		rec := &results.Record{ID: it.s.ID, Model: m.Name, Dataset: it.ds.Name, Scores: map[string]float64{}, Cost: m.cost(0),
-			Attempts: it.attempt, Batch: b.ID, ErrorKind: results.ErrorKindCall,
+			Attempts: it.attempt, Batch: b.ID, ErrorKind: results.ErrorKindCall, Input: e.itemInput(it),
 			Error: e.redact(fmt.Sprintf("batch %s: %v (in %d batches)", b.ID, res.Err, it.attempt))}
 		return r.put(it.ds, &it.s, rec)
 	}
@@ -823,7 +823,7 @@ func (r *batchRun) result(ctx context.Context, b *results.BatchRecord, it *batch
 	rec := &results.Record{ID: it.s.ID, Model: m.Name, Dataset: it.ds.Name, Scores: map[string]float64{},
 		Attempts: it.attempt + 1, LatencyMillis: turnaround.Milliseconds(), Batch: b.ID,
 		Output: e.redact(resp.Text), ToolCalls: e.redactToolCalls(resp.ToolCalls), MaxTokensReached: resp.MaxTokensReached(),
-		InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens, Cost: m.cost(charge.Cost)}
+		InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens, Cost: m.cost(charge.Cost), Input: e.itemInput(it)}
 	if resp.Truncated {
 		rec.OutputTruncated, rec.OutputBytes = true, resp.FullBytes
 	}
@@ -923,4 +923,12 @@ func (e *Engine) worstBatch(m *modelRun, it *batchItem) spend.Totals {
 		t.Cost = m.Price.Worst(in, out, true)
 	}
 	return t
+}
+
+// itemInput is what a batch item's record says its model was sent.
+func (e *Engine) itemInput(it *batchItem) []provider.Message {
+	if it.req == nil {
+		return nil
+	}
+	return e.inputOf(it.req)
 }

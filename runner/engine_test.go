@@ -48,7 +48,8 @@ func TestEveryModelRunsEverySampleOnce(t *testing.T) {
 				r := sink.get(m, d.name, i)
 				want := &results.Record{ID: fmt.Sprintf("s%d", i), Model: m, Dataset: d.name, Output: fmt.Sprintf("q%d", i),
 					Scores: map[string]float64{"exact_match": 1}, Attempts: 1, InputTokens: 10, OutputTokens: 2,
-					Expected: json.RawMessage(fmt.Sprintf(`"q%d"`, i))}
+					Expected: json.RawMessage(fmt.Sprintf(`"q%d"`, i)),
+					Input:    []provider.Message{{Role: provider.RoleUser, Content: fmt.Sprintf("q%d", i)}}}
 				if diff := cmp.Diff(want, r, cmpIgnoreLatency); diff != "" {
 					t.Fatalf("%s/%s[%d] (-want +got):\n%s", m, d.name, i, diff)
 				}

@@ -155,6 +155,9 @@ func (r *batchRun) judged(ctx context.Context, it *batchItem, resp *provider.Res
 	in := it.in
 	in.Judge = func(context.Context, string) (string, error) { return resp.Text, nil }
 	v, err := j.sc.Score(ctx, in)
+	if resp.Text != "" {
+		rec.SetReason(j.sc.Name(), r.e.redact(resp.Text))
+	}
 	if err != nil {
 		setScorerError(r.e, rec, j.sc.Name(), err)
 	} else {

@@ -47,6 +47,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		rec.Error, rec.ErrorKind = e.redact(fmt.Sprintf("rendering the prompt: %v", err)), results.ErrorKindPrompt
 		return rec, nil
 	}
+	rec.Input = e.inputOf(req)
 	if answered != nil && answered.ID != s.ID {
 		answered = nil // not this sample's answer: the data moved under it
 	}
@@ -54,7 +55,7 @@ func (e *Engine) evaluate(ctx context.Context, m *modelRun, ds *Dataset, s *data
 		// The model answered in an earlier run (its judge failed, or the
 		// scoring changed since): score that answer, paying for judges only.
 		rec = carried(answered)
-		rec.Model, rec.Dataset = m.Name, ds.Name
+		rec.Model, rec.Dataset, rec.Input = m.Name, ds.Name, e.inputOf(req)
 		return e.score(ctx, rec, s, req, answered.Output, answered.ToolCalls)
 	}
 	a, failed, err := e.answer(ctx, m, ds, s, req, rec, sl)
@@ -147,4 +148,18 @@ func (e *Engine) answer(ctx context.Context, m *modelRun, ds *Dataset, s *datase
 	}
 	answered = true
 	return &answer{ctx: ctx, done: done, output: res.resp.Text, toolCalls: res.resp.ToolCalls}, nil, nil
+}
+
+// inputOf is what a record says its model was sent: the system prompt,
+// then the messages (redacted, as outputs are).
+func (e *Engine) inputOf(req *provider.Request) []provider.Message {
+	out := make([]provider.Message, 0, len(req.Messages)+1)
+	if req.System != "" {
+		out = append(out, provider.Message{Role: provider.RoleSystem, Content: e.redact(req.System)})
+	}
+	for _, m := range req.Messages {
+		m.Content = e.redact(m.Content)
+		out = append(out, m)
+	}
+	return out
 }

@@ -54,7 +54,22 @@ func (e *Engine) score(ctx context.Context, rec *results.Record, s *dataset.Samp
 			continue
 		}
 		in.Judge = sc.judge
+		var reply string
+		if sc.judge != nil {
+			// The judge's reply is kept as the metric's reason.
+			judge := sc.judge
+			in.Judge = func(ctx context.Context, prompt string) (string, error) {
+				r, err := judge(ctx, prompt)
+				if err == nil {
+					reply = r
+				}
+				return r, err
+			}
+		}
 		v, err := sc.Score(ctx, in)
+		if reply != "" {
+			rec.SetReason(sc.Name(), e.redact(reply))
+		}
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, errStopping) {
 				return nil, nil
@@ -113,6 +128,9 @@ func carried(answered *results.Record) *results.Record {
 	for k, v := range answered.Scores {
 		if _, failed := answered.ScoreErrors[k]; !failed {
 			rec.Scores[k] = v
+			if r, ok := answered.Reasons[k]; ok {
+				rec.SetReason(k, r)
+			}
 		}
 	}
 	return rec

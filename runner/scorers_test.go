@@ -97,6 +97,10 @@ func TestScorerFailureIsItsOwn(t *testing.T) {
 			len(rec.ScoreErrors) != 1 || rec.ScoreErrors["graded"] == "" {
 			t.Errorf("sample %d: error %q (%s), scoreErrors %v; want graded's failure alone", i, rec.Error, rec.ErrorKind, rec.ScoreErrors)
 		}
+		// What the judge said is kept, to see why it could not be read.
+		if diff := cmp.Diff(map[string]string{"graded": "I would rather not say."}, rec.Reasons); diff != "" {
+			t.Errorf("sample %d reasons (-want +got):\n%s", i, diff)
+		}
 		agg.Add(rec)
 	}
 	s := agg.Summary()
@@ -153,10 +157,13 @@ func TestCarriedAnswerScoresOnlyWhatIsMissing(t *testing.T) {
 		// The request that answered it stays its key, for a later run's cache.
 		{ID: "s0", Model: "subject", Dataset: "d", Output: "q0", CacheKey: "k0", Scores: map[string]float64{"exact_match": 1, "graded": 1}, Rescored: true,
 			InputTokens: 7, OutputTokens: 3, Cost: &cost, JudgeInputTokens: 150, JudgeOutputTokens: 10, JudgeCost: ptr(judgeCost + judged),
-			Expected: json.RawMessage(`"q0"`)},
+			Expected: json.RawMessage(`"q0"`), Input: []provider.Message{{Role: provider.RoleUser, Content: "q0"}},
+			// The judge's reply is its reason.
+			Reasons: map[string]string{"graded": "VERDICT: CORRECT"}},
 		{ID: "s1", Model: "subject", Dataset: "d", Output: "wrong", Scores: map[string]float64{"exact_match": 0, "graded": 1}, Rescored: true,
 			InputTokens: 7, OutputTokens: 3, Cost: &cost, JudgeInputTokens: 100, JudgeOutputTokens: 10, JudgeCost: ptr(judged),
-			Expected: json.RawMessage(`"q1"`)},
+			Expected: json.RawMessage(`"q1"`), Input: []provider.Message{{Role: provider.RoleUser, Content: "q1"}},
+			Reasons: map[string]string{"graded": "VERDICT: CORRECT"}},
 	}
 	for i, w := range want {
 		if diff := cmp.Diff(w, sink.get("subject", "d", i), cmpopts.EquateApprox(0, 1e-12), cmpIgnoreLatency); diff != "" {

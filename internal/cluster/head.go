@@ -74,6 +74,10 @@ const (
 	// a chunk; longer outputs are cut, and the record says so (OutputTruncated,
 	// OutputBytes).
 	MaxOutputBytes = 256 << 10
+	// MaxInputBytes caps one record's input (the rendered request) in a
+	// cluster without a results store: the messages' text past it is cut
+	// (InputTruncated). With a store, MaxStoreOutputBytes caps it.
+	MaxInputBytes = 64 << 10
 	// DefaultStorageBudget bounds the records a run stores in the cluster (their
 	// JSON, before compression) unless the manager is told otherwise: past it,
 	// records are stored without their output.

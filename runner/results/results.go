@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/spend"
@@ -87,6 +88,14 @@ type Record struct {
 	// Expected is the sample's expected answer (its dataset's expected
 	// field) as JSON; absent when it has none.
 	Expected json.RawMessage `json:"expected,omitempty"`
+	// Input is the rendered request the model was sent: the system prompt
+	// (role "system") and the messages. A cluster without a results store
+	// cuts it as it cuts outputs (InputTruncated).
+	Input          []provider.Message `json:"input,omitempty"`
+	InputTruncated bool               `json:"inputTruncated,omitempty"`
+	// Reasons are the judges' replies (their reasoning, ending with the
+	// verdict line), by metric, each cut at MaxReasonBytes.
+	Reasons map[string]string `json:"reasons,omitempty"`
 	// StartedAt is when the sample's work began in the run that made the
 	// record (absent for an answer from a batch), EndedAt when the record
 	// was made: UTC, to the millisecond.
@@ -119,6 +128,37 @@ func (r *Record) KeepScores(keep map[string]bool) {
 	if r.ErrorKind == ErrorKindScoring {
 		r.Error, r.ErrorKind = "", ""
 	}
+}
+
+// MaxReasonBytes bounds each of a record's Reasons: a judge's reasoning is
+// for reading, and a long one is cut (its verdict line is the last).
+const MaxReasonBytes = 8 << 10
+
+// SetReason keeps a judge's reply as the record's reason for metric.
+func (r *Record) SetReason(metric, reply string) {
+	if r.Reasons == nil {
+		r.Reasons = map[string]string{}
+	}
+	if len(reply) > MaxReasonBytes {
+		// Keep the end, which holds the verdict.
+		cut := len(reply) - MaxReasonBytes + len("…")
+		for cut < len(reply) && !utf8.RuneStart(reply[cut]) {
+			cut++
+		}
+		reply = "…" + reply[cut:]
+	}
+	r.Reasons[metric] = reply
+}
+
+// CutUTF8 cuts s to at most n bytes, not inside a character.
+func CutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // The steps a sample can fail at (Record.ErrorKind).

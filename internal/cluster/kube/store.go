@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -265,6 +264,11 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 		rec.Output = cutUTF8(rec.Output, limit)
 		rec.OutputTruncated, rec.OutputBytes = true, whole
 	}
+	inputLimit := cluster.MaxInputBytes
+	if s.inStore {
+		inputLimit = cluster.MaxStoreOutputBytes
+	}
+	cutInput(rec, inputLimit)
 	line, err := recordLine(index, rec)
 	if err != nil {
 		return err
@@ -273,8 +277,9 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 	// A record awaiting its judge keeps its answer, which the judge is to see.
 	// The storage budget bounds what etcd holds: records in the results
 	// store are not cut.
-	if !s.inStore && s.budget > 0 && s.progress.Stored+int64(len(line)) > s.budget && rec.Output != "" && len(rec.JudgePending) == 0 {
+	if !s.inStore && s.budget > 0 && s.progress.Stored+int64(len(line)) > s.budget && (rec.Output != "" || len(rec.Input) > 0) && len(rec.JudgePending) == 0 {
 		rec.Output, rec.OutputTruncated, rec.OutputBytes = "", true, whole
+		rec.Input, rec.InputTruncated = nil, rec.InputTruncated || len(rec.Input) > 0
 		dropped = true
 		if line, err = recordLine(index, rec); err != nil {
 			return err
@@ -348,15 +353,20 @@ func recordLine(index int, rec *results.Record) ([]byte, error) {
 	return results.AppendLine(nil, index, rec)
 }
 
-// cutUTF8 cuts s to at most n bytes, not inside a character.
-func cutUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
+func cutUTF8(s string, n int) string { return results.CutUTF8(s, n) }
+
+// cutInput cuts the text of a record's input messages to limit bytes in
+// all, in order: the system prompt and first messages are kept whole.
+func cutInput(rec *results.Record, limit int) {
+	left := limit
+	for i := range rec.Input {
+		c := rec.Input[i].Content
+		if len(c) > left {
+			rec.Input[i].Content = cutUTF8(c, left)
+			rec.InputTruncated = true
+		}
+		left = max(0, left-len(rec.Input[i].Content))
 	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // Wake is signalled when enough records accumulated to flush early.

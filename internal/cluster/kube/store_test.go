@@ -23,6 +23,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/testutil"
+	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
@@ -555,6 +556,55 @@ func TestStoreCutsLongOutputs(t *testing.T) {
 	}
 	if p := s.Progress(); p.Cut != 1 || p.Dropped != 0 {
 		t.Errorf("progress %+v, want one output cut", p)
+	}
+}
+
+// TestStoreCutsLongInputs: a record's input (the rendered request) is cut
+// to MaxInputBytes in all, first messages kept whole, not inside a
+// character, and the record says so.
+func TestStoreCutsLongInputs(t *testing.T) {
+	ctx := context.Background()
+	c := newFakeClient(t)
+	sh := cluster.Shard{Model: "small", Dataset: "d", Start: 0, End: 2}
+	controllerMakes(t, c, testEvaluation(), "r1", sh, 0)
+	s, err := OpenStore(ctx, c, testEvaluation(), "r1", sh, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	system := strings.Repeat("s", 1000)
+	long := record(0, 1)
+	long.Input = []provider.Message{{Role: "system", Content: system},
+		{Role: "user", Content: strings.Repeat("u", cluster.MaxInputBytes-1000-1) + "€" + "tail"}, {Role: "user", Content: "more"}}
+	short := record(1, 1)
+	short.Input = []provider.Message{{Role: "user", Content: "What is 2+2?"}}
+	for i, r := range []*results.Record{long, short} {
+		if err := s.Put("small", "d", i, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Flush(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	head, _ := listShardCMs(t, c)
+	lines, err := cluster.ReadRecords(head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]results.Record, len(lines))
+	for i, l := range lines {
+		if err := json.Unmarshal(l.Record, &got[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []provider.Message{{Role: "system", Content: system},
+		// The character that straddled the cap is left out; the byte it
+		// leaves goes to the next message.
+		{Role: "user", Content: strings.Repeat("u", cluster.MaxInputBytes-1000-1)}, {Role: "user", Content: "m"}}
+	if diff := cmp.Diff(want, got[0].Input); diff != "" || !got[0].InputTruncated {
+		t.Errorf("a long input, truncated %v (-want +got):\n%s", got[0].InputTruncated, diff)
+	}
+	if got[1].Input[0].Content != "What is 2+2?" || got[1].InputTruncated {
+		t.Errorf("a short input: %+v, truncated %v", got[1].Input, got[1].InputTruncated)
 	}
 }
 

@@ -50,6 +50,9 @@ type partRow struct {
 	Batch             string             `parquet:"batch,dict"`
 	JudgePending      []string           `parquet:"judge_pending,list"`
 	Expected          string             `parquet:"expected"` // its JSON; "" for none
+	Input             string             `parquet:"input"`    // its JSON array of messages; "" for none
+	InputTruncated    bool               `parquet:"input_truncated"`
+	Reasons           map[string]string  `parquet:"reasons"`
 	StartedAt         *time.Time         `parquet:"started_at,timestamp(millisecond),optional"`
 	EndedAt           *time.Time         `parquet:"ended_at,timestamp(millisecond),optional"`
 }
@@ -68,6 +71,14 @@ func rowOf(l results.Line) (partRow, error) {
 		AgentCalls: r.AgentCalls, OutputTruncated: r.OutputTruncated, OutputBytes: int64(r.OutputBytes),
 		Cost: r.Cost, JudgeCost: r.JudgeCost, Batch: r.Batch, JudgePending: r.JudgePending,
 		Expected: string(r.Expected), StartedAt: r.StartedAt, EndedAt: r.EndedAt,
+		InputTruncated: r.InputTruncated, Reasons: r.Reasons,
+	}
+	if len(r.Input) > 0 {
+		b, err := json.Marshal(r.Input)
+		if err != nil {
+			return partRow{}, fmt.Errorf("the input of sample %d: %w", l.Index, err)
+		}
+		row.Input = string(b)
 	}
 	if len(r.ToolCalls) > 0 {
 		b, err := json.Marshal(r.ToolCalls)
@@ -88,6 +99,12 @@ func lineOf(row *partRow) (results.Line, error) {
 		AgentCalls: row.AgentCalls, OutputTruncated: row.OutputTruncated, OutputBytes: int(row.OutputBytes),
 		Cost: row.Cost, JudgeCost: row.JudgeCost, Batch: row.Batch, JudgePending: row.JudgePending,
 		StartedAt: utc(row.StartedAt), EndedAt: utc(row.EndedAt),
+		InputTruncated: row.InputTruncated, Reasons: row.Reasons,
+	}
+	if row.Input != "" {
+		if err := json.Unmarshal([]byte(row.Input), &r.Input); err != nil {
+			return results.Line{}, fmt.Errorf("the input of sample %d: %w", row.Index, err)
+		}
 	}
 	if row.Expected != "" {
 		r.Expected = json.RawMessage(row.Expected)

@@ -131,10 +131,15 @@ func TestPartKeepsEveryField(t *testing.T) {
 			f.Set(m)
 		case reflect.Slice:
 			s := reflect.MakeSlice(ft.Type, 1, 1)
-			if e := s.Index(0); e.Kind() == reflect.String {
+			switch e := s.Index(0); e.Type() {
+			case reflect.TypeFor[string]():
 				e.SetString("judge")
-			} else {
-				s.Index(0).Set(reflect.ValueOf(provider.ToolCall{ID: "1", Name: "f", Arguments: json.RawMessage(`{}`)}))
+			case reflect.TypeFor[provider.ToolCall]():
+				e.Set(reflect.ValueOf(provider.ToolCall{ID: "1", Name: "f", Arguments: json.RawMessage(`{}`)}))
+			case reflect.TypeFor[provider.Message]():
+				e.Set(reflect.ValueOf(provider.Message{Role: "user", Content: "What is 2+2?"}))
+			default:
+				t.Fatalf("results.Record.%s is a slice of %s: give it a value here", ft.Name, e.Type())
 			}
 			f.Set(s)
 		default:

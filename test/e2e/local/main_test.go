@@ -324,8 +324,17 @@ type record struct {
 	JudgeCost     *float64           `json:"judgeCost"`
 	Batch         string             `json:"batch"`
 	Expected      json.RawMessage    `json:"expected"`
+	Input         []message          `json:"input"`
+	InputCut      bool               `json:"inputTruncated"`
+	Reasons       map[string]string  `json:"reasons"`
 	StartedAt     *time.Time         `json:"startedAt"`
 	EndedAt       *time.Time         `json:"endedAt"`
+}
+
+// message is one message of a record's input.
+type message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
 }
 
 // readRecords reads DIR/results.jsonl; raw holds each line's keys, in order.

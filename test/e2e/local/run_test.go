@@ -90,12 +90,16 @@ func TestHappyPathTwoModelsTwoDatasets(t *testing.T) {
 		if recs[i].ID == "a5" { // the one sample whose answer calls a tool
 			want = append(slices.Clone(want), "toolCalls")
 		}
-		want = append(slices.Clone(want), "expected", "startedAt", "endedAt")
+		want = append(slices.Clone(want), "expected", "input", "startedAt", "endedAt")
 		if !slices.Equal(k, want) {
 			t.Errorf("results.jsonl line %d (%s): keys %v, want exactly %v", i+1, recs[i].ID, k, want)
 		}
 		if r := recs[i]; len(r.Expected) == 0 || r.StartedAt == nil || r.EndedAt == nil || r.EndedAt.Before(*r.StartedAt) {
 			t.Errorf("results.jsonl line %d (%s): expected %s, started %v, ended %v", i+1, r.ID, r.Expected, r.StartedAt, r.EndedAt)
+		}
+		// The request as sent: the sample's question (no system prompt here).
+		if r := recs[i]; len(r.Input) != 1 || r.Input[0].Role != "user" || r.Input[0].Content == "" || (r.ID == "a1" && r.Input[0].Content != "What is 2 + 2?") {
+			t.Errorf("results.jsonl line %d (%s): input %+v, want the question alone", i+1, r.ID, r.Input)
 		}
 	}
 

@@ -168,6 +168,7 @@ func TestViewInABrowser(t *testing.T) {
 		t.Errorf("errored samples: %q, want 2 of 22", count)
 	}
 	if !strings.Contains(detail, "small · arithmetic · r01") || !strings.Contains(detail, "⚠ call") || !strings.Contains(detail, "400") ||
+		!strings.Contains(detail, "[system]\nAnswer with a number only.") || !strings.Contains(detail, "[user]\nSTATUS: 400") ||
 		!strings.Contains(detail, "Expected") || regexp.MustCompile(`\b(null|undefined)\b|\[object `).MatchString(detail) {
 		t.Errorf("the opened sample shows:\n%s", detail)
 	}
