@@ -1,7 +1,14 @@
 package controllers
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +19,8 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/objstore"
+	"github.com/proctor-dev/proctor/runner/results"
 )
 
 // TestTidyCommitted: once status shows an ended run's records committed to
@@ -153,5 +162,57 @@ func TestShardParts(t *testing.T) {
 	}
 	if got := shardPartName(sh, 3); got != "shard-10000-g3" {
 		t.Errorf("shardPartName(gen 3) = %q", got)
+	}
+}
+
+// TestStagedRecordsReadWhatTheHeadSealed: a shard's staging chunks are read
+// by their keys, as many as its head says it sealed, whatever a listing
+// would show; one the head counts but the store lacks stops the gathering
+// with a store error (the run waits), instead of records silently missing.
+func TestStagedRecordsReadWhatTheHeadSealed(t *testing.T) {
+	head := cluster.HeadName("arith", "r1", "small", 0)
+	chunk := func(recs map[int]results.Record, order ...int) []byte { return gzipJournal(t, recs, order) }
+	objects := map[string][]byte{
+		cluster.StagingKey(head, 0): chunk(recsOf("small", "d", 0, 1), 0, 1),
+		cluster.StagingKey(head, 1): chunk(recsOf("small", "d", 2), 2),
+	}
+	var gets atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.Query().Has("list-type") {
+			t.Errorf("%s %s: only GETs of keys are expected", r.Method, r.URL)
+		}
+		gets.Add(1)
+		b, ok := objects[strings.TrimPrefix(r.URL.Path, "/runs/loc/")]
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>`)
+			return
+		}
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	loc, _ := objstore.ParseURL("s3://runs/loc")
+	store, err := objstore.Open(context.Background(), loc, objstore.Options{Endpoint: srv.URL, AccessKeyID: "id", SecretAccessKey: "key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := stagedRecords(store)
+
+	lines, err := read(context.Background(), shardOf("small", 0), head, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, l := range lines {
+		got = append(got, l.Index)
+	}
+	if diff := cmp.Diff([]int{0, 1, 2}, got); diff != "" || gets.Load() != 2 {
+		t.Errorf("records of 2 sealed chunks (-want +got):\n%s; %d GETs", diff, gets.Load())
+	}
+
+	_, err = read(context.Background(), shardOf("small", 0), head, 3)
+	var se *storeError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), cluster.StagingKey(head, 2)+" is missing: shard "+head+" sealed 3 chunks") {
+		t.Errorf("a chunk the head counts and the store lacks: %v, want a store error naming it", err)
 	}
 }

@@ -294,6 +294,11 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compar
 	}
 	var names []string
 	var staged kube.Staged
+	if store != nil {
+		// Whichever heads seal into the store (each says so) are read
+		// there, whatever a listing of them shows.
+		staged = stagedRecords(store.at)
+	}
 	for i := range cms {
 		m := &cms[i]
 		if c := m.Labels[cluster.LabelComponent]; (c == cluster.ComponentShard || c == cluster.ComponentRecords) && !r.ignoreForeign(p, "ConfigMap", m) {

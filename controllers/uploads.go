@@ -187,21 +187,23 @@ func (r *EvaluationReconciler) deleteSecrets(ctx context.Context, p *pass, names
 	return nil
 }
 
-// stagedRecords reads the staging chunks of a shard from the run's
-// location, in the order they were sealed.
+// stagedRecords reads the staging chunks a shard sealed from the run's
+// location, in the order it sealed them. They are read by their keys, not
+// listed: a listing may lag behind what was written, and a chunk the head
+// counts but the store does not have is an error to wait out (the run
+// waits, ResultsStoreUnavailable), never records silently missing.
 func stagedRecords(at *objstore.Store) kube.Staged {
-	return func(ctx context.Context, _ cluster.Shard, head string) ([]results.Line, error) {
-		keys, err := at.List(ctx, cluster.StagingPrefix(head))
-		if err != nil {
-			return nil, &storeError{err}
-		}
-		slices.Sort(keys) // zero-padded: in the order sealed
-		chunks := make([][]results.Line, len(keys))
+	return func(ctx context.Context, _ cluster.Shard, head string, sealed int) ([]results.Line, error) {
+		chunks := make([][]results.Line, sealed)
 		var g errgroup.Group
 		g.SetLimit(4)
-		for i, k := range keys {
+		for i := range sealed {
+			k := cluster.StagingKey(head, i)
 			g.Go(func() error {
 				gz, err := at.Get(ctx, k)
+				if errors.Is(err, objstore.ErrNotFound) {
+					return &storeError{fmt.Errorf("%s is missing: shard %s sealed %d chunks", at.Location().Join(k), head, sealed)}
+				}
 				if err != nil {
 					return &storeError{err}
 				}
@@ -241,7 +243,7 @@ func (r *EvaluationReconciler) runStaged(ctx context.Context, p *pass, w *storeW
 	case m == nil || m.ID != p.run:
 		return nil, &storeError{fmt.Errorf("%s holds no commit of run %s", at.Location(), p.run)}
 	}
-	return func(ctx context.Context, sh cluster.Shard, _ string) ([]results.Line, error) {
+	return func(ctx context.Context, sh cluster.Shard, _ string, _ int) ([]results.Line, error) {
 		pair := m.Pair(sh.Model, sh.Dataset)
 		if pair == nil {
 			return nil, nil

@@ -52,9 +52,28 @@ func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluat
 			}
 			latest := results.NewCollector[results.Line](sh.Start, sh.End-sh.Start)
 			if staged != nil {
-				lines, err := staged(ctx, sh, head)
-				if err != nil {
+				// A head that seals into the results store says how many
+				// chunks it sealed (those its done set counts): exactly those
+				// are read. It is read here, not taken from a listing, which
+				// may not show it yet.
+				var cm corev1.ConfigMap
+				err := GetConfigMap(ctx, r, ev, head, &cm)
+				if err != nil && !apierrors.IsNotFound(err) && !isForeign(err) {
 					return err
+				}
+				var lines []results.Line
+				if err == nil && cluster.InStore(cm.Annotations) {
+					p, _ := cluster.ParseProgress(cm.Annotations)
+					if lines, err = staged(ctx, sh, head, p.Chunks); err != nil {
+						return err
+					}
+					// Then what it holds unsealed, from the same read.
+					pending, err := cluster.ReadRecords(&cm)
+					if err != nil {
+						return err
+					}
+					lines = append(lines, pending...)
+					log = slices.DeleteFunc(log, func(n string) bool { return n == head })
 				}
 				for _, l := range lines {
 					latest.Add(l.Index, l)
@@ -78,8 +97,13 @@ func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluat
 }
 
 // Staged reads a shard's staging chunks from the results store, in the
-// order they were sealed.
-type Staged func(ctx context.Context, sh cluster.Shard, head string) ([]results.Line, error)
+// order they were sealed: the first sealed of them, as its head counts.
+type Staged func(ctx context.Context, sh cluster.Shard, head string, sealed int) ([]results.Line, error)
+
+func isForeign(err error) bool {
+	var fe *cluster.ForeignError
+	return errors.As(err, &fe)
+}
 
 // readOurs reads the records of the named shard ConfigMap if ev controls it;
 // none if it is gone or foreign (passed to foreign).
