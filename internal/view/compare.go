@@ -66,10 +66,12 @@ func Compare(base, cand *Run, metric, baselineModel string) (*Comparison, error)
 	if metric != "" && (bm < 0 || cm < 0) {
 		return nil, fmt.Errorf("metric: %q is not a metric of both runs", metric)
 	}
-	// The statistics, as proctor compare computes them.
+	// The statistics, as proctor compare computes them, from the index.
 	b := compare.NewBaseline(base.Source, names)
 	for i := range base.rows {
-		b.Add(base.light(i))
+		if !base.rows[i].pending {
+			b.AddScores(base.Models[base.rows[i].model], base.Datasets[base.rows[i].dataset], base.rows[i].id, base.scoresIn(i, names))
+		}
 	}
 	var pairs []results.Pair
 	for _, s := range cand.Summary.Results {
@@ -84,18 +86,27 @@ func Compare(base, cand *Run, metric, baselineModel string) (*Comparison, error)
 	}
 	c := compare.New(b, baselineModel, names, pairs)
 	for i := range cand.rows {
-		c.Add(cand.light(i))
+		if !cand.rows[i].pending {
+			c.AddScores(cand.Models[cand.rows[i].model], cand.Datasets[cand.rows[i].dataset], cand.rows[i].id, cand.scoresIn(i, names))
+		}
 	}
 	out := &Comparison{Base: base.ID, Cand: cand.ID, Metric: metric, Report: c.Report()}
 
-	// The pairs, sample by sample.
-	type key struct{ model, dataset, id string }
-	index := make(map[key]int32, len(base.rows))
+	// The pairs, sample by sample: the baseline's rows of each model and
+	// dataset by id (the ids are the rows' own strings, not copies).
+	type pk struct{ model, dataset string }
+	index := map[pk]map[string]int32{}
 	for i := range base.rows {
 		w := &base.rows[i]
-		index[key{base.Models[w.model], base.Datasets[w.dataset], w.id}] = int32(i)
+		k := pk{base.Models[w.model], base.Datasets[w.dataset]}
+		m := index[k]
+		if m == nil {
+			m = make(map[string]int32, len(base.rows)/max(1, len(base.Models)*len(base.Datasets)))
+			index[k] = m
+		}
+		m[w.id] = int32(i)
 	}
-	seen := make(map[key]bool, len(cand.rows))
+	out.pairs = make([]Pair, 0, len(cand.rows))
 	for i := range cand.rows {
 		w := &cand.rows[i]
 		model, dataset := cand.Models[w.model], cand.Datasets[w.dataset]
@@ -103,12 +114,10 @@ func Compare(base, cand *Run, metric, baselineModel string) (*Comparison, error)
 		if baselineModel != "" {
 			against = baselineModel
 		}
-		k := key{against, dataset, w.id}
-		j, ok := index[k]
-		if !ok || seen[key{model, dataset, w.id}] {
+		j, ok := index[pk{against, dataset}][w.id]
+		if !ok {
 			continue
 		}
-		seen[key{model, dataset, w.id}] = true
 		p := Pair{Model: model, BaselineModel: against, Dataset: dataset, ID: w.id, BaseRow: j, CandRow: int32(i),
 			BaseError: base.kinds[base.rows[j].kind], CandError: cand.kinds[w.kind]}
 		if metric != "" {
@@ -168,22 +177,20 @@ func scoreOrZero(r *Run, i, m int) *float64 {
 	return &v
 }
 
-// light is row i as a record with what runner/compare reads.
-func (r *Run) light(i int) *results.Record {
-	w := &r.rows[i]
-	rec := &results.Record{ID: w.id, Model: r.Models[w.model], Dataset: r.Datasets[w.dataset], Scores: map[string]float64{}}
-	if w.kind != 0 {
-		rec.Error = r.kinds[w.kind]
-	}
-	if w.pending {
-		rec.JudgePending = []string{"?"}
-	}
-	for m, name := range r.Metrics {
-		if v := r.score(i, m); !math.IsNaN(v) {
-			rec.Scores[name] = v
+// scoresIn is row i's scores of metrics, as runner/compare takes them:
+// NaN for a metric it lacks, 0 if it errored.
+func (r *Run) scoresIn(i int, metrics []string) []float64 {
+	out := make([]float64, len(metrics))
+	for k, name := range metrics {
+		out[k] = math.NaN()
+		if m := slices.Index(r.Metrics, name); m >= 0 {
+			out[k] = r.score(i, m)
+		}
+		if math.IsNaN(out[k]) && r.rows[i].kind != 0 {
+			out[k] = 0
 		}
 	}
-	return rec
+	return out
 }
 
 func (s *Server) compare(w http.ResponseWriter, r *http.Request) {

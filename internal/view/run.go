@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
+	"slices"
 	"sort"
 	"sync"
 
@@ -71,6 +73,55 @@ const (
 // Load reads a run's records (records calls fn with each, once) into its
 // index, spilling their JSON into a file of dir. summary may be nil.
 func Load(id, source, dir string, summary *compare.Summary, records func(fn func(*results.Record)) error) (*Run, error) {
+	return LoadLines(id, source, dir, summary, func(fn func([]byte) error) error {
+		var err error
+		rerr := records(func(rec *results.Record) {
+			if err != nil {
+				return
+			}
+			var b []byte
+			if b, err = json.Marshal(rec); err == nil {
+				err = fn(b)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return rerr
+	})
+}
+
+// indexed is what the index keeps of a record, decoded from its JSON.
+type indexed struct {
+	ID            string             `json:"id"`
+	Model         string             `json:"model"`
+	Dataset       string             `json:"dataset"`
+	Scores        map[string]float64 `json:"scores"`
+	Error         string             `json:"error"`
+	ErrorKind     string             `json:"errorKind"`
+	Rescored      bool               `json:"rescored"`
+	Attempts      int                `json:"attempts"`
+	LatencyMillis int64              `json:"latencyMillis"`
+	InputTokens   int64              `json:"inputTokens"`
+	OutputTokens  int64              `json:"outputTokens"`
+	Cost          *float64           `json:"cost"`
+	JudgeCost     *float64           `json:"judgeCost"`
+	JudgePending  []string           `json:"judgePending"`
+}
+
+// batch is lines read together, decoded by one worker.
+type batch struct {
+	lines [][]byte
+	recs  []indexed
+	err   error
+	done  chan struct{}
+}
+
+// LoadLines reads a run's records as JSON lines (lines calls fn with each,
+// once; fn keeps no reference to it) into its index, spilling them into a
+// file of dir. The lines are decoded on every core, in batches, and
+// indexed in their order.
+func LoadLines(id, source, dir string, summary *compare.Summary, lines func(fn func([]byte) error) error) (*Run, error) {
 	sp, err := newSpill(dir)
 	if err != nil {
 		return nil, err
@@ -79,72 +130,189 @@ func Load(id, source, dir string, summary *compare.Summary, records func(fn func
 	if summary != nil {
 		r.Summary = *summary
 	}
-	metric := map[string]int{}
-	model, dataset, kind := map[string]int{}, map[string]int{}, map[string]int{"": 0}
+	ix := newIndexer(r)
+	const per = 2048
+	work := make(chan *batch, 2*runtime.GOMAXPROCS(0))
+	order := make(chan *batch, 2*runtime.GOMAXPROCS(0))
+	var workers sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for b := range work {
+				b.recs = make([]indexed, len(b.lines))
+				for i, l := range b.lines {
+					if err := json.Unmarshal(l, &b.recs[i]); err != nil && b.err == nil {
+						b.err = fmt.Errorf("record %s: %w", clip(l), err)
+					}
+				}
+				close(b.done)
+			}
+		}()
+	}
+	// The indexer takes the batches in the order they were read.
+	indexed := make(chan error, 1)
+	go func() {
+		var err error
+		for b := range order {
+			<-b.done
+			if err == nil {
+				err = b.err
+			}
+			if err == nil {
+				err = ix.add(b)
+			}
+		}
+		indexed <- err
+	}()
+	cur := &batch{done: make(chan struct{})}
+	send := func() {
+		order <- cur
+		work <- cur
+		cur = &batch{done: make(chan struct{})}
+	}
+	err = lines(func(l []byte) error {
+		cur.lines = append(cur.lines, slices.Clone(l))
+		if len(cur.lines) == per {
+			send()
+		}
+		return nil
+	})
+	if len(cur.lines) > 0 {
+		send()
+	}
+	close(work)
+	close(order)
+	workers.Wait()
+	if ierr := <-indexed; err == nil {
+		err = ierr
+	}
+	if err == nil {
+		err = sp.done()
+	}
+	if err != nil {
+		sp.close()
+		return nil, fmt.Errorf("reading the records of %s: %w", source, err)
+	}
+	r.Samples = len(r.rows)
+	// Sample order within each model and dataset, as results.jsonl has it.
+	order2 := make([]int, len(r.rows))
+	for i := range order2 {
+		order2[i] = i
+	}
+	sort.SliceStable(order2, func(a, b int) bool {
+		x, y := &r.rows[order2[a]], &r.rows[order2[b]]
+		if x.model != y.model {
+			return r.Models[x.model] < r.Models[y.model]
+		}
+		if x.dataset != y.dataset {
+			return r.Datasets[x.dataset] < r.Datasets[y.dataset]
+		}
+		return false
+	})
+	if !slices.IsSorted(order2) {
+		r.permute(order2)
+	}
+	r.sortMetrics()
+	if len(r.Summary.Results) == 0 && len(r.rows) > 0 {
+		// A results.jsonl alone: summarized as proctor run would, over the
+		// samples it has.
+		if err := r.summarize(); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("summarizing %s: %w", source, err)
+		}
+	}
+	return r, nil
+}
+
+// clip is the start of a line, for an error.
+func clip(l []byte) string {
+	if len(l) > 80 {
+		return string(l[:80]) + "…"
+	}
+	return string(l)
+}
+
+// indexer adds decoded records to a run's index, in order.
+type indexer struct {
+	r                    *Run
+	metric               map[string]int
+	model, dataset, kind map[string]int
+}
+
+func newIndexer(r *Run) *indexer {
+	ix := &indexer{r: r, metric: map[string]int{}, model: map[string]int{}, dataset: map[string]int{}, kind: map[string]int{"": 0}}
 	for _, s := range r.Summary.Results {
 		for m := range s.Metrics {
-			if _, ok := metric[m]; !ok {
-				metric[m] = len(r.Metrics)
+			if _, ok := ix.metric[m]; !ok {
+				ix.metric[m] = len(r.Metrics)
 				r.Metrics = append(r.Metrics, m)
 			}
 		}
 	}
-	// Metrics first seen in a record after others were indexed widen every row.
-	widen := func(m string) {
-		metric[m] = len(r.Metrics)
-		r.Metrics = append(r.Metrics, m)
-		k := len(r.Metrics)
-		wide := make([]float32, 0, len(r.rows)*k)
-		for i := range r.rows {
-			wide = append(wide, r.scores[i*(k-1):(i+1)*(k-1)]...)
-			wide = append(wide, float32(math.NaN()))
-		}
-		r.scores = wide
+	return ix
+}
+
+// widen adds metric m, first seen in a record after others were indexed,
+// to every row.
+func (ix *indexer) widen(m string) {
+	r := ix.r
+	ix.metric[m] = len(r.Metrics)
+	r.Metrics = append(r.Metrics, m)
+	k := len(r.Metrics)
+	wide := make([]float32, 0, cap(r.rows)*k)
+	for i := range r.rows {
+		wide = append(wide, r.scores[i*(k-1):(i+1)*(k-1)]...)
+		wide = append(wide, float32(math.NaN()))
 	}
-	intern := func(m map[string]int, list *[]string, v string, limit int) (int, error) {
-		i, ok := m[v]
-		if !ok {
-			if len(*list) >= limit {
-				return 0, fmt.Errorf("more than %d distinct values of %q's kind", limit, v)
-			}
-			i = len(*list)
-			m[v] = i
-			*list = append(*list, v)
+	r.scores = wide
+}
+
+func intern(m map[string]int, list *[]string, v string, limit int) (int, error) {
+	i, ok := m[v]
+	if !ok {
+		if len(*list) >= limit {
+			return 0, fmt.Errorf("more than %d distinct values of %q's kind", limit, v)
 		}
-		return i, nil
+		i = len(*list)
+		m[v] = i
+		*list = append(*list, v)
 	}
-	var loadErr error
-	err = records(func(rec *results.Record) {
-		if loadErr != nil {
-			return
-		}
+	return i, nil
+}
+
+// add indexes a batch and spills its lines.
+func (ix *indexer) add(b *batch) error {
+	r := ix.r
+	for j := range b.recs {
+		rec := &b.recs[j]
 		for m := range rec.Scores {
-			if _, ok := metric[m]; !ok {
-				widen(m)
+			if _, ok := ix.metric[m]; !ok {
+				ix.widen(m)
 			}
 		}
-		mi, err := intern(model, &r.Models, rec.Model, maxModels)
+		mi, err := intern(ix.model, &r.Models, rec.Model, maxModels)
 		if err != nil {
-			loadErr = err
-			return
+			return err
 		}
-		di, err := intern(dataset, &r.Datasets, rec.Dataset, maxDatasets)
+		di, err := intern(ix.dataset, &r.Datasets, rec.Dataset, maxDatasets)
 		if err != nil {
-			loadErr = err
-			return
+			return err
 		}
 		var ki int
 		if rec.Error != "" {
-			if ki, err = intern(kind, &r.kinds, errorKind(rec), maxKinds); err != nil {
-				loadErr = err
-				return
+			kind := rec.ErrorKind
+			if kind == "" {
+				kind = "error"
 			}
-			r.Errors[r.kinds[ki]]++
+			if ki, err = intern(ix.kind, &r.kinds, kind, maxKinds); err != nil {
+				return err
+			}
+			r.Errors[kind]++
 		}
-		off, n, err := sp.write(rec)
+		off, n, err := r.spill.write(b.lines[j])
 		if err != nil {
-			loadErr = err
-			return
+			return err
 		}
 		cost := float32(math.NaN())
 		if rec.Cost != nil {
@@ -167,44 +335,8 @@ func Load(id, source, dir string, summary *compare.Summary, records func(fn func
 			}
 			r.scores = append(r.scores, float32(v))
 		}
-	})
-	if err == nil {
-		err = loadErr
 	}
-	if err == nil {
-		err = sp.done()
-	}
-	if err != nil {
-		sp.close()
-		return nil, fmt.Errorf("reading the records of %s: %w", source, err)
-	}
-	r.Samples = len(r.rows)
-	// Sample order within each model and dataset, as results.jsonl has it.
-	order := make([]int, len(r.rows))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool {
-		x, y := &r.rows[order[a]], &r.rows[order[b]]
-		if x.model != y.model {
-			return r.Models[x.model] < r.Models[y.model]
-		}
-		if x.dataset != y.dataset {
-			return r.Datasets[x.dataset] < r.Datasets[y.dataset]
-		}
-		return false
-	})
-	r.permute(order)
-	r.sortMetrics()
-	if len(r.Summary.Results) == 0 && len(r.rows) > 0 {
-		// A results.jsonl alone: summarized as proctor run would, over the
-		// samples it has.
-		if err := r.summarize(); err != nil {
-			r.Close()
-			return nil, fmt.Errorf("summarizing %s: %w", source, err)
-		}
-	}
-	return r, nil
+	return nil
 }
 
 // summarize makes the run's summaries from its records.
@@ -273,14 +405,6 @@ func (r *Run) permute(order []int) {
 	r.rows, r.scores = rows, scores
 }
 
-// errorKind is the kind a failed record shows: its errorKind, else "error".
-func errorKind(rec *results.Record) string {
-	if rec.ErrorKind != "" {
-		return rec.ErrorKind
-	}
-	return "error"
-}
-
 // Close removes the run's spill file.
 func (r *Run) Close() { r.spill.close() }
 
@@ -319,16 +443,15 @@ func newSpill(dir string) (*spill, error) {
 	return &spill{f: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
 }
 
-func (s *spill) write(rec *results.Record) (int64, int32, error) {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return 0, 0, err
-	}
+func (s *spill) write(b []byte) (int64, int32, error) {
 	if len(b) > math.MaxInt32 {
-		return 0, 0, fmt.Errorf("sample %s: a record of %d bytes", rec.ID, len(b))
+		return 0, 0, fmt.Errorf("a record of %d bytes", len(b))
 	}
 	off := s.off
-	if _, err := s.w.Write(append(b, '\n')); err != nil {
+	if _, err := s.w.Write(b); err != nil {
+		return 0, 0, err
+	}
+	if err := s.w.WriteByte('\n'); err != nil {
 		return 0, 0, err
 	}
 	s.off += int64(len(b)) + 1

@@ -43,13 +43,23 @@ func (b *Baseline) Add(r *results.Record) {
 	if len(r.JudgePending) > 0 {
 		return
 	}
-	k := pairKey{r.Model, r.Dataset}
+	b.AddScores(r.Model, r.Dataset, r.ID, scoresOf(r, b.metrics))
+}
+
+// Metrics are the metrics the baseline keeps, in the order AddScores takes.
+func (b *Baseline) Metrics() []string { return b.metrics }
+
+// AddScores keeps a baseline sample's scores, one per metric in Metrics'
+// order (NaN for a metric it lacks; an errored sample's missing metrics
+// score 0, as Add does), as Add does a record's.
+func (b *Baseline) AddScores(model, dataset, id string, scores []float64) {
+	k := pairKey{model, dataset}
 	m := b.scores[k]
 	if m == nil {
 		m = map[string][]float64{}
 		b.scores[k] = m
 	}
-	m[r.ID] = scoresOf(r, b.metrics)
+	m[id] = scores
 }
 
 // Models returns the baseline's models, sorted.
@@ -201,18 +211,31 @@ func (c *Comparer) baseKey(k pairKey) pairKey {
 // Add pairs one of the run's records with the baseline's record of the same
 // sample. A sample recorded twice counts once (the first time).
 func (c *Comparer) Add(r *results.Record) {
-	k := pairKey{r.Model, r.Dataset}
-	p := c.pairs[k]
-	if p == nil || len(r.JudgePending) > 0 || p.seen[r.ID] {
+	if len(r.JudgePending) > 0 {
 		return
 	}
-	p.seen[r.ID] = true
-	b, ok := c.base.scores[c.baseKey(k)][r.ID]
+	k := pairKey{r.Model, r.Dataset}
+	if p := c.pairs[k]; p == nil || p.seen[r.ID] {
+		return
+	}
+	c.AddScores(r.Model, r.Dataset, r.ID, scoresOf(r, c.base.metrics))
+}
+
+// AddScores pairs a sample of the run, given its scores in the order of
+// the baseline's Metrics (as Baseline.AddScores takes them), as Add does a
+// record.
+func (c *Comparer) AddScores(model, dataset, id string, cur []float64) {
+	k := pairKey{model, dataset}
+	p := c.pairs[k]
+	if p == nil || p.seen[id] {
+		return
+	}
+	p.seen[id] = true
+	b, ok := c.base.scores[c.baseKey(k)][id]
 	if !ok {
 		p.unmatched++
 		return
 	}
-	cur := scoresOf(r, c.base.metrics)
 	for i, bi := range c.baseIndex {
 		if bi < 0 {
 			continue

@@ -35,6 +35,19 @@ func ReadRecords(r io.Reader, fn func(*results.Record)) error {
 // ReadDir reads the records of a results directory (its results.jsonl), or of
 // a results.jsonl file itself.
 func ReadDir(path string, fn func(*results.Record)) error {
+	return openDir(path, func(f *os.File) error { return ReadRecords(f, fn) })
+}
+
+// EachLine calls fn with each line of a results directory's results.jsonl
+// (or of a results.jsonl file itself), undecoded; fn keeps no reference to
+// it.
+func EachLine(path string, fn func(line []byte) error) error {
+	return openDir(path, func(f *os.File) error {
+		return results.EachRecordLine(f, func(_ int, line []byte) error { return fn(line) })
+	})
+}
+
+func openDir(path string, read func(*os.File) error) error {
 	file := path
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		file = filepath.Join(path, results.ResultsFile)
@@ -47,7 +60,7 @@ func ReadDir(path string, fn func(*results.Record)) error {
 		return err
 	}
 	defer f.Close()
-	if err := ReadRecords(f, fn); err != nil {
+	if err := read(f); err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
 	return nil

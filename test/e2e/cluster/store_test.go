@@ -3,12 +3,16 @@
 package cluster_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +107,58 @@ func testResultsStoreInACluster(t *testing.T) {
 	c := getEvaluation(t, ns, "later").Status.Comparison
 	if c == nil || c.Baseline != loc || len(c.Results) != 1 || c.Results[0].Paired != n {
 		t.Errorf("later's comparison with the deleted Evaluation's stored run: %+v, want %d samples paired with %s", c, n, loc)
+	}
+
+	// proctor view reads an Evaluation through the kubeconfig, and a
+	// location of the store with the AWS environment, and compares them.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	view := exec.CommandContext(ctx, proctorBin, "view", "-n", ns, "evaluation/later", loc, "--addr", "127.0.0.1:0")
+	view.Env = env
+	out, err := view.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var viewErr bytes.Buffer
+	view.Stderr = &viewErr
+	if err := view.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = view.Process.Signal(os.Interrupt); _ = view.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	m := regexp.MustCompile(`at (http://127\.0\.0\.1:\d+/) `).FindStringSubmatch(line)
+	if err != nil || m == nil {
+		t.Fatalf("proctor view said %q (%v):\n%s", line, err, viewErr.String())
+	}
+	var runs []struct {
+		Source  string `json:"source"`
+		Phase   string `json:"phase"`
+		Samples int    `json:"samples"`
+	}
+	getJSON(t, m[1]+"api/runs", &runs)
+	if len(runs) != 2 || !strings.HasPrefix(runs[0].Source, "evaluation/later") || runs[0].Phase != "Succeeded" || runs[0].Samples != n ||
+		runs[1].Source != loc || runs[1].Samples != n {
+		t.Errorf("proctor view's runs: %+v, want evaluation/later (Succeeded) and %s, %d samples each", runs, loc, n)
+	}
+	var cmp struct {
+		Total int `json:"total"`
+		Same  int `json:"same"`
+	}
+	getJSON(t, m[1]+"api/compare?base=2&cand=1", &cmp)
+	if cmp.Total != n || cmp.Same != n {
+		t.Errorf("proctor view's comparison: %+v, want %d pairs, none changed", cmp, n)
+	}
+}
+
+// getJSON decodes what a GET of url answers.
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
 	}
 }
