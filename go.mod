@@ -15,6 +15,7 @@ require (
 	github.com/parquet-go/parquet-go v0.32.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/spf13/cobra v1.10.2
+	github.com/valyala/fastjson v1.6.10
 	github.com/vbauerster/mpb/v8 v8.9.3
 	github.com/yuin/gopher-lua v1.1.2
 	go.yaml.in/yaml/v2 v2.4.3

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/proctor-dev/proctor/internal/view"
 )
@@ -68,30 +69,42 @@ func serveView(ctx context.Context, s streams, args []string, namespace, addr st
 		return err
 	}
 	defer os.RemoveAll(dir)
-	var runs []*view.Run
-	defer func() {
-		for _, r := range runs {
-			r.Close()
-		}
-	}()
+	// The sources are opened in order (a bad one is named first), then
+	// read at once: reading one leaves the others' serial steps room.
+	srcs := make([]*resultsSource, len(args))
 	for i, arg := range args {
-		src, err := openResults(ctx, arg, namespace, s.errOut)
-		if err != nil {
+		if srcs[i], err = openResults(ctx, arg, namespace, s.errOut); err != nil {
 			return err
 		}
-		start := time.Now()
-		var run *view.Run
-		if src.lines != nil {
-			run, err = view.LoadLines(strconv.Itoa(i+1), src.label, dir, src.summary, src.lines)
-		} else {
-			run, err = view.Load(strconv.Itoa(i+1), src.label, dir, src.summary, src.records)
+	}
+	runs := make([]*view.Run, len(args))
+	defer func() {
+		for _, r := range runs {
+			if r != nil {
+				r.Close()
+			}
 		}
-		if err != nil {
-			return &exitError{code: exitFailed, err: err}
-		}
-		run.Phase, run.Reason = src.phase, src.reason
-		runs = append(runs, run)
-		fmt.Fprintf(s.errOut, "Read %d samples of %s in %v\n", run.Samples, src.label, time.Since(start).Round(time.Millisecond))
+	}()
+	var g errgroup.Group
+	for i, src := range srcs {
+		g.Go(func() error {
+			start := time.Now()
+			var err error
+			if src.lines != nil {
+				runs[i], err = view.LoadLines(strconv.Itoa(i+1), src.label, dir, src.summary, src.lines)
+			} else {
+				runs[i], err = view.Load(strconv.Itoa(i+1), src.label, dir, src.summary, src.records)
+			}
+			if err != nil {
+				return &exitError{code: exitFailed, err: err}
+			}
+			runs[i].Phase, runs[i].Reason = src.phase, src.reason
+			fmt.Fprintf(s.errOut, "Read %d samples of %s in %v\n", runs[i].Samples, src.label, time.Since(start).Round(time.Millisecond))
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -43,7 +43,12 @@ type Comparison struct {
 	Regressed  int            `json:"regressed"`
 	Improved   int            `json:"improved"`
 	Same       int            `json:"same"`
-	pairs      []Pair
+	// pairs are the pairs, compact (the page's Pair is made for those it
+	// shows), in order.
+	pairs      []pairRow
+	base, cand *Run
+	bm, cm     int // the metric's index in each run; -1 for none
+	against    string
 }
 
 // Compare pairs cand's samples with base's and compares them on metric
@@ -66,13 +71,6 @@ func Compare(base, cand *Run, metric, baselineModel string) (*Comparison, error)
 	if metric != "" && (bm < 0 || cm < 0) {
 		return nil, fmt.Errorf("metric: %q is not a metric of both runs", metric)
 	}
-	// The statistics, as proctor compare computes them, from the index.
-	b := compare.NewBaseline(base.Source, names)
-	for i := range base.rows {
-		if !base.rows[i].pending {
-			b.AddScores(base.Models[base.rows[i].model], base.Datasets[base.rows[i].dataset], base.rows[i].id, base.scoresIn(i, names))
-		}
-	}
 	var pairs []results.Pair
 	for _, s := range cand.Summary.Results {
 		pairs = append(pairs, results.Pair{Model: s.Model, Dataset: s.Dataset})
@@ -84,20 +82,17 @@ func Compare(base, cand *Run, metric, baselineModel string) (*Comparison, error)
 			}
 		}
 	}
-	c := compare.New(b, baselineModel, names, pairs)
-	for i := range cand.rows {
-		if !cand.rows[i].pending {
-			c.AddScores(cand.Models[cand.rows[i].model], cand.Datasets[cand.rows[i].dataset], cand.rows[i].id, cand.scoresIn(i, names))
-		}
-	}
-	out := &Comparison{Base: base.ID, Cand: cand.ID, Metric: metric, Report: c.Report()}
+	out := &Comparison{Base: base.ID, Cand: cand.ID, Metric: metric, Report: compare.Report{Baseline: base.Source}}
 
-	// The pairs, sample by sample: the baseline's rows of each model and
-	// dataset by id (the ids are the rows' own strings, not copies).
+	// The baseline's rows of each model and dataset by id (the ids are the
+	// rows' own strings, not copies).
 	type pk struct{ model, dataset string }
 	index := map[pk]map[string]int32{}
 	for i := range base.rows {
 		w := &base.rows[i]
+		if w.pending {
+			continue // not finished: as proctor compare, not counted
+		}
 		k := pk{base.Models[w.model], base.Datasets[w.dataset]}
 		m := index[k]
 		if m == nil {
@@ -106,53 +101,89 @@ func Compare(base, cand *Run, metric, baselineModel string) (*Comparison, error)
 		}
 		m[w.id] = int32(i)
 	}
-	out.pairs = make([]Pair, 0, len(cand.rows))
+	// The candidate's rows by model and dataset, in order.
+	rowsOf := map[pk][]int32{}
 	for i := range cand.rows {
-		w := &cand.rows[i]
-		model, dataset := cand.Models[w.model], cand.Datasets[w.dataset]
-		against := model
+		if w := &cand.rows[i]; !w.pending {
+			k := pk{cand.Models[w.model], cand.Datasets[w.dataset]}
+			rowsOf[k] = append(rowsOf[k], int32(i))
+		}
+	}
+	out.pairs = make([]pairRow, 0, len(cand.rows))
+	out.base, out.cand, out.bm, out.cm, out.against = base, cand, bm, cm, baselineModel
+	for _, pr := range pairs {
+		against := pr.Model
 		if baselineModel != "" {
 			against = baselineModel
 		}
-		j, ok := index[pk{against, dataset}][w.id]
-		if !ok {
-			continue
-		}
-		p := Pair{Model: model, BaselineModel: against, Dataset: dataset, ID: w.id, BaseRow: j, CandRow: int32(i),
-			BaseError: base.kinds[base.rows[j].kind], CandError: cand.kinds[w.kind]}
-		if metric != "" {
-			p.Base, p.Cand = scoreOrZero(base, int(j), bm), scoreOrZero(cand, i, cm)
-			if p.Base != nil && p.Cand != nil {
-				d := *p.Cand - *p.Base
-				p.Delta = &d
-				switch {
-				case d < 0:
-					out.Regressed++
-				case d > 0:
-					out.Improved++
-				default:
-					out.Same++
+		baseRows := index[pk{against, pr.Dataset}]
+		// The statistics, as proctor compare computes them (runner/compare),
+		// on the pairs made here.
+		curs, bases := make([][]float64, len(names)), make([][]float64, len(names))
+		var unmatched int64
+		matched := 0
+		ids := make([]string, 0, len(rowsOf[pk{pr.Model, pr.Dataset}]))
+		for _, i := range rowsOf[pk{pr.Model, pr.Dataset}] {
+			w := &cand.rows[i]
+			ids = append(ids, w.id)
+			j, ok := baseRows[w.id]
+			if !ok {
+				unmatched++
+				continue
+			}
+			matched++
+			cs, bs := cand.scoresIn(int(i), names), base.scoresIn(int(j), names)
+			for k := range names {
+				curs[k], bases[k] = append(curs[k], cs[k]), append(bases[k], bs[k])
+			}
+			pr := pairRow{base: j, cand: i, delta: float32(math.NaN())}
+			if metric != "" {
+				b, c := scoreOrZero(base, int(j), bm), scoreOrZero(cand, int(i), cm)
+				if b != nil && c != nil {
+					d := *c - *b
+					pr.delta = float32(d)
+					switch {
+					case d < 0:
+						out.Regressed++
+					case d > 0:
+						out.Improved++
+					default:
+						out.Same++
+					}
 				}
 			}
+			out.pairs = append(out.pairs, pr)
 		}
-		out.pairs = append(out.pairs, p)
+		baseIDs := make([]string, 0, len(baseRows))
+		for id := range baseRows {
+			baseIDs = append(baseIDs, id)
+		}
+		out.Report.Results = append(out.Report.Results, compare.PairedResult(pr.Model, against, pr.Dataset, names, curs, bases,
+			int64(len(ids)), unmatched, int64(len(baseRows)-matched), compare.Positional(ids) && compare.Positional(baseIDs)))
 	}
-	slices.SortStableFunc(out.pairs, func(x, y Pair) int { return cmpDelta(x.Delta, y.Delta) })
+	slices.SortStableFunc(out.pairs, func(x, y pairRow) int { return cmpDelta(x.delta, y.delta) })
 	return out, nil
 }
 
+// pairRow is a pair: the rows of both runs, and the candidate's score
+// minus the baseline's on the metric (NaN when either lacks it).
+type pairRow struct {
+	base, cand int32
+	delta      float32
+}
+
 // cmpDelta orders regressions first (the largest drop first), then
-// improvements (the largest rise last... first among them), then no
-// change, then pairs without a delta.
-func cmpDelta(x, y *float64) int {
-	rank := func(d *float64) (int, float64) {
+// improvements (the largest rise first), then no change, then pairs
+// without a delta.
+func cmpDelta(x, y float32) int {
+	rank := func(d float32) (int, float64) {
 		switch {
-		case d == nil:
+		case d != d: // NaN
 			return 3, 0
-		case *d < 0:
-			return 0, *d
-		case *d > 0:
-			return 1, -*d
+		case d < 0:
+			return 0, float64(d)
+		case d > 0:
+			return 1, -float64(d)
 		}
 		return 2, 0
 	}
@@ -162,6 +193,24 @@ func cmpDelta(x, y *float64) int {
 		return rx - ry
 	}
 	return cmpFloat(vx, vy, false)
+}
+
+// pair is pr as the page shows it.
+func (c *Comparison) pair(pr pairRow) Pair {
+	w := &c.cand.rows[pr.cand]
+	p := Pair{Model: c.cand.Models[w.model], BaselineModel: c.cand.Models[w.model], Dataset: c.cand.Datasets[w.dataset], ID: w.id,
+		BaseRow: pr.base, CandRow: pr.cand, BaseError: c.base.kinds[c.base.rows[pr.base].kind], CandError: c.cand.kinds[w.kind]}
+	if c.against != "" {
+		p.BaselineModel = c.against
+	}
+	if c.bm >= 0 && c.cm >= 0 {
+		p.Base, p.Cand = scoreOrZero(c.base, int(pr.base), c.bm), scoreOrZero(c.cand, int(pr.cand), c.cm)
+		if p.Base != nil && p.Cand != nil {
+			d := *p.Cand - *p.Base
+			p.Delta = &d
+		}
+	}
+	return p
 }
 
 // scoreOrZero is row i's score of metric m, 0 for an errored sample
@@ -222,8 +271,10 @@ func (s *Server) compare(w http.ResponseWriter, r *http.Request) {
 	}
 	pairs := c.pairs
 	if change != "" || v.Get("model") != "" || v.Get("dataset") != "" {
-		pairs = slices.DeleteFunc(slices.Clone(pairs), func(p Pair) bool {
-			return !changed(p, change) || (v.Get("model") != "" && p.Model != v.Get("model")) || (v.Get("dataset") != "" && p.Dataset != v.Get("dataset"))
+		model, dataset := v.Get("model"), v.Get("dataset")
+		pairs = slices.DeleteFunc(slices.Clone(pairs), func(p pairRow) bool {
+			w := &c.cand.rows[p.cand]
+			return !changed(p.delta, change) || (model != "" && c.cand.Models[w.model] != model) || (dataset != "" && c.cand.Datasets[w.dataset] != dataset)
 		})
 	}
 	out := struct {
@@ -231,18 +282,21 @@ func (s *Server) compare(w http.ResponseWriter, r *http.Request) {
 		Total  int    `json:"total"`
 		Offset int    `json:"offset"`
 		Pairs  []Pair `json:"pairs"`
-	}{Comparison: c, Total: len(pairs), Offset: offset, Pairs: pairs[min(offset, len(pairs)):min(offset+limit, len(pairs))]}
+	}{Comparison: c, Total: len(pairs), Offset: offset, Pairs: []Pair{}}
+	for _, pr := range pairs[min(offset, len(pairs)):min(offset+limit, len(pairs))] {
+		out.Pairs = append(out.Pairs, c.pair(pr))
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-func changed(p Pair, change string) bool {
+func changed(d float32, change string) bool {
 	switch change {
 	case "regressed":
-		return p.Delta != nil && *p.Delta < 0
+		return d < 0
 	case "improved":
-		return p.Delta != nil && *p.Delta > 0
+		return d > 0
 	case "same":
-		return p.Delta != nil && *p.Delta == 0
+		return d == 0
 	}
 	return true
 }

@@ -254,27 +254,59 @@ func (c *Comparer) Report() Report {
 	for _, k := range c.order {
 		p := c.pairs[k]
 		bk := c.baseKey(k)
-		res := Result{Model: k.model, BaselineModel: bk.model, Dataset: k.dataset, Unmatched: p.unmatched,
-			ByPosition: positional(p.seen) && positional(c.base.scores[bk])}
+		var baselineUnmatched int64
 		for id := range c.base.scores[bk] {
 			if !p.seen[id] {
-				res.BaselineUnmatched++
+				baselineUnmatched++
 			}
 		}
-		for i, m := range c.metrics {
-			cur, base := dropNaN(p.cur[i], p.base[i])
-			res.Paired = max(res.Paired, int64(len(cur)))
-			if len(cur) == 0 {
-				continue
-			}
-			res.Metrics = append(res.Metrics, compareMetric(m, cur, base, seed(k.model, k.dataset, m)))
-		}
-		if len(res.Metrics) == 0 {
-			res.Paired = int64(len(p.seen)) - p.unmatched
-		}
-		rep.Results = append(rep.Results, res)
+		rep.Results = append(rep.Results, PairedResult(k.model, bk.model, k.dataset, c.metrics, p.cur, p.base,
+			int64(len(p.seen)), p.unmatched, baselineUnmatched, positional(p.seen) && positional(c.base.scores[bk])))
 	}
 	return rep
+}
+
+// PairedResult is Report's comparison of one model on one dataset with the
+// baseline, from the samples a caller paired itself: cur[i] and base[i]
+// hold each pair's scores of metrics[i] (NaN where a side lacks it); seen
+// counts the run's samples, unmatched those without a baseline sample, and
+// baselineUnmatched the baseline's without one of the run's.
+func PairedResult(model, baselineModel, dataset string, metrics []string, cur, base [][]float64, seen, unmatched, baselineUnmatched int64, byPosition bool) Result {
+	res := Result{Model: model, BaselineModel: baselineModel, Dataset: dataset, Unmatched: unmatched,
+		BaselineUnmatched: baselineUnmatched, ByPosition: byPosition}
+	for i, m := range metrics {
+		if i >= len(cur) || i >= len(base) {
+			continue
+		}
+		c, b := dropNaN(cur[i], base[i])
+		res.Paired = max(res.Paired, int64(len(c)))
+		if len(c) == 0 {
+			continue
+		}
+		res.Metrics = append(res.Metrics, compareMetric(m, c, b, seed(model, dataset, m)))
+	}
+	if len(res.Metrics) == 0 {
+		res.Paired = seen - unmatched
+	}
+	return res
+}
+
+// Positional reports whether ids (distinct) are exactly 1..len(ids), more
+// than one: the samples' positions, as ids were before they were hashes of
+// the samples' content.
+func Positional(ids []string) bool {
+	if len(ids) < 2 {
+		return false
+	}
+	at := make([]bool, len(ids)+1)
+	for _, id := range ids {
+		n, err := strconv.Atoi(id)
+		if err != nil || n < 1 || n > len(ids) || strconv.Itoa(n) != id || at[n] {
+			return false
+		}
+		at[n] = true
+	}
+	return true
 }
 
 // dropNaN drops the pairs in which either side lacks the metric.

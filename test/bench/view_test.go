@@ -106,7 +106,7 @@ func BenchmarkView1M(b *testing.B) {
 		return took, <-peak, body
 	}
 	for range b.N {
-		page, pageKiB, body := view("api/runs/1/samples?limit=100&sort=latency&order=desc", "candidate")
+		page, pageKiB, body := view("api/runs/1/samples?limit=200", "candidate") // what the page asks first
 		if !regexp.MustCompile(`"total":1000000`).Match(body) {
 			b.Errorf("the first page: %.200s", body)
 		}
