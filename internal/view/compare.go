@@ -120,6 +120,10 @@ func Compare(base, cand *Run, metric, baselineModel string) (*Comparison, error)
 		// The statistics, as proctor compare computes them (runner/compare),
 		// on the pairs made here.
 		curs, bases := make([][]float64, len(names)), make([][]float64, len(names))
+		baseCols := make([]int, len(names)) // names are the candidate's metrics, in its order
+		for k, name := range names {
+			baseCols[k] = slices.Index(base.Metrics, name)
+		}
 		var unmatched int64
 		matched := 0
 		ids := make([]string, 0, len(rowsOf[pk{pr.Model, pr.Dataset}]))
@@ -132,15 +136,13 @@ func Compare(base, cand *Run, metric, baselineModel string) (*Comparison, error)
 				continue
 			}
 			matched++
-			cs, bs := cand.scoresIn(int(i), names), base.scoresIn(int(j), names)
 			for k := range names {
-				curs[k], bases[k] = append(curs[k], cs[k]), append(bases[k], bs[k])
+				curs[k] = append(curs[k], cand.compared(int(i), k))
+				bases[k] = append(bases[k], base.compared(int(j), baseCols[k]))
 			}
 			pr := pairRow{base: j, cand: i, delta: float32(math.NaN())}
 			if metric != "" {
-				b, c := scoreOrZero(base, int(j), bm), scoreOrZero(cand, int(i), cm)
-				if b != nil && c != nil {
-					d := *c - *b
+				if d := cand.compared(int(i), cm) - base.compared(int(j), bm); !math.IsNaN(d) {
 					pr.delta = float32(d)
 					switch {
 					case d < 0:
@@ -213,33 +215,26 @@ func (c *Comparison) pair(pr pairRow) Pair {
 	return p
 }
 
-// scoreOrZero is row i's score of metric m, 0 for an errored sample
-// without it (as the summary counts it), nil if it has none.
-func scoreOrZero(r *Run, i, m int) *float64 {
-	v := r.score(i, m)
-	if math.IsNaN(v) {
-		if r.rows[i].kind == 0 {
-			return nil
-		}
+// compared is row i's score of metric m as a comparison counts it (as
+// runner/compare does): 0 for an errored sample without it, NaN for one
+// that has none (or for m -1, a metric the run lacks).
+func (r *Run) compared(i, m int) float64 {
+	v := math.NaN()
+	if m >= 0 {
+		v = r.score(i, m)
+	}
+	if math.IsNaN(v) && r.rows[i].kind != 0 {
 		v = 0
 	}
-	return &v
+	return v
 }
 
-// scoresIn is row i's scores of metrics, as runner/compare takes them:
-// NaN for a metric it lacks, 0 if it errored.
-func (r *Run) scoresIn(i int, metrics []string) []float64 {
-	out := make([]float64, len(metrics))
-	for k, name := range metrics {
-		out[k] = math.NaN()
-		if m := slices.Index(r.Metrics, name); m >= 0 {
-			out[k] = r.score(i, m)
-		}
-		if math.IsNaN(out[k]) && r.rows[i].kind != 0 {
-			out[k] = 0
-		}
+// scoreOrZero is compared, nil for none.
+func scoreOrZero(r *Run, i, m int) *float64 {
+	if v := r.compared(i, m); !math.IsNaN(v) {
+		return &v
 	}
-	return out
+	return nil
 }
 
 func (s *Server) compare(w http.ResponseWriter, r *http.Request) {

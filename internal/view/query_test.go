@@ -53,9 +53,14 @@ func loadTest(t *testing.T) *Run {
 	t.Helper()
 	recs := testRecords()
 	// Read in an order other than the samples': b's first.
-	order := append(recs[6:], recs[:6]...)
-	r, err := Load("1", "test", t.TempDir(), nil, func(fn func(*results.Record)) error {
-		for _, rec := range order {
+	return loadRecords(t, "1", "test", append(recs[6:], recs[:6]...))
+}
+
+// loadRecords loads a run of recs, read in their order.
+func loadRecords(t *testing.T, id, source string, recs []*results.Record) *Run {
+	t.Helper()
+	r, err := Load(id, source, t.TempDir(), nil, func(fn func(*results.Record)) error {
+		for _, rec := range recs {
 			fn(rec)
 		}
 		return nil

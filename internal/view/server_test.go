@@ -45,20 +45,7 @@ func candidateRecords() []*results.Record {
 
 func testServer(t *testing.T) *httptest.Server {
 	t.Helper()
-	load := func(id string, recs []*results.Record) *Run {
-		r, err := Load(id, "run-"+id, t.TempDir(), nil, func(fn func(*results.Record)) error {
-			for _, rec := range recs {
-				fn(rec)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(r.Close)
-		return r
-	}
-	srv := httptest.NewServer(NewServer([]*Run{load("1", testRecords()), load("2", candidateRecords())}, testr.New(t)))
+	srv := httptest.NewServer(NewServer([]*Run{loadRecords(t, "1", "run-1", testRecords()), loadRecords(t, "2", "run-2", candidateRecords())}, testr.New(t)))
 	t.Cleanup(srv.Close)
 	return srv
 }

@@ -261,7 +261,7 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 	}
 	cut := len(rec.Output) > limit
 	if cut {
-		rec.Output = cutUTF8(rec.Output, limit)
+		rec.Output = results.CutUTF8(rec.Output, limit)
 		rec.OutputTruncated, rec.OutputBytes = true, whole
 	}
 	inputLimit := cluster.MaxInputBytes
@@ -353,8 +353,6 @@ func recordLine(index int, rec *results.Record) ([]byte, error) {
 	return results.AppendLine(nil, index, rec)
 }
 
-func cutUTF8(s string, n int) string { return results.CutUTF8(s, n) }
-
 // cutInput cuts the text of a record's input messages to limit bytes in
 // all, in order: the system prompt and first messages are kept whole.
 func cutInput(rec *results.Record, limit int) {
@@ -362,7 +360,7 @@ func cutInput(rec *results.Record, limit int) {
 	for i := range rec.Input {
 		c := rec.Input[i].Content
 		if len(c) > left {
-			rec.Input[i].Content = cutUTF8(c, left)
+			rec.Input[i].Content = results.CutUTF8(c, left)
 			rec.InputTruncated = true
 		}
 		left = max(0, left-len(rec.Input[i].Content))

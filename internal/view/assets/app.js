@@ -49,18 +49,17 @@ function route() {
   const [path, query] = hash.split('?');
   return { page: path.replace(/^\//, '') || 'runs', params: new URLSearchParams(query || '') };
 }
-function go(page, params) {
+// hashOf is the URL hash of a page with params (empty ones left out).
+function hashOf(page, params) {
   const q = new URLSearchParams();
   for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== '') q.set(k, v);
   const s = q.toString();
-  location.hash = '#/' + page + (s ? '?' + s : '');
+  return '#/' + page + (s ? '?' + s : '');
 }
+function go(page, params) { location.hash = hashOf(page, params); }
 // setParams changes the URL's parameters without leaving the view.
 function setParams(params, replace) {
-  const { page } = route();
-  const q = new URLSearchParams();
-  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== '') q.set(k, v);
-  const url = '#/' + page + (q.toString() ? '?' + q : '');
+  const url = hashOf(route().page, params);
   if (replace) history.replaceState(null, '', url); else history.pushState(null, '', url);
 }
 
