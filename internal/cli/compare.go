@@ -92,6 +92,9 @@ type resultsSource struct {
 	records   func(fn func(*results.Record)) error
 	// lines, when set, reads the records as JSON lines, undecoded.
 	lines func(fn func([]byte) error) error
+	// path is the local results directory or file the records are in, if
+	// they are.
+	path string
 	// summary is the whole summary.json, when there is one; phase and
 	// reason are the Evaluation's, for results found by its name.
 	summary       *compare.Summary
@@ -127,7 +130,7 @@ func openResults(ctx context.Context, arg, namespace string, warn io.Writer) (*r
 	}
 	_, statErr := os.Stat(arg)
 	if statErr == nil {
-		src := &resultsSource{label: arg, records: func(fn func(*results.Record)) error { return compare.ReadDir(arg, fn) },
+		src := &resultsSource{label: arg, path: arg, records: func(fn func(*results.Record)) error { return compare.ReadDir(arg, fn) },
 			lines: func(fn func([]byte) error) error { return compare.EachLine(arg, fn) }}
 		if sum, err := compare.ReadSummary(arg); err == nil {
 			src.summaries, src.summary = sum.Results, sum

@@ -57,7 +57,7 @@ latest commit, read with the AWS environment).`,
 // viewMemoryLimit is the heap proctor view asks the garbage collector to
 // stay under (unless GOMEMLIMIT says otherwise): reading a run leaves much
 // garbage, which would otherwise double the process's peak.
-const viewMemoryLimit = 384 << 20
+const viewMemoryLimit = 320 << 20
 
 // serveView loads the sources and serves them until ctx ends.
 func serveView(ctx context.Context, s streams, args []string, namespace, addr string) error {
@@ -90,9 +90,12 @@ func serveView(ctx context.Context, s streams, args []string, namespace, addr st
 		g.Go(func() error {
 			start := time.Now()
 			var err error
-			if src.lines != nil {
+			switch {
+			case src.path != "":
+				runs[i], err = view.LoadFile(strconv.Itoa(i+1), src.label, src.path, src.summary)
+			case src.lines != nil:
 				runs[i], err = view.LoadLines(strconv.Itoa(i+1), src.label, dir, src.summary, src.lines)
-			} else {
+			default:
 				runs[i], err = view.Load(strconv.Itoa(i+1), src.label, dir, src.summary, src.records)
 			}
 			if err != nil {

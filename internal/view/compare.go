@@ -1,7 +1,9 @@
 package view
 
 import (
+	"bytes"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"net/http"
 	"slices"
@@ -84,10 +86,9 @@ func Compare(base, cand *Run, metric, baselineModel string) (*Comparison, error)
 	}
 	out := &Comparison{Base: base.ID, Cand: cand.ID, Metric: metric, Report: compare.Report{Baseline: base.Source}}
 
-	// The baseline's rows of each model and dataset by id (the ids are the
-	// rows' own strings, not copies).
+	// The baseline's rows of each model and dataset by id.
 	type pk struct{ model, dataset string }
-	index := map[pk]map[string]int32{}
+	index := map[pk]*idIndex{}
 	for i := range base.rows {
 		w := &base.rows[i]
 		if w.pending {
@@ -96,10 +97,10 @@ func Compare(base, cand *Run, metric, baselineModel string) (*Comparison, error)
 		k := pk{base.Models[w.model], base.Datasets[w.dataset]}
 		m := index[k]
 		if m == nil {
-			m = make(map[string]int32, len(base.rows)/max(1, len(base.Models)*len(base.Datasets)))
+			m = newIDIndex(base, len(base.rows)/max(1, len(base.Models)*len(base.Datasets)))
 			index[k] = m
 		}
-		m[w.id] = int32(i)
+		m.add(int32(i))
 	}
 	// The candidate's rows by model and dataset, in order.
 	rowsOf := map[pk][]int32{}
@@ -117,6 +118,9 @@ func Compare(base, cand *Run, metric, baselineModel string) (*Comparison, error)
 			against = baselineModel
 		}
 		baseRows := index[pk{against, pr.Dataset}]
+		if baseRows == nil {
+			baseRows = newIDIndex(base, 0)
+		}
 		// The statistics, as proctor compare computes them (runner/compare),
 		// on the pairs made here.
 		curs, bases := make([][]float64, len(names)), make([][]float64, len(names))
@@ -126,11 +130,9 @@ func Compare(base, cand *Run, metric, baselineModel string) (*Comparison, error)
 		}
 		var unmatched int64
 		matched := 0
-		ids := make([]string, 0, len(rowsOf[pk{pr.Model, pr.Dataset}]))
-		for _, i := range rowsOf[pk{pr.Model, pr.Dataset}] {
-			w := &cand.rows[i]
-			ids = append(ids, w.id)
-			j, ok := baseRows[w.id]
+		candRows := rowsOf[pk{pr.Model, pr.Dataset}]
+		for _, i := range candRows {
+			j, ok := baseRows.get(cand.id(int(i)))
 			if !ok {
 				unmatched++
 				continue
@@ -156,12 +158,15 @@ func Compare(base, cand *Run, metric, baselineModel string) (*Comparison, error)
 			}
 			out.pairs = append(out.pairs, pr)
 		}
-		baseIDs := make([]string, 0, len(baseRows))
-		for id := range baseRows {
-			baseIDs = append(baseIDs, id)
-		}
+		positional := compare.PositionalIDs(len(candRows), func(yield func([]byte) bool) {
+			for _, i := range candRows {
+				if !yield(cand.id(int(i))) {
+					return
+				}
+			}
+		}) && compare.PositionalIDs(baseRows.len(), baseRows.ids)
 		out.Report.Results = append(out.Report.Results, compare.PairedResult(pr.Model, against, pr.Dataset, names, curs, bases,
-			int64(len(ids)), unmatched, int64(len(baseRows)-matched), compare.Positional(ids) && compare.Positional(baseIDs)))
+			int64(len(candRows)), unmatched, int64(baseRows.len()-matched), positional))
 	}
 	slices.SortStableFunc(out.pairs, func(x, y pairRow) int { return cmpDelta(x.delta, y.delta) })
 	return out, nil
@@ -200,7 +205,7 @@ func cmpDelta(x, y float32) int {
 // pair is pr as the page shows it.
 func (c *Comparison) pair(pr pairRow) Pair {
 	w := &c.cand.rows[pr.cand]
-	p := Pair{Model: c.cand.Models[w.model], BaselineModel: c.cand.Models[w.model], Dataset: c.cand.Datasets[w.dataset], ID: w.id,
+	p := Pair{Model: c.cand.Models[w.model], BaselineModel: c.cand.Models[w.model], Dataset: c.cand.Datasets[w.dataset], ID: string(c.cand.id(int(pr.cand))),
 		BaseRow: pr.base, CandRow: pr.cand, BaseError: c.base.kinds[c.base.rows[pr.base].kind], CandError: c.cand.kinds[w.kind]}
 	if c.against != "" {
 		p.BaselineModel = c.against
@@ -310,4 +315,56 @@ func (s *Server) comparison(base, cand *Run, metric, baselineModel string) (*Com
 	}
 	s.compKey, s.comp = key, c
 	return c, nil
+}
+
+// idIndex finds a run's rows by id. Its map is keyed by the ids' hashes
+// rather than the ids (a third of a string map's time on a million, and
+// no string per row); ids whose hash an earlier id has go to more.
+type idIndex struct {
+	r     *Run
+	hash  func([]byte) uint64
+	first map[uint64]int32
+	more  map[string]int32
+}
+
+func newIDIndex(r *Run, size int) *idIndex {
+	seed := maphash.MakeSeed()
+	return &idIndex{r: r, hash: func(b []byte) uint64 { return maphash.Bytes(seed, b) }, first: make(map[uint64]int32, size), more: map[string]int32{}}
+}
+
+// add indexes row i; of rows with the same id, the last is found.
+func (x *idIndex) add(i int32) {
+	id := x.r.id(int(i))
+	h := x.hash(id)
+	if j, ok := x.first[h]; ok && !bytes.Equal(x.r.id(int(j)), id) {
+		x.more[string(id)] = i
+		return
+	}
+	x.first[h] = i
+}
+
+// get is the row of id.
+func (x *idIndex) get(id []byte) (int32, bool) {
+	if j, ok := x.first[x.hash(id)]; ok && bytes.Equal(x.r.id(int(j)), id) {
+		return j, true
+	}
+	j, ok := x.more[string(id)]
+	return j, ok
+}
+
+// len is how many distinct ids it has.
+func (x *idIndex) len() int { return len(x.first) + len(x.more) }
+
+// ids yields its distinct ids.
+func (x *idIndex) ids(yield func([]byte) bool) {
+	for _, j := range x.first {
+		if !yield(x.r.id(int(j))) {
+			return
+		}
+	}
+	for id := range x.more {
+		if !yield([]byte(id)) {
+			return
+		}
+	}
 }

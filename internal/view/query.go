@@ -181,7 +181,7 @@ func (r *Run) search(rows []int32, text string) ([]int32, error) {
 	}
 	out := rows[:0]
 	for _, i := range rows {
-		if bytes.Contains(bytes.ToLower([]byte(r.rows[i].id)), needle) {
+		if bytes.Contains(bytes.ToLower(r.id(int(i))), needle) {
 			out = append(out, i)
 			continue
 		}
@@ -233,7 +233,7 @@ func (r *Run) sortRows(rows []int32, column string, desc bool) error {
 		}
 		less = func(a, b int32) int { return cmpFloat(r.score(int(a), m), r.score(int(b), m), desc) }
 	case column == "id":
-		less = func(a, b int32) int { return strings.Compare(r.rows[a].id, r.rows[b].id) }
+		less = func(a, b int32) int { return bytes.Compare(r.id(int(a)), r.id(int(b))) }
 	case column == "model":
 		less = func(a, b int32) int { return strings.Compare(r.Models[r.rows[a].model], r.Models[r.rows[b].model]) }
 	case column == "dataset":

@@ -76,7 +76,7 @@ func loadRecords(t *testing.T, id, source string, recs []*results.Record) *Run {
 func rowsOf(r *Run, rows []int32) []string {
 	out := []string{}
 	for _, i := range rows {
-		out = append(out, r.Models[r.rows[i].model]+"/"+r.rows[i].id)
+		out = append(out, r.Models[r.rows[i].model]+"/"+string(r.id(int(i))))
 	}
 	return out
 }

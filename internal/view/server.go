@@ -123,7 +123,7 @@ type Row struct {
 // Row is row i as the table shows it.
 func (r *Run) Row(i int32) Row {
 	w := &r.rows[i]
-	out := Row{Row: i, ID: w.id, Model: r.Models[w.model], Dataset: r.Datasets[w.dataset], Scores: map[string]*float64{},
+	out := Row{Row: i, ID: string(r.id(int(i))), Model: r.Models[w.model], Dataset: r.Datasets[w.dataset], Scores: map[string]*float64{},
 		Error: r.kinds[w.kind], Latency: w.latency, InputTokens: w.inTok, OutputTokens: w.outTok, Attempts: w.attempts, Rescored: w.rescored}
 	for m, name := range r.Metrics {
 		if v := r.score(int(i), m); !math.IsNaN(v) {
@@ -222,7 +222,7 @@ func (r *Run) find(model, dataset, id string) int {
 		return -1
 	}
 	for i := range r.rows {
-		if w := &r.rows[i]; int(w.model) == m && int(w.dataset) == d && w.id == id {
+		if w := &r.rows[i]; int(w.model) == m && int(w.dataset) == d && string(r.id(i)) == id {
 			return i
 		}
 	}

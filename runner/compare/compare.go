@@ -7,6 +7,7 @@ package compare
 import (
 	"fmt"
 	"hash/fnv"
+	"iter"
 	"math"
 	"slices"
 	"strconv"
@@ -295,18 +296,44 @@ func PairedResult(model, baselineModel, dataset string, metrics []string, cur, b
 // than one: the samples' positions, as ids were before they were hashes of
 // the samples' content.
 func Positional(ids []string) bool {
-	if len(ids) < 2 {
+	return PositionalIDs(len(ids), func(yield func([]byte) bool) {
+		for _, id := range ids {
+			if !yield([]byte(id)) {
+				return
+			}
+		}
+	})
+}
+
+// PositionalIDs is Positional of the n distinct ids that ids yields.
+func PositionalIDs(n int, ids iter.Seq[[]byte]) bool {
+	if n < 2 {
 		return false
 	}
-	at := make([]bool, len(ids)+1)
-	for _, id := range ids {
-		n, err := strconv.Atoi(id)
-		if err != nil || n < 1 || n > len(ids) || strconv.Itoa(n) != id || at[n] {
+	at := make([]bool, n+1)
+	for id := range ids {
+		v, ok := position(id)
+		if !ok || v > n || at[v] {
 			return false
 		}
-		at[n] = true
+		at[v] = true
 	}
 	return true
+}
+
+// position is id as a number from 1, written as strconv.Itoa writes it.
+func position(id []byte) (int, bool) {
+	if len(id) == 0 || len(id) > 18 || id[0] == '0' {
+		return 0, false
+	}
+	v := 0
+	for _, c := range id {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+	}
+	return v, true
 }
 
 // dropNaN drops the pairs in which either side lacks the metric.
