@@ -3,14 +3,19 @@ package view
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/url"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Query selects and orders a run's samples: what the samples page's URL
@@ -171,33 +176,169 @@ func (r *Run) selectRows(q Query) ([]int32, error) {
 }
 
 // search keeps the rows whose id, input, output or expected value holds
-// text, regardless of case.
+// text, regardless of case. The rows' lines are read in large windows (the
+// rows are mostly in file order) on every core; a line that cannot hold
+// the text anywhere is passed over undecoded (mayHold), and only the rest
+// are decoded.
 func (r *Run) search(rows []int32, text string) ([]int32, error) {
 	needle := bytes.ToLower([]byte(text))
-	var fields struct {
-		Input    json.RawMessage `json:"input"`
-		Output   string          `json:"output"`
-		Expected json.RawMessage `json:"expected"`
+	plain := plainNeedle(needle)
+	keep := make([]bool, len(rows))
+	parts := min(runtime.GOMAXPROCS(0), max(1, len(rows)/1024))
+	var g errgroup.Group
+	for p := range parts {
+		lo, hi := p*len(rows)/parts, (p+1)*len(rows)/parts
+		g.Go(func() error {
+			var fields struct {
+				Input    json.RawMessage `json:"input"`
+				Output   string          `json:"output"`
+				Expected json.RawMessage `json:"expected"`
+			}
+			win := &window{lf: r.lines}
+			for k := lo; k < hi; k++ {
+				i := int(rows[k])
+				if containsFold(r.id(i), needle) {
+					keep[k] = true
+					continue
+				}
+				b, err := win.line(r.rows[i].off, r.rows[i].n)
+				if err != nil {
+					return err
+				}
+				if !r.lines.temp && !holds(b, r.id(i)) {
+					return r.lines.changed()
+				}
+				if plain && !mayHold(b, needle) {
+					continue
+				}
+				fields.Input, fields.Output, fields.Expected = nil, "", nil
+				if err := json.Unmarshal(b, &fields); err != nil {
+					return fmt.Errorf("sample %s: %w", r.id(i), err)
+				}
+				keep[k] = containsFold([]byte(fields.Output), needle) || containsFold(unquoted(fields.Input), needle) ||
+					containsFold(unquoted(fields.Expected), needle)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	out := rows[:0]
-	for _, i := range rows {
-		if bytes.Contains(bytes.ToLower(r.id(int(i))), needle) {
-			out = append(out, i)
-			continue
-		}
-		b, err := r.raw(int(i))
-		if err != nil {
-			return nil, err
-		}
-		fields.Input, fields.Output, fields.Expected = nil, "", nil
-		if err := json.Unmarshal(b, &fields); err != nil {
-			return nil, err
-		}
-		if containsFold([]byte(fields.Output), needle) || containsFold(unquoted(fields.Input), needle) || containsFold(unquoted(fields.Expected), needle) {
+	for k, i := range rows {
+		if keep[k] {
 			out = append(out, i)
 		}
 	}
 	return out, nil
+}
+
+// plainNeedle says whether a lower-case needle is made of characters that
+// JSON writes as they are, unless as \uXXXX: not a quote, backslash, slash
+// ("\/" is JSON for "/") or control character.
+func plainNeedle(needle []byte) bool {
+	for _, c := range needle {
+		if c < 0x20 || c == '"' || c == '\\' || c == '/' {
+			return false
+		}
+	}
+	return len(needle) > 0
+}
+
+// mayHold says whether a record's line may hold a plain needle in one of
+// its strings once they are decoded. Decoding changes only escapes; with
+// no \uXXXX in the line, the others make only characters a plain needle
+// lacks, so a string that holds the needle holds it as is in the line. A
+// line with \u, or not valid UTF-8, may hold it.
+func mayHold(line, needle []byte) bool {
+	if bytes.Contains(line, []byte(`\u`)) {
+		return true
+	}
+	ascii := true
+	for _, c := range line {
+		if c >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return indexFoldASCII(line, needle) >= 0
+	}
+	if !utf8.Valid(line) {
+		return true
+	}
+	return bytes.Contains(bytes.ToLower(line), needle)
+}
+
+// indexFoldASCII is where s (ASCII) holds the lower-case needle, regardless
+// of case, or -1. (bytes.ToLower would copy every line.)
+func indexFoldASCII(s, needle []byte) int {
+	first := needle[0]
+	upper := first
+	if 'a' <= first && first <= 'z' {
+		upper -= 'a' - 'A'
+	}
+	for i := 0; i+len(needle) <= len(s); i++ {
+		if c := s[i]; c != first && c != upper {
+			// Skip to the next byte that can start it.
+			j := bytes.IndexByte(s[i:len(s)-len(needle)+1], first)
+			if upper != first {
+				if k := bytes.IndexByte(s[i:len(s)-len(needle)+1], upper); k >= 0 && (j < 0 || k < j) {
+					j = k
+				}
+			}
+			if j < 0 {
+				return -1
+			}
+			i += j
+		}
+		if asciiEqualFold(s[i:i+len(needle)], needle) {
+			return i
+		}
+	}
+	return -1
+}
+
+// asciiEqualFold says whether s (ASCII) is the lower-case needle, regardless
+// of case.
+func asciiEqualFold(s, needle []byte) bool {
+	for i, c := range s {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != needle[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// window reads lines of a lineFile through a buffer of a large part of it,
+// so that reading lines in file order costs a read per MiB, not per line.
+type window struct {
+	lf  *lineFile
+	buf []byte
+	at  int64 // where buf starts in the file
+}
+
+func (w *window) line(off int64, n int32) ([]byte, error) {
+	if off >= w.at && off+int64(n) <= w.at+int64(len(w.buf)) {
+		return w.buf[off-w.at : off-w.at+int64(n)], nil
+	}
+	size := max(chunkSize, int(n))
+	if cap(w.buf) < size {
+		w.buf = make([]byte, size)
+	}
+	w.buf = w.buf[:size]
+	got, err := w.lf.readAt(w.buf, off)
+	if got < int(n) {
+		if err == nil || errors.Is(err, io.EOF) {
+			err = w.lf.changed()
+		}
+		return nil, err
+	}
+	w.buf, w.at = w.buf[:got], off
+	return w.buf[:n], nil
 }
 
 // unquoted is a JSON value's text: a string's, unescaped, else the JSON.

@@ -807,6 +807,17 @@ func (l *lineFile) read(off int64, n int32) ([]byte, error) {
 	return b, nil
 }
 
+// readAt reads into b from off, as much as the file has.
+func (l *lineFile) readAt(b []byte, off int64) (int, error) {
+	l.mu.Lock()
+	f := l.f
+	l.mu.Unlock()
+	if f == nil {
+		return 0, fmt.Errorf("%s: closed", l.name)
+	}
+	return f.ReadAt(b, off)
+}
+
 // changed is the error of a results file rewritten in place while read.
 func (l *lineFile) changed() error {
 	return fmt.Errorf("%s changed since proctor view read it: start proctor view again to see it as it is now", l.name)

@@ -222,3 +222,82 @@ func TestIDIndexWhenHashesCollide(t *testing.T) {
 		t.Error("found d-9, which no row has")
 	}
 }
+
+// TestSearchAsDecoded: text search, which passes over lines that cannot
+// hold the text undecoded, finds what decoding every record finds, among
+// records whose JSON escapes characters in every way JSON allows.
+func TestSearchAsDecoded(t *testing.T) {
+	lines := []string{
+		`{"id":"e-1","model":"m","dataset":"d","output":"caf\u00e9 au lait","expected":"x"}`,
+		`{"id":"e-2","model":"m","dataset":"d","output":"\u0041nswer: \u004B","expected":"y"}`,
+		`{"id":"e-3","model":"m","dataset":"d","output":"line one\nline two \"quoted\" a\/b","expected":"z"}`,
+		`{"id":"e-4","model":"m","dataset":"d","output":"CAFÉ","expected":"Kelvin: \u212a"}`,
+		`{"id":"e-5","model":"m","dataset":"d","output":"plain","input":{"messages":[{"role":"user","content":"Say \"hi\" to ÅSA"}]},"expected":{"answer":"forty-two"}}`,
+		`{"id":"e-6","model":"m","dataset":"d","output":"tab\there","input":"system: be brief","expected":["a","b"]}`,
+		`{"id":"e-7","model":"m","dataset":"d","output":"nothing","expected":"answer"}`,
+		`{"id":"e-8","model":"answer","dataset":"d","output":"no","expected":"no"}`,
+	}
+	r, err := LoadLines("1", "test", t.TempDir(), nil, func(fn func([]byte) error) error {
+		for _, l := range lines {
+			if err := fn([]byte(l)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// decoded is the search done by decoding every record.
+	decoded := func(text string) []string {
+		needle := bytes.ToLower([]byte(text))
+		var out []string
+		for _, l := range lines {
+			var rec struct {
+				ID, Output      string
+				Input, Expected json.RawMessage
+			}
+			if err := json.Unmarshal([]byte(l), &rec); err != nil {
+				t.Fatal(err)
+			}
+			if containsFold([]byte(rec.ID), needle) || containsFold([]byte(rec.Output), needle) ||
+				containsFold(unquoted(rec.Input), needle) || containsFold(unquoted(rec.Expected), needle) {
+				out = append(out, rec.ID)
+			}
+		}
+		return out
+	}
+	for _, text := range []string{"café", "CAFÉ", "answer", "ANSWER: k", "k", "line one\nline", `"quoted"`, "a/b",
+		"say \"hi\"", "åsa", "forty", "TAB\tHERE", "brief", `"a","b"`, "e-", "nothing", "zzz", "\\"} {
+		all := make([]int32, len(r.rows))
+		for i := range all {
+			all[i] = int32(i)
+		}
+		got, err := r.search(all, text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, i := range got {
+			ids = append(ids, string(r.id(int(i))))
+		}
+		if diff := cmp.Diff(decoded(text), ids, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+			t.Errorf("%q (-decoding every record +search):\n%s", text, diff)
+		}
+	}
+}
+
+func TestIndexFoldASCII(t *testing.T) {
+	for _, c := range []struct {
+		s, needle string
+		want      int
+	}{
+		{"Hello World", "world", 6}, {"hello", "hello", 0}, {"HELLO", "hello", 0}, {"hell", "hello", -1},
+		{"xxAbAbC", "abc", 4}, {"a-b", "-b", 1}, {"", "a", -1}, {"abc", "c", 2}, {"aB", "b", 1},
+	} {
+		if got := indexFoldASCII([]byte(c.s), []byte(c.needle)); got != c.want {
+			t.Errorf("indexFoldASCII(%q, %q) = %d, want %d", c.s, c.needle, got, c.want)
+		}
+	}
+}
