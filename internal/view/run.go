@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/valyala/fastjson"
 
@@ -45,6 +46,10 @@ type Run struct {
 	Errors map[string]int64 `json:"errors"`
 	// Samples is how many records it has.
 	Samples int `json:"samples"`
+	// StartedAt and EndedAt are when its first sample started and its last
+	// ended, if its records say.
+	StartedAt *time.Time `json:"startedAt,omitempty"`
+	EndedAt   *time.Time `json:"endedAt,omitempty"`
 
 	selectCache
 
@@ -237,7 +242,9 @@ type chunk struct {
 	ids    []byte  // the records' ids, one after another
 	scores []score // the records' scores, one after another
 	lines  int     // how many lines, empty ones too
-	err    error
+	// first and last are the earliest startedAt and the latest endedAt.
+	first, last []byte
+	err         error
 	errAt  int // the line of err, from 1
 	done   chan struct{}
 }
@@ -365,6 +372,14 @@ func (d *decoder) decode(line []byte, c *chunk) error {
 			if v.Type() == fastjson.TypeNumber {
 				rec.JudgeCost, rec.Judged = v.GetFloat64(), true
 			}
+		case "startedAt":
+			if b := v.GetStringBytes(); len(b) > 0 && (len(c.first) == 0 || earlier(b, c.first)) {
+				c.first = append(c.first[:0], b...)
+			}
+		case "endedAt":
+			if b := v.GetStringBytes(); len(b) > 0 && (len(c.last) == 0 || earlier(c.last, b)) {
+				c.last = append(c.last[:0], b...)
+			}
 		case "scores":
 			if so, err := v.Object(); err == nil {
 				so.Visit(func(k []byte, sv *fastjson.Value) {
@@ -375,6 +390,21 @@ func (d *decoder) decode(line []byte, c *chunk) error {
 	})
 	rec.idEnd, rec.scoreEnd = len(c.ids), len(c.scores)
 	return nil
+}
+
+// earlier says whether time a (RFC 3339) is before b. Times of one writer
+// in UTC and of one length compare as text; others are parsed (one that
+// cannot be is never earlier).
+func earlier(a, b []byte) bool {
+	if len(a) == len(b) && a[len(a)-1] == 'Z' && b[len(b)-1] == 'Z' {
+		return bytes.Compare(a, b) < 0
+	}
+	ta, err := time.Parse(time.RFC3339Nano, string(a))
+	if err != nil {
+		return false
+	}
+	tb, err := time.Parse(time.RFC3339Nano, string(b))
+	return err != nil || ta.Before(tb)
 }
 
 // load reads a run: produce sends its lines in chunks (in lf, at base),
@@ -545,6 +575,12 @@ func (ix *indexer) intern(which int, m map[string]int, list *[]string, v string,
 func (ix *indexer) add(c *chunk) error {
 	r := ix.r
 	ix.lines += c.lines
+	if t, err := time.Parse(time.RFC3339Nano, string(c.first)); err == nil && (r.StartedAt == nil || t.Before(*r.StartedAt)) {
+		r.StartedAt = &t
+	}
+	if t, err := time.Parse(time.RFC3339Nano, string(c.last)); err == nil && (r.EndedAt == nil || t.After(*r.EndedAt)) {
+		r.EndedAt = &t
+	}
 	if len(r.ids)+len(c.ids) > maxIDsBytes {
 		return fmt.Errorf("the samples' ids add up to more than %d GiB", maxIDsBytes>>30)
 	}

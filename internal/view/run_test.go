@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -299,5 +300,39 @@ func TestIndexFoldASCII(t *testing.T) {
 		if got := indexFoldASCII([]byte(c.s), []byte(c.needle)); got != c.want {
 			t.Errorf("indexFoldASCII(%q, %q) = %d, want %d", c.s, c.needle, got, c.want)
 		}
+	}
+}
+
+// TestRunTimes: a run started when its first sample started and ended when
+// its last ended, whatever form its records' times take.
+func TestRunTimes(t *testing.T) {
+	lines := []string{
+		`{"id":"1","model":"m","dataset":"d","startedAt":"2026-11-28T10:00:00.5Z","endedAt":"2026-11-28T10:00:01.25Z"}`,
+		`{"id":"2","model":"m","dataset":"d","startedAt":"2026-11-28T10:00:00.45Z","endedAt":"2026-11-28T10:00:01.3Z"}`,
+		`{"id":"3","model":"m","dataset":"d","startedAt":"2026-11-28T11:59:59+02:00","endedAt":"2026-11-28T12:00:02+02:00"}`,
+		`{"id":"4","model":"m","dataset":"d","startedAt":"not a time","endedAt":""}`,
+		`{"id":"5","model":"m","dataset":"d"}`,
+	}
+	r, err := LoadLines("1", "test", t.TempDir(), nil, func(fn func([]byte) error) error {
+		for _, l := range lines {
+			if err := fn([]byte(l)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	want := func(s string) string { tm, _ := time.Parse(time.RFC3339Nano, s); return tm.UTC().Format(time.RFC3339Nano) }
+	if r.StartedAt == nil || r.EndedAt == nil {
+		t.Fatalf("started %v, ended %v", r.StartedAt, r.EndedAt)
+	}
+	if got := r.StartedAt.UTC().Format(time.RFC3339Nano); got != want("2026-11-28T09:59:59Z") {
+		t.Errorf("started at %s", got)
+	}
+	if got := r.EndedAt.UTC().Format(time.RFC3339Nano); got != want("2026-11-28T10:00:02Z") {
+		t.Errorf("ended at %s", got)
 	}
 }

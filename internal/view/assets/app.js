@@ -27,7 +27,7 @@ function h(tag, attrs, ...kids) {
   }
   return el;
 }
-const SVG_TAGS = new Set(['rect', 'line', 'text', 'g', 'title']);
+const SVG_TAGS = new Set(['rect', 'line', 'text', 'g', 'title', 'path', 'polyline']);
 
 async function api(path) {
   const resp = await fetch(path);
@@ -78,7 +78,7 @@ async function render() {
     if (!RUNS.length) RUNS = await api('/api/runs');
     if (page === 'samples') await samplesPage(params, view);
     else if (page === 'compare') await comparePage(params, view);
-    else runsPage(view);
+    else runsPage(params, view);
   } catch (e) {
     view.replaceChildren(problem(e));
   }
@@ -132,13 +132,14 @@ function barChart(title, items, format) {
   return h('figure', {}, svg, h('figcaption', {}, title));
 }
 
-function runsPage(main) {
+function runsPage(params, main) {
   main.append(h('h1', {}, 'Runs'));
   const base = h('select', { id: 'compare-base', 'aria-label': 'Baseline run' }, RUNS.map((r) => h('option', { value: r.id }, `${r.id}: ${r.source}`)));
   const cand = h('select', { id: 'compare-cand', 'aria-label': 'Candidate run' }, RUNS.map((r) => h('option', { value: r.id }, `${r.id}: ${r.source}`)));
   if (RUNS.length > 1) cand.value = RUNS[1].id;
   main.append(h('form', { class: 'toolbar', onsubmit: (e) => { e.preventDefault(); go('compare', { base: base.value, cand: cand.value }); } },
     h('label', {}, 'Compare ', base), h('label', {}, ' with ', cand), h('button', { type: 'submit' }, 'Compare')));
+  if (RUNS.length > 1) main.append(trends(params.get('trend') || ''));
 
   const costs = [], errors = [];
   for (const run of RUNS) {
@@ -183,6 +184,110 @@ function runsPage(main) {
   if (costs.length) charts.append(barChart('Cost per model and dataset (dollars)', costs, money));
   if (errors.length) charts.append(barChart('Errored samples by kind', errors, int));
   if (charts.children.length) main.append(h('h2', {}, 'Charts'), charts);
+}
+
+// ---- trends ----
+
+// MEASURES are what a trend can follow across runs, besides each metric:
+// [key, label, value(summary) or null, whether more is better].
+const MEASURES = [
+  ['cost', 'Cost ($)', (s) => (s.cost && s.cost.model !== undefined && s.cost.model !== null ? s.cost.model + (s.cost.judge || 0) : null)],
+  ['errored', 'Errored share', (s) => (s.total ? s.errored / s.total : null)],
+  ['p50', 'Latency p50 (ms)', (s) => (s.latencyMillis ? s.latencyMillis.p50 : null)],
+  ['p95', 'Latency p95 (ms)', (s) => (s.latencyMillis ? s.latencyMillis.p95 : null)],
+];
+
+// trendRuns are the runs in time order: by when they started if every one
+// says, else in the order given.
+function trendRuns() {
+  const runs = RUNS.slice();
+  if (runs.every((r) => r.startedAt)) runs.sort((a, b) => Date.parse(a.startedAt) - Date.parse(b.startedAt));
+  return runs;
+}
+
+// trends shows a measure of each model on each dataset across the runs: a
+// chart (each series with its own marker and dash, not colour alone) and
+// the same numbers as a table.
+function trends(key) {
+  const metrics = [...new Set(RUNS.flatMap((r) => r.metrics))];
+  key = key || (metrics[0] ? 'metric:' + metrics[0] : 'cost');
+  const options = [...metrics.map((m) => ['metric:' + m, m + ' (mean, 95% interval)']), ...MEASURES.map(([k, l]) => [k, l])];
+  const pick = h('select', { name: 'trend', 'aria-label': 'Measure' }, options.map(([v, t]) => h('option', { value: v, selected: v === key }, t)));
+  pick.addEventListener('change', () => go('runs', { trend: pick.value }));
+  const measure = MEASURES.find(([k]) => k === key);
+  const metric = key.startsWith('metric:') ? key.slice(7) : null;
+  const value = (s) => (metric ? (s.metrics && s.metrics[metric] !== undefined ? s.metrics[metric] : null) : measure ? measure[2](s) : null);
+  const interval = (s) => (metric && s.intervals ? s.intervals[metric] || null : null);
+  const runs = trendRuns();
+  const series = new Map();
+  runs.forEach((run, x) => {
+    for (const s of run.summary.results || []) {
+      const name = `${s.model} / ${s.dataset}`;
+      if (!series.has(name)) series.set(name, []);
+      const v = value(s);
+      if (v !== null && !Number.isNaN(v)) series.get(name).push({ x, v, iv: interval(s), run });
+    }
+  });
+  const label = options.find(([v]) => v === key);
+  const title = `${label ? label[1] : key} across ${runs.length} runs` + (runs.every((r) => r.startedAt) ? ', in the order they started' : ', in the order given');
+  const fmt = key === 'cost' ? money : key === 'errored' ? (v) => (100 * v).toFixed(1) + '%' : key.startsWith('p') ? (v) => int(Math.round(v)) + ' ms' : (v) => num(v, 3);
+  const table = h('table', { class: 'plain' },
+    h('thead', {}, h('tr', {}, h('th', {}, 'Model / dataset'), runs.map((r) => h('th', { class: 'num' }, `Run ${r.id}`)))),
+    h('tbody', {}, [...series].map(([name, pts]) => h('tr', {}, h('th', {}, name), runs.map((r) => {
+      const p = pts.find((q) => q.run === r);
+      return h('td', { class: 'num' }, p ? fmt(p.v) + (p.iv ? ` [${num(p.iv.lo, 3)}, ${num(p.iv.hi, 3)}]` : '') : '–');
+    })))));
+  return h('section', { 'aria-labelledby': 'trends' }, h('h2', { id: 'trends' }, 'Trends'),
+    h('div', { class: 'toolbar' }, h('label', {}, 'Measure ', pick)),
+    trendChart(title, runs, series, fmt), h('details', {}, h('summary', {}, 'These values as a table'), table));
+}
+
+const MARKERS = [
+  (x, y) => `M${x - 4},${y}a4,4 0 1,0 8,0a4,4 0 1,0 -8,0`, // circle
+  (x, y) => `M${x - 4},${y - 4}h8v8h-8z`, // square
+  (x, y) => `M${x},${y - 5}l5,9h-10z`, // triangle
+  (x, y) => `M${x},${y - 5}l5,5l-5,5l-5,-5z`, // diamond
+  (x, y) => `M${x - 4},${y - 4}l8,8m0,-8l-8,8`, // cross
+];
+const DASHES = ['', '6 3', '2 3', '8 3 2 3', '1 2'];
+const COLOURS = ['#2458b3', '#b3261e', '#1b7a3d', '#8a5a00', '#6b3fa0', '#00707a'];
+
+function trendChart(title, runs, series, fmt) {
+  const w = 640, ht = 220, left = 80, bottom = 46, top = 10, right = 60;
+  const all = [...series.values()].flat();
+  let lo = Math.min(...all.map((p) => (p.iv ? p.iv.lo : p.v))), hi = Math.max(...all.map((p) => (p.iv ? p.iv.hi : p.v)));
+  if (!all.length) { lo = 0; hi = 1; }
+  if (lo === hi) { lo -= 0.5; hi += 0.5; }
+  const pad = (hi - lo) * 0.08;
+  lo -= pad; hi += pad;
+  const X = (x) => left + (runs.length === 1 ? 0 : (x * (w - left - right)) / (runs.length - 1));
+  const Y = (v) => top + (ht - top - bottom) * (1 - (v - lo) / (hi - lo));
+  const svg = h('svg', { width: w, height: ht, role: 'img', 'aria-label': title + '. The same values are in the table below.' });
+  for (let i = 0; i <= 4; i++) {
+    const v = lo + ((hi - lo) * i) / 4;
+    svg.append(h('line', { class: 'gridline', x1: left, x2: w - right, y1: Y(v), y2: Y(v) }), h('text', { x: 2, y: Y(v) + 4 }, fmt(v)));
+  }
+  runs.forEach((r, x) => {
+    svg.append(h('text', { x: X(x), y: ht - bottom + 16, 'text-anchor': 'middle' }, `Run ${r.id}`));
+    if (r.startedAt) svg.append(h('text', { class: 'muted', x: X(x), y: ht - bottom + 30, 'text-anchor': 'middle' }, r.startedAt.slice(0, 16).replace('T', ' ')));
+  });
+  const legend = h('ul', { class: 'legend' });
+  [...series].forEach(([name, pts], i) => {
+    const colour = COLOURS[i % COLOURS.length], dash = DASHES[i % DASHES.length];
+    const marker = MARKERS[i % MARKERS.length];
+    const g = h('g', { style: `color:${colour}` });
+    if (pts.length > 1) g.append(h('polyline', { class: 'trend', points: pts.map((p) => `${X(p.x)},${Y(p.v)}`).join(' '), 'stroke-dasharray': dash || undefined }));
+    for (const p of pts) {
+      if (p.iv) g.append(h('line', { class: 'whisker', x1: X(p.x), x2: X(p.x), y1: Y(p.iv.lo), y2: Y(p.iv.hi) }));
+      g.append(h('path', { class: 'marker', d: marker(X(p.x), Y(p.v)) },
+        h('title', {}, `${name}, run ${p.run.id}: ${fmt(p.v)}` + (p.iv ? ` [${num(p.iv.lo, 3)}, ${num(p.iv.hi, 3)}]` : ''))));
+    }
+    svg.append(g);
+    const key = h('svg', { width: 34, height: 12, 'aria-hidden': 'true' },
+      h('g', { style: `color:${colour}` }, h('line', { class: 'trend', x1: 0, x2: 34, y1: 6, y2: 6, 'stroke-dasharray': dash || undefined }), h('path', { class: 'marker', d: marker(17, 6) })));
+    legend.append(h('li', {}, key, ' ', name));
+  });
+  return h('figure', {}, svg, legend, h('figcaption', {}, title));
 }
 
 // comparisonTable shows runner/compare's report.

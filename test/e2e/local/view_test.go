@@ -152,6 +152,25 @@ func TestViewInABrowser(t *testing.T) {
 		t.Errorf("the runs page shows %q:\n%s", m, runsText)
 	}
 
+	// The trend across the two runs: a series with a marker per run, and
+	// its values as a table.
+	const trend = "section[aria-labelledby=trends] "
+	do(chromedp.Click(chromedp.CSS(trend+"details summary")), chromedp.WaitVisible(chromedp.CSS(trend+"table")))
+	markers, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("`+trend+`svg[role=img] path.marker").length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tbl := text(trend + "table"); markers != 2 || !strings.Contains(tbl, "small / arithmetic") ||
+		!strings.Contains(tbl, "0.909 [0.722, 0.975]") || !strings.Contains(tbl, "0.864 [") {
+		t.Errorf("the trend: %d markers, its table:\n%s", markers, tbl)
+	}
+	// Another measure, from its URL: the errored share (2 of 22 in each).
+	do(chromedp.Navigate(url+"#/runs?trend=errored"), chromedp.WaitVisible(chromedp.CSS(trend+"svg")))
+	do(chromedp.Click(chromedp.CSS(trend+"details summary")), chromedp.WaitVisible(chromedp.CSS(trend+"table")))
+	if tbl := text(trend + "table"); strings.Count(tbl, "9.1%") != 2 {
+		t.Errorf("the errored share's trend:\n%s", tbl)
+	}
+
 	// The errored samples of the candidate, and one opened with the keyboard
 	// alone: focus the table, move to the first row, open it.
 	do(chromedp.Navigate(url+"#/samples?run=2&status=errored"), chromedp.WaitVisible(chromedp.CSS(`.grid[aria-label="Samples"] .row`)))
