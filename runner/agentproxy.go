@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -102,8 +103,9 @@ type agentSession struct {
 	calls    int64
 	in, out  int64
 	charge   spend.Totals
-	unpriced bool  // a call's model had no price
-	lost     error // why a call could not be made that was not the agent's doing
+	unpriced bool                  // a call's model had no price
+	lost     error                 // why a call could not be made that was not the agent's doing
+	log      []results.ProxiedCall // the first calls, one by one
 	finished bool
 	// active counts the calls being served; drained is closed when the last
 	// ends after close began waiting.
@@ -195,6 +197,15 @@ func (s *agentSession) counted(u provider.Usage, charge spend.Totals, priced boo
 	s.charge = s.charge.Add(charge)
 }
 
+// logged keeps a call's account, among the first results.MaxProxiedCalls.
+func (s *agentSession) logged(c results.ProxiedCall) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.log) < results.MaxProxiedCalls {
+		s.log = append(s.log, c)
+	}
+}
+
 // lose records that a call failed for a reason that is not the agent's (its
 // endpoint's quota did not recover, the run is stopping): the sample's
 // outcome then says nothing about the agent, and it leaves no record.
@@ -206,10 +217,10 @@ func (s *agentSession) lose(err error) {
 	}
 }
 
-func (s *agentSession) result() (calls, in, out int64, charge spend.Totals, unpriced bool, lost error) {
+func (s *agentSession) result() (calls, in, out int64, charge spend.Totals, unpriced bool, lost error, log []results.ProxiedCall) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.calls, s.in, s.out, s.charge, s.unpriced, s.lost
+	return s.calls, s.in, s.out, s.charge, s.unpriced, s.lost, slices.Clone(s.log)
 }
 
 // settleAgent closes an agent's session once its run (res) ended and counts
@@ -221,7 +232,7 @@ func (s *agentSession) result() (calls, in, out int64, charge spend.Totals, unpr
 // (and the model ends with the quota, as its calls would).
 func settleAgent(sess *agentSession, res *callResult, rec *results.Record) (unpriced bool, lost error) {
 	sess.close()
-	calls, in, out, charge, unpriced, lost := sess.result()
+	calls, in, out, charge, unpriced, lost, log := sess.result()
 	if lost != nil && res.err != nil && !res.cached {
 		return unpriced, lost
 	}
@@ -230,7 +241,7 @@ func settleAgent(sess *agentSession, res *callResult, rec *results.Record) (unpr
 		res.resp.ReportedCost = nil
 	}
 	res.charge = res.charge.Add(charge)
-	rec.AgentCalls = calls
+	rec.AgentCalls, rec.ProxiedCalls = calls, log
 	return unpriced, nil
 }
 
@@ -271,8 +282,10 @@ type forwardCall struct {
 	w     http.ResponseWriter
 	// sent says the request went to the endpoint at least once.
 	sent bool
-	// wrote says the answer has begun (a 2xx, streamed as it comes).
-	wrote bool
+	// wrote says the answer has begun (a 2xx, streamed as it comes), with
+	// status.
+	wrote  bool
+	status int
 	// failed is the last error answer, relayed when the call gives up.
 	failed *relayedAnswer
 }
@@ -323,14 +336,31 @@ func (e *Engine) proxyHandler(a *agentProxies, p *agentProxy) http.Handler {
 		fc := &forwardCall{r: r, body: body, w: w, model: requestedModel(body)}
 		ctx := context.WithValue(r.Context(), forwardKey{}, fc)
 		priced := p.run.priceOf(ctx) != nil
+		start := e.clock.Now()
 		res := e.call(ctx, p.run, &provider.Request{})
+		// The call's account, for the sample's record: status and error
+		// are set below, as the agent is answered.
+		logged := results.ProxiedCall{Endpoint: p.ep.Endpoint, Model: fc.model, Path: r.URL.Path, Attempts: res.attempts,
+			StartedAt: start.UTC().Truncate(time.Millisecond), LatencyMillis: e.clock.Since(start).Milliseconds()}
+		if priced {
+			c := res.charge.Cost.Dollars()
+			logged.Cost = &c
+		}
+		defer func() {
+			if logged.Error != "" {
+				logged.Error = results.CutUTF8(e.redact(logged.Error), results.MaxProxiedCallError)
+			}
+			s.logged(logged)
+		}()
 		switch {
 		case res.err == nil:
 			s.counted(res.resp.Usage, res.charge, priced)
+			logged.Status, logged.InputTokens, logged.OutputTokens = fc.status, res.resp.Usage.InputTokens, res.resp.Usage.OutputTokens
 			return
 		case fc.wrote:
 			// The answer broke off mid-stream: the agent sees it end.
 			s.counted(provider.Usage{}, res.charge, priced)
+			logged.Status, logged.Error = fc.status, res.err.Error()
 			return
 		case r.Context().Err() != nil:
 			if !fc.sent {
@@ -338,17 +368,22 @@ func (e *Engine) proxyHandler(a *agentProxies, p *agentProxy) http.Handler {
 				// pace or share: not the agent's doing.
 				s.lose(errGaveUpWaiting)
 			}
+			logged.Error = "the agent went away before its answer"
 			return // the agent went away
 		case errors.Is(res.err, errStopping) || isThrottledOut(res.err) || provider.IsUnavailable(res.err) || IsBudgetExceeded(res.err):
 			s.lose(res.err)
+			logged.Status, logged.Error = http.StatusServiceUnavailable, res.err.Error()
 			proxyError(w, http.StatusServiceUnavailable, "api_error", e.redact(res.err.Error()))
 			return
 		}
 		s.counted(provider.Usage{}, res.charge, priced)
+		logged.Error = res.err.Error()
 		if f := fc.failed; f != nil {
+			logged.Status = f.status
 			relay(w, f.status, f.header, f.body)
 			return
 		}
+		logged.Status = http.StatusBadGateway
 		proxyError(w, http.StatusBadGateway, "api_error", e.redact(res.err.Error()))
 	})
 }
@@ -457,7 +492,7 @@ func (f *forwarder) Complete(ctx context.Context, _ *provider.Request) (*provide
 		resp.Body = io.NopCloser(bytes.NewReader(raw))
 		return nil, provider.ErrorFromResponse(resp, f.ep.APIKey)
 	}
-	fc.wrote = true
+	fc.wrote, fc.status = true, resp.StatusCode
 	copyHeader(fc.w.Header(), resp.Header)
 	fc.w.Header().Del("Content-Length")
 	fc.w.WriteHeader(resp.StatusCode)

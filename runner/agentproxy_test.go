@@ -18,6 +18,7 @@ import (
 
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
+	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/retry"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
@@ -109,6 +110,16 @@ func TestAgentProxyCallsWithTheRealKey(t *testing.T) {
 		if !strings.HasPrefix(rec.Output, "200 ") {
 			t.Errorf("sample %d: the agent got %q", i, rec.Output)
 		}
+		// Each call, one by one.
+		want := results.ProxiedCall{Endpoint: "shared", Model: "m", Path: "/v1/chat/completions", Status: 200, Attempts: 1, InputTokens: 10, OutputTokens: 4}
+		if diff := cmp.Diff([]results.ProxiedCall{want, want, want}, rec.ProxiedCalls, cmpopts.IgnoreFields(results.ProxiedCall{}, "StartedAt", "LatencyMillis")); diff != "" {
+			t.Errorf("sample %d: proxied calls (-want +got):\n%s", i, diff)
+		}
+		for _, c := range rec.ProxiedCalls {
+			if c.StartedAt.IsZero() || c.StartedAt.Location() != time.UTC {
+				t.Errorf("sample %d: a call started at %v", i, c.StartedAt)
+			}
+		}
 	}
 	if got := n.Load(); got != 12 {
 		t.Errorf("the endpoint got %d calls, want 12", got)
@@ -150,6 +161,10 @@ func TestAgentProxyRetriesThrottlingAndServerErrors(t *testing.T) {
 	if u := e.Usage("bot/shared"); u.Requests != 3 || u.Throttled != 1 {
 		t.Errorf("Usage(bot/shared) = %+v, want 3 requests, 1 throttled", u)
 	}
+	want := []results.ProxiedCall{{Endpoint: "shared", Path: "/v1/chat/completions", Status: 200, Attempts: 3, InputTokens: 7, OutputTokens: 1}}
+	if diff := cmp.Diff(want, rec.ProxiedCalls, cmpopts.IgnoreFields(results.ProxiedCall{}, "StartedAt", "LatencyMillis")); diff != "" {
+		t.Errorf("proxied calls (-want +got):\n%s", diff)
+	}
 }
 
 // TestAgentProxyRelaysFinalErrors: an error that is not retried (a 400)
@@ -161,11 +176,50 @@ func TestAgentProxyRelaysFinalErrors(t *testing.T) {
 		fmt.Fprint(w, `{"error":{"message":"bad model"}}`)
 	}))
 	defer upstream.Close()
-	plan := agentPlan(t, callingAgent(t, agentCall{path: "/chat/completions", body: "{}"}), upstream.URL+"/v1", false, 1)
+	plan := agentPlan(t, callingAgent(t, agentCall{path: "/chat/completions", body: `{"model":"nope"}`}), upstream.URL+"/v1", false, 1)
 	sink := newMemSink()
 	run(t, plan, sink, Options{})
-	if rec := sink.get("bot", "d", 0); rec.Output != `400 {"error":{"message":"bad model"}}` || rec.AgentCalls != 1 {
+	rec := sink.get("bot", "d", 0)
+	if rec.Output != `400 {"error":{"message":"bad model"}}` || rec.AgentCalls != 1 {
 		t.Errorf("record: output %q, agentCalls %d; want the 400 relayed, 1 call", rec.Output, rec.AgentCalls)
+	}
+	if len(rec.ProxiedCalls) != 1 || rec.ProxiedCalls[0].Status != 400 || rec.ProxiedCalls[0].Model != "nope" ||
+		!strings.Contains(rec.ProxiedCalls[0].Error, "bad model") {
+		t.Errorf("proxied calls: %+v, want the 400 with its error", rec.ProxiedCalls)
+	}
+}
+
+// TestAgentProxyListsTheFirstCalls: a record lists its first calls one by
+// one, and counts them all; an error that quotes the key is redacted.
+func TestAgentProxyListsTheFirstCalls(t *testing.T) {
+	var n atomic.Int64
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintf(w, `{"error":{"message":"key %s is not allowed"}}`, realKey)
+			return
+		}
+		fmt.Fprint(w, `{"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+	}))
+	defer upstream.Close()
+	calls := make([]agentCall, results.MaxProxiedCalls+5)
+	for i := range calls {
+		calls[i] = agentCall{path: "/chat/completions", body: fmt.Sprintf(`{"model":"m%d"}`, i)}
+	}
+	plan := agentPlan(t, callingAgent(t, calls...), upstream.URL+"/v1", false, 1)
+	sink := newMemSink()
+	run(t, plan, sink, Options{})
+	rec := sink.get("bot", "d", 0)
+	if rec.AgentCalls != int64(len(calls)) || len(rec.ProxiedCalls) != results.MaxProxiedCalls {
+		t.Fatalf("agentCalls %d, %d listed; want %d and %d", rec.AgentCalls, len(rec.ProxiedCalls), len(calls), results.MaxProxiedCalls)
+	}
+	for i, c := range rec.ProxiedCalls {
+		if c.Model != fmt.Sprintf("m%d", i) {
+			t.Errorf("call %d asked for %q: not in order", i, c.Model)
+		}
+	}
+	if first := rec.ProxiedCalls[0]; first.Status != http.StatusUnauthorized || first.Error == "" || strings.Contains(first.Error, realKey) {
+		t.Errorf("the first call: status %d, error %q; want the 401, its key redacted", first.Status, first.Error)
 	}
 }
 

@@ -66,6 +66,9 @@ type Record struct {
 	// proxies (agent.endpoints) for this sample; their tokens are in
 	// InputTokens and OutputTokens.
 	AgentCalls int64 `json:"agentCalls,omitempty"`
+	// ProxiedCalls are those calls, one by one, in the order they were
+	// made: the first MaxProxiedCalls of them.
+	ProxiedCalls []ProxiedCall `json:"proxiedCalls,omitempty"`
 	// OutputTruncated says Output is not the whole answer: a cluster stores at
 	// most 256 KiB of one, and none once the run's records reach their storage
 	// budget (docs/tasks/cluster.md). OutputBytes is then the whole answer's size.
@@ -106,6 +109,37 @@ type Record struct {
 	// run can reuse the answer.
 	CacheKey string `json:"-"`
 }
+
+// ProxiedCall is a call an agent made through its endpoint's proxy.
+type ProxiedCall struct {
+	// Endpoint is the ModelEndpoint's name; Model the model id the request
+	// asked for, if it named one; Path the request's path.
+	Endpoint string `json:"endpoint"`
+	Model    string `json:"model,omitempty"`
+	Path     string `json:"path"`
+	// Status is the HTTP status the agent was answered with: the endpoint's,
+	// or the proxy's own when the endpoint could not answer; 0 when the
+	// agent went away first. Error says what went wrong, redacted.
+	Status int    `json:"status"`
+	Error  string `json:"error,omitempty"`
+	// Attempts counts the requests the proxy sent for it (it retries as
+	// the engine retries its own calls).
+	Attempts      int       `json:"attempts"`
+	StartedAt     time.Time `json:"startedAt"`
+	LatencyMillis int64     `json:"latencyMillis"`
+	InputTokens   int64     `json:"inputTokens,omitempty"`
+	OutputTokens  int64     `json:"outputTokens,omitempty"`
+	// Cost is what it cost, in US dollars; absent when nothing prices its
+	// model.
+	Cost *float64 `json:"cost,omitempty"`
+}
+
+// MaxProxiedCalls bounds a record's ProxiedCalls; AgentCalls counts them
+// all. MaxProxiedCallError bounds each one's Error.
+const (
+	MaxProxiedCalls     = 100
+	MaxProxiedCallError = 512
+)
 
 // Answered says the record holds the model's answer: its call succeeded,
 // whatever became of its scoring.

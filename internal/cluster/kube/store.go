@@ -277,9 +277,10 @@ func (s *Store) Put(_, _ string, index int, rec *results.Record) error {
 	// A record awaiting its judge keeps its answer, which the judge is to see.
 	// The storage budget bounds what etcd holds: records in the results
 	// store are not cut.
-	if !s.inStore && s.budget > 0 && s.progress.Stored+int64(len(line)) > s.budget && (rec.Output != "" || len(rec.Input) > 0) && len(rec.JudgePending) == 0 {
+	if !s.inStore && s.budget > 0 && s.progress.Stored+int64(len(line)) > s.budget && (rec.Output != "" || len(rec.Input) > 0 || len(rec.ProxiedCalls) > 0) && len(rec.JudgePending) == 0 {
 		rec.Output, rec.OutputTruncated, rec.OutputBytes = "", true, whole
 		rec.Input, rec.InputTruncated = nil, rec.InputTruncated || len(rec.Input) > 0
+		rec.ProxiedCalls = nil // AgentCalls still counts them
 		dropped = true
 		if line, err = recordLine(index, rec); err != nil {
 			return err

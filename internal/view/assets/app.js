@@ -40,7 +40,13 @@ function num(v, digits = 4) {
   if (v === undefined || v === null || Number.isNaN(v)) return '–';
   return Number(v).toFixed(digits);
 }
-function money(v) { return v === undefined || v === null ? 'unknown' : '$' + Number(v).toFixed(4); }
+// money shows dollars to the cent's hundredth, and a smaller amount (an
+// agent's call) to two significant digits.
+function money(v) {
+  if (v === undefined || v === null) return 'unknown';
+  const n = Number(v);
+  return '$' + (n !== 0 && Math.abs(n) < 0.001 ? n.toPrecision(2) : n.toFixed(4));
+}
 function int(v) { return v === undefined || v === null ? '–' : Number(v).toLocaleString('en-US'); }
 
 // route is the hash's page and parameters.
@@ -549,10 +555,32 @@ async function showSample(el, run, model, dataset, id) {
       rec.toolCalls ? field('Tool calls', text(rec.toolCalls)) : null,
       ...Object.entries(rec.reasons || {}).map(([k, v]) => field(`Judge ${k}: reasoning`, v)),
       h('table', { class: 'plain' }, h('tbody', {}, facts.map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v))))),
+      proxiedCalls(rec),
     ].flat().filter(Boolean));
   } catch (e) {
     el.replaceChildren(problem(e));
   }
+}
+
+// proxiedCalls lists the calls an agent made through its endpoints' proxy,
+// each with when it started (from the sample's start), its answer and cost.
+function proxiedCalls(rec) {
+  const calls = rec.proxiedCalls || [];
+  if (!calls.length) return null;
+  const t0 = Date.parse(rec.startedAt || calls[0].startedAt);
+  const rows = calls.map((c, i) => h('tr', {},
+    h('td', { class: 'num' }, i + 1), h('td', { class: 'num' }, `+${((Date.parse(c.startedAt) - t0) / 1000).toFixed(2)} s`),
+    h('td', {}, c.endpoint), h('td', {}, c.model || '–'), h('td', {}, c.path),
+    h('td', { class: c.status >= 200 && c.status < 300 ? '' : 'error' }, c.status ? String(c.status) : 'none (the agent went away)'),
+    h('td', { class: 'num' }, int(c.attempts)), h('td', { class: 'num' }, `${int(c.latencyMillis)} ms`),
+    h('td', { class: 'num' }, `${int(c.inputTokens || 0)} / ${int(c.outputTokens || 0)}`),
+    h('td', { class: 'num' }, c.cost === undefined ? 'unknown' : money(c.cost)),
+    h('td', { class: 'error' }, c.error || '')));
+  const more = rec.agentCalls > calls.length ? h('p', { class: 'muted' }, `The first ${int(calls.length)} of ${int(rec.agentCalls)} calls.`) : null;
+  return [h('h3', {}, 'Agent calls'), more,
+    h('div', { class: 'wide' }, h('table', { class: 'plain', 'aria-label': 'Agent calls' },
+      h('thead', {}, h('tr', {}, ['#', 'Started', 'Endpoint', 'Model', 'Path', 'Status', 'Tries', 'Latency', 'Tokens in / out', 'Cost', 'Error'].map((t) => h('th', {}, t)))),
+      h('tbody', {}, rows)))];
 }
 
 // ---- compare ----

@@ -43,6 +43,7 @@ type partRow struct {
 	JudgeInputTokens  int64              `parquet:"judge_input_tokens"`
 	JudgeOutputTokens int64              `parquet:"judge_output_tokens"`
 	AgentCalls        int64              `parquet:"agent_calls"`
+	ProxiedCalls      string             `parquet:"proxied_calls"` // their JSON array; "" for none
 	OutputTruncated   bool               `parquet:"output_truncated"`
 	OutputBytes       int64              `parquet:"output_bytes"`
 	Cost              *float64           `parquet:"cost,optional"`
@@ -87,6 +88,13 @@ func rowOf(l results.Line) (partRow, error) {
 		}
 		row.ToolCalls = string(b)
 	}
+	if len(r.ProxiedCalls) > 0 {
+		b, err := json.Marshal(r.ProxiedCalls)
+		if err != nil {
+			return partRow{}, fmt.Errorf("the proxied calls of sample %d: %w", l.Index, err)
+		}
+		row.ProxiedCalls = string(b)
+	}
 	return row, nil
 }
 
@@ -115,6 +123,11 @@ func lineOf(row *partRow) (results.Line, error) {
 			return results.Line{}, fmt.Errorf("the tool calls of sample %d: %w", row.Index, err)
 		}
 		r.ToolCalls = calls
+	}
+	if row.ProxiedCalls != "" {
+		if err := json.Unmarshal([]byte(row.ProxiedCalls), &r.ProxiedCalls); err != nil {
+			return results.Line{}, fmt.Errorf("the proxied calls of sample %d: %w", row.Index, err)
+		}
 	}
 	b, err := json.Marshal(&r)
 	if err != nil {

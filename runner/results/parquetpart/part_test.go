@@ -138,6 +138,11 @@ func TestPartKeepsEveryField(t *testing.T) {
 				e.Set(reflect.ValueOf(provider.ToolCall{ID: "1", Name: "f", Arguments: json.RawMessage(`{}`)}))
 			case reflect.TypeFor[provider.Message]():
 				e.Set(reflect.ValueOf(provider.Message{Role: "user", Content: "What is 2+2?"}))
+			case reflect.TypeFor[results.ProxiedCall]():
+				c := 0.25
+				e.Set(reflect.ValueOf(results.ProxiedCall{Endpoint: "shared", Model: "m", Path: "/v1/chat/completions", Status: 429,
+					Error: "429", Attempts: 2, StartedAt: time.Date(2026, 11, 28, 1, 2, 3, 0, time.UTC), LatencyMillis: 12,
+					InputTokens: 3, OutputTokens: 4, Cost: &c}))
 			default:
 				t.Fatalf("results.Record.%s is a slice of %s: give it a value here", ft.Name, e.Type())
 			}

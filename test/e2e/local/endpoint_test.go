@@ -112,6 +112,23 @@ func TestAgentCallsShareTheEndpointLocally(t *testing.T) {
 		if wantCost := (float64(r.InputTokens)*in + float64(r.OutputTokens)*out) / 1e6; r.Cost == nil || math.Abs(*r.Cost-wantCost) > 1e-12 {
 			t.Errorf("%s/%s: cost %v, want $%g (%d input and %d output tokens)", r.Model, r.ID, r.Cost, wantCost, r.InputTokens, r.OutputTokens)
 		}
+		if r.Model != "bot" {
+			continue
+		}
+		// The calls one by one: together, the record's tokens and cost.
+		var tokIn, tokOut int64
+		var cost float64
+		for _, c := range r.ProxiedCalls {
+			if c.Endpoint != "team-key" || c.Model != "fake-agent" || c.Path != "/v1/chat/completions" || c.Status != 200 || c.Attempts != 1 || c.Cost == nil || c.StartedAt.IsZero() {
+				t.Errorf("%s/%s: a proxied call %+v", r.Model, r.ID, c)
+				continue
+			}
+			tokIn, tokOut, cost = tokIn+c.InputTokens, tokOut+c.OutputTokens, cost+*c.Cost
+		}
+		if len(r.ProxiedCalls) != 3 || tokIn != r.InputTokens || tokOut != r.OutputTokens || r.Cost == nil || math.Abs(cost-*r.Cost) > 1e-12 {
+			t.Errorf("%s/%s: %d proxied calls of %d+%d tokens and $%g; the record: %d+%d tokens, $%v",
+				r.Model, r.ID, len(r.ProxiedCalls), tokIn, tokOut, cost, r.InputTokens, r.OutputTokens, r.Cost)
+		}
 	}
 }
 

@@ -320,15 +320,22 @@ type record struct {
 	JudgeIn       int64              `json:"judgeInputTokens"`
 	JudgeOut      int64              `json:"judgeOutputTokens"`
 	AgentCalls    int64              `json:"agentCalls"`
-	Cost          *float64           `json:"cost"`
-	JudgeCost     *float64           `json:"judgeCost"`
-	Batch         string             `json:"batch"`
-	Expected      json.RawMessage    `json:"expected"`
-	Input         []message          `json:"input"`
-	InputCut      bool               `json:"inputTruncated"`
-	Reasons       map[string]string  `json:"reasons"`
-	StartedAt     *time.Time         `json:"startedAt"`
-	EndedAt       *time.Time         `json:"endedAt"`
+	ProxiedCalls  []struct {
+		Endpoint, Model, Path, Error             string
+		Status, Attempts                         int
+		StartedAt                                time.Time
+		LatencyMillis, InputTokens, OutputTokens int64
+		Cost                                     *float64
+	} `json:"proxiedCalls"`
+	Cost      *float64          `json:"cost"`
+	JudgeCost *float64          `json:"judgeCost"`
+	Batch     string            `json:"batch"`
+	Expected  json.RawMessage   `json:"expected"`
+	Input     []message         `json:"input"`
+	InputCut  bool              `json:"inputTruncated"`
+	Reasons   map[string]string `json:"reasons"`
+	StartedAt *time.Time        `json:"startedAt"`
+	EndedAt   *time.Time        `json:"endedAt"`
 }
 
 // message is one message of a record's input.

@@ -30,10 +30,6 @@ const regressed = "q07"
 // Screenshots of each page are kept in ARTIFACTS (default
 // _artifacts/view); UPDATE_SCREENSHOTS=1 also writes the README's.
 func TestViewInABrowser(t *testing.T) {
-	browser, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("no chromium (make test-e2e-local installs it: hack/install-host-deps.sh images): %v", err)
-	}
 	var samples strings.Builder
 	for i := 1; i <= 20; i++ {
 		fmt.Fprintf(&samples, "      - {id: q%02d, input: \"What is %d+%d?\", expected: \"%d\"}\n", i, i, 100, i+100)
@@ -75,69 +71,8 @@ func TestViewInABrowser(t *testing.T) {
 		return fakellm.DefaultReply(r)
 	}})
 
-	view := vw.start("view", base, cand, "--addr", "127.0.0.1:0")
-	t.Cleanup(func() { view.signal(os.Interrupt); view.wait() })
-	var url string
-	waitFor(t, 30*time.Second, "proctor view to serve", func() bool {
-		m := regexp.MustCompile(`at (http://127\.0\.0\.1:\d+/)`).FindStringSubmatch(view.stdout.String())
-		if m != nil {
-			url = m[1]
-		}
-		return m != nil || view.exited()
-	})
-	if url == "" {
-		t.Fatalf("proctor view: %v", view.wait())
-	}
-
-	artifacts := os.Getenv("ARTIFACTS")
-	if artifacts == "" {
-		artifacts = filepath.Join("..", "..", "..", "_artifacts", "view")
-	}
-	if err := os.MkdirAll(artifacts, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
-		chromedp.WindowSize(1400, 1000), chromedp.Flag("disable-gpu", true))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	bctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
-	defer cancel()
-	// The first call starts the browser, on a context without a deadline
-	// (a deadline would stop the browser); the steps after it are bounded.
-	if err := chromedp.Do(bctx, chromedp.Navigate(url)); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
-	defer cancel()
-	do := func(steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("%s: %v", sel, err)
-		}
-		return s
-	}
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if os.Getenv("UPDATE_SCREENSHOTS") != "" && (name == "runs" || name == "compare") {
-			if err := os.WriteFile(filepath.Join("..", "..", "..", "docs", "images", "view-"+name+".png"), png, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := os.WriteFile(filepath.Join(artifacts, name+".png"), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	b := browse(t, vw, base, cand)
+	ctx, url, do, text, shot := b.ctx, b.url, b.do, b.text, b.shot
 
 	// The runs: each model's score, with its interval, and the errors.
 	do(chromedp.WaitVisible(chromedp.CSS("#run-2")))
@@ -218,5 +153,127 @@ func TestViewInABrowser(t *testing.T) {
 	}
 	if !strings.Contains(sides, "107") || !strings.Contains(sides, "108") {
 		t.Errorf("the pair side by side shows:\n%s", sides)
+	}
+}
+
+// browser is a headless Chromium on proctor view's page of the sources.
+type browser struct {
+	ctx  context.Context
+	url  string
+	do   func(steps ...chromedp.Action[chromedp.Void])
+	text func(sel string) string
+	// shot keeps a screenshot of the page as ARTIFACTS/name.png.
+	shot func(name string)
+}
+
+// browse starts proctor view of sources in w's directory, and a browser on
+// its page.
+func browse(t *testing.T, w *workspace, sources ...string) *browser {
+	t.Helper()
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("no chromium (make test-e2e-local installs it: hack/install-host-deps.sh images): %v", err)
+	}
+	view := w.start(append([]string{"view"}, append(sources, "--addr", "127.0.0.1:0")...)...)
+	t.Cleanup(func() { view.signal(os.Interrupt); view.wait() })
+	var url string
+	waitFor(t, 30*time.Second, "proctor view to serve", func() bool {
+		m := regexp.MustCompile(`at (http://127\.0\.0\.1:\d+/)`).FindStringSubmatch(view.stdout.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil || view.exited()
+	})
+	if url == "" {
+		t.Fatalf("proctor view: %v", view.wait())
+	}
+
+	artifacts := os.Getenv("ARTIFACTS")
+	if artifacts == "" {
+		artifacts = filepath.Join("..", "..", "..", "_artifacts", "view")
+	}
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.WindowSize(1400, 1000), chromedp.Flag("disable-gpu", true))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	bctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(cancel)
+	// The first call starts the browser, on a context without a deadline
+	// (a deadline would stop the browser); the steps after it are bounded.
+	if err := chromedp.Do(bctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
+	t.Cleanup(cancel)
+	b := &browser{ctx: ctx, url: url}
+	b.do = func(steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.text = func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("%s: %v", sel, err)
+		}
+		return s
+	}
+	b.shot = func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if os.Getenv("UPDATE_SCREENSHOTS") != "" && (name == "runs" || name == "compare") {
+			if err := os.WriteFile(filepath.Join("..", "..", "..", "docs", "images", "view-"+name+".png"), png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(artifacts, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// TestViewShowsAnAgentsCalls: an agent's calls through its endpoint's
+// proxy, listed one by one in its sample's detail, as a real run of the
+// fake agent made them.
+func TestViewShowsAnAgentsCalls(t *testing.T) {
+	_, w, endpoint := teamKey(t, 2, 600)
+	endpoint = strings.Replace(endpoint, "---\n", `  pricing:
+  - {model: fake-agent, pricing: {inputPerMillion: 2, outputPerMillion: 8}}
+---
+`, 1)
+	w.write("evaluation.yaml", endpoint+evaluation("agents", fmt.Sprintf(`  datasets:
+  - name: qs
+    source: {file: qs.jsonl}
+  models:
+  - name: bot
+    provider: agent
+    agent:
+      command: [%q, -calls, "3", "{{ .Prompt }}"]
+      endpoints:
+      - {endpointRef: {name: team-key}, baseURLEnv: OPENAI_BASE_URL, apiKeyEnv: OPENAI_API_KEY}
+  scoring:
+  - type: exact_match
+`, fakeAgentBin)))
+	if res := w.run(); res.Code != 0 {
+		t.Fatalf("want exit 0\n%s", res)
+	}
+	b := browse(t, w, w.out)
+	b.do(chromedp.Navigate(b.url+"#/samples?run=1"), chromedp.WaitVisible(chromedp.CSS(`.grid[aria-label="Samples"] .row`)))
+	b.do(chromedp.Click(chromedp.CSS(`.grid[aria-label="Samples"] .row`)), chromedp.WaitVisible(chromedp.CSS(`.detail table[aria-label="Agent calls"]`)))
+	calls := b.text(`.detail table[aria-label="Agent calls"]`)
+	b.shot("agent-calls")
+	// Three calls, each to team-key for fake-agent, answered 200 and priced.
+	if strings.Count(calls, "team-key") != 3 || strings.Count(calls, "fake-agent") != 3 || strings.Count(calls, "200") < 3 ||
+		!regexp.MustCompile(`(?s)(\$0\.0000[1-9]\d.*){3}`).MatchString(calls) || strings.Contains(calls, "unknown") || regexp.MustCompile(`\b(null|undefined|NaN)\b`).MatchString(calls) {
+		t.Errorf("the agent's calls:\n%s", calls)
 	}
 }
