@@ -39,7 +39,10 @@ type Pair struct {
 
 // Comparison is what the compare page shows.
 type Comparison struct {
-	Base, Cand string
+	// Base and Cand are the runs compared: the baseline's and the
+	// candidate's ids.
+	Base string `json:"base"`
+	Cand string `json:"cand"`
 	Metric     string         `json:"metric"`
 	Report     compare.Report `json:"report"`
 	Regressed  int            `json:"regressed"`
