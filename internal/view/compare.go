@@ -237,40 +237,34 @@ func (r *Run) compared(i, m int) float64 {
 	return v
 }
 
-// scoreOrZero is compared, nil for none.
+// scoreOrZero is compared, as the page shows it; nil for none.
 func scoreOrZero(r *Run, i, m int) *float64 {
 	if v := r.compared(i, m); !math.IsNaN(v) {
+		v = shortest(v)
 		return &v
 	}
 	return nil
 }
 
-func (s *Server) compare(w http.ResponseWriter, r *http.Request) {
+// comparedPairs is the comparison a compare view's request asks for, and
+// its pairs that the view's filters keep, in order.
+func (s *Server) comparedPairs(r *http.Request) (*Comparison, []pairRow, error) {
 	base, err := s.run(r, "base")
 	if err != nil {
-		s.fail(w, err)
-		return
+		return nil, nil, err
 	}
 	cand, err := s.run(r, "cand")
 	if err != nil {
-		s.fail(w, err)
-		return
+		return nil, nil, err
 	}
 	v := r.URL.Query()
-	offset, limit, err := page(v)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
 	change := v.Get("change")
 	if change != "" && change != "regressed" && change != "improved" && change != "same" {
-		s.fail(w, &badRequest{fmt.Errorf("change: %q is not regressed, improved or same", change)})
-		return
+		return nil, nil, &badRequest{fmt.Errorf("change: %q is not regressed, improved or same", change)}
 	}
 	c, err := s.comparison(base, cand, v.Get("metric"), v.Get("baselineModel"))
 	if err != nil {
-		s.fail(w, err)
-		return
+		return nil, nil, err
 	}
 	pairs := c.pairs
 	if change != "" || v.Get("model") != "" || v.Get("dataset") != "" {
@@ -279,6 +273,20 @@ func (s *Server) compare(w http.ResponseWriter, r *http.Request) {
 			w := &c.cand.rows[p.cand]
 			return !changed(p.delta, change) || (model != "" && c.cand.Models[w.model] != model) || (dataset != "" && c.cand.Datasets[w.dataset] != dataset)
 		})
+	}
+	return c, pairs, nil
+}
+
+func (s *Server) compare(w http.ResponseWriter, r *http.Request) {
+	offset, limit, err := page(r.URL.Query())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	c, pairs, err := s.comparedPairs(r)
+	if err != nil {
+		s.fail(w, err)
+		return
 	}
 	out := struct {
 		*Comparison
@@ -290,6 +298,44 @@ func (s *Server) compare(w http.ResponseWriter, r *http.Request) {
 		out.Pairs = append(out.Pairs, c.pair(pr))
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// compareExport writes the pairs a compare view shows, in its order, as
+// CSV or JSONL (a Pair a line).
+func (s *Server) compareExport(w http.ResponseWriter, r *http.Request) {
+	format, err := exportFormat(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	c, pairs, err := s.comparedPairs(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	ew := newExport(w, format, fmt.Sprintf("run-%s-vs-run-%s.%s", c.Cand, c.Base, format),
+		"model", "baselineModel", "dataset", "id", "change", "base", "cand", "delta", "baseError", "candError")
+	for _, pr := range pairs {
+		p := c.pair(pr)
+		if err := ew.write(p, p.Model, p.BaselineModel, p.Dataset, p.ID, changeOf(p.Delta), optional(p.Base), optional(p.Cand),
+			optional(p.Delta), p.BaseError, p.CandError); err != nil {
+			return
+		}
+	}
+	ew.flush()
+}
+
+// changeOf names a pair's change, as the page says it.
+func changeOf(d *float64) string {
+	switch {
+	case d == nil:
+		return ""
+	case *d < 0:
+		return "regressed"
+	case *d > 0:
+		return "improved"
+	}
+	return "same"
 }
 
 func changed(d float32, change string) bool {

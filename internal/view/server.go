@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 )
@@ -47,6 +49,8 @@ func NewServer(runs []*Run, log logr.Logger) *Server {
 	s.mux.HandleFunc("GET /api/runs/{run}/export", s.export)
 	s.mux.HandleFunc("GET /api/runs/{run}/histogram", s.histogram)
 	s.mux.HandleFunc("GET /api/compare", s.compare)
+	s.mux.HandleFunc("GET /api/compare/export", s.compareExport)
+	s.mux.HandleFunc("GET /api/summary/export", s.summaryExport)
 	return s
 }
 
@@ -127,13 +131,25 @@ func (r *Run) Row(i int32) Row {
 		Error: r.kinds[w.kind], Latency: w.latency, InputTokens: w.inTok, OutputTokens: w.outTok, Attempts: w.attempts, Rescored: w.rescored}
 	for m, name := range r.Metrics {
 		if v := r.score(int(i), m); !math.IsNaN(v) {
+			v = shortest(v)
 			out.Scores[name] = &v
 		}
 	}
 	if c := float64(w.cost); !math.IsNaN(c) {
+		c = shortest(c)
 		out.Cost = &c
 	}
 	return out
+}
+
+// shortest is v, a float32 of the index, as the shortest decimal that
+// float32 reads as v: the 0.1 a record said, not 0.10000000149011612.
+func shortest(v float64) float64 {
+	x, err := strconv.ParseFloat(strconv.FormatFloat(v, 'g', -1, 32), 64)
+	if err != nil {
+		return v
+	}
+	return x
 }
 
 // page reads offset and limit.
@@ -229,6 +245,51 @@ func (r *Run) find(model, dataset, id string) int {
 	return -1
 }
 
+// exportFormat is the format an export asks for: csv or jsonl.
+func exportFormat(r *http.Request) (string, error) {
+	format := r.URL.Query().Get("format")
+	if format != "csv" && format != "jsonl" {
+		return "", &badRequest{fmt.Errorf("format: %q is not csv or jsonl", format)}
+	}
+	return format, nil
+}
+
+// exportWriter writes an export's rows: as CSV under its header, or as
+// JSON lines.
+type exportWriter struct {
+	w   http.ResponseWriter
+	csv *csv.Writer
+	enc *json.Encoder
+}
+
+func newExport(w http.ResponseWriter, format, name string, header ...string) *exportWriter {
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
+	ew := &exportWriter{w: w}
+	if format == "jsonl" {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		ew.enc = json.NewEncoder(w)
+		return ew
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	ew.csv = csv.NewWriter(w)
+	_ = ew.csv.Write(header)
+	return ew
+}
+
+// write writes a row: v as a JSON line, or the CSV cells.
+func (ew *exportWriter) write(v any, cells ...string) error {
+	if ew.enc != nil {
+		return ew.enc.Encode(v)
+	}
+	return ew.csv.Write(cells)
+}
+
+func (ew *exportWriter) flush() {
+	if ew.csv != nil {
+		ew.csv.Flush()
+	}
+}
+
 // export writes the rows a samples view selects, as CSV (the table's
 // columns) or JSONL (whole records).
 func (s *Server) export(w http.ResponseWriter, r *http.Request) {
@@ -237,20 +298,19 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	v := r.URL.Query()
-	format := v.Get("format")
-	if format != "csv" && format != "jsonl" {
-		s.fail(w, &badRequest{fmt.Errorf("format: %q is not csv or jsonl", format)})
+	format, err := exportFormat(r)
+	if err != nil {
+		s.fail(w, err)
 		return
 	}
-	rows, err := selected(run, v)
+	rows, err := selected(run, r.URL.Query())
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
 	name := fmt.Sprintf("run-%s-samples.%s", run.ID, format)
-	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
 	if format == "jsonl" {
+		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		for _, i := range rows {
 			b, err := run.raw(int(i))
@@ -264,32 +324,114 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-	cw := csv.NewWriter(w)
 	head := []string{"model", "dataset", "id"}
 	for _, m := range run.Metrics {
 		head = append(head, "score:"+m)
 	}
 	head = append(head, "error", "latencyMillis", "cost", "inputTokens", "outputTokens", "attempts", "output")
-	_ = cw.Write(head)
+	ew := newExport(w, format, name, head...)
 	for _, i := range rows {
 		rec, err := run.Record(int(i))
 		if err != nil {
 			s.log.Error(err, "Failed to export a sample")
 			return
 		}
+		// The record's own numbers, not the index's float32s.
 		row := run.Row(i)
 		line := []string{row.Model, row.Dataset, row.ID}
 		for _, m := range run.Metrics {
-			line = append(line, optional(row.Scores[m]))
+			var v *float64
+			if x, ok := rec.Scores[m]; ok {
+				v = &x
+			}
+			line = append(line, optional(v))
 		}
-		line = append(line, row.Error, strconv.Itoa(int(row.Latency)), optional(row.Cost),
+		cost := rec.Cost
+		if cost != nil && rec.JudgeCost != nil {
+			c := *cost + *rec.JudgeCost
+			cost = &c
+		}
+		line = append(line, row.Error, strconv.Itoa(int(row.Latency)), optional(cost),
 			strconv.Itoa(int(row.InputTokens)), strconv.Itoa(int(row.OutputTokens)), strconv.Itoa(int(row.Attempts)), rec.Output)
-		if err := cw.Write(line); err != nil {
+		if err := ew.write(nil, line...); err != nil {
 			return
 		}
 	}
-	cw.Flush()
+	ew.flush()
+}
+
+// SummaryRow is a line of the runs view's export: a metric of a model on a
+// dataset in a run, with the run's and the pair's figures.
+type SummaryRow struct {
+	Run          string   `json:"run"`
+	Source       string   `json:"source"`
+	Phase        string   `json:"phase,omitempty"`
+	StartedAt    string   `json:"startedAt,omitempty"`
+	Model        string   `json:"model"`
+	Dataset      string   `json:"dataset"`
+	Total        int64    `json:"total"`
+	Completed    int64    `json:"completed"`
+	Errored      int64    `json:"errored"`
+	Metric       string   `json:"metric,omitempty"`
+	Mean         *float64 `json:"mean,omitempty"`
+	Low          *float64 `json:"low,omitempty"`
+	High         *float64 `json:"high,omitempty"`
+	LatencyP50   int64    `json:"latencyP50Millis"`
+	LatencyP95   int64    `json:"latencyP95Millis"`
+	InputTokens  int64    `json:"inputTokens"`
+	OutputTokens int64    `json:"outputTokens"`
+	Cost         *float64 `json:"cost"` // with the judge's; nil: unknown
+}
+
+// summaryExport writes what the runs view shows: each run's models on
+// each dataset, a row per metric, as CSV or JSONL.
+func (s *Server) summaryExport(w http.ResponseWriter, r *http.Request) {
+	format, err := exportFormat(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	ew := newExport(w, format, "runs."+format, "run", "source", "phase", "startedAt", "model", "dataset", "total", "completed", "errored",
+		"metric", "mean", "low", "high", "latencyP50Millis", "latencyP95Millis", "inputTokens", "outputTokens", "cost")
+	for _, run := range s.runs {
+		started := ""
+		if run.StartedAt != nil {
+			started = run.StartedAt.UTC().Format(time.RFC3339)
+		}
+		for _, sum := range run.Summary.Results {
+			row := SummaryRow{Run: run.ID, Source: run.Source, Phase: run.Phase, StartedAt: started, Model: sum.Model, Dataset: sum.Dataset,
+				Total: sum.Total, Completed: sum.Completed, Errored: sum.Errored, LatencyP50: sum.LatencyMillis.P50, LatencyP95: sum.LatencyMillis.P95,
+				InputTokens: sum.Tokens.Input, OutputTokens: sum.Tokens.Output}
+			if c := sum.Cost.Model; c != nil && (!sum.Cost.Judged || sum.Cost.Judge != nil) {
+				total := *c
+				if sum.Cost.Judge != nil {
+					total += *sum.Cost.Judge
+				}
+				row.Cost = &total
+			}
+			metrics := slices.Sorted(maps.Keys(sum.Metrics))
+			if len(metrics) == 0 {
+				metrics = []string{""}
+			}
+			for _, m := range metrics {
+				row.Metric, row.Mean, row.Low, row.High = m, nil, nil, nil
+				if v, ok := sum.Metrics[m]; ok {
+					row.Mean = &v
+				}
+				if iv, ok := sum.Intervals[m]; ok {
+					row.Low, row.High = &iv.Lo, &iv.Hi
+				}
+				if err := ew.write(row, row.Run, row.Source, row.Phase, row.StartedAt, row.Model, row.Dataset,
+					strconv.FormatInt(row.Total, 10), strconv.FormatInt(row.Completed, 10), strconv.FormatInt(row.Errored, 10),
+					row.Metric, optional(row.Mean), optional(row.Low), optional(row.High),
+					strconv.FormatInt(row.LatencyP50, 10), strconv.FormatInt(row.LatencyP95, 10),
+					strconv.FormatInt(row.InputTokens, 10), strconv.FormatInt(row.OutputTokens, 10), optional(row.Cost)); err != nil {
+					return
+				}
+			}
+		}
+	}
+	ew.flush()
 }
 
 func optional(v *float64) string {

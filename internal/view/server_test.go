@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -157,7 +158,7 @@ func TestSampleAndExport(t *testing.T) {
 	}
 	want := [][]string{
 		{"model", "dataset", "id", "score:exact_match", "score:judge", "error", "latencyMillis", "cost", "inputTokens", "outputTokens", "attempts", "output"},
-		{"a", "d", "d-5", "0", "", "call", "600", "0.05000000074505806", "0", "0", "1", ""},
+		{"a", "d", "d-5", "0", "", "call", "600", "0.05", "0", "0", "1", ""},
 		{"b", "d", "d-3", "0.5", "0", "scoring", "450", "", "0", "0", "1", "ANSWER 3"},
 	}
 	if diff := cmp.Diff(want, rows); diff != "" {
@@ -173,6 +174,50 @@ func TestSampleAndExport(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &rec); err != nil || rec.Model != "b" {
 			t.Errorf("JSONL line %s: %v", l, err)
 		}
+	}
+
+	// What the compare view shows: regressions first.
+	code, body = get(t, srv, "/api/compare/export?format=csv&base=1&cand=2&model=a")
+	rows, err = csv.NewReader(bytes.NewReader(body)).ReadAll()
+	if code != http.StatusOK || err != nil {
+		t.Fatalf("the comparison's CSV export: %d %v %s", code, err, body)
+	}
+	want = [][]string{
+		{"model", "baselineModel", "dataset", "id", "change", "base", "cand", "delta", "baseError", "candError"},
+		{"a", "a", "d", "d-1", "regressed", "1", "0", "-1", "", ""},
+		{"a", "a", "d", "d-4", "improved", "0", "1", "1", "", ""},
+		{"a", "a", "d", "d-0", "same", "1", "1", "0", "", ""},
+		{"a", "a", "d", "d-2", "same", "1", "1", "0", "", ""},
+		{"a", "a", "d", "d-3", "same", "1", "1", "0", "", ""},
+		{"a", "a", "d", "d-5", "same", "0", "0", "0", "call", "call"},
+	}
+	if diff := cmp.Diff(want, rows); diff != "" {
+		t.Errorf("the comparison's CSV export (-want +got):\n%s", diff)
+	}
+	code, body = get(t, srv, "/api/compare/export?format=jsonl&base=1&cand=2&change=regressed")
+	var pair Pair
+	if err := json.Unmarshal(body, &pair); code != http.StatusOK || err != nil || strings.Count(string(body), "\n") != 1 || pair.ID != "d-1" || *pair.Delta != -1 {
+		t.Errorf("the regressions' JSONL export: %d %v %s", code, err, body)
+	}
+
+	// What the runs view shows: a row per run, model, dataset and metric.
+	code, body = get(t, srv, "/api/summary/export?format=csv")
+	rows, err = csv.NewReader(bytes.NewReader(body)).ReadAll()
+	if code != http.StatusOK || err != nil || len(rows) != 1+4+2 { // run 2 has no judge metric
+		t.Fatalf("the runs' CSV export: %d %v %s", code, err, body)
+	}
+	if diff := cmp.Diff([]string{"run", "source", "phase", "startedAt", "model", "dataset", "total", "completed", "errored", "metric", "mean", "low", "high",
+		"latencyP50Millis", "latencyP95Millis", "inputTokens", "outputTokens", "cost"}, rows[0]); diff != "" {
+		t.Errorf("the runs' CSV header (-want +got):\n%s", diff)
+	}
+	// Run 1's model a: 4 of 6 right, its cost 0+0.01+...+0.05.
+	if got := rows[1]; got[0] != "1" || got[4] != "a" || got[6] != "6" || got[8] != "1" || got[9] != "exact_match" ||
+		got[10] != strconv.FormatFloat(4.0/6, 'g', -1, 64) || got[11] == "" || got[17] != "0.15" {
+		t.Errorf("the runs' first CSV row: %q", got)
+	}
+	code, body = get(t, srv, "/api/summary/export?format=jsonl")
+	if code != http.StatusOK || strings.Count(string(body), "\n") != 6 || !strings.Contains(string(body), `"cost":null`) {
+		t.Errorf("the runs' JSONL export: %d %s", code, body)
 	}
 
 	resp, err := http.Get(srv.URL + "/")

@@ -144,7 +144,9 @@ function runsPage(params, main) {
   const cand = h('select', { id: 'compare-cand', 'aria-label': 'Candidate run' }, RUNS.map((r) => h('option', { value: r.id }, `${r.id}: ${r.source}`)));
   if (RUNS.length > 1) cand.value = RUNS[1].id;
   main.append(h('form', { class: 'toolbar', onsubmit: (e) => { e.preventDefault(); go('compare', { base: base.value, cand: cand.value }); } },
-    h('label', {}, 'Compare ', base), h('label', {}, ' with ', cand), h('button', { type: 'submit' }, 'Compare')));
+    h('label', {}, 'Compare ', base), h('label', {}, ' with ', cand), h('button', { type: 'submit' }, 'Compare'),
+    h('a', { href: '/api/summary/export?format=csv', download: '' }, 'Export CSV'),
+    h('a', { href: '/api/summary/export?format=jsonl', download: '' }, 'Export JSONL')));
   if (RUNS.length > 1) main.append(trends(params.get('trend') || ''));
 
   const costs = [], errors = [];
@@ -612,6 +614,9 @@ async function comparePage(params, main) {
   const q = new URLSearchParams();
   for (const k of ['base', 'cand', 'metric', 'baselineModel', 'change', 'model']) if (all[k]) q.set(k, all[k]);
   const first = await api(`/api/compare?${q}&limit=1`);
+  main.append(h('div', { class: 'toolbar' },
+    h('a', { href: `/api/compare/export?format=csv&${q}`, download: '' }, 'Export CSV'),
+    h('a', { href: `/api/compare/export?format=jsonl&${q}`, download: '' }, 'Export JSONL')));
   main.append(h('p', { role: 'status' },
     h('span', { class: 'regressed' }, `▼ ${int(first.regressed)} regressed`), ' · ',
     h('span', { class: 'improved' }, `▲ ${int(first.improved)} improved`), ' · ',

@@ -154,6 +154,19 @@ func TestViewInABrowser(t *testing.T) {
 	if !strings.Contains(sides, "107") || !strings.Contains(sides, "108") {
 		t.Errorf("the pair side by side shows:\n%s", sides)
 	}
+	// Its export, in the view's order: the regression first.
+	href, err = chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(`main a[href*="compare/export?format=csv"]`), "href"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = http.Get(strings.TrimSuffix(url, "/") + href.Value); err != nil {
+		t.Fatal(err)
+	}
+	rows, err = csv.NewReader(resp.Body).ReadAll()
+	resp.Body.Close()
+	if err != nil || len(rows) != 23 || rows[1][3] != regressed || rows[1][4] != "regressed" || rows[2][4] != "same" {
+		t.Errorf("the comparison's CSV export (%s): %v %v", href.Value, rows, err)
+	}
 }
 
 // browser is a headless Chromium on proctor view's page of the sources.
