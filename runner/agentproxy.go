@@ -217,10 +217,10 @@ func (s *agentSession) lose(err error) {
 	}
 }
 
-func (s *agentSession) result() (calls, in, out int64, charge spend.Totals, unpriced bool, lost error, log []results.ProxiedCall) {
+func (s *agentSession) result() (calls, in, out int64, charge spend.Totals, unpriced bool, log []results.ProxiedCall, lost error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.calls, s.in, s.out, s.charge, s.unpriced, s.lost, slices.Clone(s.log)
+	return s.calls, s.in, s.out, s.charge, s.unpriced, slices.Clone(s.log), s.lost
 }
 
 // settleAgent closes an agent's session once its run (res) ended and counts
@@ -232,7 +232,7 @@ func (s *agentSession) result() (calls, in, out int64, charge spend.Totals, unpr
 // (and the model ends with the quota, as its calls would).
 func settleAgent(sess *agentSession, res *callResult, rec *results.Record) (unpriced bool, lost error) {
 	sess.close()
-	calls, in, out, charge, unpriced, lost, log := sess.result()
+	calls, in, out, charge, unpriced, log, lost := sess.result()
 	if lost != nil && res.err != nil && !res.cached {
 		return unpriced, lost
 	}

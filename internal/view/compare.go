@@ -41,13 +41,13 @@ type Pair struct {
 type Comparison struct {
 	// Base and Cand are the runs compared: the baseline's and the
 	// candidate's ids.
-	Base string `json:"base"`
-	Cand string `json:"cand"`
-	Metric     string         `json:"metric"`
-	Report     compare.Report `json:"report"`
-	Regressed  int            `json:"regressed"`
-	Improved   int            `json:"improved"`
-	Same       int            `json:"same"`
+	Base      string         `json:"base"`
+	Cand      string         `json:"cand"`
+	Metric    string         `json:"metric"`
+	Report    compare.Report `json:"report"`
+	Regressed int            `json:"regressed"`
+	Improved  int            `json:"improved"`
+	Same      int            `json:"same"`
 	// pairs are the pairs, compact (the page's Pair is made for those it
 	// shows), in order.
 	pairs      []pairRow

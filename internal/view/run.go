@@ -245,8 +245,8 @@ type chunk struct {
 	// first and last are the earliest startedAt and the latest endedAt.
 	first, last []byte
 	err         error
-	errAt  int // the line of err, from 1
-	done   chan struct{}
+	errAt       int // the line of err, from 1
+	done        chan struct{}
 }
 
 // indexed is what the index keeps of a record, decoded from its JSON.

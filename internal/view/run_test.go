@@ -325,7 +325,10 @@ func TestRunTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	want := func(s string) string { tm, _ := time.Parse(time.RFC3339Nano, s); return tm.UTC().Format(time.RFC3339Nano) }
+	want := func(s string) string {
+		tm, _ := time.Parse(time.RFC3339Nano, s)
+		return tm.UTC().Format(time.RFC3339Nano)
+	}
 	if r.StartedAt == nil || r.EndedAt == nil {
 		t.Fatalf("started %v, ended %v", r.StartedAt, r.EndedAt)
 	}
