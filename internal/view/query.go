@@ -23,9 +23,12 @@ import (
 type Query struct {
 	Model, Dataset string
 	// Status is "" (all), "correct", "wrong" (scored below 1 on Metric,
-	// not errored) or "errored" (of Kind, if set).
+	// not errored) or "errored". Kind keeps the samples errored of that kind.
 	Status string
 	Kind   string
+	// Error keeps the errored samples whose message reads as this (an
+	// ErrorGroup's Pattern).
+	Error string
 	// Metric is the score the status and MinScore/MaxScore look at;
 	// default the run's first metric.
 	Metric             string
@@ -45,7 +48,7 @@ type Query struct {
 // ParseQuery reads a query from a URL's parameters, naming the first bad one.
 func ParseQuery(v url.Values) (Query, error) {
 	q := Query{
-		Model: v.Get("model"), Dataset: v.Get("dataset"), Status: v.Get("status"), Kind: v.Get("kind"),
+		Model: v.Get("model"), Dataset: v.Get("dataset"), Status: v.Get("status"), Kind: v.Get("kind"), Error: v.Get("error"),
 		Metric: v.Get("metric"), Text: v.Get("q"), Sort: v.Get("sort"), Desc: v.Get("order") == "desc",
 		MinScore: math.Inf(-1), MaxScore: math.Inf(1), MinLatency: math.Inf(-1), MaxLatency: math.Inf(1),
 		MinCost: math.Inf(-1), MaxCost: math.Inf(1),
@@ -103,7 +106,7 @@ func (r *Run) selectRows(q Query) ([]int32, error) {
 	metric := -1
 	if q.Metric != "" {
 		if metric = slices.Index(r.Metrics, q.Metric); metric < 0 {
-			return nil, fmt.Errorf("metric: the run has no metric %q (it has %s)", q.Metric, strings.Join(r.Metrics, ", "))
+			return nil, &badRequest{fmt.Errorf("metric: the run has no metric %q (it has %s)", q.Metric, strings.Join(r.Metrics, ", "))}
 		}
 	} else if len(r.Metrics) > 0 {
 		metric = 0
@@ -126,7 +129,14 @@ func (r *Run) selectRows(q Query) ([]int32, error) {
 	}
 	scored := !math.IsInf(q.MinScore, -1) || !math.IsInf(q.MaxScore, 1)
 	if (scored || q.Status == "wrong" || q.Status == "correct") && metric < 0 {
-		return nil, fmt.Errorf("metric: the run has no metric to filter by")
+		return nil, &badRequest{fmt.Errorf("metric: the run has no metric to filter by")}
+	}
+	var groups *errorIndex
+	if q.Error != "" {
+		var err error
+		if groups, err = r.errorGroups(); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]int32, 0, len(r.rows))
 	for i := range r.rows {
@@ -134,9 +144,15 @@ func (r *Run) selectRows(q Query) ([]int32, error) {
 		if (model >= 0 && int(w.model) != model) || (dataset >= 0 && int(w.dataset) != dataset) {
 			continue
 		}
+		if groups != nil && !groups.inGroup(i, q.Error) {
+			continue
+		}
+		if kind > 0 && int(w.kind) != kind {
+			continue // an error kind: errored of it, whatever the status says
+		}
 		switch q.Status {
 		case "errored":
-			if w.kind == 0 || (kind > 0 && int(w.kind) != kind) {
+			if w.kind == 0 {
 				continue
 			}
 		case "wrong":
@@ -370,7 +386,7 @@ func (r *Run) sortRows(rows []int32, column string, desc bool) error {
 	case strings.HasPrefix(column, "score:"):
 		m := slices.Index(r.Metrics, strings.TrimPrefix(column, "score:"))
 		if m < 0 {
-			return fmt.Errorf("sort: the run has no metric %q", strings.TrimPrefix(column, "score:"))
+			return &badRequest{fmt.Errorf("sort: the run has no metric %q", strings.TrimPrefix(column, "score:"))}
 		}
 		less = func(a, b int32) int { return cmpFloat(r.score(int(a), m), r.score(int(b), m), desc) }
 	case column == "id":
@@ -394,7 +410,7 @@ func (r *Run) sortRows(rows []int32, column string, desc bool) error {
 	case column == "error":
 		less = func(a, b int32) int { return strings.Compare(r.kinds[r.rows[a].kind], r.kinds[r.rows[b].kind]) }
 	default:
-		return fmt.Errorf("sort: %q is not a column (%s, or score:METRIC)", column, strings.Join(columns, ", "))
+		return &badRequest{fmt.Errorf("sort: %q is not a column (%s, or score:METRIC)", column, strings.Join(columns, ", "))}
 	}
 	if desc {
 		asc := less

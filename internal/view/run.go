@@ -52,6 +52,7 @@ type Run struct {
 	EndedAt   *time.Time `json:"endedAt,omitempty"`
 
 	selectCache
+	errIndex errorIndex
 
 	rows   []row
 	ids    []byte    // the rows' ids, one after another

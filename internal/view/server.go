@@ -48,6 +48,7 @@ func NewServer(runs []*Run, log logr.Logger) *Server {
 	s.mux.HandleFunc("GET /api/runs/{run}/sample", s.sample)
 	s.mux.HandleFunc("GET /api/runs/{run}/export", s.export)
 	s.mux.HandleFunc("GET /api/runs/{run}/histogram", s.histogram)
+	s.mux.HandleFunc("GET /api/runs/{run}/errors", s.errorsOf)
 	s.mux.HandleFunc("GET /api/compare", s.compare)
 	s.mux.HandleFunc("GET /api/compare/export", s.compareExport)
 	s.mux.HandleFunc("GET /api/summary/export", s.summaryExport)
@@ -174,11 +175,8 @@ func selected(run *Run, v url.Values) ([]int32, error) {
 	if err != nil {
 		return nil, &badRequest{err}
 	}
-	rows, err := run.Select(q)
-	if err != nil {
-		return nil, &badRequest{err}
-	}
-	return rows, nil
+	// Select's errors in what was asked are badRequests; others are not.
+	return run.Select(q)
 }
 
 func (s *Server) samples(w http.ResponseWriter, r *http.Request) {

@@ -411,7 +411,7 @@ function grid(opts) {
 
 function runOf(id) { return RUNS.find((r) => r.id === id) || RUNS[0]; }
 
-const FILTERS = ['model', 'dataset', 'status', 'kind', 'metric', 'minScore', 'maxScore', 'minLatency', 'maxLatency', 'minCost', 'maxCost', 'q', 'sort', 'order'];
+const FILTERS = ['model', 'dataset', 'status', 'kind', 'error', 'metric', 'minScore', 'maxScore', 'minLatency', 'maxLatency', 'minCost', 'maxCost', 'q', 'sort', 'order'];
 
 function filterQuery(params) {
   const q = new URLSearchParams();
@@ -450,11 +450,15 @@ async function samplesPage(params, main) {
     const next = { run: form.run.value };
     for (const k of FILTERS) { const f = form.elements[k]; if (f && f.value) next[k] = f.value; }
     if (next.run !== run.id) { go('samples', { run: next.run }); return; }
-    next.sort = p('sort'); next.order = p('order');
+    next.sort = p('sort'); next.order = p('order'); next.error = p('error');
     go('samples', next);
   });
   for (const s of form.querySelectorAll('select')) s.addEventListener('change', () => form.requestSubmit());
   main.append(form);
+  if (p('error')) {
+    main.append(h('p', { class: 'toolbar' }, 'Samples whose error reads: ', h('code', {}, p('error')), ' ',
+      h('a', { href: hashOf('samples', { ...all, error: '', sm: '', sd: '', sid: '' }) }, 'Show all errors')));
+  }
 
   const q = filterQuery(params);
   const count = h('span', { role: 'status' }, '');
@@ -489,6 +493,20 @@ async function samplesPage(params, main) {
   });
   main.append(h('div', { class: 'split' }, table, detail));
   if (params.get('sid')) showSample(detail, run, p('sm'), p('sd'), p('sid'));
+
+  const errs = h('section', { 'aria-labelledby': 'error-groups' });
+  main.append(errs);
+  api(`/api/runs/${run.id}/errors?${q}`).then((res) => {
+    if (!res.errored) return;
+    errs.append(h('h2', { id: 'error-groups' }, `Errors of these samples, by message (${int(res.errored)})`),
+      h('p', { class: 'muted' }, 'Messages that differ only in numbers, ids and times (shown as #; HTTP statuses kept) are one group.'),
+      h('table', { class: 'plain' },
+        h('thead', {}, h('tr', {}, ['Samples', 'Kind', 'Message (the first sample\'s)', ''].map((t) => h('th', {}, t)))),
+        h('tbody', {}, res.groups.map((g) => h('tr', {},
+          h('td', { class: 'num' }, int(g.count)), h('td', {}, g.kind), h('td', {}, h('span', { class: 'message' }, g.message)),
+          h('td', {}, h('a', { href: hashOf('samples', { run: run.id, status: 'errored', kind: g.kind, error: g.pattern }) }, 'Show these'), ' · ',
+            h('a', { href: hashOf('samples', { ...all, sm: g.example.model, sd: g.example.dataset, sid: g.example.id }) }, 'Open the first')))))));
+  }).catch((e) => errs.append(problem(e)));
 
   const charts = h('div', { class: 'charts' });
   main.append(h('h2', {}, 'Charts of these samples'), charts);

@@ -127,6 +127,16 @@ func TestViewInABrowser(t *testing.T) {
 		t.Errorf("the opened sample shows:\n%s", detail)
 	}
 
+	// Their errors, grouped by message: the refusals are one group; it
+	// shows them.
+	const groupsSel = "section[aria-labelledby=error-groups]"
+	do(chromedp.WaitVisible(chromedp.CSS(groupsSel + " table")))
+	if groups := text(groupsSel); !strings.Contains(groups, "by message (2)") || !regexp.MustCompile(`\b2\s+call\s+HTTP 400 `).MatchString(groups) {
+		t.Errorf("the errors by message:\n%s", groups)
+	}
+	do(chromedp.Click(chromedp.CSS(groupsSel+" a")), chromedp.WaitVisible(chromedp.CSS("main p.toolbar code")))
+	waitFor(t, 30*time.Second, "the group's samples", func() bool { return text("[role=status]") == "2 of 22 samples" })
+
 	// The export the page links to has those rows.
 	resp, err := http.Get(strings.TrimSuffix(url, "/") + href.Value)
 	if err != nil {
