@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -464,22 +465,20 @@ func load(id, source string, summary *compare.Summary, lf *lineFile, produce fun
 	}
 	ix.finish()
 	r.Samples = len(r.rows)
-	// Sample order within each model and dataset, as results.jsonl has it.
-	order2 := make([]int, len(r.rows))
-	for i := range order2 {
-		order2[i] = i
-	}
-	sort.SliceStable(order2, func(a, b int) bool {
-		x, y := &r.rows[order2[a]], &r.rows[order2[b]]
+	// Rows by model and dataset (by name), in the order results.jsonl has
+	// each one's samples; most runs are in that order already.
+	byPair := func(x, y *row) int {
 		if x.model != y.model {
-			return r.Models[x.model] < r.Models[y.model]
+			return strings.Compare(r.Models[x.model], r.Models[y.model])
 		}
-		if x.dataset != y.dataset {
-			return r.Datasets[x.dataset] < r.Datasets[y.dataset]
+		return strings.Compare(r.Datasets[x.dataset], r.Datasets[y.dataset])
+	}
+	if !slices.IsSortedFunc(r.rows, func(x, y row) int { return byPair(&x, &y) }) {
+		order2 := make([]int, len(r.rows))
+		for i := range order2 {
+			order2[i] = i
 		}
-		return false
-	})
-	if !slices.IsSorted(order2) {
+		slices.SortStableFunc(order2, func(a, b int) int { return byPair(&r.rows[a], &r.rows[b]) })
 		r.permute(order2, ix.extras)
 	}
 	r.sortMetrics()
