@@ -218,6 +218,8 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 	} else {
 		m := findModel(spec, model)
 		agent := m != nil && m.Agent != nil
+		// Its metrics (cluster.ShardArgs serves them), for a PodMonitor.
+		c.Ports = append(c.Ports, corev1.ContainerPort{Name: cluster.MetricsPortName, ContainerPort: cluster.MetricsPort, Protocol: corev1.ProtocolTCP})
 		c.Env = append(c.Env, r.keyEnv(spec, model, !agent)...)
 		c.Env = append(c.Env, agentEndpointKeyEnv(m, p.agentEndpoints)...)
 		if u := r.Options.PacerURL; u != "" {

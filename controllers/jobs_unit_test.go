@@ -179,7 +179,8 @@ func TestShardJobGolden(t *testing.T) {
 						Name:    "runner",
 						Image:   testImage,
 						Command: []string{"/proctor"},
-						Args:    []string{"shard", "--evaluation", "arith", "--run", run, "--model", "small"},
+						Args:    []string{"shard", "--evaluation", "arith", "--run", run, "--model", "small", "--metrics-addr=:9464"},
+						Ports:   []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9464, Protocol: corev1.ProtocolTCP}},
 						Env: withEnv(
 							secretEnv("PROCTOR_API_KEY_SMALL", "openai", "api-key"),
 							secretEnv("PROCTOR_API_KEY_JUDGE", "anthropic", "key"),
@@ -347,7 +348,8 @@ func TestAgentPodTemplate(t *testing.T) {
 			Name:      "runner",
 			Image:     testImage,
 			Command:   []string{"/proctor"},
-			Args:      []string{"shard", "--evaluation", "agents", "--run", p.run, "--model", "coder", "--agent-socket", "/run/proctor/agent.sock"},
+			Args:      []string{"shard", "--evaluation", "agents", "--run", p.run, "--model", "coder", "--metrics-addr=:9464", "--agent-socket", "/run/proctor/agent.sock"},
+			Ports:     []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9464, Protocol: corev1.ProtocolTCP}},
 			Env:       withEnv(secretEnv("PROCTOR_API_KEY_JUDGE", "openai", "api-key")),
 			Resources: defaultRunnerResources,
 			VolumeMounts: []corev1.VolumeMount{

@@ -34,7 +34,8 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 		}
 	}
 	for _, m := range regexp.MustCompile("`(proctor_\\w+)`").FindAllSubmatch(doc, -1) {
-		if !ours[string(m[1])] {
+		// runner/telemetry's test checks the runners'.
+		if !ours[string(m[1])] && !regexp.MustCompile(`^proctor_runner_`).Match(m[1]) {
 			t.Errorf("docs/reference/metrics.md names %s, which Proctor does not register", m[1])
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/retry"
 	"github.com/proctor-dev/proctor/runner/spend"
+	"github.com/proctor-dev/proctor/runner/telemetry"
 )
 
 const realKey = "sk-real-endpoint-key-5e1f"
@@ -97,7 +98,15 @@ func TestAgentProxyCallsWithTheRealKey(t *testing.T) {
 		agentCall{path: "/chat/completions", body: `{"model":"m"}`}, agentCall{path: "/chat/completions", body: `{"model":"m"}`})
 	plan := agentPlan(t, agent, upstream.URL+"/v1", false, 4)
 	sink := newMemSink()
-	e := run(t, plan, sink, Options{})
+	met := telemetry.New()
+	e := run(t, plan, sink, Options{Metrics: met})
+	// In metrics, the agent's calls go by its model's name and the endpoint's.
+	if got := metric(t, met, "proctor_runner_requests_total", map[string]string{"model": "bot", "endpoint": "shared", "outcome": "ok"}); got != 12 {
+		t.Errorf("requests of bot through shared: %v, want 12", got)
+	}
+	if got := metric(t, met, "proctor_runner_tokens_total", map[string]string{"model": "bot", "endpoint": "shared", "kind": "input"}); got != 120 {
+		t.Errorf("input tokens of bot through shared: %v, want 120", got)
+	}
 
 	for i := range 4 {
 		rec := sink.get("bot", "d", i)

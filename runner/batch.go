@@ -266,9 +266,12 @@ func (r *batchRun) put(ds *Dataset, s *dataset.Sample, rec *results.Record) erro
 	if err := r.sink.Put(model, ds.Name, s.Index, rec); err != nil {
 		return fmt.Errorf("saving the result of %s on %s sample %s: %w", model, ds.Name, s.ID, err)
 	}
-	if o := r.e.opts.Observer; o != nil && r.judging == nil {
+	if r.judging == nil {
 		// A judged sample was counted when its answer came.
-		o.SampleFinished(model, ds.Name, rec)
+		if o := r.e.opts.Observer; o != nil {
+			o.SampleFinished(model, ds.Name, rec)
+		}
+		r.e.opts.Metrics.Sample(model, ds.Name, errorKind(rec))
 	}
 	return nil
 }
@@ -468,6 +471,7 @@ func (r *batchRun) loop(ctx context.Context, fail context.CancelCauseFunc) error
 			}
 			continue
 		}
+		e.opts.Metrics.Batches(r.m.Name, len(r.inFlight))
 		if len(r.items) == 0 && len(r.inFlight) == 0 {
 			return nil
 		}
@@ -680,6 +684,7 @@ func (r *batchRun) dropBatch(b *results.BatchRecord) error {
 // finish reads an ended batch's results into records.
 func (r *batchRun) finish(ctx context.Context, b *results.BatchRecord, st provider.BatchState) error {
 	e, m := r.e, r.m
+	e.opts.Metrics.BatchEnded(m.Name)
 	dsIndex := r.datasetIndex(b.Dataset)
 	seen := map[string]bool{}
 	turnaround := e.clock.Since(b.Since)

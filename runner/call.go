@@ -71,6 +71,9 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 	var charge spend.Totals
 	for {
 		tries.attempts++
+		if tries.attempts > 1 {
+			e.opts.Metrics.Retry(m.metricName, m.Endpoint)
+		}
 		resp, latency, res, cost, err := e.attempt(ctx, m, req, rawIn, timeout)
 		charge = charge.Add(cost)
 		if err == nil {
@@ -100,8 +103,10 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 func (e *Engine) answered(m *modelRun, res reservation, rawIn int64, resp *provider.Response) {
 	m.window.Succeeded()
 	if ended := m.throttle.succeeded(); ended.Throttled() {
+		held := e.clock.Since(ended.Since)
 		e.log.Info("Model is no longer throttled", "model", m.Name,
-			"throttledFor", e.clock.Since(ended.Since).Round(time.Millisecond).String(), "refusals", ended.Refusals)
+			"throttledFor", held.Round(time.Millisecond).String(), "refusals", ended.Refusals)
+		e.opts.Metrics.Throttled(m.metricName, false, held)
 	}
 	if res != nil {
 		res.Settle(ratelimit.Cost{Requests: 1, InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens})

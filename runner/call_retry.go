@@ -48,7 +48,11 @@ func (e *Engine) afterFailure(m *modelRun, req *provider.Request, tries *retries
 		now := e.clock.Now()
 		st, first, out := m.throttle.refused(m.Name, now, retryAfter, policy.MaxThrottleWait, errors.New(e.redact(err.Error())))
 		if out != nil {
+			e.opts.Metrics.Throttled(m.metricName, false, now.Sub(st.Since))
 			return 0, out
+		}
+		if first {
+			e.opts.Metrics.Throttled(m.metricName, true, 0)
 		}
 		if retryAfter > 0 {
 			m.gate.CloseUntil(now.Add(retryAfter))

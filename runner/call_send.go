@@ -3,6 +3,8 @@ package runner
 import (
 	"context"
 	"errors"
+	"net/http/httptrace"
+	"sync/atomic"
 	"time"
 
 	"github.com/proctor-dev/proctor/runner/provider"
@@ -22,7 +24,17 @@ func (e *Engine) send(ctx context.Context, m *modelRun, req *provider.Request, p
 	defer done()
 	actx, cancel := context.WithTimeout(provider.WithRateLimitObserver(sent, m.observe(e.clock)), timeout)
 	defer cancel()
+	met := e.opts.Metrics
+	var firstByte atomic.Int64 // since start, in nanoseconds; 0: none
 	start := e.clock.Now()
+	if met != nil {
+		// An HTTP provider's answer's first byte (once: a provider that
+		// makes more than one request is timed by its first).
+		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{GotFirstResponseByte: func() {
+			firstByte.CompareAndSwap(0, int64(max(e.clock.Since(start), 1)))
+		}})
+		met.Sending(m.metricName, m.Endpoint, 1)
+	}
 	resp, err := m.Provider.Complete(actx, req)
 	latency := e.clock.Since(start)
 	if err == nil && resp == nil {
@@ -30,6 +42,14 @@ func (e *Engine) send(ctx context.Context, m *modelRun, req *provider.Request, p
 	}
 	charge := m.charge(price, resp, err, worst)
 	hold.Settle(charge)
+	if met != nil {
+		met.Sending(m.metricName, m.Endpoint, -1)
+		var u provider.Usage
+		if err == nil {
+			u = resp.Usage
+		}
+		met.Attempt(m.metricName, m.Endpoint, err, latency, time.Duration(firstByte.Load()), u, charge.Cost.Dollars())
+	}
 	used := Usage{Requests: 1}
 	if err == nil {
 		used.InputTokens, used.OutputTokens = resp.Usage.InputTokens, resp.Usage.OutputTokens

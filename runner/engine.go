@@ -20,6 +20,7 @@ import (
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/score"
 	"github.com/proctor-dev/proctor/runner/spend"
+	"github.com/proctor-dev/proctor/runner/telemetry"
 )
 
 // Options tune an Engine. Zero values take the defaults.
@@ -55,6 +56,8 @@ type Options struct {
 	// model under evaluation: a sample without an answer is left as it is
 	// (proctor score).
 	ScoreOnly bool
+	// Metrics, when set, count the run's calls, samples and throttling.
+	Metrics *telemetry.Metrics
 }
 
 // Observer hears of finished samples. It must be safe for concurrent use and quick.
@@ -146,6 +149,9 @@ type modelRun struct {
 	// prices, for forwarded calls, price the models the endpoint lists, by
 	// the model id of the agent's request; Price prices the others.
 	prices map[string]*spend.Price
+	// metricName is its name in metrics: an agent endpoint's calls go by
+	// their agent model's.
+	metricName string
 }
 
 // priceOf is the price of a call of m in ctx: for an agent's call, its
@@ -211,6 +217,7 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 			shared:         shared[m.Endpoint],
 			sharedInFlight: sharedInFlight[m.Endpoint],
 			usage:          usageMeter{clock: opts.Clock},
+			metricName:     m.Name,
 		}
 	}
 	for _, m := range plan.Models {
@@ -229,7 +236,7 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 			c := &Model{Name: a.Caller, Provider: newForwarder(a, conc), Concurrency: conc, Limits: a.Limits,
 				Endpoint: a.Endpoint, EndpointWeight: a.Weight, Timeout: m.Timeout, Price: m.Price}
 			cr := newRun(c)
-			cr.forwarded, cr.prices = true, a.Prices
+			cr.forwarded, cr.prices, cr.metricName = true, a.Prices, m.Name
 			if len(a.Prices) > 0 {
 				run.proxies.priced = true
 			}

@@ -109,4 +109,17 @@ func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCa
 	if e.opts.Observer != nil {
 		e.opts.Observer.SampleFinished(m.Name, j.ds.Name, rec)
 	}
+	e.opts.Metrics.Sample(m.Name, j.ds.Name, errorKind(rec))
+}
+
+// errorKind is a record's error's kind ("error" when it names none), ""
+// when it has no error.
+func errorKind(rec *results.Record) string {
+	if rec.Error == "" {
+		return ""
+	}
+	if rec.ErrorKind == "" {
+		return "error"
+	}
+	return rec.ErrorKind
 }

@@ -20,9 +20,11 @@ import (
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/spend"
+	"github.com/proctor-dev/proctor/runner/telemetry"
 )
 
 type runOptions struct {
+	metricsAddr    string
 	file           string
 	output         string
 	concurrency    int
@@ -80,6 +82,7 @@ Exit codes:
 	f.StringVar(&o.progress, "progress", "auto", "progress display: auto (a bar on a terminal, else lines), bar, plain or none")
 	f.BoolVar(&o.keepWorkspaces, "keep-workspaces", false, "keep agent workspaces for inspection instead of removing them")
 	f.BoolVar(&o.estimate, "estimate", false, "say what the run would cost, calling no model and writing nothing: input tokens counted by the providers, answers bounded by maxTokens")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics of the run's calls and samples at http://ADDR/metrics while it runs (e.g. 127.0.0.1:9464; default: none)")
 	return cmd
 }
 
@@ -118,7 +121,17 @@ func runEvaluation(ctx context.Context, o *runOptions, verbosity int, s streams)
 		return runEstimate(ctx, o, sigs, s)
 	}
 
+	var metrics *telemetry.Metrics
+	if o.metricsAddr != "" {
+		m, stop, err := serveMetrics(o.metricsAddr)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		metrics = m
+	}
 	res, err := local.Run(ctx, local.Options{
+		Metrics:        metrics,
 		File:           o.file,
 		Output:         o.output,
 		Concurrency:    o.concurrency,

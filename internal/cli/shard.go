@@ -29,6 +29,7 @@ import (
 func newShardCommand(s streams) *cobra.Command {
 	o := shard.Options{}
 	index := os.Getenv("JOB_COMPLETION_INDEX")
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:    cluster.CommandShard + " --evaluation NAME --run RUN --model MODEL",
 		Short:  "Evaluate one shard of an Evaluation (what runner pods run)",
@@ -40,10 +41,19 @@ func newShardCommand(s streams) *cobra.Command {
 				return invalid(fmt.Errorf("--index (or JOB_COMPLETION_INDEX): %q is not a number", index))
 			}
 			o.Index = i
+			if metricsAddr != "" {
+				m, stop, err := serveMetrics(metricsAddr)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				o.Metrics = m
+			}
 			return runInPod(s, o, shard.Run)
 		},
 	}
 	podFlags(cmd, &o)
+	cmd.Flags().StringVar(&metricsAddr, cluster.FlagMetricsAddr, "", "serve Prometheus metrics of the shard's calls and samples at http://ADDR/metrics (the pod's :9464)")
 	cmd.Flags().StringVar(&o.Model, cluster.FlagModel, "", "the model whose shard this is")
 	cmd.Flags().StringVar(&index, "index", index, "the shard's index (default $JOB_COMPLETION_INDEX)")
 	cmd.Flags().StringVar(&o.AgentSocket, cluster.FlagAgentSocket, "", "the Unix socket of the pod's agent executor (proctor agent-exec), which runs an agent model's processes in the agent's container")

@@ -42,12 +42,21 @@ const (
 	FlagAgentSocket   = "agent-socket"
 	FlagHookSocket    = "hook-socket"
 	FlagStorageBudget = "storage-budget"
+	FlagMetricsAddr   = "metrics-addr"
+)
+
+// A runner pod serves its metrics (runner/telemetry) on this port, named
+// MetricsPortName, at /metrics: what a PodMonitor scrapes.
+const (
+	MetricsPort     = 9464
+	MetricsPortName = "metrics"
 )
 
 // ShardArgs runs the shards of model in run of Evaluation eval (the shard's
 // index is the Job's completion index).
 func ShardArgs(eval, run, model string) []string {
-	return []string{CommandShard, "--" + FlagEvaluation, eval, "--" + FlagRun, run, "--" + FlagModel, model}
+	return []string{CommandShard, "--" + FlagEvaluation, eval, "--" + FlagRun, run, "--" + FlagModel, model,
+		"--" + FlagMetricsAddr + "=:" + strconv.Itoa(MetricsPort)}
 }
 
 // PlanArgs counts the datasets of run and publishes its plan, with a storage

@@ -40,12 +40,15 @@ import (
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/results/objects"
 	"github.com/proctor-dev/proctor/runner/spend"
+	"github.com/proctor-dev/proctor/runner/telemetry"
 )
 
 // Options say what to run and how.
 type Options struct {
 	// File is the Evaluation manifest; StdinFile reads it from Stdin.
 	File string
+	// Metrics, when set, count the run's calls, samples and throttling.
+	Metrics *telemetry.Metrics
 	// Stdin is where File "-" is read from; nil means os.Stdin.
 	Stdin io.Reader
 	// Output is the results directory; empty means results/NAME, NAME being the
@@ -281,7 +284,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			log.Info("Using a model as judge only", "model", m.Name)
 		}
 	}
-	engOpts := runner.Options{Log: log, Observer: display, ScoreOnly: o.Rescore}
+	engOpts := runner.Options{Log: log, Observer: display, ScoreOnly: o.Rescore, Metrics: o.Metrics}
 	if limit, _ := apiconv.SpendLimit(ev.Spec.Budget); !limit.IsZero() {
 		// The budget is the run's, over its resumptions: what the records
 		// already written cost counts.

@@ -29,6 +29,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/source"
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/spend"
+	"github.com/proctor-dev/proctor/runner/telemetry"
 )
 
 // Options says which shard to run and how.
@@ -73,8 +74,10 @@ type Options struct {
 	// pod's calls on their own. PacerToken returns the token it presents.
 	PacerURL   string
 	PacerToken func() (string, error)
-	Clock      clock.WithTicker
-	Log        logr.Logger
+	// Metrics, when set, count the shard's calls, samples and throttling.
+	Metrics *telemetry.Metrics
+	Clock   clock.WithTicker
+	Log     logr.Logger
 }
 
 // InvalidError is a problem no retry can fix (a template naming a missing field,
@@ -161,7 +164,7 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 	if err := runner.EnsureOpenFiles(p, sh.Model); err != nil {
 		return &InvalidError{fmt.Errorf("the concurrency of model %s: %w", sh.Model, err)}
 	}
-	engOpts := runner.Options{Log: log, Shares: true}
+	engOpts := runner.Options{Log: log, Shares: true, Metrics: o.Metrics}
 	if ev.Spec.Budget != nil {
 		// Calls wait for an allowance of the budget (none yet); what the
 		// shard's earlier pods spent counts against it.

@@ -1,0 +1,36 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/proctor-dev/proctor/runner/telemetry"
+)
+
+// serveMetrics serves a runner's metrics at addr (http://ADDR/metrics)
+// until stop is called. The metrics hold no secret and no sample: names of
+// models, datasets and endpoints, and counts.
+func serveMetrics(addr string) (m *telemetry.Metrics, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, invalid(fmt.Errorf("--metrics-addr: %w", err))
+	}
+	m = telemetry.New()
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = ln.Close()
+		}
+	}()
+	return m, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
