@@ -75,6 +75,12 @@ func writeArithmetic(tb testing.TB, dir string, n int) string {
 // returning the summary and the wall time.
 func runEngine(tb testing.TB, manifest string) (results.Summary, time.Duration) {
 	tb.Helper()
+	return runEngineWith(tb, manifest, runner.Options{})
+}
+
+// runEngineWith is runEngine with the engine's options.
+func runEngineWith(tb testing.TB, manifest string, opts runner.Options) (results.Summary, time.Duration) {
+	tb.Helper()
 	dir := tb.TempDir()
 	ev, err := evalfile.Decode("bench.yaml", []byte(manifest))
 	if err != nil {
@@ -100,7 +106,7 @@ func runEngine(tb testing.TB, manifest string) (results.Summary, time.Duration) 
 		}
 		pairs = append(pairs, p)
 	}
-	eng, err := runner.New(plan, runner.Options{})
+	eng, err := runner.New(plan, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
