@@ -56,6 +56,8 @@ type ModelEndpointReconciler struct {
 // such an Evaluation reports (its head ConfigMap, watched as metadata).
 func (r *ModelEndpointReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Options.defaults()
+	reader := client.Reader(mgr.GetClient())
+	sharedKeyMetrics.reader.Store(&reader)
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}

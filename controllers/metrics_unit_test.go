@@ -16,7 +16,7 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	ours := map[string]bool{}
-	for _, c := range collectors {
+	for _, c := range append(collectors, sharedKeyMetrics) {
 		ch := make(chan *prometheus.Desc, 8)
 		c.Describe(ch)
 		close(ch)
