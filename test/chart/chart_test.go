@@ -7,6 +7,7 @@ package chart
 
 import (
 	"bytes"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -599,6 +601,10 @@ nodeSelector: {kubernetes.io/os: linux}
 tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]
 affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/arch, operator: In, values: [amd64]}]}]}}}
 crds: {keep: false}
+monitoring:
+  podMonitor: {enabled: true, interval: 5s, labels: {release: kube-prometheus}}
+  serviceMonitor: {enabled: true, labels: {release: kube-prometheus}}
+  dashboard: {enabled: true, annotations: {grafana_folder: Proctor}}
 `
 
 func TestLint(t *testing.T) {
@@ -809,6 +815,9 @@ func TestStrictDecode(t *testing.T) {
 		"rbac.authorization.k8s.io/v1 Role":                func() any { return &rbacv1.Role{} },
 		"rbac.authorization.k8s.io/v1 RoleBinding":         func() any { return &rbacv1.RoleBinding{} },
 		"apiextensions.k8s.io/v1 CustomResourceDefinition": func() any { return &apiextensionsv1.CustomResourceDefinition{} },
+		"v1 ConfigMap":                            func() any { return &corev1.ConfigMap{} },
+		"monitoring.coreos.com/v1 PodMonitor":     func() any { return &monitoringv1.PodMonitor{} },
+		"monitoring.coreos.com/v1 ServiceMonitor": func() any { return &monitoringv1.ServiceMonitor{} },
 	}
 	for name, values := range valueSets {
 		t.Run(name, func(t *testing.T) {
@@ -829,4 +838,65 @@ func TestStrictDecode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDashboard: the Grafana dashboard the chart ships is JSON Grafana
+// reads (panels with targets), and every metric its queries name is one
+// that Proctor (docs/reference/metrics.md) or controller-runtime serves.
+func TestDashboard(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(chartDir(t), "dashboards", "proctor.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "reference", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		UID    string `json:"uid"`
+		Panels []struct {
+			Type    string `json:"type"`
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	queries := 0
+	for _, p := range dash.Panels {
+		if p.Type == "row" {
+			continue
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			queries++
+			for _, m := range regexp.MustCompile(`\b(proctor_\w+|controller_runtime_\w+)`).FindAllString(q.Expr, -1) {
+				name := regexp.MustCompile(`_(bucket|sum|count)$`).ReplaceAllString(m, "")
+				if !bytes.Contains(doc, []byte("`"+name+"`")) {
+					t.Errorf("panel %q queries %s, which docs/reference/metrics.md does not list", p.Title, m)
+				}
+			}
+		}
+	}
+	if dash.UID == "" || queries < 10 {
+		t.Errorf("uid %q, %d queries", dash.UID, queries)
+	}
+	// The chart's ConfigMap holds it as it is.
+	objs := render(t, release, namespace, "monitoring: {dashboard: {enabled: true}}")
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), "-dashboard") {
+			data, _, _ := unstructured.NestedString(o.Object, "data", "proctor.json")
+			if data != strings.TrimSuffix(string(b), "\n") || o.GetLabels()["grafana_dashboard"] != "1" {
+				t.Errorf("the dashboard's ConfigMap: labels %v, data %d bytes (the file: %d)", o.GetLabels(), len(data), len(b))
+			}
+			return
+		}
+	}
+	t.Error("no dashboard ConfigMap")
 }
