@@ -24,6 +24,11 @@ GOJQ := $(LOCALBIN)/gojq-$(GOJQ_VERSION)
 # store of the results-location tests (test/objstore, the local e2e).
 SEAWEEDFS_VERSION ?= v0.0.0-20261109003541-7506e5f91cd6
 WEED := $(LOCALBIN)/weed-$(SEAWEEDFS_VERSION)
+# Prometheus Operator's PodMonitor and ServiceMonitor CRDs, from its module (hack/install-prometheus-crds.sh): the
+# docs' commands test installs the chart's monitoring on a kube-apiserver that has them. The version of the Go
+# types in go.mod (pkg/apis/monitoring), which the chart test decodes them with.
+PROMETHEUS_OPERATOR_VERSION ?= v0.93.1
+PROMETHEUS_CRDS := $(LOCALBIN)/prometheus-operator-crds-$(PROMETHEUS_OPERATOR_VERSION)/monitoring.coreos.com_podmonitors.yaml
 # Kubernetes components built from the module proxy (hack/install-kube.sh).
 KUBE_VERSION ?= v1.36.3
 KUBE_BIN := $(LOCALBIN)/kube-$(KUBE_VERSION)
@@ -98,7 +103,7 @@ test-race: ## The unit tests with the race detector (several minutes; what make 
 	cd hack/image && go test -race ./...
 
 .PHONY: test-integration
-test-integration: kube-assets $(HELM) $(GOJQ) $(WEED) ## Integration tests: the real manager against a real kube-apiserver + etcd; the chart rendered by Helm, and the docs' kubectl and helm commands run against a kube-apiserver; the results store's client against a real S3-compatible server (weed).
+test-integration: kube-assets $(HELM) $(GOJQ) $(WEED) $(PROMETHEUS_CRDS) ## Integration tests: the real manager against a real kube-apiserver + etcd; the chart rendered by Helm, and the docs' kubectl and helm commands run against a kube-apiserver; the results store's client against a real S3-compatible server (weed).
 	go test -race -timeout $(TEST_TIMEOUT) ./test/integration/ ./test/chart/ ./test/objstore/
 
 .PHONY: test-e2e
@@ -204,6 +209,9 @@ $(KUSTOMIZE):
 # Not hack/go-install-tool.sh: kube-api-linter is built into golangci-lint (see the script).
 $(GOLANGCI_LINT):
 	hack/tools/install-golangci-lint.sh $(GOLANGCI_LINT_VERSION) $(KUBE_API_LINTER_VERSION)
+
+$(PROMETHEUS_CRDS):
+	hack/install-prometheus-crds.sh $(PROMETHEUS_OPERATOR_VERSION)
 
 # Not hack/go-install-tool.sh: Helm needs link-time version stamps (see the script).
 $(HELM):

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -247,7 +248,14 @@ func startDocsCluster(t *testing.T, root string) *docsCluster {
 			t.Fatalf("%s: %v; make test-integration builds it", name, err)
 		}
 	}
-	env := &envtest.Environment{BinaryAssetsDirectory: kube}
+	// Prometheus Operator's PodMonitor and ServiceMonitor, which the docs'
+	// monitoring install creates (make test-integration fetches them).
+	crds, _ := filepath.Glob(filepath.Join(root, "bin", "prometheus-operator-crds-v*"))
+	if len(crds) == 0 {
+		t.Fatal("no bin/prometheus-operator-crds-VERSION: make test-integration installs them (hack/install-prometheus-crds.sh)")
+	}
+	slices.Sort(crds)
+	env := &envtest.Environment{BinaryAssetsDirectory: kube, CRDDirectoryPaths: crds[len(crds)-1:], ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("starting kube-apiserver and etcd: %v", err)
