@@ -4,6 +4,7 @@ package cluster_test
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -63,6 +64,18 @@ spec:
 		"--field-selector=status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}"))
 	if len(pods) == 0 {
 		t.Fatal("no runner pod is running")
+	}
+	// A running runner serves its metrics on its port "metrics" (9464),
+	// here through the API server's proxy to the pod.
+	metrics := mustKubectl(t, "get", "--raw", fmt.Sprintf("/api/v1/namespaces/%s/pods/%s:9464/proxy/metrics", ns, pods[0]))
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^proctor_runner_requests_total\{endpoint="",model="small",outcome="ok"\} [1-9]`),
+		regexp.MustCompile(`(?m)^proctor_runner_samples_total\{dataset="slow",kind="",model="small",outcome="ok"\} [1-9]`),
+		regexp.MustCompile(`(?m)^proctor_runner_requests_in_flight\{endpoint="",model="small"\} [0-2]$`),
+	} {
+		if !want.MatchString(metrics) {
+			t.Errorf("runner pod %s's metrics have no line matching %s:\n%s", pods[0], want, metrics)
+		}
 	}
 	mustKubectl(t, "delete", "pod", "-n", ns, pods[0], "--wait=false")
 	t.Logf("Deleted runner pod %s at %d/%d", pods[0], progress(), n)
