@@ -558,7 +558,9 @@ func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *
 					throttledOut(err)
 					return
 				}
+				e.opts.Metrics.SamplesInFlight(m.Name, 1)
 				e.finish(ctx, fail, throttledOut, m, j, sink, s)
+				e.opts.Metrics.SamplesInFlight(m.Name, -1)
 			}
 		})
 	}

@@ -206,6 +206,7 @@ func (e *Engine) ready(ctx context.Context, s *slot) error {
 		if err == nil {
 			e.log.Info("Repaired a slot", "slot", s.n, "hook", b.hook.Name, "after", e.clock.Since(b.since).Round(time.Millisecond).String())
 			s.broken = nil
+			e.opts.Metrics.SlotsBroken(b.hc.Model, -1)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -244,6 +245,7 @@ func (e *Engine) waitServices(ctx context.Context, timeout time.Duration) error 
 func (e *Engine) brokeSlot(s *slot, hook *Hook, hc HookContext, err error) {
 	if s.broken == nil {
 		s.broken = &brokenSlot{hook: hook, hc: hc, since: e.clock.Now()}
+		e.opts.Metrics.SlotsBroken(hc.Model, 1)
 	}
 	s.broken.err = err
 	e.log.Info("Took a slot out of use until a hook succeeds on it", "slot", s.n, "hook", hook.Name, "error", e.redact(err.Error()))

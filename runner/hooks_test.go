@@ -15,6 +15,7 @@ import (
 
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/runner/telemetry"
 )
 
 // slotTracker checks that no two samples in flight share a slot, and logs
@@ -133,7 +134,12 @@ func TestBrokenSlotIsRepairedBeforeReuse(t *testing.T) {
 		}),
 	}
 	sink := newMemSink()
-	run(t, plan, sink, Options{RepairBackoff: time.Millisecond})
+	met := telemetry.New()
+	run(t, plan, sink, Options{RepairBackoff: time.Millisecond, Metrics: met})
+	// The slot broke, and was repaired.
+	if got := metric(t, met, "proctor_runner_slots_broken", map[string]string{"model": "m"}); got != 0 {
+		t.Errorf("proctor_runner_slots_broken = %v, want 0: repaired", got)
+	}
 	want := []string{
 		"before s0 slot 0", "model s0", "after s0",
 		"before s1 slot 0", // fails: the sample's error, no call, no afterSample
@@ -198,7 +204,8 @@ func TestSlotThatStaysBrokenEndsTheModel(t *testing.T) {
 		}
 		return errors.New("could not connect to server: Connection refused")
 	})}
-	e, err := New(plan, Options{RepairBackoff: time.Millisecond})
+	met := telemetry.New()
+	e, err := New(plan, Options{RepairBackoff: time.Millisecond, Metrics: met})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +219,13 @@ func TestSlotThatStaysBrokenEndsTheModel(t *testing.T) {
 	// s0 and s1 ran; each slot then failed one sample and stayed broken.
 	if n := sink.count(); n != 4 {
 		t.Errorf("%d records, want 4 (2 answers, 2 hook errors)", n)
+	}
+	// Both slots are out of use, as the metrics say; no sample is in flight.
+	if got := metric(t, met, "proctor_runner_slots_broken", map[string]string{"model": "m"}); got != 2 {
+		t.Errorf("proctor_runner_slots_broken = %v, want 2", got)
+	}
+	if got := metric(t, met, "proctor_runner_samples_in_flight", map[string]string{"model": "m"}); got != 0 {
+		t.Errorf("proctor_runner_samples_in_flight = %v, want 0", got)
 	}
 	hookErrors := 0
 	for i := range 20 {

@@ -44,6 +44,7 @@ type Metrics struct {
 	throttledSeconds                *prometheus.CounterVec
 	batches                         *prometheus.GaugeVec
 	batchesEnded                    *prometheus.CounterVec
+	samplesInFlight, slotsBroken    *prometheus.GaugeVec
 
 	// held are the models whose calls 429s hold, so that a spell's end is
 	// counted once.
@@ -106,6 +107,14 @@ func New() *Metrics {
 			Name: "proctor_runner_batches_in_flight",
 			Help: "A batch model's batches submitted to its provider and not yet ended.",
 		}, []string{"model"}),
+		samplesInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "proctor_runner_samples_in_flight",
+			Help: "Samples being worked on (their slots busy), by model: at most its concurrency.",
+		}, []string{"model"}),
+		slotsBroken: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "proctor_runner_slots_broken",
+			Help: "A model's slots out of use until a hook succeeds in them again (spec.hooks).",
+		}, []string{"model"}),
 		batchesEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "proctor_runner_batches_ended_total",
 			Help: "A batch model's batches that ended at its provider (their results read).",
@@ -120,7 +129,7 @@ func New() *Metrics {
 // docs/reference/metrics.md, which a test checks).
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.requests, m.retries, m.tokens, m.cost, m.duration, m.firstByte, m.inFlight, m.samples,
-		m.throttled, m.throttledSeconds, m.batches, m.batchesEnded}
+		m.throttled, m.throttledSeconds, m.batches, m.batchesEnded, m.samplesInFlight, m.slotsBroken}
 }
 
 // Handler serves the metrics in Prometheus's formats.
@@ -186,6 +195,22 @@ func (m *Metrics) Sending(model, endpoint string, delta float64) {
 		return
 	}
 	m.inFlight.WithLabelValues(model, endpoint).Add(delta)
+}
+
+// SamplesInFlight counts a model's sample started (+1) or finished (-1).
+func (m *Metrics) SamplesInFlight(model string, delta float64) {
+	if m == nil {
+		return
+	}
+	m.samplesInFlight.WithLabelValues(model).Add(delta)
+}
+
+// SlotsBroken counts a model's slot taken out of use (+1) or repaired (-1).
+func (m *Metrics) SlotsBroken(model string, delta float64) {
+	if m == nil {
+		return
+	}
+	m.slotsBroken.WithLabelValues(model).Add(delta)
 }
 
 // Retry counts a request sent again.

@@ -78,4 +78,6 @@ func TestANilMetricsRecordsNothing(t *testing.T) {
 	m.Throttled("m", true, 0)
 	m.Batches("m", 1)
 	m.BatchEnded("m")
+	m.SamplesInFlight("m", 1)
+	m.SlotsBroken("m", 1)
 }

@@ -96,7 +96,8 @@ func TestRunMetricsMatchTheServer(t *testing.T) {
 			families = f
 		}
 		return err == nil && sum(f, "proctor_runner_samples_total", map[string]string{"model": "small"}) == n-1 &&
-			sum(f, "proctor_runner_requests_in_flight", small) == 1
+			sum(f, "proctor_runner_requests_in_flight", small) == 1 &&
+			sum(f, "proctor_runner_samples_in_flight", map[string]string{"model": "small"}) == 1
 	})
 	st := srv.Stats()
 	res := p.wait()
