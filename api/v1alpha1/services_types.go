@@ -76,6 +76,7 @@ type Service struct {
 }
 
 // ServicePort is a port a service listens on.
+// +kubebuilder:validation:XValidation:rule=`self.containerPort != 9464`,message="port 9464 is taken in runner pods: the runner serves its metrics there",fieldPath=".containerPort"
 type ServicePort struct {
 	// name of the port, for the readiness probe.
 	// +optional

@@ -46,7 +46,8 @@ const (
 )
 
 // A runner pod serves its metrics (runner/telemetry) on this port, named
-// MetricsPortName, at /metrics: what a PodMonitor scrapes.
+// MetricsPortName, at /metrics: what a PodMonitor scrapes. The API refuses
+// a service (spec.services) on it: ServicePort's rule names 9464.
 const (
 	MetricsPort     = 9464
 	MetricsPortName = "metrics"
