@@ -68,12 +68,11 @@ func (r *Run) errorGroups() (*errorIndex, error) {
 				continue
 			}
 			b, err := win.line(r.rows[i].off, r.rows[i].n)
+			if err == nil {
+				b, err = r.checked(i, b)
+			}
 			if err != nil {
 				x.err = err
-				return
-			}
-			if !r.lines.temp && !holds(b, r.id(i)) {
-				x.err = r.lines.changed()
 				return
 			}
 			v, err := p.ParseBytes(b)

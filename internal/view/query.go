@@ -218,11 +218,11 @@ func (r *Run) search(rows []int32, text string) ([]int32, error) {
 					continue
 				}
 				b, err := win.line(r.rows[i].off, r.rows[i].n)
+				if err == nil {
+					b, err = r.checked(i, b)
+				}
 				if err != nil {
 					return err
-				}
-				if !r.lines.temp && !holds(b, r.id(i)) {
-					return r.lines.changed()
 				}
 				if plain && !mayHold(b, needle) {
 					continue

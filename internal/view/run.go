@@ -777,6 +777,12 @@ func (r *Run) raw(i int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return r.checked(i, b)
+}
+
+// checked is b, read as row i's line, unless the run's own results file no
+// longer holds its record there (it was rewritten in place).
+func (r *Run) checked(i int, b []byte) ([]byte, error) {
 	if !r.lines.temp && !holds(b, r.id(i)) {
 		return nil, r.lines.changed()
 	}

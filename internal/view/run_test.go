@@ -238,18 +238,7 @@ func TestSearchAsDecoded(t *testing.T) {
 		`{"id":"e-7","model":"m","dataset":"d","output":"nothing","expected":"answer"}`,
 		`{"id":"e-8","model":"answer","dataset":"d","output":"no","expected":"no"}`,
 	}
-	r, err := LoadLines("1", "test", t.TempDir(), nil, func(fn func([]byte) error) error {
-		for _, l := range lines {
-			if err := fn([]byte(l)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := loadLines(t, lines)
 	// decoded is the search done by decoding every record.
 	decoded := func(text string) []string {
 		needle := bytes.ToLower([]byte(text))
@@ -313,18 +302,7 @@ func TestRunTimes(t *testing.T) {
 		`{"id":"4","model":"m","dataset":"d","startedAt":"not a time","endedAt":""}`,
 		`{"id":"5","model":"m","dataset":"d"}`,
 	}
-	r, err := LoadLines("1", "test", t.TempDir(), nil, func(fn func([]byte) error) error {
-		for _, l := range lines {
-			if err := fn([]byte(l)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := loadLines(t, lines)
 	want := func(s string) string {
 		tm, _ := time.Parse(time.RFC3339Nano, s)
 		return tm.UTC().Format(time.RFC3339Nano)
@@ -338,4 +316,22 @@ func TestRunTimes(t *testing.T) {
 	if got := r.EndedAt.UTC().Format(time.RFC3339Nano); got != want("2026-11-28T10:00:02Z") {
 		t.Errorf("ended at %s", got)
 	}
+}
+
+// loadLines loads a run of JSON lines as written (LoadLines, spilled).
+func loadLines(t *testing.T, lines []string) *Run {
+	t.Helper()
+	r, err := LoadLines("1", "test", t.TempDir(), nil, func(fn func([]byte) error) error {
+		for _, l := range lines {
+			if err := fn([]byte(l)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
 }
