@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/runner/provider"
 )
 
@@ -23,29 +22,8 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ours := map[string]bool{}
-	for _, c := range New().Collectors() {
-		ch := make(chan *prometheus.Desc, 8)
-		c.Describe(ch)
-		close(ch)
-		for d := range ch {
-			name := regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String())
-			if name == nil {
-				t.Fatalf("no name in %s", d)
-			}
-			ours[name[1]] = true
-		}
-	}
-	for name := range ours {
-		if !regexp.MustCompile("\\| `" + regexp.QuoteMeta(name) + "` \\|").Match(doc) {
-			t.Errorf("%s has no row in docs/reference/metrics.md", name)
-		}
-	}
-	for _, m := range regexp.MustCompile("`(proctor_runner_\\w+)`").FindAllSubmatch(doc, -1) {
-		if !ours[string(m[1])] {
-			t.Errorf("docs/reference/metrics.md names %s, which runners do not register", m[1])
-		}
-	}
+	runners := func(name string) bool { return strings.HasPrefix(name, "proctor_runner_") }
+	testutil.MetricsDocumented(t, doc, runners, New().Collectors()...)
 }
 
 func TestOutcome(t *testing.T) {
