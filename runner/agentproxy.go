@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 	"github.com/proctor-dev/proctor/runner/results"
@@ -107,10 +109,25 @@ type agentSession struct {
 	lost     error                 // why a call could not be made that was not the agent's doing
 	log      []results.ProxiedCall // the first calls, one by one
 	finished bool
+	// parent is the span the agent's proxied calls go below: its sample's
+	// attempt running the agent.
+	parent trace.SpanContext
 	// active counts the calls being served; drained is closed when the last
 	// ends after close began waiting.
 	active  int
 	drained chan struct{}
+}
+
+func (s *agentSession) setParent(sc trace.SpanContext) {
+	s.mu.Lock()
+	s.parent = sc
+	s.mu.Unlock()
+}
+
+func (s *agentSession) parentSpan() trace.SpanContext {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.parent
 }
 
 // sessionDrain bounds how long a finished sample waits for its calls still
@@ -334,7 +351,8 @@ func (e *Engine) proxyHandler(a *agentProxies, p *agentProxy) http.Handler {
 			return
 		}
 		fc := &forwardCall{r: r, body: body, w: w, model: requestedModel(body)}
-		ctx := context.WithValue(r.Context(), forwardKey{}, fc)
+		ctx, span := e.startProxied(r.Context(), s, p, r, fc.model)
+		ctx = context.WithValue(ctx, forwardKey{}, fc)
 		priced := p.run.priceOf(ctx) != nil
 		start := e.clock.Now()
 		res := e.call(ctx, p.run, &provider.Request{})
@@ -351,6 +369,7 @@ func (e *Engine) proxyHandler(a *agentProxies, p *agentProxy) http.Handler {
 				logged.Error = results.CutUTF8(e.redact(logged.Error), results.MaxProxiedCallError)
 			}
 			s.logged(logged)
+			endProxied(span, logged)
 		}()
 		switch {
 		case res.err == nil:
@@ -391,6 +410,14 @@ func (e *Engine) proxyHandler(a *agentProxies, p *agentProxy) http.Handler {
 // errGaveUpWaiting is an agent that went away while its call still waited to
 // be sent (for the endpoint's pace, its share, or the endpoint to be back).
 var errGaveUpWaiting = errors.New("the agent gave up while its call waited for the endpoint")
+
+// providerName is the GenAI conventions' name of the endpoint's API.
+func (a *AgentEndpoint) providerName() string {
+	if a.Anthropic {
+		return "anthropic"
+	}
+	return "openai"
+}
 
 // placeholderKey is the key an agent sent, as OpenAI's and Anthropic's
 // clients send theirs.

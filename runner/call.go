@@ -74,7 +74,7 @@ func (e *Engine) call(ctx context.Context, m *modelRun, req *provider.Request) c
 		if tries.attempts > 1 {
 			e.opts.Metrics.Retry(m.metricName, m.Endpoint)
 		}
-		resp, latency, res, cost, err := e.attempt(ctx, m, req, rawIn, timeout)
+		resp, latency, res, cost, err := e.attempt(ctx, m, req, rawIn, timeout, tries.attempts)
 		charge = charge.Add(cost)
 		if err == nil {
 			e.answered(m, res, rawIn, resp)
@@ -117,7 +117,7 @@ func (e *Engine) answered(m *modelRun, res reservation, rawIn int64, resp *provi
 // attempt makes one call within the model's limits and budget. Only the
 // waits before the request is sent end with Stop; a request sent runs to its
 // end.
-func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request, rawIn int64, timeout time.Duration) (*provider.Response, time.Duration, reservation, spend.Totals, error) {
+func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request, rawIn int64, timeout time.Duration, n int) (*provider.Response, time.Duration, reservation, spend.Totals, error) {
 	var none spend.Totals
 	res, cost, done, err := e.throughLimits(ctx, m, rawIn)
 	if err != nil {
@@ -131,6 +131,6 @@ func (e *Engine) attempt(ctx context.Context, m *modelRun, req *provider.Request
 		res.cancel()
 		return nil, 0, nil, none, err
 	}
-	resp, latency, charge, err := e.send(ctx, m, req, price, worst, hold, timeout)
+	resp, latency, charge, err := e.send(ctx, m, req, price, worst, hold, timeout, n)
 	return resp, latency, res, charge, err
 }

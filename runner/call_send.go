@@ -18,10 +18,14 @@ import (
 // settles the budget's hold; its usage is counted for the model.
 
 // send sends req to m's provider and returns its answer, how long it took,
-// and what it cost (settling hold, from reserveBudget).
-func (e *Engine) send(ctx context.Context, m *modelRun, req *provider.Request, price *spend.Price, worst spend.Totals, hold *spend.Hold, timeout time.Duration) (*provider.Response, time.Duration, spend.Totals, error) {
+// and what it cost (settling hold, from reserveBudget); n counts the call's
+// attempts.
+func (e *Engine) send(ctx context.Context, m *modelRun, req *provider.Request, price *spend.Price, worst spend.Totals, hold *spend.Hold, timeout time.Duration, n int) (resp *provider.Response, latency time.Duration, charge spend.Totals, err error) {
 	sent, done := accepted(ctx)
 	defer done()
+	sent, span := e.startAttempt(sent, m, n)
+	defer func() { e.endAttempt(span, m, req, resp, err, charge.Cost.Dollars(), price != nil) }()
+	req = withTraceParent(sent, m, req)
 	actx, cancel := context.WithTimeout(provider.WithRateLimitObserver(sent, m.observe(e.clock)), timeout)
 	defer cancel()
 	met := e.opts.Metrics
@@ -35,12 +39,12 @@ func (e *Engine) send(ctx context.Context, m *modelRun, req *provider.Request, p
 		}})
 		met.Sending(m.metricName, m.Endpoint, 1)
 	}
-	resp, err := m.Provider.Complete(actx, req)
-	latency := e.clock.Since(start)
+	resp, err = m.Provider.Complete(actx, req)
+	latency = e.clock.Since(start)
 	if err == nil && resp == nil {
 		err = errors.New("provider returned no response")
 	}
-	charge := m.charge(price, resp, err, worst)
+	charge = m.charge(price, resp, err, worst)
 	hold.Settle(charge)
 	if met != nil {
 		met.Sending(m.metricName, m.Endpoint, -1)

@@ -44,7 +44,7 @@ func TestSendStage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp, _, charge, err := e.send(context.Background(), m, &provider.Request{Prompt: "q"}, nil, worst, hold, 50*time.Millisecond)
+			resp, _, charge, err := e.send(context.Background(), m, &provider.Request{Prompt: "q"}, nil, worst, hold, 50*time.Millisecond, 1)
 			switch {
 			case tt.wantErr == "" && (err != nil || resp == nil):
 				t.Fatalf("got %v, %v; want an answer", resp, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/jonboulle/clockwork"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/proctor-dev/proctor/runner/dataset"
 	"github.com/proctor-dev/proctor/runner/provider"
@@ -58,6 +59,9 @@ type Options struct {
 	ScoreOnly bool
 	// Metrics, when set, count the run's calls, samples and throttling.
 	Metrics *telemetry.Metrics
+	// Tracer, when set, makes a trace of each sample: its attempts, scorers,
+	// hooks and an agent's proxied calls.
+	Tracer *telemetry.Tracer
 }
 
 // Observer hears of finished samples. It must be safe for concurrent use and quick.
@@ -152,6 +156,10 @@ type modelRun struct {
 	// metricName is its name in metrics: an agent endpoint's calls go by
 	// their agent model's.
 	metricName string
+	// spanName and spanAttrs name and describe its attempts' spans (the
+	// GenAI conventions'), made once.
+	spanName  string
+	spanAttrs []attribute.KeyValue
 }
 
 // priceOf is the price of a call of m in ctx: for an agent's call, its
@@ -218,6 +226,8 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 			sharedInFlight: sharedInFlight[m.Endpoint],
 			usage:          usageMeter{clock: opts.Clock},
 			metricName:     m.Name,
+			spanName:       m.GenAI.SpanName(),
+			spanAttrs:      append(m.GenAI.Attributes(), telemetry.AttrModel.String(m.Name), telemetry.AttrEndpoint.String(m.Endpoint)),
 		}
 	}
 	for _, m := range plan.Models {
@@ -234,9 +244,11 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 			// The calls of all the model's agents, paced as one caller.
 			conc := agentCallWindow * max(1, m.Concurrency)
 			c := &Model{Name: a.Caller, Provider: newForwarder(a, conc), Concurrency: conc, Limits: a.Limits,
-				Endpoint: a.Endpoint, EndpointWeight: a.Weight, Timeout: m.Timeout, Price: m.Price}
+				Endpoint: a.Endpoint, EndpointWeight: a.Weight, Timeout: m.Timeout, Price: m.Price,
+				GenAI: telemetry.GenAI{Operation: telemetry.OperationChat, Provider: a.providerName(), BaseURL: a.BaseURL.String()}}
 			cr := newRun(c)
 			cr.forwarded, cr.prices, cr.metricName = true, a.Prices, m.Name
+			cr.spanAttrs = append(c.GenAI.Attributes(), telemetry.AttrModel.String(m.Name), telemetry.AttrEndpoint.String(a.Endpoint))
 			if len(a.Prices) > 0 {
 				run.proxies.priced = true
 			}

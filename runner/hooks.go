@@ -11,6 +11,7 @@ import (
 
 	"github.com/proctor-dev/proctor/runner/dataset"
 	"github.com/proctor-dev/proctor/runner/provider"
+	"github.com/proctor-dev/proctor/runner/telemetry"
 )
 
 // Hooks are the commands an engine runs around each sample, in the sample's
@@ -283,7 +284,12 @@ func (e *Engine) runHook(ctx context.Context, hook *Hook, hc HookContext, s *slo
 	if hook == nil {
 		return nil
 	}
-	err := hook.Run(ctx, hc)
+	hctx, span := e.startHook(ctx, hook, hc)
+	err := hook.Run(hctx, hc)
+	if err != nil {
+		telemetry.Fail(span, "hook", e.redact(err.Error()))
+	}
+	span.End()
 	if isHookError(err) {
 		repair := hook
 		if e.plan.Hooks != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/proctor-dev/proctor/runner/retry"
 	"github.com/proctor-dev/proctor/runner/score"
 	"github.com/proctor-dev/proctor/runner/spend"
+	"github.com/proctor-dev/proctor/runner/telemetry"
 )
 
 // Plan is a compiled Evaluation: every reference resolved, every template parsed.
@@ -91,6 +92,8 @@ type Model struct {
 	MaxTokens int
 	// JudgeOnly models are used by judge scorers and not evaluated themselves.
 	JudgeOnly bool
+	// GenAI is what its calls' spans say of it (the GenAI conventions).
+	GenAI telemetry.GenAI
 	// Price is what the model's tokens cost; nil when unknown. An agent
 	// model's prices its agent's calls through its agent endpoints, or the
 	// usage it reports.

@@ -106,6 +106,7 @@ func (e *Engine) answer(ctx context.Context, m *modelRun, ds *Dataset, s *datase
 	if m.proxies != nil {
 		sess = m.proxies.open()
 		req.Env = append(req.Env, sess.env...)
+		ctx = context.WithValue(ctx, sessionKey{}, sess)
 	}
 	res := e.call(ctx, m, req)
 	done, answered := func() {}, false

@@ -73,7 +73,10 @@ func (e *Engine) stamp(rec *results.Record, s *dataset.Sample, start time.Time) 
 // finish evaluates a sample and stores its record.
 func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCauseFunc, m *modelRun, j job, sink Sink, s *slot) {
 	start := e.clock.Now()
+	ctx, span := e.startSample(ctx, m, j.ds, &j.s)
 	rec, err := e.evaluate(ctx, m, j.ds, &j.s, j.answered, s)
+	var kept *results.Record // the record stored, nil when none was
+	defer func() { endSample(span, kept) }()
 	if IsBudgetExceeded(err) {
 		// Nothing new starts, for any model; the calls in flight are paid
 		// for, so they finish and are kept.
@@ -106,6 +109,7 @@ func (e *Engine) finish(ctx context.Context, fail, throttledOut context.CancelCa
 		fail(fmt.Errorf("saving the result of %s on %s sample %s: %w", m.Name, j.ds.Name, j.s.ID, err))
 		return
 	}
+	kept = rec
 	if e.opts.Observer != nil {
 		e.opts.Observer.SampleFinished(m.Name, j.ds.Name, rec)
 	}

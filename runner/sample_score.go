@@ -8,11 +8,14 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/proctor-dev/proctor/runner/dataset"
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/score"
 	"github.com/proctor-dev/proctor/runner/spend"
+	"github.com/proctor-dev/proctor/runner/telemetry"
 )
 
 // The scoring stage: each scorer's verdict of an answer, a judge's calls
@@ -45,6 +48,7 @@ func (e *Engine) score(ctx context.Context, rec *results.Record, s *dataset.Samp
 		ctx = context.WithValue(ctx, judgeUsageKey{}, judged)
 	}
 	var waiting []string
+	sample := trace.SpanFromContext(ctx)
 	for _, sc := range e.scorers {
 		if _, kept := rec.Scores[sc.Name()]; kept {
 			continue // scored earlier by this very scorer (a carried answer's)
@@ -66,10 +70,17 @@ func (e *Engine) score(ctx context.Context, rec *results.Record, s *dataset.Samp
 				return r, err
 			}
 		}
-		v, err := sc.Score(ctx, in)
+		sctx, span := e.startScorer(ctx, sc.Name())
+		v, err := sc.Score(sctx, in)
 		if reply != "" {
 			rec.SetReason(sc.Name(), e.redact(reply))
 		}
+		if err == nil {
+			telemetry.Scored(sample, span, sc.Name(), v)
+		} else {
+			telemetry.Fail(span, "scorer", e.redact(err.Error()))
+		}
+		span.End()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, errStopping) {
 				return nil, nil
