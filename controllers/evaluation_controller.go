@@ -68,6 +68,10 @@ type Options struct {
 	// it ended committed to a results store, unless its spec.runner.keepFor
 	// says otherwise (tidyCommitted). 0 deletes them at once.
 	KeepRunnersFor time.Duration
+	// TracesEndpoint and TracesProtocol are where runner pods send their
+	// traces (OTLP) unless an Evaluation's spec.tracing says otherwise; ""
+	// sends none.
+	TracesEndpoint, TracesProtocol string
 }
 
 func (o *Options) defaults() {

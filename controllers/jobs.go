@@ -222,6 +222,7 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 		c.Ports = append(c.Ports, corev1.ContainerPort{Name: cluster.MetricsPortName, ContainerPort: cluster.MetricsPort, Protocol: corev1.ProtocolTCP})
 		c.Env = append(c.Env, r.keyEnv(spec, model, !agent)...)
 		c.Env = append(c.Env, agentEndpointKeyEnv(m, p.agentEndpoints)...)
+		c.Env = append(c.Env, r.tracingEnv(spec)...)
 		if u := r.Options.PacerURL; u != "" {
 			// The pacer, and a token only it accepts (its audience).
 			c.Env = append(c.Env, corev1.EnvVar{Name: cluster.EnvPacerURL, Value: u})
@@ -561,4 +562,30 @@ func findModel(spec *v1alpha1.EvaluationSpec, name string) *v1alpha1.Model {
 		}
 	}
 	return nil
+}
+
+// tracingEnv tells a shard's runner where its traces go, in the standard
+// OTLP variables (the runner reads them as any OpenTelemetry SDK would):
+// spec.tracing's endpoint, else the manager's; none, none. The headers
+// (credentials) come from their Secret, never through the spec.
+func (r *EvaluationReconciler) tracingEnv(spec *v1alpha1.EvaluationSpec) []corev1.EnvVar {
+	endpoint, protocol := r.Options.TracesEndpoint, r.Options.TracesProtocol
+	t := spec.Tracing
+	if t != nil && t.Endpoint != "" {
+		endpoint, protocol = t.Endpoint, ""
+	}
+	if t != nil && t.Protocol != "" {
+		protocol = string(t.Protocol)
+	}
+	if endpoint == "" {
+		return nil
+	}
+	env := []corev1.EnvVar{{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: endpoint}}
+	if protocol != "" {
+		env = append(env, corev1.EnvVar{Name: "OTEL_EXPORTER_OTLP_PROTOCOL", Value: protocol})
+	}
+	if t != nil && t.HeadersSecretRef != nil {
+		env = append(env, corev1.EnvVar{Name: "OTEL_EXPORTER_OTLP_HEADERS", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: t.HeadersSecretRef.DeepCopy()}})
+	}
+	return env
 }

@@ -489,6 +489,58 @@ func TestKeyEnv(t *testing.T) {
 	}
 }
 
+// TestTracingEnv: a shard's runner is told where its traces go in the
+// standard OTLP variables: the Evaluation's endpoint, else the manager's;
+// the headers (credentials) from their Secret only.
+func TestTracingEnv(t *testing.T) {
+	env := func(kv ...string) []corev1.EnvVar {
+		var out []corev1.EnvVar
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, corev1.EnvVar{Name: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	headers := &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "langfuse"}, Key: "otlp-headers"}
+	for _, tc := range []struct {
+		name               string
+		endpoint, protocol string // the manager's
+		tracing            *v1alpha1.Tracing
+		want               []corev1.EnvVar
+	}{
+		{name: "none anywhere"},
+		{name: "content alone sends nothing", tracing: &v1alpha1.Tracing{CaptureContent: true}},
+		{
+			name: "the manager's", endpoint: "http://collector:4318", protocol: "http/protobuf",
+			want: env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+		},
+		{
+			name: "the spec's endpoint, not the manager's protocol", endpoint: "http://collector:4317", protocol: "grpc",
+			tracing: &v1alpha1.Tracing{Endpoint: "https://mlflow.example:5000"},
+			want:    env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://mlflow.example:5000"),
+		},
+		{
+			name: "the spec's protocol to the manager's endpoint", endpoint: "http://collector:4317", protocol: "http/protobuf",
+			tracing: &v1alpha1.Tracing{Protocol: v1alpha1.TracingProtocolGRPC},
+			want:    env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+		},
+		{
+			name:    "headers from their Secret",
+			tracing: &v1alpha1.Tracing{Endpoint: "https://cloud.langfuse.com/api/public/otel", HeadersSecretRef: headers},
+			want: append(env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://cloud.langfuse.com/api/public/otel"),
+				corev1.EnvVar{Name: "OTEL_EXPORTER_OTLP_HEADERS", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: headers}}),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := unitReconciler()
+			r.Options.TracesEndpoint, r.Options.TracesProtocol = tc.endpoint, tc.protocol
+			got := r.tracingEnv(&v1alpha1.EvaluationSpec{Tracing: tc.tracing})
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("tracingEnv (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // No runner pod ever carries a literal API key: every variable but TMPDIR
 // comes from a reference.
 func TestRunnerPodsCarryNoLiteralSecrets(t *testing.T) {

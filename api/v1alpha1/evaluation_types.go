@@ -130,7 +130,61 @@ type EvaluationSpec struct {
 	// minimum scores, and the largest significant drop from the baseline.
 	// +optional
 	Gate *Gate `json:"gate,omitempty"`
+
+	// tracing sends OpenTelemetry traces of the run over OTLP: a trace per
+	// sample, with a span per model attempt (the GenAI semantic
+	// conventions), scorer, hook and call an agent makes through its
+	// endpoints; MLflow, Langfuse, Jaeger or any OTLP receiver shows them.
+	// Off unless an endpoint is set, here or by the operator (the chart's
+	// tracing.endpoint); in a local run the standard OTEL_EXPORTER_OTLP_*
+	// variables win. Editing it does not start a new run: runner pods
+	// started after the edit use it.
+	// +optional
+	Tracing *Tracing `json:"tracing,omitempty"`
 }
+
+// Tracing says where a run's traces go and what they hold.
+type Tracing struct {
+	// endpoint is the OTLP receiver's base URL, as
+	// OTEL_EXPORTER_OTLP_ENDPOINT takes it: for http/protobuf the traces go
+	// to ENDPOINT/v1/traces (for example http://otel-collector.monitoring:4318,
+	// or MLflow's http://mlflow:5000), for grpc to ENDPOINT (port 4317).
+	// Default: the operator's.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule=`self.startsWith('http://') || self.startsWith('https://')`,message="tracing.endpoint must be an http:// or https:// URL"
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// protocol is OTLP's transport: http/protobuf (default) or grpc.
+	// +optional
+	Protocol TracingProtocol `json:"protocol,omitempty"`
+
+	// headersSecretRef is a key of a Secret, in the Evaluation's namespace,
+	// holding the headers sent with the traces, as
+	// OTEL_EXPORTER_OTLP_HEADERS takes them (name=value,name=value): a
+	// receiver's credentials, such as Langfuse's Authorization or MLflow's
+	// x-mlflow-experiment-id. Cluster runs; locally, set
+	// OTEL_EXPORTER_OTLP_HEADERS.
+	// +optional
+	HeadersSecretRef *corev1.SecretKeySelector `json:"headersSecretRef,omitempty"`
+
+	// captureContent puts prompts, system instructions and answers on the
+	// attempts' spans (gen_ai.input.messages, gen_ai.system_instructions,
+	// gen_ai.output.messages), redacted as records are. Default false: spans
+	// say what was called, how it went and what it cost, not what was said.
+	// +optional
+	CaptureContent bool `json:"captureContent,omitempty"`
+}
+
+// TracingProtocol is an OTLP transport.
+// +kubebuilder:validation:Enum=http/protobuf;grpc
+type TracingProtocol string
+
+// OTLP transports.
+const (
+	TracingProtocolHTTP TracingProtocol = "http/protobuf"
+	TracingProtocolGRPC TracingProtocol = "grpc"
+)
 
 // Dataset is a named set of samples.
 type Dataset struct {

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/controllers"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/compile"
@@ -54,6 +55,7 @@ type managerOptions struct {
 	store, storeEndpoint, storeRegion string
 	storePathStyle                    bool
 	keepRunnersFor                    time.Duration
+	tracesEndpoint, tracesProtocol    string
 	zap                               zap.Options
 }
 
@@ -83,6 +85,8 @@ func newManagerCommand(s streams) *cobra.Command {
 	f.StringVar(&o.storeEndpoint, "results-store-endpoint", "", "the results store's URL (http(s)://host:port), for stores other than AWS S3 (default $AWS_ENDPOINT_URL_S3)")
 	f.StringVar(&o.storeRegion, "results-store-region", "", "the results store's region (default $AWS_REGION, else us-east-1)")
 	f.DurationVar(&o.keepRunnersFor, "keep-runners-for", time.Hour, "how long a run's runner Jobs, their pods and its shard ConfigMaps are kept once its records are committed to a results store (an Evaluation's spec.runner.keepFor overrides it); 0 deletes them at once")
+	f.StringVar(&o.tracesEndpoint, "runner-traces-endpoint", "", "the OTLP receiver runner pods send traces to (a base URL, as OTEL_EXPORTER_OTLP_ENDPOINT takes it: http://otel-collector.monitoring:4318), unless an Evaluation's spec.tracing names one; empty: none")
+	f.StringVar(&o.tracesProtocol, "runner-traces-protocol", "http/protobuf", "OTLP's transport to --runner-traces-endpoint: http/protobuf or grpc")
 	f.BoolVar(&o.storePathStyle, "results-store-path-style", false, "address the bucket as http://host/BUCKET rather than http://BUCKET.host (on whenever an endpoint is set)")
 	o.resources = controllers.DefaultPodResources()
 	for _, x := range []struct {
@@ -106,6 +110,12 @@ func newManagerCommand(s streams) *cobra.Command {
 func runManager(o *managerOptions, s streams) error {
 	if o.runnerImage == "" {
 		return invalid(errors.New("--runner-image (or PROCTOR_RUNNER_IMAGE) is required: the image runner pods use"))
+	}
+	if p := o.tracesProtocol; p != string(v1alpha1.TracingProtocolHTTP) && p != string(v1alpha1.TracingProtocolGRPC) {
+		return invalid(fmt.Errorf("--runner-traces-protocol: %q is not http/protobuf or grpc", p))
+	}
+	if u := o.tracesEndpoint; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		return invalid(fmt.Errorf("--runner-traces-endpoint: %q is not an http:// or https:// URL", u))
 	}
 	for name, rr := range map[string]corev1.ResourceRequirements{"runner": o.resources.Runner, "agent": o.resources.Agent, "init": o.resources.Init} {
 		for r, req := range rr.Requests {
@@ -166,7 +176,7 @@ func runManager(o *managerOptions, s streams) error {
 		CheckSpec:   compile.CheckData,
 		Options: controllers.Options{StorageBudget: storageBudgetOption(o.storageBudget), Resources: o.resources, PacerURL: o.pacerURL,
 			NamespaceStorageBudget: storageBudgetOption(o.nsStorage), ClusterStorageBudget: storageBudgetOption(o.clusterStorage),
-			ResultsStore: store, KeepRunnersFor: o.keepRunnersFor},
+			ResultsStore: store, KeepRunnersFor: o.keepRunnersFor, TracesEndpoint: o.tracesEndpoint, TracesProtocol: o.tracesProtocol},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)

@@ -33,6 +33,7 @@ import (
 	"github.com/proctor-dev/proctor/runner/retry"
 	"github.com/proctor-dev/proctor/runner/score"
 	"github.com/proctor-dev/proctor/runner/spend"
+	"github.com/proctor-dev/proctor/runner/telemetry"
 )
 
 // Env is what a plan is compiled against: the machine it runs on.
@@ -263,6 +264,7 @@ func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.
 		return nil, nil, fmt.Errorf("%s.pricing.%w", path, err)
 	}
 	out.Batch = batchConfig(m.Batch)
+	out.GenAI = genAI(m, params)
 	fp := fingerprint{Provider: string(m.Provider), BaseURL: m.BaseURL, Model: m.Model, Params: params, Headers: m.Headers}
 	switch m.Provider {
 	case v1alpha1.ProviderOpenAI:
@@ -327,6 +329,18 @@ func buildModel(ctx context.Context, spec *v1alpha1.EvaluationSpec, m *v1alpha1.
 	}
 	out.Fingerprint = hashJSON(fp)
 	return out, secrets, nil
+}
+
+// genAI is what m's calls' spans say of it, as the OpenTelemetry GenAI
+// conventions name it.
+func genAI(m *v1alpha1.Model, params provider.Params) telemetry.GenAI {
+	if m.Provider == v1alpha1.ProviderAgent {
+		return telemetry.GenAI{Operation: telemetry.OperationInvokeAgent, AgentName: m.Name}
+	}
+	return telemetry.GenAI{
+		Operation: telemetry.OperationChat, Provider: string(m.Provider), RequestModel: m.Model, BaseURL: m.BaseURL,
+		Temperature: params.Temperature, TopP: params.TopP, MaxTokens: params.MaxTokens, Seed: params.Seed, Stop: params.Stop,
+	}
 }
 
 // agentEndpoints are the proxies of m's agent.endpoints, and their keys.

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/attribute"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
@@ -32,6 +33,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/evalfile"
 	"github.com/proctor-dev/proctor/internal/objstore"
 	"github.com/proctor-dev/proctor/internal/services"
+	"github.com/proctor-dev/proctor/internal/version"
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/compare"
 	"github.com/proctor-dev/proctor/runner/dataset"
@@ -284,7 +286,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			log.Info("Using a model as judge only", "model", m.Name)
 		}
 	}
-	engOpts := runner.Options{Log: log, Observer: display, ScoreOnly: o.Rescore, Metrics: o.Metrics}
+	tracer, err := startTracing(ctx, ev, log)
+	if err != nil {
+		return nil, &InvalidError{err}
+	}
+	defer stopTracing(ctx, tracer, log)
+	engOpts := runner.Options{Log: log, Observer: display, ScoreOnly: o.Rescore, Metrics: o.Metrics, Tracer: tracer}
 	if limit, _ := apiconv.SpendLimit(ev.Spec.Budget); !limit.IsZero() {
 		// The budget is the run's, over its resumptions: what the records
 		// already written cost counts.
@@ -872,4 +879,29 @@ func importAnswers(plan *runner.Plan, pairs []results.Pair, dir *results.Dir, wa
 			"%d records of models or datasets this Evaluation does not have, %d ids its data does not have.\n", cut, failed, foreign, unknown)
 	}
 	return total, nil
+}
+
+// startTracing sends the run's traces where spec.tracing, or the standard
+// OTEL_* variables, say (nil: nowhere).
+func startTracing(ctx context.Context, ev *v1alpha1.Evaluation, log logr.Logger) (*telemetry.Tracer, error) {
+	cfg := apiconv.Tracing(&ev.Spec)
+	cfg.Log, cfg.Version = log, version.Version
+	cfg.Attributes = []attribute.KeyValue{telemetry.AttrEvaluation.String(ev.Name)}
+	t, err := telemetry.StartTracing(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	if t != nil {
+		log.Info("Sending traces over OTLP")
+	}
+	return t, nil
+}
+
+// stopTracing sends the spans still queued, waiting at most 10s.
+func stopTracing(ctx context.Context, t *telemetry.Tracer, log logr.Logger) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Error(err, "Failed to send the last traces")
+	}
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.39.0"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,6 +29,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/pacer"
 	"github.com/proctor-dev/proctor/internal/services"
 	"github.com/proctor-dev/proctor/internal/source"
+	"github.com/proctor-dev/proctor/internal/version"
 	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/spend"
 	"github.com/proctor-dev/proctor/runner/telemetry"
@@ -164,7 +167,23 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 	if err := runner.EnsureOpenFiles(p, sh.Model); err != nil {
 		return &InvalidError{fmt.Errorf("the concurrency of model %s: %w", sh.Model, err)}
 	}
-	engOpts := runner.Options{Log: log, Shares: true, Metrics: o.Metrics}
+	tcfg := apiconv.Tracing(&ev.Spec)
+	tcfg.Log, tcfg.Version = log, version.Version
+	tcfg.Attributes = []attribute.KeyValue{telemetry.AttrEvaluation.String(ev.Name), telemetry.AttrRun.String(o.Run),
+		telemetry.AttrShard.Int(o.Index), semconv.K8SNamespaceName(ev.Namespace), semconv.K8SPodName(o.Pod)}
+	tracer, err := telemetry.StartTracing(ctx, tcfg)
+	if err != nil {
+		return &InvalidError{fmt.Errorf("tracing: %w", err)}
+	}
+	defer func() {
+		// The spans still queued go out before the pod ends.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := tracer.Shutdown(sctx); err != nil {
+			log.Error(err, "Failed to send the last traces")
+		}
+	}()
+	engOpts := runner.Options{Log: log, Shares: true, Metrics: o.Metrics, Tracer: tracer}
 	if ev.Spec.Budget != nil {
 		// Calls wait for an allowance of the budget (none yet); what the
 		// shard's earlier pods spent counts against it.

@@ -462,6 +462,14 @@ func TestRender(t *testing.T) {
 			},
 		},
 		{
+			name:   "traces",
+			values: "monitoring: {tracing: {endpoint: 'http://otel-collector.monitoring:4317', protocol: grpc}}",
+			want: func(s *summary) {
+				s.Args = slices.Insert(s.Args, slices.Index(s.Args, "--zap-log-level=info"),
+					"--runner-traces-endpoint=http://otel-collector.monitoring:4317", "--runner-traces-protocol=grpc")
+			},
+		},
+		{
 			// The pod's own AWS identity (IRSA): no Secret.
 			name:   "results store without a Secret",
 			values: "resultsStore: {url: s3://evals/runs}",
