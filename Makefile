@@ -24,6 +24,14 @@ GOJQ := $(LOCALBIN)/gojq-$(GOJQ_VERSION)
 # store of the results-location tests (test/objstore, the local e2e).
 SEAWEEDFS_VERSION ?= v0.0.0-20261109003541-7506e5f91cd6
 WEED := $(LOCALBIN)/weed-$(SEAWEEDFS_VERSION)
+# Jaeger v2 (an OpenTelemetry Collector with Jaeger's in-memory store and query API; the module's v1.76.0 is
+# Jaeger 2.13): the real trace store the e2e tests send traces to over OTLP.
+JAEGER_VERSION ?= v1.76.0
+JAEGER := $(LOCALBIN)/jaeger-$(JAEGER_VERSION)
+# Prometheus (the module's v0.316.0 is Prometheus 3.16): the real Prometheus that scrapes runner pods in the
+# cluster e2e.
+PROMETHEUS_VERSION ?= v0.316.0
+PROMETHEUS := $(LOCALBIN)/prometheus-$(PROMETHEUS_VERSION)
 # Prometheus Operator's PodMonitor and ServiceMonitor CRDs, from its module (hack/install-prometheus-crds.sh): the
 # docs' commands test installs the chart's monitoring on a kube-apiserver that has them. The version of the Go
 # types in go.mod (pkg/apis/monitoring), which the chart test decodes them with.
@@ -110,7 +118,7 @@ test-integration: kube-assets $(HELM) $(GOJQ) $(WEED) $(PROMETHEUS_CRDS) ## Inte
 test-e2e: test-e2e-local e2e ## End-to-end tests: the proctor binary locally, then a real local cluster (root).
 
 .PHONY: test-e2e-local
-test-e2e-local: host-deps-images $(WEED) ## End-to-end tests of the proctor binary, locally (no cluster; PostgreSQL for the CRM example; weed for results locations; Chromium for proctor view).
+test-e2e-local: host-deps-images $(WEED) $(JAEGER) ## End-to-end tests of the proctor binary, locally (no cluster; PostgreSQL for the CRM example; weed for results locations; Jaeger for traces; Chromium for proctor view).
 	go test -race -timeout $(TEST_TIMEOUT) ./test/e2e/local/
 
 .PHONY: test-go
@@ -131,6 +139,12 @@ bench: kube-assets host-deps-images $(WEED) ## Benchmarks: rate limits, runner v
 
 .PHONY: seaweedfs
 seaweedfs: $(WEED) ## Build SeaweedFS's weed $(SEAWEEDFS_VERSION) into bin/ (once; about 6 minutes cold).
+
+.PHONY: jaeger
+jaeger: $(JAEGER) ## Build Jaeger $(JAEGER_VERSION) (v2) into bin/ (once; a few minutes cold).
+
+.PHONY: prometheus
+prometheus: $(PROMETHEUS) ## Build Prometheus $(PROMETHEUS_VERSION) into bin/ (once; a few minutes cold).
 
 .PHONY: helm
 helm: $(HELM) ## Build Helm $(HELM_VERSION) into bin/ (once; a few minutes). The chart tests (test/chart) run it.
@@ -198,7 +212,14 @@ $(CRD_REF_DOCS):
 
 # Not hack/go-install-tool.sh: SeaweedFS's go.mod has a replace directive, which go install refuses (see the script).
 $(WEED):
-	hack/install-seaweedfs.sh $(SEAWEEDFS_VERSION)
+	hack/install-module-program.sh weed github.com/seaweedfs/seaweedfs $(SEAWEEDFS_VERSION) ./weed
+
+# Jaeger and Prometheus, built in their own modules as their authors build them (see the script).
+$(JAEGER):
+	hack/install-module-program.sh jaeger github.com/jaegertracing/jaeger $(JAEGER_VERSION) ./cmd/jaeger
+
+$(PROMETHEUS):
+	hack/install-module-program.sh prometheus github.com/prometheus/prometheus $(PROMETHEUS_VERSION) ./cmd/prometheus
 
 $(GOJQ):
 	hack/go-install-tool.sh gojq github.com/itchyny/gojq/cmd/gojq $(GOJQ_VERSION)

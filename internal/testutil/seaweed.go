@@ -17,7 +17,7 @@ import (
 )
 
 // Seaweed is a real S3-compatible server (SeaweedFS's weed, built into bin/
-// by hack/install-seaweedfs.sh) running for a test.
+// by hack/install-module-program.sh) running for a test.
 type Seaweed struct {
 	// Endpoint is its S3 API's URL.
 	Endpoint string
@@ -37,14 +37,18 @@ func (s *Seaweed) Environment() map[string]string {
 }
 
 // WeedBinary is bin/weed of the repository, or the reason it cannot be used.
-func WeedBinary() (string, error) {
+func WeedBinary() (string, error) { return repoBinary("weed", "make seaweedfs (about 6 minutes, once)") }
+
+// repoBinary is bin/NAME of the repository, or the reason it cannot be
+// used (and how to build it).
+func repoBinary(name, how string) (string, error) {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		return "", fmt.Errorf("cannot find the repository")
 	}
-	bin := filepath.Join(filepath.Dir(file), "..", "..", "bin", "weed")
+	bin := filepath.Join(filepath.Dir(file), "..", "..", "bin", name)
 	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("%s is missing (%w): build it first with make seaweedfs (about 6 minutes, once)", bin, err)
+		return "", fmt.Errorf("%s is missing (%w): build it first with %s", bin, err, how)
 	}
 	return bin, nil
 }

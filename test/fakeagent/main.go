@@ -6,7 +6,11 @@
 // (exec --json) do: the answer, and the tokens its calls used (Claude Code's
 // total_cost_usd at -cost-per-token dollars a token).
 //
-//	fakeagent [-calls N] [-model M] [-base-env VAR] [-key-env VAR] [-format text|claude-code|codex] [-cost-per-token D] PROMPT
+// With -trace it propagates the W3C trace context it was given (TRACEPARENT)
+// in each call's traceparent header, as an instrumented HTTP client does,
+// and ends its text answer with it.
+//
+//	fakeagent [-calls N] [-model M] [-base-env VAR] [-key-env VAR] [-format text|claude-code|codex] [-cost-per-token D] [-trace] PROMPT
 package main
 
 import (
@@ -28,7 +32,9 @@ func main() {
 	keyEnv := flag.String("key-env", "OPENAI_API_KEY", "the variable holding the API key")
 	format := flag.String("format", "text", "what to print: text (the answer), claude-code or codex (a report)")
 	costPerToken := flag.Float64("cost-per-token", 0.000001, "what Claude Code's report says a token cost, in dollars")
+	trace := flag.Bool("trace", false, "send TRACEPARENT as each call's traceparent header, and end the answer with it")
 	flag.Parse()
+	traceparent := os.Getenv("TRACEPARENT")
 	prompt := strings.Join(flag.Args(), " ")
 	base, key := os.Getenv(*baseEnv), os.Getenv(*keyEnv)
 	if base == "" {
@@ -49,6 +55,9 @@ func main() {
 		req.Header.Set("Content-Type", "application/json")
 		if key != "" {
 			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		if *trace && traceparent != "" {
+			req.Header.Set("Traceparent", traceparent)
 		}
 		resp, err := client.Do(req)
 		if err != nil {
@@ -76,6 +85,9 @@ func main() {
 		answer = got.Choices[0].Message.Content
 		in += got.Usage.PromptTokens
 		out += got.Usage.CompletionTokens
+	}
+	if *trace {
+		answer += "\ntraceparent: " + traceparent
 	}
 	report(*format, answer, in, out, *costPerToken)
 }
