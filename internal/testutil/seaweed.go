@@ -37,7 +37,9 @@ func (s *Seaweed) Environment() map[string]string {
 }
 
 // WeedBinary is bin/weed of the repository, or the reason it cannot be used.
-func WeedBinary() (string, error) { return repoBinary("weed", "make seaweedfs (about 6 minutes, once)") }
+func WeedBinary() (string, error) {
+	return repoBinary("weed", "make seaweedfs (about 6 minutes, once)")
+}
 
 // repoBinary is bin/NAME of the repository, or the reason it cannot be
 // used (and how to build it).
