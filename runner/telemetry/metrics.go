@@ -46,6 +46,8 @@ type Metrics struct {
 	batchesEnded                    *prometheus.CounterVec
 	samplesInFlight, slotsBroken    *prometheus.GaugeVec
 
+	scrapes scrapeLog
+
 	// held are the models whose calls 429s hold, so that a spell's end is
 	// counted once.
 	heldMu sync.Mutex
@@ -134,7 +136,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 
 // Handler serves the metrics in Prometheus's formats.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+	return m.scrapes.observed(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry}))
 }
 
 // Outcome names an attempt's outcome from its error.
