@@ -125,7 +125,7 @@ test-e2e-local: host-deps-images $(WEED) $(JAEGER) ## End-to-end tests of the pr
 test-go: lint test-unit test-integration test-e2e-local ## Everything but the cluster (no root needed).
 
 .PHONY: e2e
-e2e: host-deps build images $(HELM) ## End-to-end tests on a real local cluster (hack/cluster-up.sh; needs root). KEEP_CLUSTER=1 keeps it.
+e2e: host-deps build images $(HELM) $(JAEGER) $(PROMETHEUS) ## End-to-end tests on a real local cluster (hack/cluster-up.sh; needs root). KEEP_CLUSTER=1 keeps it.
 	hack/install-kube.sh etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl >/dev/null
 	HELM=$(HELM) hack/e2e.sh
 
