@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -80,7 +81,8 @@ func (e *Engine) endAttempt(span trace.Span, m *modelRun, req *provider.Request,
 	}
 	if err != nil {
 		kind := telemetry.Outcome(err)
-		if he, ok := err.(*provider.HTTPError); ok {
+		var he *provider.HTTPError
+		if errors.As(err, &he) {
 			kind = strconv.Itoa(he.StatusCode)
 			span.SetAttributes(semconv.HTTPResponseStatusCode(he.StatusCode))
 		}
