@@ -810,7 +810,10 @@ func (r *batchRun) result(ctx context.Context, b *results.BatchRecord, it *batch
 		rec := &results.Record{ID: it.s.ID, Model: m.Name, Dataset: it.ds.Name, Scores: map[string]float64{}, Cost: m.cost(0),
 			Attempts: it.attempt, Batch: b.ID, ErrorKind: results.ErrorKindCall, Input: e.itemInput(it),
 			Error: e.redact(fmt.Sprintf("batch %s: %v (in %d batches)", b.ID, res.Err, it.attempt))}
-		return r.put(it.ds, &it.s, rec)
+		_, span := e.startBatchSample(ctx, m, it.ds, &it.s, b.ID, e.clock.Now().Add(-turnaround), it.attempt, nil, res.Err, 0)
+		err := r.put(it.ds, &it.s, rec)
+		endSample(span, rec)
+		return err
 	}
 	resp := res.Response
 	charge := spend.Totals{Tokens: resp.Usage.InputTokens + resp.Usage.OutputTokens}
@@ -832,7 +835,10 @@ func (r *batchRun) result(ctx context.Context, b *results.BatchRecord, it *batch
 	if resp.Truncated {
 		rec.OutputTruncated, rec.OutputBytes = true, resp.FullBytes
 	}
-	scored, err := e.score(ctx, rec, &it.s, it.req, resp.Text, resp.ToolCalls)
+	sctx, span := e.startBatchSample(ctx, m, it.ds, &it.s, b.ID, e.clock.Now().Add(-turnaround), it.attempt+1, resp, nil, charge.Cost.Dollars())
+	var kept *results.Record
+	defer func() { endSample(span, kept) }()
+	scored, err := e.score(sctx, rec, &it.s, it.req, resp.Text, resp.ToolCalls)
 	if IsBudgetExceeded(err) {
 		e.exhaust(err)
 		return nil
@@ -845,7 +851,11 @@ func (r *batchRun) result(ctx context.Context, b *results.BatchRecord, it *batch
 	r.mu.Lock()
 	delete(r.items, itemKey(it.dsIndex, it.s.Index))
 	r.mu.Unlock()
-	return r.put(it.ds, &it.s, scored)
+	if err := r.put(it.ds, &it.s, scored); err != nil {
+		return err
+	}
+	kept = scored
+	return nil
 }
 
 // callAtOnce calls the samples a batch could not answer, as calls are made,
@@ -880,7 +890,9 @@ func (r *batchRun) callAtOnce(ctx context.Context, fail context.CancelCauseFunc)
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			rec, err := e.evaluate(ctx, m, it.ds, &it.s, nil, &slot{of: 1})
+			sctx, span := e.startSample(ctx, m, it.ds, &it.s)
+			rec, err := e.evaluate(sctx, m, it.ds, &it.s, nil, &slot{of: 1})
+			defer func() { endSample(span, rec) }()
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	semconv "go.opentelemetry.io/otel/semconv/v1.39.0"
 	"go.opentelemetry.io/otel/trace"
@@ -53,6 +54,28 @@ func endSample(span trace.Span, rec *results.Record) {
 	if rec.Error != "" {
 		telemetry.Fail(span, errorKind(rec), rec.Error)
 	}
+}
+
+// startBatchSample starts the root span of a batch model's sample, as of its
+// batch's submission (start), with the span of its request in the batch
+// from then to now: what it answered (resp) or why it failed (err).
+func (e *Engine) startBatchSample(ctx context.Context, m *modelRun, ds *Dataset, s *dataset.Sample, batch string, start time.Time, attempt int, resp *provider.Response, err error, cost float64) (context.Context, trace.Span) {
+	t := e.opts.Tracer
+	if t == nil {
+		return ctx, trace.SpanFromContext(context.Background())
+	}
+	ctx, root := t.Start(ctx, "sample "+m.Name, trace.WithNewRoot(), trace.WithTimestamp(start), trace.WithAttributes(
+		telemetry.AttrModel.String(m.Name), telemetry.AttrDataset.String(ds.Name),
+		telemetry.AttrSampleID.String(s.ID), telemetry.AttrSampleIndex.Int(s.Index), telemetry.AttrBatch.String(batch)))
+	_, span := t.Start(ctx, m.spanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(start),
+		trace.WithAttributes(m.spanAttrs...), trace.WithAttributes(telemetry.AttrAttempt.Int(attempt), telemetry.AttrBatch.String(batch)))
+	if err != nil {
+		telemetry.Fail(span, "batch", e.redact(err.Error()))
+	} else {
+		telemetry.Answered(span, resp.Usage, resp.FinishReason, cost, m.Price != nil)
+	}
+	span.End(trace.WithTimestamp(e.clock.Now()))
+	return ctx, root
 }
 
 // startAttempt starts an attempt's span: the GenAI conventions' client span

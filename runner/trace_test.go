@@ -329,3 +329,54 @@ func TestTracesAnAgentsProxiedCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestTracesBatchSamples: a batch model's samples are traced too, each its
+// trace: the request in its batch as an attempt span from the batch's
+// submission, the batch's id on both; one that failed in its batches and
+// was called at once (retry: sync) has its call's attempt instead.
+func TestTracesBatchSamples(t *testing.T) {
+	f := newFakeBatcher(1)
+	f.fail = func(id string) bool {
+		_, idx, _, _, _ := parseBatchCustomID(id)
+		return idx == 3
+	}
+	plan := batchPlan(t, f, 6, BatchConfig{Retry: "sync"})
+	plan.Models[0].GenAI = telemetry.GenAI{Operation: telemetry.OperationChat, Provider: "openai", RequestModel: "b-1"}
+	tracer, sr := recorded(false)
+	sink := newBatchSink()
+	if err := runBatch(t, plan, sink, Options{Tracer: tracer}); err != nil {
+		t.Fatal(err)
+	}
+	byTrace := traces(sr)
+	if len(byTrace) != 6 {
+		t.Fatalf("%d traces, want one per sample (6)", len(byTrace))
+	}
+	for _, spans := range byTrace {
+		var root sdktrace.ReadOnlySpan
+		var attempts []sdktrace.ReadOnlySpan
+		for _, s := range spans {
+			switch {
+			case !s.Parent().IsValid():
+				root = s
+			case s.Name() == "chat b-1":
+				attempts = append(attempts, s)
+			}
+		}
+		id := attrs(root)["proctor.sample.id"]
+		if len(attempts) != 1 || attempts[0].Parent().SpanID() != root.SpanContext().SpanID() {
+			t.Fatalf("sample %s: %d attempt spans below the sample's, want 1", id, len(attempts))
+		}
+		a := attrs(attempts[0])
+		if id == "s3" {
+			// Failed in its batch, then called at once.
+			if a["proctor.batch.id"] != "" || a["gen_ai.usage.input_tokens"] != "10" {
+				t.Errorf("sample s3: its call's attempt %v", a)
+			}
+			continue
+		}
+		if a["proctor.batch.id"] == "" || a["proctor.batch.id"] != attrs(root)["proctor.batch.id"] || a["gen_ai.usage.input_tokens"] != "10" ||
+			attempts[0].StartTime().After(attempts[0].EndTime()) || root.StartTime() != attempts[0].StartTime() {
+			t.Errorf("sample %s: its batch attempt %v (root %v)", id, a, attrs(root))
+		}
+	}
+}

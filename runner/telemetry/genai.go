@@ -34,7 +34,7 @@ const (
 	AttrEvaluation   = attribute.Key("proctor.evaluation")
 	AttrRun          = attribute.Key("proctor.run")
 	AttrShard        = attribute.Key("proctor.shard")
-	AttrProxiedCalls = attribute.Key("proctor.agent.proxied_calls")
+	AttrBatch        = attribute.Key("proctor.batch.id") // the provider's batch that answered
 	// The GenAI conventions' names for cached input tokens (newer than the
 	// semconv package Proctor builds with).
 	AttrCacheReadTokens     = attribute.Key("gen_ai.usage.cache_read.input_tokens")
