@@ -21,20 +21,20 @@ const (
 
 // Attributes of Proctor's own, beside the conventions'.
 const (
-	AttrModel        = attribute.Key("proctor.model")   // the spec's model name
-	AttrDataset      = attribute.Key("proctor.dataset") // the spec's dataset name
-	AttrSampleID     = attribute.Key("proctor.sample.id")
-	AttrSampleIndex  = attribute.Key("proctor.sample.index")
-	AttrAttempt      = attribute.Key("proctor.attempt") // 1 for the first
-	AttrEndpoint     = attribute.Key("proctor.endpoint")
-	AttrCost         = attribute.Key("proctor.cost_usd")
-	AttrCached       = attribute.Key("proctor.cached") // answered from the cache
-	AttrHook         = attribute.Key("proctor.hook")
-	AttrSlot         = attribute.Key("proctor.slot")
-	AttrEvaluation   = attribute.Key("proctor.evaluation")
-	AttrRun          = attribute.Key("proctor.run")
-	AttrShard        = attribute.Key("proctor.shard")
-	AttrBatch        = attribute.Key("proctor.batch.id") // the provider's batch that answered
+	AttrModel       = attribute.Key("proctor.model")   // the spec's model name
+	AttrDataset     = attribute.Key("proctor.dataset") // the spec's dataset name
+	AttrSampleID    = attribute.Key("proctor.sample.id")
+	AttrSampleIndex = attribute.Key("proctor.sample.index")
+	AttrAttempt     = attribute.Key("proctor.attempt") // 1 for the first
+	AttrEndpoint    = attribute.Key("proctor.endpoint")
+	AttrCost        = attribute.Key("proctor.cost_usd")
+	AttrCached      = attribute.Key("proctor.cached") // answered from the cache
+	AttrHook        = attribute.Key("proctor.hook")
+	AttrSlot        = attribute.Key("proctor.slot")
+	AttrEvaluation  = attribute.Key("proctor.evaluation")
+	AttrRun         = attribute.Key("proctor.run")
+	AttrShard       = attribute.Key("proctor.shard")
+	AttrBatch       = attribute.Key("proctor.batch.id") // the provider's batch that answered
 	// The GenAI conventions' names for cached input tokens (newer than the
 	// semconv package Proctor builds with).
 	AttrCacheReadTokens     = attribute.Key("gen_ai.usage.cache_read.input_tokens")
