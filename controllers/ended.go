@@ -68,7 +68,18 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 		if cluster.Owned("Job", j, p.ev) != nil {
 			continue
 		}
-		if jobFinished(j, batchv1.JobComplete) || jobFinished(j, batchv1.JobFailed) || ptr.Deref(j.Spec.Suspend, false) || j.DeletionTimestamp != nil {
+		if jobFinished(j, batchv1.JobComplete) || jobFinished(j, batchv1.JobFailed) || j.DeletionTimestamp != nil {
+			continue
+		}
+		if kueueManaged(j) {
+			// Kueue unsuspends what it admitted: it stops the Job itself
+			// once its Workload is inactive.
+			if err := r.setActive(ctx, j, false); err != nil {
+				return false, err
+			}
+			continue
+		}
+		if ptr.Deref(j.Spec.Suspend, false) {
 			continue
 		}
 		patch := client.MergeFrom(j.DeepCopy())

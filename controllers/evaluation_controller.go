@@ -15,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -68,6 +69,9 @@ type Options struct {
 	// it ended committed to a results store, unless its spec.runner.keepFor
 	// says otherwise (tidyCommitted). 0 deletes them at once.
 	KeepRunnersFor time.Duration
+	// QueueName is the Kueue LocalQueue that admits every run's Jobs unless
+	// an Evaluation's spec.scheduling.queueName names another; "" for none.
+	QueueName string
 	// TracesEndpoint and TracesProtocol are where runner pods send their
 	// traces (OTLP) unless an Evaluation's spec.tracing says otherwise; ""
 	// sends none.
@@ -111,7 +115,10 @@ type EvaluationReconciler struct {
 	// RunnerImage runs shards unless spec.runner.image says otherwise: the
 	// manager's own image, which holds the same proctor binary.
 	RunnerImage string
-	Options     Options
+	// Kueue says Kueue's Workload API is served: runs with a queue are
+	// admitted by it (SetupWithManager finds out).
+	Kueue   bool
+	Options Options
 	// CheckSpec compiles a run as its runner pods will, with the data of the
 	// datasets the controller holds (by dataset name), and says what they would
 	// refuse. The manager passes the compiler's (compile.CheckData): the
@@ -157,7 +164,16 @@ func (r *EvaluationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Event{}, eventRegardingUID, eventRegarding); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if _, err := mgr.GetRESTMapper().RESTMapping(cluster.WorkloadGVK.GroupKind(), cluster.WorkloadGVK.Version); err == nil {
+		// Kueue is installed: its Workloads (owned by the Jobs) say when a
+		// queued Job is admitted, waits or was preempted.
+		r.Kueue = true
+		w := &unstructured.Unstructured{}
+		w.SetGroupVersionKind(cluster.WorkloadGVK)
+		b = b.Watches(w, handler.EnqueueRequestsFromMapFunc(r.evaluationOfJobChild))
+	}
+	return b.
 		For(&v1alpha1.Evaluation{}).
 		Owns(&batchv1.Job{}).
 		// Runner pods (owned by the Jobs) and the Job controller's FailedCreate
@@ -211,6 +227,7 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		{"ResolveEndpoints", r.resolveEndpoints},
 		{"ClaimResults", r.claimResults},
 		{"CheckReferences", r.checkReferences},
+		{"CheckQueue", r.checkQueue},
 		{"SnapshotDatasets", r.snapshotDatasets},
 		{"LoadPlan", r.loadPlan},
 		{"EnsureShardObjects", r.ensureShardObjects},
@@ -219,6 +236,7 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		{"EnsurePlanner", r.ensurePlanner},
 		{"EnsureBudget", r.ensureBudget},
 		{"EnsureJobs", r.ensureJobs},
+		{"ObserveAdmission", r.observeAdmissionStep},
 		{"ObserveShards", r.observeShards},
 		{"ObserveStorage", r.observeStorage},
 		{"DivideBudget", r.divideBudget},

@@ -79,7 +79,7 @@ func (r *EvaluationReconciler) ensureJobs(ctx context.Context, p *pass) (bool, e
 		case !r.ours(p, "Job", &job):
 			return false, nil // never run, suspend or delete someone else's Job
 		default:
-			if err := r.syncJob(ctx, &job, want); err != nil {
+			if err := r.syncJob(ctx, p, &job, want); err != nil {
 				return false, err
 			}
 		}
@@ -88,13 +88,33 @@ func (r *EvaluationReconciler) ensureJobs(ctx context.Context, p *pass) (bool, e
 	return true, nil
 }
 
-// syncJob applies the live fields of the spec to a Job.
-func (r *EvaluationReconciler) syncJob(ctx context.Context, job, want *batchv1.Job) error {
-	if ptr.Equal(job.Spec.Suspend, want.Spec.Suspend) && ptr.Equal(job.Spec.Parallelism, want.Spec.Parallelism) {
+// syncJob applies the live fields of the spec to a Job. A Job Kueue admits
+// is Kueue's to suspend and unsuspend, and to narrow (partial admission):
+// spec.suspend (de)activates its Workload instead, and a new parallelism or
+// queue reaches it only while it waits, unadmitted (Kueue moves it).
+func (r *EvaluationReconciler) syncJob(ctx context.Context, p *pass, job, want *batchv1.Job) error {
+	queue := job.Labels[cluster.LabelKueueQueueName]
+	if kueueManaged(job) {
+		if err := r.setActive(ctx, job, !ptr.Deref(p.ev.Spec.Suspend, false)); err != nil {
+			return err
+		}
+		want = want.DeepCopy()
+		want.Spec.Suspend = job.Spec.Suspend
+		if !ptr.Deref(job.Spec.Suspend, false) {
+			want.Spec.Parallelism = job.Spec.Parallelism
+		} else if q := want.Labels[cluster.LabelKueueQueueName]; q != "" {
+			queue = q
+		}
+	}
+	if ptr.Equal(job.Spec.Suspend, want.Spec.Suspend) && ptr.Equal(job.Spec.Parallelism, want.Spec.Parallelism) &&
+		queue == job.Labels[cluster.LabelKueueQueueName] {
 		return nil
 	}
 	patch := client.MergeFrom(job.DeepCopy())
 	job.Spec.Suspend, job.Spec.Parallelism = want.Spec.Suspend, want.Spec.Parallelism
+	if queue != "" {
+		job.Labels[cluster.LabelKueueQueueName] = queue
+	}
 	if err := r.Patch(ctx, job, patch); err != nil {
 		return fmt.Errorf("updating Job %s: %w", job.Name, err)
 	}
@@ -108,7 +128,7 @@ func (r *EvaluationReconciler) shardJob(p *pass, model string, shards int) *batc
 	labels := cluster.Labels(ev.Name, p.run, cluster.ComponentRunner)
 	labels[cluster.LabelModel] = model
 	pod := r.podTemplate(p, maps.Clone(labels), cluster.ShardArgs(ev.Name, p.run, model), model)
-	return &batchv1.Job{
+	job := &batchv1.Job{
 		ObjectMeta: objectMeta(ev.Namespace, cluster.JobName(ev.Name, model, p.run), labels),
 		Spec: batchv1.JobSpec{
 			Completions:          ptr.To(int32(shards)),
@@ -142,6 +162,8 @@ func (r *EvaluationReconciler) shardJob(p *pass, model string, shards int) *batc
 			Template: pod,
 		},
 	}
+	r.queued(spec, job)
+	return job
 }
 
 // plannerJob is the Job that counts the samples of url and pvc datasets.
@@ -149,7 +171,7 @@ func (r *EvaluationReconciler) plannerJob(p *pass) *batchv1.Job {
 	ev := p.ev
 	labels := cluster.Labels(ev.Name, p.run, cluster.ComponentPlanner)
 	pod := r.podTemplate(p, maps.Clone(labels), cluster.PlanArgs(ev.Name, p.run, r.Options.StorageBudget), "")
-	return &batchv1.Job{
+	job := &batchv1.Job{
 		ObjectMeta: objectMeta(ev.Namespace, cluster.PlannerJobName(ev.Name, p.run), labels),
 		Spec: batchv1.JobSpec{
 			BackoffLimit: ptr.To(int32(plannerRetries)),
@@ -162,6 +184,8 @@ func (r *EvaluationReconciler) plannerJob(p *pass) *batchv1.Job {
 			Template: pod,
 		},
 	}
+	r.queued(&ev.Spec, job)
+	return job
 }
 
 // podTemplate is a runner pod: the proctor binary running args in the runner
@@ -279,6 +303,7 @@ func (r *EvaluationReconciler) podTemplate(p *pass, labels map[string]string, ar
 			TerminationGracePeriodSeconds: ptr.To(int64(graceSeconds)),
 			NodeSelector:                  rs.NodeSelector,
 			Tolerations:                   rs.Tolerations,
+			PriorityClassName:             priorityClassName(spec),
 			InitContainers:                initContainers,
 			Containers:                    []corev1.Container{c},
 			Volumes:                       volumes,
@@ -588,4 +613,13 @@ func (r *EvaluationReconciler) tracingEnv(spec *v1alpha1.EvaluationSpec) []corev
 		env = append(env, corev1.EnvVar{Name: "OTEL_EXPORTER_OTLP_HEADERS", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: t.HeadersSecretRef.DeepCopy()}})
 	}
 	return env
+}
+
+// priorityClassName is the runner pods' PriorityClass (spec.scheduling), by
+// which the scheduler and Kueue order and preempt them.
+func priorityClassName(spec *v1alpha1.EvaluationSpec) string {
+	if s := spec.Scheduling; s != nil {
+		return s.PriorityClassName
+	}
+	return ""
 }

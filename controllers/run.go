@@ -381,6 +381,17 @@ func (r *EvaluationReconciler) ensurePlanner(ctx context.Context, p *pass) (bool
 	if apiconv.WantsEstimate(&p.ev.Spec) {
 		p.pendingMessage = "counting the samples, and the prompts' tokens for status.estimate"
 	}
+	if existing.UID != "" && kueueManaged(&existing) && !jobFinished(&existing, batchv1.JobComplete) {
+		// The planner waits in Kueue's queue too.
+		w, err := r.workloadOf(ctx, &existing)
+		if err != nil {
+			return false, err
+		}
+		if a := admissionOf(&existing, w); !a.admitted {
+			p.queued = []admission{a}
+			p.pendingReason, p.pendingMessage = v1alpha1.ReasonQueued, "the planner "+p.queuedMessage()
+		}
+	}
 	return false, nil
 }
 

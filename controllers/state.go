@@ -66,9 +66,12 @@ type pass struct {
 	shardObjects []string
 	plan         *cluster.Plan
 	jobs         map[string]*batchv1.Job // by model
-	shards       []shardState
-	finished     bool
-	events       []event
+	// queued are the run's Jobs Kueue has not admitted (yet, or again
+	// after a preemption).
+	queued   []admission
+	shards   []shardState
+	finished bool
+	events   []event
 
 	// problems are what is wrong with the run's pods now; healthObserved says
 	// the pass looked. degraded summarizes them for the Degraded condition;
@@ -291,9 +294,16 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 			st.Message, st.Reason = p.pendingMessage+": "+p.degraded.message, p.degraded.reason
 		}
 		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, p.pendingReason, st.Message)
+	case len(p.jobs) > 0 && len(p.queued) == len(p.jobs) && !p.anyRunning:
+		// Kueue holds every Job: queued, not stalled.
+		st.Phase, st.Message, st.Reason = v1alpha1.PhasePending, p.queuedMessage(), v1alpha1.ReasonQueued
+		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonQueued, st.Message)
 	case len(p.jobs) > 0:
 		st.Phase, st.Message = v1alpha1.PhaseRunning, ""
 		switch {
+		case len(p.queued) > 0 && !p.anyRunning:
+			st.Message, st.Reason = p.queuedMessage(), v1alpha1.ReasonQueued
+			set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonQueued, st.Message)
 		case len(p.conflicts) > 0:
 			st.Message, st.Reason = p.conflictMessage(), v1alpha1.ReasonNameConflict
 			set(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonRunning, "shards are running")
@@ -333,6 +343,14 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 			set(v1alpha1.ConditionSuspended, metav1.ConditionTrue, v1alpha1.ReasonSuspended, "spec.suspend is true")
 		} else {
 			meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionSuspended)
+		}
+		switch {
+		case r.queueName(&p.ev.Spec) == "" || len(p.jobs) == 0 || suspended:
+			meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionAdmitted)
+		case len(p.queued) > 0:
+			set(v1alpha1.ConditionAdmitted, metav1.ConditionFalse, v1alpha1.ReasonQueued, p.queuedMessage())
+		default:
+			set(v1alpha1.ConditionAdmitted, metav1.ConditionTrue, v1alpha1.ReasonAdmitted, "Kueue admitted every runner Job")
 		}
 	}
 	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionOutputsTruncated); st.Reason == "" && st.Phase != v1alpha1.PhaseFailed &&

@@ -18,6 +18,10 @@ const (
 	ConditionComplete    = "Complete"
 	ConditionFailed      = "Failed"
 	ConditionSuspended   = "Suspended"
+	// ConditionAdmitted, for a run with a Kueue queue (spec.scheduling), is
+	// True while Kueue has admitted every runner Job it has, and False
+	// (Queued) while one waits for quota or was preempted.
+	ConditionAdmitted = "Admitted"
 	// ConditionDegraded is True while runner pods cannot start or fail: its
 	// reason is the pods' (ImagePullBackOff, CreateContainerConfigError,
 	// Unschedulable, FailedCreate, OOMKilled, ConfigurationError, Evicted...).
@@ -60,6 +64,13 @@ const (
 	ReasonPVCNotFound       = "PVCNotFound"
 	ReasonInvalidSpec       = "InvalidSpec"
 	ReasonSuspended         = "Suspended"
+	// ReasonQueued: Kueue holds a runner Job until its ClusterQueue has
+	// quota (or after preempting it); ReasonAdmitted: it admitted them all.
+	ReasonQueued   = "Queued"
+	ReasonAdmitted = "Admitted"
+	// ReasonKueueNotInstalled: the run names a Kueue queue on a cluster
+	// without Kueue (no Workload API when the manager started).
+	ReasonKueueNotInstalled = "KueueNotInstalled"
 	ReasonShardFailed       = "ShardFailed"
 	ReasonShardsFailed      = "ShardsFailed"
 	ReasonCompleted         = "Completed"

@@ -12,6 +12,7 @@ import (
 // +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || !has(self.models) || self.scoring.all(s, s.type != 'judge' || !has(s.judge) || !self.models.exists(m, m.name == s.judge.model && has(m.provider) && m.provider == 'agent'))`,message="a judge scorer's judge.model must name an openai or anthropic model, not an agent",fieldPath=".scoring"
 // +kubebuilder:validation:XValidation:rule=`!has(self.scoring) || !has(self.models) || self.models.exists(m, !self.scoring.exists(s, s.type == 'judge' && has(s.judge) && s.judge.model == m.name))`,message="every model is a judge: at least one entry of spec.models must not be a judge scorer's judge.model, or there is nothing to evaluate",fieldPath=".models"
 // +kubebuilder:validation:XValidation:rule=`!has(self.hooks) || (has(self.hooks.image) && size(self.hooks.image) > 0) || !has(self.models) || self.models.all(m, (has(m.provider) && m.provider == 'agent') || (has(self.scoring) && self.scoring.exists(s, has(s.judge) && s.judge.model == m.name)))`,message="hooks need hooks.image, the image they run in (with their tools), unless every model under evaluation is an agent, whose image they then use",fieldPath=".hooks"
+// +kubebuilder:validation:XValidation:rule=`!has(self.scheduling) || !has(self.scheduling.minParallelism) || self.scheduling.minParallelism <= (has(self.parallelism) ? self.parallelism : 4)`,message="scheduling.minParallelism must be at most spec.parallelism (default 4): the fewest pods Kueue may admit of the most that run",fieldPath=".scheduling.minParallelism"
 // +kubebuilder:validation:XValidation:rule=`!has(self.budget) || self.models.all(m, !has(m.provider) || m.provider != 'agent' || (has(m.agent) && has(m.agent.endpoints) && size(m.agent.endpoints) > 0))`,message="spec.budget cannot bound an agent that calls its API itself: give every agent model agent.endpoints, so that its calls go through Proctor and are counted",fieldPath=".budget"
 // +kubebuilder:validation:XValidation:rule=`!has(self.budget) || !has(self.budget.maxCost) || self.models.all(m, has(m.pricing) || has(m.endpointRef))`,message="spec.budget.maxCost needs every model's pricing (a model with endpointRef may take it from its ModelEndpoint)",fieldPath=".budget"
 // +kubebuilder:validation:XValidation:rule=`!has(self.hooks) || self.models.all(m, !has(m.batch))`,message="hooks do not apply to a model with batch: its samples run in the provider's batch, not in slots",fieldPath=".hooks"
@@ -141,6 +142,41 @@ type EvaluationSpec struct {
 	// started after the edit use it.
 	// +optional
 	Tracing *Tracing `json:"tracing,omitempty"`
+
+	// scheduling has the run's runner Jobs admitted by Kueue, as a cluster
+	// that shares its capacity among teams does. Without Kueue installed,
+	// leave it unset: nothing needs it.
+	// +optional
+	Scheduling *Scheduling `json:"scheduling,omitempty"`
+}
+
+// Scheduling says how Kueue admits a run's Jobs.
+type Scheduling struct {
+	// queueName is the Kueue LocalQueue, in the Evaluation's namespace, that
+	// admits the run's Jobs (their label kueue.x-k8s.io/queue-name). Kueue
+	// holds a Job suspended until its ClusterQueue has quota for it (the
+	// run shows Queued) and may preempt it, and the run goes on where it
+	// was. Default: the operator's (the chart's scheduling.queueName); when
+	// neither sets one, Jobs start at once. Editing it applies to Jobs not
+	// yet admitted.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	QueueName string `json:"queueName,omitempty"`
+
+	// priorityClassName is the runner pods' PriorityClass, by which Kueue
+	// also orders and preempts the run's Jobs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// minParallelism lets Kueue admit a model's Job with fewer pods at once
+	// than spec.parallelism, down to this many, when its queue lacks quota
+	// for all (partial admission: kueue.x-k8s.io/job-min-parallelism). The
+	// run takes longer, not fewer samples. Default: all or nothing.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MinParallelism *int32 `json:"minParallelism,omitempty"`
 }
 
 // Tracing says where a run's traces go and what they hold.

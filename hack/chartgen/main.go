@@ -304,6 +304,8 @@ func builtinScopes() map[groupResource]bool {
 	add("authorization.k8s.io", false, "selfsubjectaccessreviews", "selfsubjectrulesreviews", "subjectaccessreviews")
 	add("apiextensions.k8s.io", false, "customresourcedefinitions")
 	add("admissionregistration.k8s.io", false, "mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+	// Kueue's, which Proctor reads where it is installed.
+	add("kueue.x-k8s.io", true, "workloads")
 	add("certificates.k8s.io", false, "certificatesigningrequests")
 	add("scheduling.k8s.io", false, "priorityclasses")
 	add("storage.k8s.io", false, "csidrivers", "csinodes", "storageclasses", "volumeattachments")

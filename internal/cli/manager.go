@@ -56,6 +56,7 @@ type managerOptions struct {
 	storePathStyle                    bool
 	keepRunnersFor                    time.Duration
 	tracesEndpoint, tracesProtocol    string
+	queueName                         string
 	zap                               zap.Options
 }
 
@@ -85,6 +86,7 @@ func newManagerCommand(s streams) *cobra.Command {
 	f.StringVar(&o.storeEndpoint, "results-store-endpoint", "", "the results store's URL (http(s)://host:port), for stores other than AWS S3 (default $AWS_ENDPOINT_URL_S3)")
 	f.StringVar(&o.storeRegion, "results-store-region", "", "the results store's region (default $AWS_REGION, else us-east-1)")
 	f.DurationVar(&o.keepRunnersFor, "keep-runners-for", time.Hour, "how long a run's runner Jobs, their pods and its shard ConfigMaps are kept once its records are committed to a results store (an Evaluation's spec.runner.keepFor overrides it); 0 deletes them at once")
+	f.StringVar(&o.queueName, "default-queue-name", "", "the Kueue LocalQueue (in each Evaluation's namespace) that admits every run's Jobs unless its spec.scheduling.queueName names another; empty: none (Jobs start at once)")
 	f.StringVar(&o.tracesEndpoint, "runner-traces-endpoint", "", "the OTLP receiver runner pods send traces to (a base URL, as OTEL_EXPORTER_OTLP_ENDPOINT takes it: http://otel-collector.monitoring:4318), unless an Evaluation's spec.tracing names one; empty: none")
 	f.StringVar(&o.tracesProtocol, "runner-traces-protocol", "http/protobuf", "OTLP's transport to --runner-traces-endpoint: http/protobuf or grpc")
 	f.BoolVar(&o.storePathStyle, "results-store-path-style", false, "address the bucket as http://host/BUCKET rather than http://BUCKET.host (on whenever an endpoint is set)")
@@ -176,7 +178,8 @@ func runManager(o *managerOptions, s streams) error {
 		CheckSpec:   compile.CheckData,
 		Options: controllers.Options{StorageBudget: storageBudgetOption(o.storageBudget), Resources: o.resources, PacerURL: o.pacerURL,
 			NamespaceStorageBudget: storageBudgetOption(o.nsStorage), ClusterStorageBudget: storageBudgetOption(o.clusterStorage),
-			ResultsStore: store, KeepRunnersFor: o.keepRunnersFor, TracesEndpoint: o.tracesEndpoint, TracesProtocol: o.tracesProtocol},
+			ResultsStore: store, KeepRunnersFor: o.keepRunnersFor, TracesEndpoint: o.tracesEndpoint, TracesProtocol: o.tracesProtocol,
+			QueueName: o.queueName},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)

@@ -101,8 +101,9 @@ func resultSpec(spec *v1alpha1.EvaluationSpec) *v1alpha1.EvaluationSpec {
 	// A baseline and a gate judge the results once they are there: editing
 	// them compares and gates the same records again (GateHash).
 	s.Baseline, s.Gate = nil, nil
-	// Where traces go, and whether they hold prompts, changes no answer.
-	s.Tracing = nil
+	// Where traces go, and whether they hold prompts, changes no answer; nor
+	// does which queue admits the Jobs.
+	s.Tracing, s.Scheduling = nil, nil
 	for i := range s.Models {
 		s.Models[i].RateLimit = nil
 		s.Models[i].Concurrency = nil

@@ -166,6 +166,15 @@ func (w *EvaluationWrapper) Baseline(name string) *EvaluationWrapper {
 }
 
 // Suspend sets spec.suspend.
+// Queue has Kueue admit the Evaluation's Jobs through LocalQueue name.
+func (w *EvaluationWrapper) Queue(name string) *EvaluationWrapper {
+	if w.Spec.Scheduling == nil {
+		w.Spec.Scheduling = &v1alpha1.Scheduling{}
+	}
+	w.Spec.Scheduling.QueueName = name
+	return w
+}
+
 func (w *EvaluationWrapper) Suspend(s bool) *EvaluationWrapper {
 	w.Spec.Suspend = ptr.To(s)
 	return w

@@ -462,6 +462,13 @@ func TestRender(t *testing.T) {
 			},
 		},
 		{
+			name:   "default Kueue queue",
+			values: "scheduling: {queueName: evals}",
+			want: func(s *summary) {
+				s.Args = slices.Insert(s.Args, slices.Index(s.Args, "--zap-log-level=info"), "--default-queue-name=evals")
+			},
+		},
+		{
 			name:   "traces",
 			values: "monitoring: {tracing: {endpoint: 'http://otel-collector.monitoring:4317', protocol: grpc}}",
 			want: func(s *summary) {

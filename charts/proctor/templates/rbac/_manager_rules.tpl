@@ -59,6 +59,15 @@
   - create
   - patch
 - apiGroups:
+  - kueue.x-k8s.io
+  resources:
+  - workloads
+  verbs:
+  - get
+  - list
+  - patch
+  - watch
+- apiGroups:
   - proctor.dev
   resources:
   - evaluations
@@ -166,6 +175,15 @@
   verbs:
   - create
   - patch
+- apiGroups:
+  - kueue.x-k8s.io
+  resources:
+  - workloads
+  verbs:
+  - get
+  - list
+  - patch
+  - watch
 - apiGroups:
   - proctor.dev
   resources:
