@@ -17,14 +17,13 @@ import (
 	"github.com/proctor-dev/proctor/internal/testutil"
 )
 
-// TestObservability: a run on the cluster, scraped by a real Prometheus
+// testObservability: a run on the cluster, scraped by a real Prometheus
 // with the scrape configuration docs/reference/metrics.md gives, and traced
 // into a real Jaeger: Prometheus's totals of the run's requests by outcome
 // and its tokens are the fake server's own counters (the pods waited for
 // their last scrape), and Jaeger holds one trace per sample whose attempts
 // and tokens are the server's too.
-func TestObservability(t *testing.T) {
-	t.Parallel()
+func testObservability(t *testing.T) {
 	ns := namespace(t, "e2e-observe")
 	const n = 40
 	if clusterDir == "" {

@@ -50,7 +50,7 @@ func TestSharedKeys(t *testing.T) {
 }
 
 // TestRunsSideBySide: data sources (one edited mid-run), gates, ownership,
-// re-scoring, budgets and judges in batches.
+// re-scoring, budgets, judges in batches, and a run seen by Prometheus and Jaeger.
 func TestRunsSideBySide(t *testing.T) {
 	sideBySide(t, map[string]func(*testing.T){
 		"EveryDatasetSource":            testEveryDatasetSource,
@@ -62,6 +62,7 @@ func TestRunsSideBySide(t *testing.T) {
 		"JudgeInBatchesInACluster":      testJudgeInBatchesInACluster,
 		"DatasetEditedMidRun":           testDatasetEditedMidRun,
 		"ResultsStoreInACluster":        testResultsStoreInACluster,
+		"Observability":                 testObservability,
 	})
 }
 
