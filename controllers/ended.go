@@ -74,7 +74,7 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 		if kueueManaged(j) {
 			// Kueue unsuspends what it admitted: it stops the Job itself
 			// once its Workload is inactive.
-			if err := r.setActive(ctx, j, false); err != nil {
+			if err := r.setActive(ctx, p, j, false); err != nil {
 				return false, err
 			}
 			continue

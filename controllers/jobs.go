@@ -95,7 +95,7 @@ func (r *EvaluationReconciler) ensureJobs(ctx context.Context, p *pass) (bool, e
 func (r *EvaluationReconciler) syncJob(ctx context.Context, p *pass, job, want *batchv1.Job) error {
 	queue := job.Labels[cluster.LabelKueueQueueName]
 	if kueueManaged(job) {
-		if err := r.setActive(ctx, job, !ptr.Deref(p.ev.Spec.Suspend, false)); err != nil {
+		if err := r.setActive(ctx, p, job, !ptr.Deref(p.ev.Spec.Suspend, false)); err != nil {
 			return err
 		}
 		want = want.DeepCopy()

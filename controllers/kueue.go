@@ -89,9 +89,12 @@ type admission struct {
 	name string
 }
 
-// workloadOf reads the Workload Kueue made for job (found false when it
-// has not made one yet).
-func (r *EvaluationReconciler) workloadOf(ctx context.Context, job *batchv1.Job) (*unstructured.Unstructured, error) {
+// workloadOf reads the Workload Kueue made for job (nil when it has not
+// made one yet), once a pass.
+func (r *EvaluationReconciler) workloadOf(ctx context.Context, p *pass, job *batchv1.Job) (*unstructured.Unstructured, error) {
+	if w, ok := p.workloads[job.UID]; ok {
+		return w, nil
+	}
 	var list unstructured.UnstructuredList
 	list.SetGroupVersionKind(cluster.WorkloadGVK.GroupVersion().WithKind(cluster.WorkloadGVK.Kind + "List"))
 	if err := r.reader().List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingLabels{cluster.LabelKueueJobUID: string(job.UID)}); err != nil {
@@ -107,6 +110,10 @@ func (r *EvaluationReconciler) workloadOf(ctx context.Context, job *batchv1.Job)
 			newest = w
 		}
 	}
+	if p.workloads == nil {
+		p.workloads = map[types.UID]*unstructured.Unstructured{}
+	}
+	p.workloads[job.UID] = newest
 	return newest, nil
 }
 
@@ -162,8 +169,8 @@ func admissionOf(job *batchv1.Job, w *unstructured.Unstructured) admission {
 
 // setActive activates or deactivates job's Workload: how a Kueue-managed Job
 // is held (spec.suspend, an ended run) and let go.
-func (r *EvaluationReconciler) setActive(ctx context.Context, job *batchv1.Job, active bool) error {
-	w, err := r.workloadOf(ctx, job)
+func (r *EvaluationReconciler) setActive(ctx context.Context, p *pass, job *batchv1.Job, active bool) error {
+	w, err := r.workloadOf(ctx, p, job)
 	if err != nil || w == nil {
 		// No Workload yet: the Job is still suspended (created so), and
 		// the next pass, woken by the Workload's creation, holds it.
@@ -180,6 +187,8 @@ func (r *EvaluationReconciler) setActive(ctx context.Context, job *batchv1.Job, 
 	if err := r.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("setting the Kueue Workload %s of Job %s active=%t: %w", w.GetName(), job.Name, active, err)
 	}
+	// What the rest of the pass reads of it.
+	_ = unstructured.SetNestedField(w.Object, active, "spec", "active")
 	return nil
 }
 
@@ -201,7 +210,7 @@ func (r *EvaluationReconciler) observeAdmission(ctx context.Context, p *pass) er
 		if !kueueManaged(job) || jobFinished(job, batchv1.JobComplete) || jobFinished(job, batchv1.JobFailed) {
 			continue
 		}
-		w, err := r.workloadOf(ctx, job)
+		w, err := r.workloadOf(ctx, p, job)
 		if err != nil {
 			return err
 		}

@@ -383,7 +383,7 @@ func (r *EvaluationReconciler) ensurePlanner(ctx context.Context, p *pass) (bool
 	}
 	if existing.UID != "" && kueueManaged(&existing) && !jobFinished(&existing, batchv1.JobComplete) {
 		// The planner waits in Kueue's queue too.
-		w, err := r.workloadOf(ctx, &existing)
+		w, err := r.workloadOf(ctx, p, &existing)
 		if err != nil {
 			return false, err
 		}

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -67,11 +68,12 @@ type pass struct {
 	plan         *cluster.Plan
 	jobs         map[string]*batchv1.Job // by model
 	// queued are the run's Jobs Kueue has not admitted (yet, or again
-	// after a preemption).
-	queued   []admission
-	shards   []shardState
-	finished bool
-	events   []event
+	// after a preemption); workloads their Workloads, read once a pass.
+	queued    []admission
+	workloads map[types.UID]*unstructured.Unstructured
+	shards    []shardState
+	finished  bool
+	events    []event
 
 	// problems are what is wrong with the run's pods now; healthObserved says
 	// the pass looked. degraded summarizes them for the Degraded condition;
