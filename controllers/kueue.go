@@ -58,7 +58,11 @@ func (r *EvaluationReconciler) queued(spec *v1alpha1.EvaluationSpec, job *batchv
 	}
 	job.Labels[cluster.LabelKueueQueueName] = q
 	job.Spec.Suspend = ptr.To(true)
-	if s := spec.Scheduling; s != nil && s.MinParallelism != nil && job.Spec.CompletionMode != nil && *job.Spec.CompletionMode == batchv1.IndexedCompletion {
+	// Kueue takes partial admission only below the Job's pods at once (its
+	// webhook refuses the Job otherwise): at or above, it is all or nothing.
+	pods := min(ptr.Deref(job.Spec.Parallelism, 1), ptr.Deref(job.Spec.Completions, 1))
+	if s := spec.Scheduling; s != nil && s.MinParallelism != nil && *s.MinParallelism < pods &&
+		job.Spec.CompletionMode != nil && *job.Spec.CompletionMode == batchv1.IndexedCompletion {
 		if job.Annotations == nil {
 			job.Annotations = map[string]string{}
 		}

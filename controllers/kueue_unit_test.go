@@ -42,6 +42,14 @@ func TestKueueQueuedJobs(t *testing.T) {
 			},
 			wantQueue: "team-a", wantSuspended: true, wantMinPar: "1", wantPriority: "evals-low", wantReason: v1alpha1.ReasonQueued,
 		},
+		{
+			// Kueue refuses a min-parallelism not below the pods at once.
+			name: "partial admission at parallelism is all or nothing",
+			spec: func(s *v1alpha1.EvaluationSpec) {
+				s.Scheduling = &v1alpha1.Scheduling{QueueName: "team-a", MinParallelism: ptr.To[int32](2)}
+			},
+			wantQueue: "team-a", wantSuspended: true, wantReason: v1alpha1.ReasonQueued,
+		},
 		{name: "the manager's queue", defaultQueue: "default", wantQueue: "default", wantSuspended: true, wantReason: v1alpha1.ReasonQueued},
 		{
 			name: "its own over the manager's", defaultQueue: "default",

@@ -173,7 +173,9 @@ type Scheduling struct {
 	// minParallelism lets Kueue admit a model's Job with fewer pods at once
 	// than spec.parallelism, down to this many, when its queue lacks quota
 	// for all (partial admission: kueue.x-k8s.io/job-min-parallelism). The
-	// run takes longer, not fewer samples. Default: all or nothing.
+	// run takes longer, not fewer samples. One not below a Job's pods at once
+	// (parallelism, or its shards when fewer) is all or nothing. Default: all
+	// or nothing.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	MinParallelism *int32 `json:"minParallelism,omitempty"`
