@@ -224,3 +224,47 @@ func TestKueueAdmission(t *testing.T) {
 		t.Error("resumed: the Workload is still inactive")
 	}
 }
+
+// TestKueueEvents: a run Kueue preempts says so, and one admitted again
+// goes on (Admitted), rather than starting again.
+func TestKueueEvents(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		from, to v1alpha1.EvaluationStatus
+		want     []string
+	}{
+		{
+			name: "preempted",
+			from: v1alpha1.EvaluationStatus{Phase: v1alpha1.PhaseRunning, Progress: &v1alpha1.Progress{Completed: 5, Total: 10, Text: "5/10"}},
+			to: v1alpha1.EvaluationStatus{Phase: v1alpha1.PhasePending, Reason: v1alpha1.ReasonQueued, Message: "Job j waits in queue q: Preempted",
+				Progress: &v1alpha1.Progress{Completed: 5, Total: 10, Text: "5/10"}},
+			want: []string{"Queued: Kueue holds the run's Jobs (5/10 done, kept): Job j waits in queue q: Preempted"},
+		},
+		{
+			name: "admitted again",
+			from: v1alpha1.EvaluationStatus{Phase: v1alpha1.PhasePending, Reason: v1alpha1.ReasonQueued, Progress: &v1alpha1.Progress{Completed: 5, Total: 10, Text: "5/10"}},
+			to:   v1alpha1.EvaluationStatus{Phase: v1alpha1.PhaseRunning, Progress: &v1alpha1.Progress{Completed: 5, Total: 10, Text: "5/10"}},
+			want: []string{"Admitted: Kueue admitted the run's Jobs again: it goes on from 5/10"},
+		},
+		{
+			name: "queued at first",
+			from: v1alpha1.EvaluationStatus{Phase: v1alpha1.PhasePending},
+			to:   v1alpha1.EvaluationStatus{Phase: v1alpha1.PhasePending, Reason: v1alpha1.ReasonQueued},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := withUID(simpleEval("arith").Queue("q").Obj())
+			p := passFor(ev)
+			ev.Status, *p.status = tc.from, tc.to
+			ev.Status.Run, p.status.Run = p.run, p.run
+			unitReconciler().emitPhaseEvents(p)
+			var got []string
+			for _, e := range p.events {
+				got = append(got, e.reason+": "+e.note)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

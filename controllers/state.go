@@ -529,11 +529,26 @@ func (r *EvaluationReconciler) emitPhaseEvents(p *pass) {
 	if from == to && p.ev.Status.Run == p.status.Run {
 		return
 	}
+	sameRun := p.ev.Status.Run == p.status.Run
 	switch to {
 	case v1alpha1.PhaseRunning:
-		if from != v1alpha1.PhaseSuspended || p.ev.Status.Run != p.status.Run {
+		switch {
+		case sameRun && from == v1alpha1.PhasePending && p.ev.Status.Reason == v1alpha1.ReasonQueued &&
+			p.ev.Status.Progress != nil && p.ev.Status.Progress.Completed > 0:
+			// Admitted again after a preemption: it goes on, it does not start.
+			p.event(corev1.EventTypeNormal, v1alpha1.ReasonAdmitted, "Kueue admitted the run's Jobs again: it goes on from %s", p.ev.Status.Progress.Text)
+		case from != v1alpha1.PhaseSuspended || !sameRun:
 			p.event(corev1.EventTypeNormal, v1alpha1.ReasonStarted, "Started run %s: %d Job(s), %d samples per model",
 				p.status.Run, len(p.jobs), p.plan.Total())
+		}
+	case v1alpha1.PhasePending:
+		if sameRun && from == v1alpha1.PhaseRunning && p.status.Reason == v1alpha1.ReasonQueued {
+			// Preempted: finished samples are kept.
+			done := "0"
+			if pr := p.status.Progress; pr != nil {
+				done = pr.Text
+			}
+			p.event(corev1.EventTypeNormal, v1alpha1.ReasonQueued, "Kueue holds the run's Jobs (%s done, kept): %s", done, p.status.Message)
 		}
 	case v1alpha1.PhaseSucceeded:
 		p.event(corev1.EventTypeNormal, v1alpha1.ReasonCompleted, "Every sample was evaluated: %s", p.status.Progress.Text)
