@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -103,23 +102,7 @@ func startJaeger(tb testing.TB, bin, host, logFile string) (*Jaeger, []byte, err
 		OTLPHTTP: "http://" + host + ":" + strconv.Itoa(p[4]),
 		Query:    "http://127.0.0.1:" + strconv.Itoa(p[1]),
 	}
-	log, err := os.Create(logFile)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--config", cfg)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("starting jaeger: %v", err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	tb.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		log.Close()
-	})
+	proc := startProcess(tb, logFile, bin, "--config", cfg)
 	health := "http://127.0.0.1:" + strconv.Itoa(p[0]) + "/status"
 	deadline := time.After(60 * time.Second)
 	for {
@@ -130,9 +113,9 @@ func startJaeger(tb testing.TB, bin, host, logFile string) (*Jaeger, []byte, err
 			}
 		}
 		select {
-		case <-exited:
+		case <-proc.exited:
 			out, _ := os.ReadFile(logFile)
-			return nil, out, fmt.Errorf("jaeger exited before it was ready: %w", waitErr)
+			return nil, out, fmt.Errorf("jaeger exited before it was ready: %w", proc.err)
 		case <-deadline:
 			out, _ := os.ReadFile(logFile)
 			tb.Fatalf("jaeger was not ready in 60 s:\n%s", out)

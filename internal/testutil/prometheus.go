@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -39,23 +38,9 @@ func StartPrometheus(tb testing.TB, config string) *Prometheus {
 		port := freePorts(tb, 1)[0]
 		p := &Prometheus{URL: "http://127.0.0.1:" + strconv.Itoa(port)}
 		logFile := filepath.Join(dir, fmt.Sprintf("prometheus-%d.log", attempt))
-		log, err := os.Create(logFile)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		cmd := exec.Command(bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, fmt.Sprintf("data-%d", attempt)),
+		proc := startProcess(tb, logFile, bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, fmt.Sprintf("data-%d", attempt)),
 			"--web.listen-address=127.0.0.1:"+strconv.Itoa(port))
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			tb.Fatalf("starting prometheus: %v", err)
-		}
-		exited := make(chan struct{})
-		var waitErr error
-		go func() { waitErr = cmd.Wait(); close(exited) }()
 		tb.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-exited
-			log.Close()
 			if tb.Failed() {
 				out, _ := os.ReadFile(logFile)
 				tb.Logf("prometheus's log:\n%s", out)
@@ -71,12 +56,12 @@ func StartPrometheus(tb testing.TB, config string) *Prometheus {
 				}
 			}
 			select {
-			case <-exited:
+			case <-proc.exited:
 				out, _ := os.ReadFile(logFile)
 				if attempt == 3 {
-					tb.Fatalf("prometheus exited: %v\n%s", waitErr, out)
+					tb.Fatalf("prometheus exited: %v\n%s", proc.err, out)
 				}
-				tb.Logf("prometheus exited (%v); starting it again", waitErr)
+				tb.Logf("prometheus exited (%v); starting it again", proc.err)
 				break wait
 			case <-deadline:
 				out, _ := os.ReadFile(logFile)

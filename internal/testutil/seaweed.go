@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -128,28 +127,10 @@ func (s *Seaweed) start(tb testing.TB, bin, dir, cfgFile string) ([]byte, error)
 	}
 	p := freePorts(tb, 4)
 	s.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", p[3])
-	cmd := exec.Command(bin, "server", "-dir="+data, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+	logFile := filepath.Join(dir, "weed.log")
+	proc := startProcess(tb, logFile, bin, "server", "-dir="+data, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		"-master.port="+strconv.Itoa(p[0]), "-volume.port="+strconv.Itoa(p[1]), "-filer", "-filer.port="+strconv.Itoa(p[2]),
 		"-s3", "-s3.port="+strconv.Itoa(p[3]), "-s3.config="+cfgFile, "-volume.max=0", "-master.volumeSizeLimitMB=64")
-	log, err := os.Create(filepath.Join(dir, "weed.log"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("starting weed: %v", err)
-	}
-	// exited is closed once weed has exited, with its error in waitErr:
-	// both the readiness loop and the cleanup may wait for it.
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	tb.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		tb.Logf("weed stopped (%v)", waitErr)
-		log.Close()
-	})
 	// Ready when a bucket can be created and written: the S3 gateway
 	// answers before the filer and volume are up.
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -164,11 +145,11 @@ func (s *Seaweed) start(tb testing.TB, bin, dir, cfgFile string) ([]byte, error)
 			return nil, nil
 		}
 		select {
-		case <-exited:
-			out, _ := os.ReadFile(log.Name())
-			return out, fmt.Errorf("weed exited before it was ready: %w", waitErr)
+		case <-proc.exited:
+			out, _ := os.ReadFile(logFile)
+			return out, fmt.Errorf("weed exited before it was ready: %w", proc.err)
 		case <-ctx.Done():
-			out, _ := os.ReadFile(log.Name())
+			out, _ := os.ReadFile(logFile)
 			tb.Fatalf("weed was not ready in 90 s (%v):\n%s", err, out)
 		case <-time.After(250 * time.Millisecond):
 		}
