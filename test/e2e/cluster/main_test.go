@@ -137,19 +137,7 @@ func setUp() error {
 // artifacts, so a failed set-up must say itself why a pod never became ready.
 func diagnose(selector string) string {
 	var b strings.Builder
-	for _, args := range [][]string{
-		{"-n", releaseNamespace, "get", "pods", "-o", "wide"},
-		{"-n", releaseNamespace, "describe", "pods", "-l", selector},
-		{"-n", releaseNamespace, "get", "events", "--sort-by=.lastTimestamp"},
-		{"get", "nodes", "-o", "wide"},
-		{"describe", "nodes"},
-	} {
-		out, err := kubectl(args...)
-		fmt.Fprintf(&b, "$ kubectl %s\n%s\n", strings.Join(args, " "), out)
-		if err != nil {
-			fmt.Fprintln(&b, err)
-		}
-	}
+	// The most telling last: CI shows the end of the output.
 	for _, component := range []string{"kubelet", "containerd"} {
 		if clusterDir == "" {
 			break
@@ -161,6 +149,20 @@ func diagnose(selector string) string {
 		lines := strings.Split(strings.TrimRight(string(log), "\n"), "\n")
 		lines = lines[max(0, len(lines)-60):]
 		fmt.Fprintf(&b, "$ tail -60 %s.log\n%s\n", component, strings.Join(lines, "\n"))
+	}
+	for _, args := range [][]string{
+		{"get", "nodes", "-o", "wide"},
+		{"describe", "nodes"},
+		{"-n", releaseNamespace, "get", "events", "--sort-by=.lastTimestamp"},
+		{"-n", releaseNamespace, "get", "pods", "-o", "wide"},
+		{"-n", releaseNamespace, "describe", "pods", "-l", selector},
+		{"-n", releaseNamespace, "logs", "-l", selector, "--all-containers", "--tail=60", "--prefix"},
+	} {
+		out, err := kubectl(args...)
+		fmt.Fprintf(&b, "$ kubectl %s\n%s\n", strings.Join(args, " "), out)
+		if err != nil {
+			fmt.Fprintln(&b, err)
+		}
 	}
 	return b.String()
 }
@@ -187,7 +189,7 @@ func runInput(timeout time.Duration, stdin, name string, args ...string) (string
 
 func kubectl(args ...string) (string, error) { return run(time.Minute, kubectlBin, args...) }
 
-func mustKubectl(t *testing.T, args ...string) string {
+func mustKubectl(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := kubectl(args...)
 	if err != nil {
@@ -197,7 +199,7 @@ func mustKubectl(t *testing.T, args ...string) string {
 }
 
 // applyYAML applies manifests given as text.
-func applyYAML(t *testing.T, ns, manifests string) {
+func applyYAML(t testing.TB, ns, manifests string) {
 	t.Helper()
 	if _, err := runInput(time.Minute, manifests, kubectlBin, "apply", "-n", ns, "-f", "-"); err != nil {
 		t.Fatal(err)
@@ -206,7 +208,7 @@ func applyYAML(t *testing.T, ns, manifests string) {
 
 // eventually calls f every interval until it returns nil, failing the test with
 // f's last error after timeout.
-func eventually(t *testing.T, timeout, interval time.Duration, what string, f func() error) {
+func eventually(t testing.TB, timeout, interval time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -224,7 +226,7 @@ func eventually(t *testing.T, timeout, interval time.Duration, what string, f fu
 // namespace creates a namespace for one test, with the Secrets the samples use.
 // It is kept until TestHelmUpgradeAndUninstall: the tests of secrets and RBAC
 // look at what every test left.
-func namespace(t *testing.T, name string) string {
+func namespace(t testing.TB, name string) string {
 	t.Helper()
 	// Left by an earlier run on a kept cluster (KEEP_CLUSTER=1): start afresh.
 	mustKubectl(t, "delete", "namespace", name, "--ignore-not-found", "--wait=true", "--timeout=3m")

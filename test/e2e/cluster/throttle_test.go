@@ -105,17 +105,28 @@ spec:
 	}
 	applyYAML(t, ns, manifest)
 	start := time.Now()
-	sawBoth := false
+	// ranTogether: both had a running pod in one look, long enough for the
+	// endpoint to count both (on a node whose CPU requests the parallel
+	// tests take, one run's pods may wait until the other's are done).
+	sawBoth, together := false, 0
 	eventually(t, 5*time.Minute, 2*time.Second, "both Evaluations to finish", func() error {
 		if out, err := kubectl("get", "modelendpoint", "team-key", "-n", ns, "-o", "jsonpath={.status.evaluations}"); err == nil && strings.TrimSpace(out) == "2" {
 			sawBoth = true
+		}
+		if out, err := kubectl("get", "evaluations", "-n", ns, "-o", "jsonpath={.items[*].status.shards.active}"); err == nil {
+			if f := strings.Fields(out); len(f) == 2 && f[0] != "0" && f[1] != "0" {
+				together++
+			}
 		}
 		return ended(t, ns, "nightly", "experiment")
 	})
 	record("2 Evaluations x 60 samples through one 120 RPM ModelEndpoint", time.Since(start))
 	t.Logf("kubectl get modelendpoints:\n%s", mustKubectl(t, "get", "modelendpoints", "-n", ns))
-	if !sawBoth {
-		t.Error("the ModelEndpoint's status never counted both Evaluations")
+	switch {
+	case !sawBoth && together >= 3:
+		t.Errorf("the ModelEndpoint's status never counted both Evaluations, which ran together in %d looks 2 s apart", together)
+	case !sawBoth:
+		t.Logf("Both Evaluations ran together in %d looks only: the endpoint's count of both is not checked", together)
 	}
 	s := stats(t, ns, "limited", 8081)
 	t.Logf("server: %v requests, %v answered 429", s["requests"], s["rateLimited"])
