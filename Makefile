@@ -32,6 +32,10 @@ JAEGER := $(LOCALBIN)/jaeger-$(JAEGER_VERSION)
 # cluster e2e.
 PROMETHEUS_VERSION ?= v0.316.0
 PROMETHEUS := $(LOCALBIN)/prometheus-$(PROMETHEUS_VERSION)
+# Kueue's controller (cmd/kueue, its image registry.k8s.io/kueue/kueue:$(KUEUE_VERSION), made by
+# hack/build-images.sh) and its Helm chart, from its module: the cluster e2e installs it to admit runs through queues.
+KUEUE_VERSION ?= v0.17.0
+KUEUE := $(LOCALBIN)/kueue-$(KUEUE_VERSION)
 # Prometheus Operator's PodMonitor and ServiceMonitor CRDs, from its module (hack/install-prometheus-crds.sh): the
 # docs' commands test installs the chart's monitoring on a kube-apiserver that has them. The version of the Go
 # types in go.mod (pkg/apis/monitoring), which the chart test decodes them with.
@@ -125,9 +129,9 @@ test-e2e-local: host-deps-images $(WEED) $(JAEGER) ## End-to-end tests of the pr
 test-go: lint test-unit test-integration test-e2e-local ## Everything but the cluster (no root needed).
 
 .PHONY: e2e
-e2e: host-deps build images $(HELM) $(JAEGER) $(PROMETHEUS) ## End-to-end tests on a real local cluster (hack/cluster-up.sh; needs root). KEEP_CLUSTER=1 keeps it.
+e2e: host-deps build $(KUEUE) images $(HELM) $(JAEGER) $(PROMETHEUS) ## End-to-end tests on a real local cluster (hack/cluster-up.sh; needs root). KEEP_CLUSTER=1 keeps it.
 	hack/install-kube.sh etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl >/dev/null
-	HELM=$(HELM) hack/e2e.sh
+	HELM=$(HELM) KUEUE_VERSION=$(KUEUE_VERSION) hack/e2e.sh
 
 .PHONY: kube-assets
 kube-assets: ## Build etcd, kube-apiserver and kubectl $(KUBE_VERSION) into bin/ (once; several minutes).
@@ -146,6 +150,9 @@ jaeger: $(JAEGER) ## Build Jaeger $(JAEGER_VERSION) (v2) into bin/ (once; a few 
 .PHONY: prometheus
 prometheus: $(PROMETHEUS) ## Build Prometheus $(PROMETHEUS_VERSION) into bin/ (once; a few minutes cold).
 
+.PHONY: kueue
+kueue: $(KUEUE) ## Build Kueue $(KUEUE_VERSION)'s controller into bin/ (once; several minutes cold). The cluster e2e installs it.
+
 .PHONY: helm
 helm: $(HELM) ## Build Helm $(HELM_VERSION) into bin/ (once; a few minutes). The chart tests (test/chart) run it.
 
@@ -157,8 +164,8 @@ build: ## Build bin/proctor and bin/fakellm.
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/fakellm ./test/fakellm/cmd/fakellm
 
 .PHONY: images
-images: host-deps-images $(WEED) ## Build the proctor, fakellm, pause, busybox, postgres and seaweedfs image tarballs into bin/images (no Docker).
-	IMAGE_TAG=$(IMAGE_TAG) VERSION=$(VERSION) hack/build-images.sh $(LOCALBIN)/images
+images: host-deps-images $(WEED) ## Build the proctor, fakellm, pause, busybox, postgres and seaweedfs image tarballs into bin/images (no Docker); Kueue's too once it is built (make kueue; make e2e does).
+	IMAGE_TAG=$(IMAGE_TAG) VERSION=$(VERSION) KUEUE=$(wildcard $(KUEUE)) KUEUE_VERSION=$(KUEUE_VERSION) hack/build-images.sh $(LOCALBIN)/images
 
 ##@ Local cluster
 
@@ -220,6 +227,9 @@ $(JAEGER):
 
 $(PROMETHEUS):
 	hack/install-module-program.sh prometheus github.com/prometheus/prometheus $(PROMETHEUS_VERSION) ./cmd/prometheus
+
+$(KUEUE):
+	hack/install-module-program.sh kueue sigs.k8s.io/kueue $(KUEUE_VERSION) ./cmd/kueue
 
 $(GOJQ):
 	hack/go-install-tool.sh gojq github.com/itchyny/gojq/cmd/gojq $(GOJQ_VERSION)

@@ -12,13 +12,16 @@
 #   seaweedfs.tar ghcr.io/proctor-dev/proctor-seaweedfs:$IMAGE_TAG SeaweedFS's weed (bin/weed, make
 #                                                                 seaweedfs): the local cluster's
 #                                                                 results store (config/seaweedfs)
+#   kueue.tar    registry.k8s.io/kueue/kueue:$KUEUE_VERSION     Kueue's controller ($KUEUE, make kueue), as
+#                                                                 its Dockerfile lays it out; only when KUEUE
+#                                                                 is set (make e2e: the Kueue e2e installs it)
 #
 # Load one into containerd with: ctr -n k8s.io images import bin/images/proctor.tar
 #
 # Usage: hack/build-images.sh [out-dir]   (default bin/images)
 # Environment: IMAGE_TAG (v0.1.0), VERSION (git describe, as in the Makefile),
 # PROCTOR_IMAGE, FAKELLM_IMAGE, PAUSE_IMAGE, BUSYBOX_IMAGE, POSTGRES_IMAGE, SEAWEEDFS_IMAGE (the references),
-# WEED (bin/weed),
+# WEED (bin/weed), KUEUE (none: no Kueue image), KUEUE_VERSION (v0.17.0),
 # GOARCH (the Go toolchain's), BUSYBOX (/usr/bin/busybox), CA_BUNDLE
 # (/etc/ssl/certs/ca-certificates.crt), SOURCE_DATE_EPOCH (every timestamp; 0).
 #
@@ -187,7 +190,20 @@ image seaweedfs "$(readlink -f "$WEED")" "$CA_BUNDLE" -- \
   -tag "$SEAWEEDFS_IMAGE" -file "/weed=$(readlink -f "$WEED"):0755" -entrypoint /weed \
   -user 65532:65532 -workdir /data -ca-bundle "$CA_BUNDLE" "${seaweedfs_labels[@]}"
 
+# Kueue's controller as its own Dockerfile lays it out (/manager, user 65532,
+# on a distroless static base); its chart runs /manager.
+names=(proctor fakellm pause busybox postgres seaweedfs)
+if [[ -n ${KUEUE:-} ]]; then
+  kueue_bin=$(readlink -f "$KUEUE")
+  [[ -x $kueue_bin ]] || die "no $KUEUE: build it with make kueue, or leave KUEUE unset"
+  "$BUILDER" -check-static "$kueue_bin" -arch "$ARCH" >/dev/null || die "$KUEUE is not a static binary for $ARCH"
+  image kueue "$kueue_bin" "$CA_BUNDLE" -- \
+    -tag "registry.k8s.io/kueue/kueue:${KUEUE_VERSION:-v0.17.0}" -file "/manager=$kueue_bin:0755" -entrypoint /manager \
+    -user 65532:65532 -workdir / -ca-bundle "$CA_BUNDLE"
+  names+=(kueue)
+fi
+
 echo "build-images: built: ${built[*]:-nothing}; up to date: ${skipped[*]:-none}"
-for name in proctor fakellm pause busybox postgres seaweedfs; do
+for name in "${names[@]}"; do
   ls -l "$OUT/$name.tar"
 done

@@ -103,7 +103,7 @@ func atoi(s string) int {
 
 // fetchRecords fetches an Evaluation's records as a user would, with
 // `proctor results`, and returns them.
-func fetchRecords(t *testing.T, ns, name string) ([]results.Record, []results.Summary) {
+func fetchRecords(t testing.TB, ns, name string) ([]results.Record, []results.Summary) {
 	t.Helper()
 	dir := t.TempDir()
 	if _, err := run(time.Minute, proctorBin, "results", name, "-n", ns, "-o", dir); err != nil {
@@ -142,7 +142,7 @@ func fetchRecords(t *testing.T, ns, name string) ([]results.Record, []results.Su
 
 // exactlyOnce checks that every (model, dataset, id) appears once, and that the
 // records cover want of them.
-func exactlyOnce(t *testing.T, recs []results.Record, want int) {
+func exactlyOnce(t testing.TB, recs []results.Record, want int) {
 	t.Helper()
 	seen := map[string]int{}
 	for _, r := range recs {

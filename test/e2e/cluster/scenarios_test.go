@@ -21,7 +21,7 @@ import (
 // with it. Without a request the pod is BestEffort, the last to be scheduled
 // on a busy node: a stall of half a second made calls paced 0.5 s apart reach
 // its handler together, and its per-second bucket refused one of 361.
-func fakeServers(t *testing.T, ns, name string, args ...[]string) {
+func fakeServers(t testing.TB, ns, name string, args ...[]string) {
 	t.Helper()
 	var containers, ports strings.Builder
 	for i, a := range args {
@@ -68,7 +68,7 @@ spec:
 // runner's connections to the ClusterIP leave the node, and here a proxy
 // answers every one with 404: each sample would fail. Someone else's cluster
 // (no CLUSTER_DIR) is not checked.
-func waitForServiceRules(t *testing.T, ns, name string) {
+func waitForServiceRules(t testing.TB, ns, name string) {
 	t.Helper()
 	if clusterDir == "" {
 		return
@@ -87,7 +87,7 @@ func waitForServiceRules(t *testing.T, ns, name string) {
 }
 
 // stats reads a fake server's own counters through the API server's Service proxy.
-func stats(t *testing.T, ns, svc string, port int) map[string]float64 {
+func stats(t testing.TB, ns, svc string, port int) map[string]float64 {
 	t.Helper()
 	out := mustKubectl(t, "get", "--raw", fmt.Sprintf("/api/v1/namespaces/%s/services/%s:%d/proxy/stats", ns, svc, port))
 	var s map[string]float64
