@@ -1,0 +1,252 @@
+//go:build e2e
+
+package cluster_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// BenchmarkClusterThroughput is issue 30's measure of a run on the cluster: 2
+// models x 3,000 samples, concurrency 8, 4 shards of a model at once, a fake
+// server answering in 200 ms with no limit. The bound is what the pods
+// allowed at once can do: 2 x 4 x 8 / 0.2 s = 320 samples/s. It reports the
+// samples a second, the bound and their ratio, the objects the run made,
+// the manager's peak memory and the bytes etcd wrote per 1,000 samples; with
+// shards of 150 (20 a model) and of 15 (200 a model: start-up paid per shard
+// shows there). Run by make bench-cluster.
+func BenchmarkClusterThroughput(b *testing.B) {
+	for _, size := range []int{150, 15} {
+		b.Run(fmt.Sprintf("shardSize=%d", size), func(b *testing.B) {
+			for range b.N {
+				measureThroughput(b, size)
+			}
+		})
+	}
+}
+
+const (
+	benchSamples     = 3000
+	benchModels      = 2
+	benchParallelism = 4
+	benchConcurrency = 8
+	benchLatency     = 200 * time.Millisecond
+)
+
+func measureThroughput(b *testing.B, shardSize int) {
+	ns := namespace(b, "bench-throughput")
+	fakeServers(b, ns, "llm", []string{"-latency=" + benchLatency.String()})
+	var samples strings.Builder
+	for i := 1; i <= benchSamples; i++ {
+		fmt.Fprintf(&samples, "      - {id: s%d, input: \"What is %d+1?\", expected: \"%d\"}\n", i, i, i+1)
+	}
+	var models strings.Builder
+	for m := range benchModels {
+		fmt.Fprintf(&models, `  - name: m%d
+    provider: openai
+    model: fake-%d
+    baseURL: http://llm.%s.svc:8081/v1
+    apiKey: {env: OPENAI_API_KEY, secretKeyRef: {name: openai, key: api-key}}
+`, m, m, ns)
+	}
+	manifest := fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: throughput}
+spec:
+  datasets:
+  - name: arithmetic
+    source:
+      inline:
+%s  models:
+%s  prompt: {system: "Answer with a number only."}
+  scoring: [{type: exact_match, normalize: [trim]}]
+  concurrency: %d
+  parallelism: %d
+  shardSize: %d
+`, samples.String(), models.String(), benchConcurrency, benchParallelism, shardSize)
+
+	before := objectCounts(b, ns)
+	walBefore, walOK := etcdWALBytes(b)
+	mon := startMonitor(b, ns)
+	start := time.Now()
+	applyYAML(b, ns, manifest)
+	var phase string
+	for {
+		phase = strings.TrimSpace(mustKubectl(b, "-n", ns, "get", "evaluation", "throughput", "-o", "jsonpath={.status.phase}"))
+		if phase == "Succeeded" || phase == "Failed" {
+			break
+		}
+		if time.Since(start) > 10*time.Minute {
+			b.Fatalf("the run did not end in 10 minutes (phase %s)", phase)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wall := time.Since(start)
+	peakPods, peakManager := mon.stop()
+	walAfter, _ := etcdWALBytes(b)
+	if phase != "Succeeded" {
+		b.Fatalf("the run ended %s: %s", phase, mustKubectl(b, "-n", ns, "get", "evaluation", "throughput", "-o", "jsonpath={.status.message}"))
+	}
+	total := benchSamples * benchModels
+	// Every answer was really asked for: the run did the work it is timed on.
+	if s := stats(b, ns, "llm", 8081); int(s["requests"]) != total {
+		b.Fatalf("the model server answered %v requests for %d samples", s["requests"], total)
+	}
+	after := objectCounts(b, ns)
+
+	rate := float64(total) / wall.Seconds()
+	bound := float64(benchModels*benchParallelism*benchConcurrency) / benchLatency.Seconds()
+	b.ReportMetric(wall.Seconds(), "s")
+	b.ReportMetric(rate, "samples/s")
+	b.ReportMetric(bound, "bound-samples/s")
+	b.ReportMetric(rate/bound, "of-bound")
+	b.ReportMetric(float64(peakPods), "pods-at-once")
+	for _, kind := range objectKinds {
+		b.ReportMetric(float64(after[kind]-before[kind]), kind)
+	}
+	if peakManager > 0 {
+		b.ReportMetric(float64(peakManager)/(1<<20), "manager-peak-MiB")
+	}
+	if walOK {
+		b.ReportMetric(float64(walAfter-walBefore)/float64(total)*1000, "etcd-bytes/1k-samples")
+	}
+	b.Logf("shardSize %d: %d samples in %s, %.0f samples/s, %.2f of the bound %.0f; %d runner pods at most at once; objects %v",
+		shardSize, total, wall.Round(10*time.Millisecond), rate, rate/bound, bound, peakPods, diff(before, after))
+}
+
+// objectKinds are the objects a run makes in its namespace, counted.
+var objectKinds = []string{"configmaps", "jobs", "pods", "secrets"}
+
+func objectCounts(b *testing.B, ns string) map[string]int {
+	b.Helper()
+	n := map[string]int{}
+	for _, kind := range objectKinds {
+		n[kind] = len(strings.Fields(mustKubectl(b, "-n", ns, "get", kind, "-o", "name")))
+	}
+	return n
+}
+
+func diff(before, after map[string]int) map[string]int {
+	d := map[string]int{}
+	for k, v := range after {
+		d[k] = v - before[k]
+	}
+	return d
+}
+
+// etcdWALBytes is what the local cluster's etcd has written to its log
+// (etcd_disk_wal_write_bytes_total): every object write, with its history.
+// False on a cluster not made by hack/cluster-up.sh.
+func etcdWALBytes(b *testing.B) (int64, bool) {
+	b.Helper()
+	if clusterDir == "" {
+		return 0, false
+	}
+	resp, err := http.Get("http://127.0.0.1:12381/metrics")
+	if err != nil {
+		b.Logf("etcd's metrics: %v", err)
+		return 0, false
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		b.Fatalf("etcd's metrics: %v", err)
+	}
+	f, ok := families["etcd_disk_wal_write_bytes_total"]
+	if !ok || len(f.GetMetric()) == 0 {
+		b.Fatal("etcd's metrics have no etcd_disk_wal_write_bytes_total")
+	}
+	// etcd 3.6 exports it as a gauge, despite its name.
+	m := f.GetMetric()[0]
+	return int64(m.GetCounter().GetValue() + m.GetGauge().GetValue()), true
+}
+
+// monitor polls, while a run goes, how many of its runner pods run at once
+// and the manager's memory (its container's working set, from the kubelet).
+type monitor struct {
+	done     chan struct{}
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	pods     int
+	managerB int64
+}
+
+func startMonitor(b *testing.B, ns string) *monitor {
+	m := &monitor{done: make(chan struct{})}
+	node := strings.TrimSpace(mustKubectl(b, "get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"))
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for {
+			select {
+			case <-m.done:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			out, err := kubectl("-n", ns, "get", "pods", "-l", "proctor.dev/component=runner", "--field-selector=status.phase=Running", "-o", "name")
+			if err == nil {
+				m.mu.Lock()
+				m.pods = max(m.pods, len(strings.Fields(out)))
+				m.mu.Unlock()
+			}
+			if used, ok := managerMemory(node); ok {
+				m.mu.Lock()
+				m.managerB = max(m.managerB, used)
+				m.mu.Unlock()
+			}
+		}
+	}()
+	return m
+}
+
+func (m *monitor) stop() (pods int, managerBytes int64) {
+	close(m.done)
+	m.wg.Wait()
+	return m.pods, m.managerB
+}
+
+// managerMemory is the working set of the manager's container, from the
+// kubelet's summary API (through the API server's node proxy).
+func managerMemory(node string) (int64, bool) {
+	out, err := kubectl("get", "--raw", "/api/v1/nodes/"+node+"/proxy/stats/summary")
+	if err != nil {
+		return 0, false
+	}
+	var summary struct {
+		Pods []struct {
+			PodRef struct {
+				Name      string `json:"name"`
+				Namespace string `json:"namespace"`
+			} `json:"podRef"`
+			Containers []struct {
+				Name   string `json:"name"`
+				Memory struct {
+					WorkingSetBytes *int64 `json:"workingSetBytes"`
+				} `json:"memory"`
+			} `json:"containers"`
+		} `json:"pods"`
+	}
+	if json.Unmarshal([]byte(out), &summary) != nil {
+		return 0, false
+	}
+	for _, p := range summary.Pods {
+		if p.PodRef.Namespace != releaseNamespace || !strings.HasPrefix(p.PodRef.Name, release+"-controller-manager-") {
+			continue
+		}
+		for _, c := range p.Containers {
+			if c.Memory.WorkingSetBytes != nil {
+				return *c.Memory.WorkingSetBytes, true
+			}
+		}
+	}
+	return 0, false
+}
