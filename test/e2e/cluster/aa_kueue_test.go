@@ -1,8 +1,10 @@
 //go:build e2e
 
-// TestKueue installs Kueue, so it runs after every other test but the
-// lifecycle's (files run in name order) and removes Kueue when it ends: the
-// others show that nothing needs Kueue.
+// TestKueue runs first (files run in name order): its runner pods need CPU
+// the node has before the other tests' servers take it (kept for the
+// lifecycle tests, they filled the node's requests in a full run). It
+// removes Kueue when it ends, so the tests after it show that nothing needs
+// Kueue, nor is left of it.
 package cluster_test
 
 import (
