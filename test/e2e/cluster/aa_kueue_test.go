@@ -351,6 +351,10 @@ func kueueChart(t *testing.T, version string) string {
 }
 
 func uninstallKueue(t *testing.T, ns string) {
+	// Its model servers go too: the tests after it need the node's CPU.
+	if _, err := run(3*time.Minute, kubectlBin, "-n", ns, "delete", "deployments", "--all", "--wait=true", "--timeout=2m"); err != nil {
+		t.Error(err)
+	}
 	// The runs' Workloads go with their Jobs while Kueue still runs to
 	// release them (they carry its finalizer).
 	if _, err := run(3*time.Minute, kubectlBin, "-n", ns, "delete", "evaluations", "--all", "--wait=true", "--timeout=2m"); err != nil {
