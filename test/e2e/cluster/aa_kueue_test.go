@@ -47,8 +47,8 @@ func TestKueue(t *testing.T) {
 
 	installKueue(t, ns)
 	// The manager, restarted, finds Kueue: the waiting run goes on.
-	if final := watchColumns(t, ns, 3*time.Minute, "early"); final["early"] != [3]string{"Succeeded", "6/6", "1.0000"} {
-		t.Fatalf("run early: PHASE PROGRESS SCORE = %v once Kueue was installed, want Succeeded 6/6 1.0000", final["early"])
+	if !succeededOnce(t, ns, watchColumns(t, ns, 3*time.Minute, "early"), "early", 6) {
+		t.FailNow()
 	}
 
 	t.Run("TwoOfThreeFit", func(t *testing.T) { testKueueTwoOfThree(t, ns) })
@@ -103,11 +103,7 @@ func testKueueTwoOfThree(t *testing.T, ns string) {
 
 	final := watchColumns(t, ns, 4*time.Minute, "first", "second", "third")
 	for _, name := range []string{"first", "second", "third"} {
-		if got := final[name]; got != [3]string{"Succeeded", "60/60", "1.0000"} {
-			t.Errorf("run %s: PHASE PROGRESS SCORE = %v, want Succeeded 60/60 1.0000", name, got)
-		}
-		recs, _ := fetchRecords(t, ns, name)
-		exactlyOnce(t, recs, 60)
+		succeededOnce(t, ns, final, name, 60)
 	}
 	if got := field(t, ns, "third", `{.status.conditions[?(@.type=="Admitted")].status}`); got != "True" {
 		t.Errorf("run third's condition Admitted = %q once it ran, want True", got)
@@ -139,14 +135,8 @@ func testKueuePreemption(t *testing.T, ns string) {
 	t.Logf("Run low preempted at %d/60: %s", at, msg)
 
 	final := watchColumns(t, ns, 4*time.Minute, "high", "low")
-	if got := final["high"]; got != [3]string{"Succeeded", "10/10", "1.0000"} {
-		t.Errorf("run high: PHASE PROGRESS SCORE = %v, want Succeeded 10/10 1.0000", got)
-	}
-	if got := final["low"]; got != [3]string{"Succeeded", "60/60", "1.0000"} {
-		t.Errorf("run low: PHASE PROGRESS SCORE = %v, want Succeeded 60/60 1.0000", got)
-	}
-	recs, _ := fetchRecords(t, ns, "low")
-	exactlyOnce(t, recs, 60)
+	succeededOnce(t, ns, final, "high", 10)
+	succeededOnce(t, ns, final, "low", 60)
 	// Kueue suspends the Job: its pods stop gracefully, finishing the answers
 	// in flight, so none is asked for twice.
 	if s := stats(t, ns, "llmp", 8081); s["requests"] != 70 {
@@ -196,15 +186,25 @@ func testKueueSuspend(t *testing.T, ns string) {
 	at := progressOf(t, ns, "paused")
 	t.Logf("Run paused suspended at %d/40", at)
 	mustKubectl(t, "-n", ns, "patch", "evaluation", "paused", "--type=merge", "-p", `{"spec":{"suspend":false}}`)
-	final := watchColumns(t, ns, 3*time.Minute, "paused")
-	if got := final["paused"]; got != [3]string{"Succeeded", "40/40", "1.0000"} {
-		t.Errorf("run paused: PHASE PROGRESS SCORE = %v, want Succeeded 40/40 1.0000", got)
-	}
-	recs, _ := fetchRecords(t, ns, "paused")
-	exactlyOnce(t, recs, 40)
+	succeededOnce(t, ns, watchColumns(t, ns, 3*time.Minute, "paused"), "paused", 40)
 	if s := stats(t, ns, "llms", 8081); s["requests"] != 40 {
 		t.Errorf("the model server answered %v requests for 40 samples: suspending repeated or lost some", s["requests"])
 	}
+}
+
+// succeededOnce checks that run name's last row (of watchColumns' final)
+// says Succeeded n/n with every answer right, and that its records hold each
+// of its n samples once; it reports whether the row was right.
+func succeededOnce(t *testing.T, ns string, final map[string][3]string, name string, n int) bool {
+	t.Helper()
+	want := [3]string{"Succeeded", fmt.Sprintf("%d/%d", n, n), "1.0000"}
+	got := final[name]
+	if got != want {
+		t.Errorf("run %s: PHASE PROGRESS SCORE = %v, want %v", name, got, want)
+	}
+	recs, _ := fetchRecords(t, ns, name)
+	exactlyOnce(t, recs, n)
+	return got == want
 }
 
 // kueueRun is what a Kueue test's run varies.

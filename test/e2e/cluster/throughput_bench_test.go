@@ -44,10 +44,6 @@ const (
 func measureThroughput(b *testing.B, shardSize int) {
 	ns := namespace(b, "bench-throughput")
 	fakeServers(b, ns, "llm", []string{"-latency=" + benchLatency.String()})
-	var samples strings.Builder
-	for i := 1; i <= benchSamples; i++ {
-		fmt.Fprintf(&samples, "      - {id: s%d, input: \"What is %d+1?\", expected: \"%d\"}\n", i, i, i+1)
-	}
 	var models strings.Builder
 	for m := range benchModels {
 		fmt.Fprintf(&models, `  - name: m%d
@@ -71,7 +67,7 @@ spec:
   concurrency: %d
   parallelism: %d
   shardSize: %d
-`, samples.String(), models.String(), benchConcurrency, benchParallelism, shardSize)
+`, additions(benchSamples), models.String(), benchConcurrency, benchParallelism, shardSize)
 
 	before := objectCounts(b, ns)
 	walBefore, walOK := etcdWALBytes(b)
