@@ -106,6 +106,12 @@ func (r *EvaluationReconciler) syncJob(ctx context.Context, p *pass, job, want *
 			queue = q
 		}
 	}
+	if c := job.Spec.Completions; c != nil && want.Spec.Parallelism != nil && *want.Spec.Parallelism > *c {
+		// No more pods than the Job's workers: a raised spec.parallelism
+		// reaches a run's workers only up to their number, fixed at its start.
+		want = want.DeepCopy()
+		want.Spec.Parallelism = ptr.To(*c)
+	}
 	if ptr.Equal(job.Spec.Suspend, want.Spec.Suspend) && ptr.Equal(job.Spec.Parallelism, want.Spec.Parallelism) &&
 		queue == job.Labels[cluster.LabelKueueQueueName] {
 		return nil
@@ -121,25 +127,34 @@ func (r *EvaluationReconciler) syncJob(ctx context.Context, p *pass, job, want *
 	return nil
 }
 
-// shardJob is the Indexed Job that runs a model's shards: completion index i
-// evaluates shard i.
+// shardJob is the Indexed Job that runs a model's shards: one completion
+// index per worker (cluster.Workers), worker w evaluating shards w, w+W, ...
+// one after another (cluster.WorkerShards), so that a pod's start-up is paid
+// once per worker, not once per shard.
 func (r *EvaluationReconciler) shardJob(p *pass, model string, shards int) *batchv1.Job {
 	ev, spec := p.ev, &p.ev.Spec
 	labels := cluster.Labels(ev.Name, p.run, cluster.ComponentRunner)
 	labels[cluster.LabelModel] = model
-	pod := r.podTemplate(p, maps.Clone(labels), cluster.ShardArgs(ev.Name, p.run, model), model)
+	workers := cluster.Workers(*spec.Parallelism, shards)
+	retries := r.Options.ShardRetries
+	pod := r.podTemplate(p, maps.Clone(labels), cluster.ShardArgs(ev.Name, p.run, model, workers, retries), model)
+	// Each of a worker's shards may fail on retries+1 pods before the next
+	// pod fails it for good (cluster.ExitRetriesUsed): the Job's count of a
+	// worker's failures must not end it first.
+	perWorker := int32((shards + workers - 1) / workers)
 	job := &batchv1.Job{
 		ObjectMeta: objectMeta(ev.Namespace, cluster.JobName(ev.Name, model, p.run), labels),
 		Spec: batchv1.JobSpec{
-			Completions:          ptr.To(int32(shards)),
-			Parallelism:          ptr.To(*spec.Parallelism),
+			Completions:          ptr.To(int32(workers)),
+			Parallelism:          ptr.To(int32(workers)),
 			CompletionMode:       ptr.To(batchv1.IndexedCompletion),
-			BackoffLimitPerIndex: ptr.To(r.Options.ShardRetries),
-			// A shard that failed for good fails the run: the Job stops at once
-			// instead of running the other shards of a run that cannot succeed.
+			BackoffLimitPerIndex: ptr.To((retries + 1) * perWorker),
+			// A worker that failed for good (on one of its shards) fails the
+			// run: the Job stops at once instead of running the other shards
+			// of a run that cannot succeed.
 			MaxFailedIndexes: ptr.To(int32(0)),
-			// A replacement pod starts only once the old one is gone, so a shard
-			// never has two writers.
+			// A replacement pod starts only once the old one is gone, so a
+			// worker's shards never have two writers.
 			PodReplacementPolicy: ptr.To(batchv1.Failed),
 			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
 				{
@@ -148,13 +163,13 @@ func (r *EvaluationReconciler) shardJob(p *pass, model string, shards int) *batc
 					OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
 				},
 				{
-					// Invalid input, or a hook that failed for good (setup, or
-					// a slot that stayed broken past hooks.repairTimeout):
-					// retrying cannot help.
+					// Invalid input, a hook that failed for good (setup, or a
+					// slot that stayed broken past hooks.repairTimeout), or a
+					// shard that used up its retries: retrying cannot help.
 					Action: batchv1.PodFailurePolicyActionFailIndex,
 					OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
 						ContainerName: ptr.To(runnerName), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn,
-						Values: []int32{cluster.ExitInvalid, cluster.ExitHookFailed},
+						Values: []int32{cluster.ExitInvalid, cluster.ExitHookFailed, cluster.ExitRetriesUsed},
 					},
 				},
 			}},

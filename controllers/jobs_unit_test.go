@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -147,10 +148,12 @@ func TestShardJobGolden(t *testing.T) {
 	want := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "arith-small-" + run, Labels: labels},
 		Spec: batchv1.JobSpec{
-			Completions:          ptr.To[int32](4),
+			// 4 shards, 3 at once: 3 workers, one of which runs 2 shards
+			// (3 retries each).
+			Completions:          ptr.To[int32](3),
 			Parallelism:          ptr.To[int32](3),
 			CompletionMode:       ptr.To(batchv1.IndexedCompletion),
-			BackoffLimitPerIndex: ptr.To[int32](3),
+			BackoffLimitPerIndex: ptr.To[int32](8),
 			MaxFailedIndexes:     ptr.To[int32](0),
 			PodReplacementPolicy: ptr.To(batchv1.Failed),
 			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
@@ -161,7 +164,7 @@ func TestShardJobGolden(t *testing.T) {
 				{
 					Action: batchv1.PodFailurePolicyActionFailIndex,
 					OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
-						ContainerName: ptr.To("runner"), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{2, 3},
+						ContainerName: ptr.To("runner"), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{2, 3, 4},
 					},
 				},
 			}},
@@ -179,7 +182,7 @@ func TestShardJobGolden(t *testing.T) {
 						Name:    "runner",
 						Image:   testImage,
 						Command: []string{"/proctor"},
-						Args:    []string{"shard", "--evaluation", "arith", "--run", run, "--model", "small", "--metrics-addr=:9464"},
+						Args:    []string{"shard", "--evaluation", "arith", "--run", run, "--model", "small", "--workers=3", "--shard-retries=3", "--metrics-addr=:9464"},
 						Ports:   []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9464, Protocol: corev1.ProtocolTCP}},
 						Env: withEnv(
 							secretEnv("PROCTOR_API_KEY_SMALL", "openai", "api-key"),
@@ -348,7 +351,7 @@ func TestAgentPodTemplate(t *testing.T) {
 			Name:      "runner",
 			Image:     testImage,
 			Command:   []string{"/proctor"},
-			Args:      []string{"shard", "--evaluation", "agents", "--run", p.run, "--model", "coder", "--metrics-addr=:9464", "--agent-socket", "/run/proctor/agent.sock"},
+			Args:      []string{"shard", "--evaluation", "agents", "--run", p.run, "--model", "coder", "--workers=1", "--shard-retries=3", "--metrics-addr=:9464", "--agent-socket", "/run/proctor/agent.sock"},
 			Ports:     []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9464, Protocol: corev1.ProtocolTCP}},
 			Env:       withEnv(secretEnv("PROCTOR_API_KEY_JUDGE", "openai", "api-key")),
 			Resources: defaultRunnerResources,
@@ -406,18 +409,33 @@ func TestPodTemplateVariants(t *testing.T) {
 }
 
 func TestShardJobSuspendAndParallelism(t *testing.T) {
-	for _, suspend := range []bool{false, true} {
-		ev := testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 3).OpenAIModel("small", "http://llm.local/v1").
-			Scorer(v1alpha1.ScorerExactMatch).Parallelism(7).Suspend(suspend).Obj()
-		job := unitReconciler().shardJob(passFor(ev), "small", 9)
-		if got := *job.Spec.Suspend; got != suspend {
-			t.Errorf("suspend=%v: Job suspend = %v", suspend, got)
-		}
-		if got := *job.Spec.Parallelism; got != 7 {
-			t.Errorf("Job parallelism = %d, want 7", got)
-		}
-		if got := *job.Spec.Completions; got != 9 {
-			t.Errorf("Job completions = %d, want 9 (one per shard)", got)
+	cases := []struct {
+		shards, workers, retries int32
+	}{
+		{shards: 9, workers: 7, retries: 8}, // 2 shards for some workers: 4 failures each
+		{shards: 3, workers: 3, retries: 4}, // never more workers than shards
+		{shards: 70, workers: 7, retries: 40},
+	}
+	for _, tc := range cases {
+		for _, suspend := range []bool{false, true} {
+			ev := testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 3).OpenAIModel("small", "http://llm.local/v1").
+				Scorer(v1alpha1.ScorerExactMatch).Parallelism(7).Suspend(suspend).Obj()
+			job := unitReconciler().shardJob(passFor(ev), "small", int(tc.shards))
+			if got := *job.Spec.Suspend; got != suspend {
+				t.Errorf("suspend=%v: Job suspend = %v", suspend, got)
+			}
+			if got := *job.Spec.Parallelism; got != tc.workers {
+				t.Errorf("%d shards: Job parallelism = %d, want %d", tc.shards, got, tc.workers)
+			}
+			if got := *job.Spec.Completions; got != tc.workers {
+				t.Errorf("%d shards: Job completions = %d, want %d (one per worker)", tc.shards, got, tc.workers)
+			}
+			if got := *job.Spec.BackoffLimitPerIndex; got != tc.retries {
+				t.Errorf("%d shards: backoffLimitPerIndex = %d, want %d (3 retries of each of a worker's shards)", tc.shards, got, tc.retries)
+			}
+			if args := job.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, fmt.Sprintf("--workers=%d", tc.workers)) {
+				t.Errorf("%d shards: runner args %q do not say --workers=%d", tc.shards, args, tc.workers)
+			}
 		}
 	}
 }

@@ -124,6 +124,17 @@ func viewPod(pod *corev1.Pod, shard string, attempts int32) podView {
 	return v
 }
 
+// disrupted reports whether a pod was stopped by a disruption (a preemption,
+// an eviction through the API, its node lost): not its shard's failure.
+func disrupted(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
 // pendingProblem says why a pending pod cannot start, if it cannot.
 func pendingProblem(pod *corev1.Pod, shard string) *problem {
 	if p := serviceProblem(pod, shard); p != nil {
@@ -212,6 +223,9 @@ func failedProblem(pod *corev1.Pod, shard string, attempts int32) *problem {
 		case t.ExitCode == cluster.ExitInvalid && cs == runnerName:
 			p.reason = "ConfigurationError"
 			p.message = fmt.Sprintf("pod %s (shard %s) stopped on a configuration error (exit code %d), which no retry can fix", pod.Name, shard, t.ExitCode)
+		case t.ExitCode == cluster.ExitRetriesUsed && cs == runnerName:
+			p.reason = v1alpha1.ReasonShardsFailed
+			p.message = fmt.Sprintf("pod %s (shard %s) found the shard's retries used up (exit code %d)", pod.Name, shard, t.ExitCode)
 		case t.ExitCode == cluster.ExitHookFailed && cs == runnerName:
 			p.reason = v1alpha1.ReasonHookFailed
 			p.message = fmt.Sprintf("pod %s (shard %s) stopped on a hook that failed (exit code %d)", pod.Name, shard, t.ExitCode)

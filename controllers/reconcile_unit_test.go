@@ -505,7 +505,8 @@ func TestReconcileSuspend(t *testing.T) {
 }
 
 func TestReconcileLiveEditsUpdateJobsInPlace(t *testing.T) {
-	ev := withUID(simpleEval("arith").Parallelism(4).Obj())
+	// 10 shards, 4 at once: 4 workers.
+	ev := withUID(simpleEval("arith").ShardSize(1).Parallelism(4).Obj())
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
 	run := cluster.RunID(ev)
 	jobName := "arith-small-" + run
@@ -532,9 +533,10 @@ func TestReconcileLiveEditsUpdateJobsInPlace(t *testing.T) {
 			wantSuspend: true, wantParallelism: 2, wantPhase: v1alpha1.PhaseSuspended, wantSuspendCond: true,
 		},
 		{
+			// The run's workers are fixed when it starts: no more pods than them.
 			name:        "resume and raise parallelism",
 			edit:        func(s *v1alpha1.EvaluationSpec) { s.Suspend = ptr.To(false); s.Parallelism = ptr.To[int32](8) },
-			wantSuspend: false, wantParallelism: 8, wantPhase: v1alpha1.PhaseRunning,
+			wantSuspend: false, wantParallelism: 4, wantPhase: v1alpha1.PhaseRunning,
 		},
 	}
 	for _, s := range steps {
@@ -1029,8 +1031,9 @@ func TestReconcileUndefaultedEvaluation(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, j := range h.jobs() {
-		if got := ptr.Deref(j.Spec.Parallelism, 0); got != v1alpha1.DefaultParallelism {
-			t.Errorf("%s parallelism = %d, want the default %d", j.Name, got, v1alpha1.DefaultParallelism)
+		// The default 4 at once, of its one shard: one worker.
+		if got := ptr.Deref(j.Spec.Parallelism, 0); got != 1 {
+			t.Errorf("%s parallelism = %d, want 1 (the default %d, for 1 shard)", j.Name, got, v1alpha1.DefaultParallelism)
 		}
 	}
 }

@@ -83,7 +83,7 @@ func TestServicesAndHooksPodTemplate(t *testing.T) {
 		t.Errorf("init containers (-want +got):\n%s", diff)
 	}
 	runner := got.Containers[0]
-	if diff := cmp.Diff([]string{"shard", "--evaluation", "crm", "--run", p.run, "--model", "gpt", "--metrics-addr=:9464", "--hook-socket", "/run/proctor/hooks.sock"}, runner.Args); diff != "" {
+	if diff := cmp.Diff([]string{"shard", "--evaluation", "crm", "--run", p.run, "--model", "gpt", "--workers=1", "--shard-retries=3", "--metrics-addr=:9464", "--hook-socket", "/run/proctor/hooks.sock"}, runner.Args); diff != "" {
 		t.Errorf("runner args (-want +got):\n%s", diff)
 	}
 	for _, e := range runner.Env {

@@ -86,16 +86,29 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 	for mi, model := range subjects {
 		job := p.jobs[model]
 		shards := p.plan.Shards(&ev.Spec, model)
+		// The Job's indexes are its workers (cluster.WorkerShards): a Job
+		// made before workers had one per shard, which is the same.
+		workers := len(shards)
+		if job != nil && job.Spec.Completions != nil && *job.Spec.Completions > 0 {
+			workers = int(*job.Spec.Completions)
+		}
 		completed, failed := map[int]bool{}, map[int]bool{}
-		var pods, lastFailed map[int]*corev1.Pod
+		var pods, lastFailed, lastCause map[int]*corev1.Pod
 		if job != nil {
-			completed = parseIndexes(job.Status.CompletedIndexes, len(shards))
+			completed = parseIndexes(job.Status.CompletedIndexes, workers)
 			if job.Status.FailedIndexes != nil {
-				failed = parseIndexes(*job.Status.FailedIndexes, len(shards))
+				failed = parseIndexes(*job.Status.FailedIndexes, workers)
 			}
 			pods = indexPods(podsByJob[job.Name])
-			lastFailed = indexPods(slices.DeleteFunc(slices.Clone(podsByJob[job.Name]), func(pod corev1.Pod) bool {
+			failedPods := slices.DeleteFunc(slices.Clone(podsByJob[job.Name]), func(pod corev1.Pod) bool {
 				return pod.Status.Phase != corev1.PodFailed
+			})
+			lastFailed = indexPods(failedPods)
+			// A pod that found its shard's retries used up says only that:
+			// why the shard failed is the pod before it.
+			lastCause = indexPods(slices.DeleteFunc(failedPods, func(pod corev1.Pod) bool {
+				_, t := terminated(&pod)
+				return t != nil && t.ExitCode == cluster.ExitRetriesUsed || disrupted(&pod)
 			}))
 			if !suspended && job.UID != "" {
 				fc, err := r.failedCreate(ctx, job, podsByJob[job.Name])
@@ -107,12 +120,31 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 				}
 			}
 		}
-		for _, s := range shards {
-			st := shardState{Shard: s, head: cluster.HeadName(ev.Name, p.run, model, s.Index), completed: completed[s.Index], failed: failed[s.Index]}
+		states := make([]shardState, len(shards))
+		// current is each worker's shard: the first of its shards that has
+		// not succeeded, which its pod runs (or its next pod resumes).
+		current := map[int]int{}
+		for i, s := range shards {
+			st := &states[i]
+			*st = shardState{Shard: s, head: cluster.HeadName(ev.Name, p.run, model, s.Index)}
 			if h := byName[st.head]; h != nil {
 				st.hasHead = true
 				st.progress, _ = cluster.ParseProgress(h.Annotations)
 				st.batches, _ = cluster.ParseBatches(h.Annotations)
+			}
+			w := cluster.WorkerOf(s.Index, workers)
+			st.completed = st.progress.State == cluster.StateSucceeded || completed[w]
+			if _, ok := current[w]; !ok && !st.completed {
+				current[w] = i
+			}
+		}
+		for i := range states {
+			st, s := &states[i], shards[i]
+			w := cluster.WorkerOf(s.Index, workers)
+			cur, hasCur := current[w]
+			mine := hasCur && cur == i
+			st.failed = failed[w] && mine
+			if h := byName[st.head]; h != nil {
 				changed := r.heads.changedAt(key, st.head, h.ResourceVersion, p.now)
 				fresh := p.now.Sub(changed) < r.Options.StaleAfter
 				st.active = st.progress.State == cluster.StateRunning && fresh && !st.completed && !st.failed
@@ -121,19 +153,28 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 				}
 				st.lastActive = r.heads.lastActive(key, st.head)
 			}
-			if pod := pods[s.Index]; pod != nil && !st.completed {
-				attempts := int32(1)
-				if n, err := strconv.Atoi(pod.Annotations[annotationIndexFailures]); err == nil {
-					attempts += int32(n)
+			if pod := pods[w]; pod != nil && mine {
+				// The shard's attempts, as its pods counted them (a worker's
+				// pods run many shards); else the Job's count for the worker.
+				attempts := int32(st.progress.Attempts)
+				if attempts == 0 {
+					attempts = 1
+					if n, err := strconv.Atoi(pod.Annotations[annotationIndexFailures]); err == nil {
+						attempts += int32(n)
+					}
 				}
 				st.pod = viewPod(pod, s.Key(), attempts)
 				if st.failed {
 					st.cause = st.pod.problem
+					if prev := lastCause[w]; prev != nil && prev.Name != pod.Name {
+						// The last of the pods that failed the shard.
+						st.cause = viewPod(prev, s.Key(), int32(st.progress.Attempts)).problem
+					}
 				}
 				if st.pod.problem == nil && !st.failed && !suspended {
 					// A retry of a shard whose last pod failed: its failure
 					// stays said (REASON went blank between OOM retries).
-					if prev := lastFailed[s.Index]; prev != nil && prev != pod {
+					if prev := lastFailed[w]; prev != nil && prev.Name != pod.Name {
 						if pr := viewPod(prev, s.Key(), attempts-1).problem; pr != nil {
 							pr.message += "; the shard is being retried"
 							pr.stall = false
@@ -146,6 +187,9 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 				}
 				p.anyRunning = p.anyRunning || st.pod.running
 			}
+		}
+		for i := range states {
+			st := states[i]
 			anyActive = anyActive || st.active
 			if st.active {
 				p.noteThrottled(st.progress.Throttled)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -512,5 +513,80 @@ func TestNoJobIsNotFinished(t *testing.T) {
 	}
 	if p.finished || p.failureReason != "" {
 		t.Errorf("finished %v, failure %q with no Job made; want the run still going", p.finished, p.failureReason)
+	}
+}
+
+// TestObserveWorkers: a Job's indexes are workers, each running its shards
+// one after another (w, w+W, ...): a shard's outcome is its head's, a
+// worker's pod is its current shard's (the first not succeeded), and a
+// worker that failed on a shard whose retries were used up names why the
+// pod before failed.
+func TestObserveWorkers(t *testing.T) {
+	// 5 shards of 5 samples, 2 workers: 0 runs shards 0, 2, 4; 1 runs 1, 3.
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 25).OpenAIModel("small", llmURL).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Parallelism(2).Generation(1).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	run := cluster.RunID(ev)
+	succeeded := cluster.ShardProgress{State: cluster.StateSucceeded, Total: 5, Done: 5, Attempts: 1, Scores: map[string]float64{"exact_match": 5}}
+	usedUp := running(3, 0, 3)
+	usedUp.Attempts = 4
+	h.create(
+		headCM(t, "arith", run, shardOf("small", 0), succeeded, nil),
+		headCM(t, "arith", run, shardOf("small", 1), succeeded, nil),
+		headCM(t, "arith", run, shardOf("small", 2), running(2, 0, 1), nil),
+		headCM(t, "arith", run, shardOf("small", 3), usedUp, nil),
+		headCM(t, "arith", run, shardOf("small", 4), cluster.ShardProgress{}, nil),
+	)
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "arith-small"}, Spec: batchv1.JobSpec{Completions: ptr.To[int32](2)},
+		Status: batchv1.JobStatus{FailedIndexes: ptr.To("1")}}
+	for _, pod := range []struct {
+		name   string
+		index  int
+		status corev1.PodStatus
+	}{
+		{"arith-small-0-a", 0, corev1.PodStatus{Phase: corev1.PodRunning}},
+		{"arith-small-1-a", 1, failedPod("OOMKilled", 137, "")},
+		// The next pod found shard 3's retries used up.
+		{"arith-small-1-b", 1, failedPod("Error", cluster.ExitRetriesUsed, "shard small/3 (d samples 15-19) failed on 4 pods, as many as its retries allow")},
+	} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Namespace: testNS, Name: pod.name,
+			Labels:          cluster.Labels("arith", run, cluster.ComponentRunner),
+			Annotations:     map[string]string{batchv1.JobCompletionIndexAnnotation: fmt.Sprint(pod.index)},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, Controller: ptr.To(true)}},
+		}}
+		h.create(p)
+		h.setPodStatus(p.Name, pod.status)
+	}
+	p := newPass(h.eval("arith"), h.clock.Now())
+	p.run = run
+	p.plan = &cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 25}}
+	p.jobs = map[string]*batchv1.Job{"small": job}
+	if cont, err := h.r.observeShards(h.ctx, p); err != nil || !cont {
+		t.Fatalf("observeShards = %v, %v", cont, err)
+	}
+	// Shard 4 waits for worker 0: neither active nor pending.
+	if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 5, Succeeded: 2, Active: 1, Failed: 1}, p.status.Shards); diff != "" {
+		t.Errorf("shard counts (-want +got):\n%s", diff)
+	}
+	var active, failed []string
+	for _, s := range p.shards {
+		if s.active {
+			active = append(active, s.Key())
+		}
+		if s.failed {
+			failed = append(failed, s.Key())
+		}
+	}
+	if diff := cmp.Diff([]string{"small/2"}, active); diff != "" {
+		t.Errorf("active shards (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"small/3"}, failed); diff != "" {
+		t.Errorf("failed shards (-want +got):\n%s", diff)
+	}
+	reason, msg := failedShards(p.shards, 3)
+	want := "small/3 (d samples 15-19): pod arith-small-1-a (shard small/3) container runner was OOMKilled (exit code 137) (attempt 4)"
+	if reason != "OOMKilled" || !strings.Contains(msg, want) {
+		t.Errorf("failedShards = %q, %q; want OOMKilled, containing %q", reason, msg, want)
 	}
 }

@@ -60,7 +60,9 @@ type EvaluationSpec struct {
 	Concurrency *int32 `json:"concurrency,omitempty"`
 
 	// parallelism is the number of shards of one model that run at once (cluster
-	// mode). Default 4.
+	// mode): the run's workers, pods that each take their shards one after
+	// another, no more than the shards. Lowered mid-run, the workers take
+	// turns; raised, it adds none beyond those the run started with. Default 4.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
@@ -965,9 +967,10 @@ type Progress struct {
 	Text string `json:"text,omitempty"`
 }
 
-// ShardCounts counts shards by the state of their Job index and pod. Shards
-// not counted in active, pending, succeeded or failed wait for their turn
-// (parallelism), for a retry, or for the Evaluation to be resumed.
+// ShardCounts counts shards by their state: a shard's success is its own, and
+// the pod of a worker (a Job index) is its current shard's. Shards not
+// counted in active, pending, succeeded or failed wait for their worker to
+// reach them, for a retry, or for the Evaluation to be resumed.
 type ShardCounts struct {
 	// total is the number of shards.
 	// +required

@@ -15,8 +15,9 @@ func TestPodArgs(t *testing.T) {
 		args []string
 		want map[string]string
 	}{
-		{"shard", append(cluster.ShardArgs("qa", "abc123", "small"), "--"+cluster.FlagAgentSocket, "/run/proctor/agent.sock"), map[string]string{
+		{"shard", append(cluster.ShardArgs("qa", "abc123", "small", 4, 3), "--"+cluster.FlagAgentSocket, "/run/proctor/agent.sock"), map[string]string{
 			cluster.FlagEvaluation: "qa", cluster.FlagRun: "abc123", cluster.FlagModel: "small", cluster.FlagAgentSocket: "/run/proctor/agent.sock",
+			cluster.FlagWorkers: "4", cluster.FlagShardRetries: "3",
 		}},
 		{"plan", cluster.PlanArgs("qa", "abc123", 1<<20), map[string]string{
 			cluster.FlagEvaluation: "qa", cluster.FlagRun: "abc123", cluster.FlagStorageBudget: "1048576",

@@ -25,20 +25,23 @@ import (
 	"github.com/proctor-dev/proctor/runner/provider"
 )
 
-// newShardCommand is what runner pods run: one shard of one model.
+// newShardCommand is what runner pods run: one worker's shards of one model.
 func newShardCommand(s streams) *cobra.Command {
 	o := shard.Options{}
 	index := os.Getenv("JOB_COMPLETION_INDEX")
 	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:    cluster.CommandShard + " --evaluation NAME --run RUN --model MODEL",
-		Short:  "Evaluate one shard of an Evaluation (what runner pods run)",
+		Short:  "Evaluate one worker's shards of an Evaluation (what runner pods run)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			i, err := strconv.Atoi(index)
 			if err != nil {
 				return invalid(fmt.Errorf("--index (or JOB_COMPLETION_INDEX): %q is not a number", index))
+			}
+			if o.Workers < 0 {
+				return invalid(fmt.Errorf("--%s: %d is not a number of workers", cluster.FlagWorkers, o.Workers))
 			}
 			o.Index = i
 			if metricsAddr != "" {
@@ -53,9 +56,11 @@ func newShardCommand(s streams) *cobra.Command {
 		},
 	}
 	podFlags(cmd, &o)
-	cmd.Flags().StringVar(&metricsAddr, cluster.FlagMetricsAddr, "", "serve Prometheus metrics of the shard's calls and samples at http://ADDR/metrics (the pod's :9464)")
+	cmd.Flags().StringVar(&metricsAddr, cluster.FlagMetricsAddr, "", "serve Prometheus metrics of the pod's calls and samples at http://ADDR/metrics (the pod's :9464)")
 	cmd.Flags().StringVar(&o.Model, cluster.FlagModel, "", "the model whose shard this is")
-	cmd.Flags().StringVar(&index, "index", index, "the shard's index (default $JOB_COMPLETION_INDEX)")
+	cmd.Flags().StringVar(&index, "index", index, "the pod's worker (default $JOB_COMPLETION_INDEX): it evaluates shards index, index+workers, ...")
+	cmd.Flags().IntVar(&o.ShardRetries, cluster.FlagShardRetries, -1, "how many pods that fail a shard may be followed by another (-1: as many as the Job allows)")
+	cmd.Flags().IntVar(&o.Workers, cluster.FlagWorkers, 0, "how many workers share the model's shards (the Job's completions); 0: one per shard, --index naming the shard")
 	cmd.Flags().StringVar(&o.AgentSocket, cluster.FlagAgentSocket, "", "the Unix socket of the pod's agent executor (proctor agent-exec), which runs an agent model's processes in the agent's container")
 	cmd.Flags().StringVar(&o.HookSocket, cluster.FlagHookSocket, "", "the Unix socket of the executor of the pod's hooks container, which runs spec.hooks")
 	cmd.Flags().StringVar(&o.PacerURL, "pacer", os.Getenv(cluster.EnvPacerURL), "the manager's pacer, which spaces every pod's calls through a rate-limited key (default $"+cluster.EnvPacerURL+"; empty: none)")
@@ -146,6 +151,8 @@ func podExit(s streams, err error) error {
 		return invalid(err)
 	case shard.IsHookFailure(err):
 		return &exitError{code: cluster.ExitHookFailed, err: err}
+	case errors.As(err, new(*shard.RetriesUsedError)):
+		return &exitError{code: cluster.ExitRetriesUsed, err: err}
 	}
 	return &exitError{code: exitFailed, err: err}
 }

@@ -162,6 +162,10 @@ type ShardProgress struct {
 	// restarted pod reads back from the sealed chunks.
 	Awaiting int    `json:"awaiting,omitempty"`
 	Pod      string `json:"pod,omitempty"`
+	// Attempts counts the pods that began the shard and did not end it by
+	// draining (SIGTERM: a preemption, an eviction, a suspension, which are
+	// not the shard's fault): its failures, and the pod running it.
+	Attempts int `json:"attempts,omitempty"`
 	// Stored is the size of the records stored (their JSON, before compression).
 	Stored int64 `json:"stored,omitempty"`
 	// Cut counts outputs cut at MaxOutputBytes; Dropped, outputs not stored

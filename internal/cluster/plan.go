@@ -293,3 +293,36 @@ func Subjects(spec *v1alpha1.EvaluationSpec) []string {
 	}
 	return out
 }
+
+// Workers is how many workers run a model's shards: the pods of its Indexed
+// Job, each taking its shards one after another (WorkerShards), so that a
+// pod's start-up (scheduling, the image, reading the Evaluation, the plan and
+// the data, the setup hook) is paid once per worker instead of once per shard.
+// One per shard the spec lets run at once, and never more than the shards.
+func Workers(parallelism int32, shards int) int {
+	return max(1, min(int(parallelism), shards))
+}
+
+// WorkerShards are the shards worker w of workers evaluates, in order: w,
+// w+workers, w+2*workers, ... Each shard has exactly one worker, so a shard
+// still has a single writer (the Job runs one pod per index at a time). A
+// worker's shards are fixed for the run: the Job's completions (workers)
+// cannot change under the shards a worker has begun.
+func WorkerShards(shards []Shard, w, workers int) ([]Shard, error) {
+	if workers < 1 || workers > len(shards) || w < 0 || w >= workers {
+		return nil, fmt.Errorf("worker %d of %d does not exist for %d shards", w, workers, len(shards))
+	}
+	out := make([]Shard, 0, (len(shards)-w+workers-1)/workers)
+	for i := w; i < len(shards); i += workers {
+		out = append(out, shards[i])
+	}
+	return out, nil
+}
+
+// WorkerOf is the worker of workers that evaluates the shard of index i.
+func WorkerOf(i, workers int) int {
+	if workers < 1 {
+		return i
+	}
+	return i % workers
+}

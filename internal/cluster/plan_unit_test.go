@@ -366,3 +366,69 @@ func TestAnswersHash(t *testing.T) {
 		})
 	}
 }
+
+func TestWorkers(t *testing.T) {
+	cases := []struct {
+		parallelism int32
+		shards      int
+		want        int
+	}{
+		{4, 20, 4},
+		{4, 3, 3}, // never more workers than shards
+		{1, 256, 1},
+		{8, 0, 1},
+	}
+	for _, tc := range cases {
+		if got := Workers(tc.parallelism, tc.shards); got != tc.want {
+			t.Errorf("Workers(%d, %d) = %d, want %d", tc.parallelism, tc.shards, got, tc.want)
+		}
+	}
+}
+
+// TestWorkerShards: every shard has exactly one worker, the workers' shards
+// differ in number by one at most, and WorkerOf says whose a shard is.
+func TestWorkerShards(t *testing.T) {
+	spec := &v1alpha1.EvaluationSpec{Datasets: []v1alpha1.Dataset{{Name: "a"}, {Name: "b"}}}
+	plan := Plan{ShardSize: 3, Totals: map[string]int{"a": 10, "b": 8}} // 4 + 3 shards
+	shards := plan.Shards(spec, "m")
+	for workers := 1; workers <= len(shards); workers++ {
+		seen := map[int]int{}
+		least, most := len(shards), 0
+		for w := range workers {
+			mine, err := WorkerShards(shards, w, workers)
+			if err != nil {
+				t.Fatalf("WorkerShards(%d of %d): %v", w, workers, err)
+			}
+			least, most = min(least, len(mine)), max(most, len(mine))
+			for i, s := range mine {
+				seen[s.Index]++
+				if i > 0 && s.Index <= mine[i-1].Index {
+					t.Errorf("%d workers: worker %d's shards are out of order: %v", workers, w, mine)
+				}
+				if got := WorkerOf(s.Index, workers); got != w {
+					t.Errorf("WorkerOf(%d, %d) = %d, want %d", s.Index, workers, got, w)
+				}
+			}
+		}
+		for _, s := range shards {
+			if seen[s.Index] != 1 {
+				t.Errorf("%d workers: shard %d has %d workers, want 1", workers, s.Index, seen[s.Index])
+			}
+		}
+		if most-least > 1 {
+			t.Errorf("%d workers: from %d to %d shards a worker", workers, least, most)
+		}
+	}
+	want, _ := WorkerShards(shards, 1, 3)
+	if diff := cmp.Diff([]Shard{shards[1], shards[4]}, want); diff != "" {
+		t.Errorf("worker 1 of 3 (-want +got):\n%s", diff)
+	}
+	for _, bad := range [][2]int{{3, 3}, {-1, 3}, {0, 0}, {0, 8}} {
+		if _, err := WorkerShards(shards, bad[0], bad[1]); err == nil {
+			t.Errorf("WorkerShards(%d of %d) of 7 shards: no error", bad[0], bad[1])
+		}
+	}
+	if got := WorkerOf(5, 0); got != 5 {
+		t.Errorf("WorkerOf(5, 0) = %d, want 5 (a worker per shard)", got)
+	}
+}

@@ -21,6 +21,12 @@ const (
 	// hooks.repairTimeout did not see repaired); the Job's pod failure policy
 	// fails the shard at once, and the controller names the hook.
 	ExitHookFailed = 3
+	// ExitRetriesUsed: a shard of the pod's worker failed on as many pods as
+	// its retries allow (shard.RetriesUsedError); the Job's pod failure
+	// policy fails the worker at once, and the controller names the shard
+	// and why its last pod failed. A worker runs many shards, so the Job's
+	// own count of its failures cannot be each shard's.
+	ExitRetriesUsed = 4
 )
 
 // DatasetRoot is where a runner pod's PVC datasets are mounted, one directory a
@@ -43,6 +49,8 @@ const (
 	FlagHookSocket    = "hook-socket"
 	FlagStorageBudget = "storage-budget"
 	FlagMetricsAddr   = "metrics-addr"
+	FlagWorkers       = "workers"
+	FlagShardRetries  = "shard-retries"
 )
 
 // A runner pod serves its metrics (runner/telemetry) on this port, named
@@ -53,10 +61,13 @@ const (
 	MetricsPortName = "metrics"
 )
 
-// ShardArgs runs the shards of model in run of Evaluation eval (the shard's
-// index is the Job's completion index).
-func ShardArgs(eval, run, model string) []string {
+// ShardArgs runs the shards of model in run of Evaluation eval, by workers
+// workers: the pod's worker is the Job's completion index, and it evaluates
+// that worker's shards (WorkerShards).
+// A shard is begun on at most retries+1 pods that fail.
+func ShardArgs(eval, run, model string, workers int, retries int32) []string {
 	return []string{CommandShard, "--" + FlagEvaluation, eval, "--" + FlagRun, run, "--" + FlagModel, model,
+		"--" + FlagWorkers + "=" + strconv.Itoa(workers), "--" + FlagShardRetries + "=" + strconv.Itoa(int(retries)),
 		"--" + FlagMetricsAddr + "=:" + strconv.Itoa(MetricsPort)}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,10 +25,51 @@ import (
 // recordCache answers from the records the previous run of the Evaluation kept:
 // in a cluster the response cache is the last run's answers, keyed by the
 // requests that produced them, so a spec edit that leaves a sample's request as
-// it was reuses its answer. Answers made now are cached for the rest of the shard.
+// it was reuses its answer. A shard answers from its own samples' earlier
+// records only (as when a pod ran one shard: which samples hit does not depend
+// on which shards share a worker), and answers made now are cached for the rest
+// of the shard. The pod's shards run one after another: use says whose turn it is.
 type recordCache struct {
-	mu sync.Mutex
-	m  map[string]*cache.Entry
+	mu     sync.Mutex
+	shards map[int]map[string]*cache.Entry // by shard index
+	m      map[string]*cache.Entry         // the current shard's
+}
+
+func newRecordCache() *recordCache {
+	return &recordCache{shards: map[int]map[string]*cache.Entry{}, m: map[string]*cache.Entry{}}
+}
+
+// use makes shard index's entries the ones answered from, and forgets the
+// shard before (it is finished).
+func (c *recordCache) use(index int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m = c.shards[index]
+	delete(c.shards, index)
+	if c.m == nil {
+		c.m = map[string]*cache.Entry{}
+	}
+}
+
+// put adds an earlier answer of shard index.
+func (c *recordCache) put(index int, key string, e *cache.Entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.shards[index] == nil {
+		c.shards[index] = map[string]*cache.Entry{}
+	}
+	c.shards[index][key] = e
+}
+
+// len counts the earlier answers of every shard not yet used.
+func (c *recordCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, m := range c.shards {
+		n += len(m)
+	}
+	return n
 }
 
 func (c *recordCache) Get(key string) (*cache.Entry, bool) {
@@ -51,17 +93,38 @@ var storeHTTP = &http.Client{Timeout: 5 * time.Minute}
 // (with the cache on), and the answers to score again of a model whose
 // answers the spec edit left as they were, by sample position.
 type earlier struct {
-	cache   *recordCache
-	answers map[int]*results.Record
+	cache *recordCache
+	// answers are by dataset, then sample position.
+	answers map[string]answers
 	// unread are the earlier records in the results store that could not
 	// be read (the store down): their samples are asked again.
 	unread []error
 }
 
+// answers are earlier answers to score again, by sample position.
+type answers map[int]*results.Record
+
+// take removes and returns those of samples [start, end).
+func (a answers) take(start, end int) answers {
+	out := answers{}
+	for i, rec := range a {
+		if i >= start && i < end {
+			out[i] = rec
+			delete(a, i)
+		}
+	}
+	return out
+}
+
 // loadEarlier reads, from the sources the controller listed for this run,
-// what it reuses for the shard's own samples.
-func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, sh cluster.Shard) (*earlier, error) {
-	out := &earlier{cache: &recordCache{m: map[string]*cache.Entry{}}, answers: map[int]*results.Record{}}
+// what it reuses for the samples of the pod's shards: each source once, for
+// every shard of the pod.
+func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, shards []cluster.Shard) (*earlier, error) {
+	out := &earlier{cache: newRecordCache(), answers: map[string]answers{}}
+	if len(shards) == 0 {
+		return out, nil
+	}
+	model := shards[0].Model
 	var list corev1.ConfigMap
 	err := kube.GetConfigMap(ctx, c, ev, cluster.CacheSourcesName(ev.Name, run), &list)
 	if apierrors.IsNotFound(err) {
@@ -77,8 +140,21 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 	cacheOn := ev.Spec.Cache != nil && ev.Spec.Cache.Enabled
 	var urls *cluster.CacheURLs
 	for _, src := range sources {
-		if src.Model != sh.Model || src.Dataset != sh.Dataset || (!cacheOn && !src.Answers) {
+		// The pod's shards of the source's dataset, and the samples they span.
+		var mine []cluster.Shard
+		for _, sh := range shards {
+			if sh.Dataset == src.Dataset {
+				mine = append(mine, sh)
+			}
+		}
+		if src.Model != model || len(mine) == 0 || (!cacheOn && !src.Answers) {
 			continue
+		}
+		shardOf := func(i int) int {
+			if k := slices.IndexFunc(mine, func(sh cluster.Shard) bool { return i >= sh.Start && i < sh.End }); k >= 0 {
+				return mine[k].Index
+			}
+			return -1
 		}
 		var cm corev1.ConfigMap
 		var lines []results.Line
@@ -94,7 +170,7 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 					urls = &cluster.CacheURLs{}
 				}
 			}
-			if lines, err = kube.ReadStoredSource(ctx, storeHTTP, urls, &src, sh.Start, sh.End); err != nil {
+			if lines, err = kube.ReadStoredSource(ctx, storeHTTP, urls, &src, mine); err != nil {
 				// Only the reuse is lost: those samples are asked again.
 				out.unread = append(out.unread, err)
 				continue
@@ -115,7 +191,8 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 		}
 		keep := cluster.KeptScorers(&ev.Spec, &cm)
 		for _, l := range lines {
-			if l.Index < sh.Start || l.Index >= sh.End {
+			sh := shardOf(l.Index)
+			if sh < 0 {
 				continue
 			}
 			var rec results.Record
@@ -126,16 +203,19 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 				// The latest record of a sample wins, as at assembly.
 				rec.CacheKey = l.Key
 				rec.KeepScores(keep)
-				out.answers[l.Index] = &rec
+				if out.answers[src.Dataset] == nil {
+					out.answers[src.Dataset] = answers{}
+				}
+				out.answers[src.Dataset][l.Index] = &rec
 			}
 			if cacheOn && l.Key != "" && rec.Error == "" {
-				out.cache.m[l.Key] = &cache.Entry{
+				out.cache.put(sh, l.Key, &cache.Entry{
 					Response: provider.Response{
 						Text: rec.Output, ToolCalls: rec.ToolCalls,
 						Usage: provider.Usage{InputTokens: rec.InputTokens, OutputTokens: rec.OutputTokens},
 					},
 					LatencyMillis: rec.LatencyMillis,
-				}
+				})
 			}
 		}
 	}
@@ -148,7 +228,7 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 type answeredStore struct {
 	*kube.Store
 	mu      sync.Mutex
-	answers map[int]*results.Record
+	answers answers
 }
 
 func (s *answeredStore) Answered(_, _ string, index int) *results.Record {

@@ -15,6 +15,7 @@ import (
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/testutil"
+	"github.com/proctor-dev/proctor/runner/cache"
 	"github.com/proctor-dev/proctor/runner/results"
 )
 
@@ -76,19 +77,33 @@ func TestLoadEarlierAnswers(t *testing.T) {
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(chunk, other, list).Build()
 
-	got, err := loadEarlier(context.Background(), c, ev, "run2", sh)
+	got, err := loadEarlier(context.Background(), c, ev, "run2", []cluster.Shard{sh})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[int]*results.Record{
+	want := map[string]answers{"d": {
 		2: {ID: "q2", Model: "small", Dataset: "d", Output: "answer q2", Scores: map[string]float64{"has": 1}},
 		3: {ID: "q3", Model: "small", Dataset: "d", Output: "answer q3", Scores: map[string]float64{}},
-	}
+	}}
 	if diff := cmp.Diff(want, got.answers); diff != "" {
 		t.Errorf("answers (-want +got):\n%s", diff)
 	}
-	if len(got.cache.m) != 0 {
-		t.Errorf("the cache is off, yet %d answers were cached", len(got.cache.m))
+	// A worker of shards 0 and 2 of size 2 reads the source once for both,
+	// and takes nothing of shard 1 (samples 2-3) between them.
+	worker := []cluster.Shard{{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 2}, {Model: "small", Dataset: "d", Index: 2, Start: 4, End: 6}}
+	got, err = loadEarlier(context.Background(), c, ev, "run2", worker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = map[string]answers{"d": {1: {ID: "q1", Model: "small", Dataset: "d", Output: "answer q1", Scores: map[string]float64{"has": 1}}}}
+	if diff := cmp.Diff(want, got.answers); diff != "" {
+		t.Errorf("a worker's answers (-want +got):\n%s", diff)
+	}
+	if took := got.answers["d"].take(0, 2); len(took) != 1 || len(got.answers["d"]) != 0 {
+		t.Errorf("taking shard 0's answers took %d and left %d, want 1 and 0", len(took), len(got.answers["d"]))
+	}
+	if n := got.cache.len(); n != 0 {
+		t.Errorf("the cache is off, yet %d answers were cached", n)
 	}
 
 	// Not marked as answers (another spec edit), and the cache off: nothing.
@@ -97,7 +112,7 @@ func TestLoadEarlierAnswers(t *testing.T) {
 	if err := c.Update(context.Background(), list); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := loadEarlier(context.Background(), c, ev, "run2", sh); err != nil || len(got.answers) != 0 {
+	if got, err := loadEarlier(context.Background(), c, ev, "run2", []cluster.Shard{sh}); err != nil || len(got.answers) != 0 {
 		t.Errorf("sources not marked as answers gave %v, %v", got, err)
 	}
 }
@@ -109,4 +124,34 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestRecordCacheIsTheShards: a shard answers from its own samples' earlier
+// records and what it answered itself, never from another shard of its
+// worker (which samples hit must not depend on which shards share a pod).
+func TestRecordCacheIsTheShards(t *testing.T) {
+	c := newRecordCache()
+	c.put(0, "a", &cache.Entry{})
+	c.put(2, "b", &cache.Entry{})
+	hits := func(keys ...string) []string {
+		var out []string
+		for _, k := range keys {
+			if _, ok := c.Get(k); ok {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	c.use(0)
+	_ = c.Put("c", &cache.Entry{}) // answered now, in shard 0
+	if diff := cmp.Diff([]string{"a", "c"}, hits("a", "b", "c")); diff != "" {
+		t.Errorf("shard 0's hits (-want +got):\n%s", diff)
+	}
+	c.use(2)
+	if diff := cmp.Diff([]string{"b"}, hits("a", "b", "c")); diff != "" {
+		t.Errorf("shard 2's hits (-want +got):\n%s", diff)
+	}
+	if n := c.len(); n != 0 {
+		t.Errorf("%d earlier answers left after both shards used theirs", n)
+	}
 }

@@ -35,14 +35,21 @@ import (
 	"github.com/proctor-dev/proctor/runner/telemetry"
 )
 
-// Options says which shard to run and how.
+// Options says which shards to run and how.
 type Options struct {
 	Namespace  string
 	Evaluation string
 	Run        string
 	Model      string
-	Index      int
-	Pod        string
+	// Index is the pod's worker (its Job completion index), one of Workers;
+	// Workers 0 means one worker per shard (Index is then the shard's).
+	Index   int
+	Workers int
+	// ShardRetries is how many pods that failed a shard may be followed by
+	// another: the next one fails it for good (RetriesUsedError); -1 leaves
+	// it to the Job.
+	ShardRetries int
+	Pod          string
 	// LookupEnv reads the pod's environment (API keys); nil means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
 	// WorkDir holds downloads and agent workspaces.
@@ -83,6 +90,18 @@ type Options struct {
 	Log     logr.Logger
 }
 
+// RetriesUsedError says a shard failed on as many pods as its retries allow:
+// the pod exits with cluster.ExitRetriesUsed, which the Job treats as final.
+type RetriesUsedError struct {
+	Shard    cluster.Shard
+	Attempts int
+}
+
+func (e *RetriesUsedError) Error() string {
+	return fmt.Sprintf("shard %s (%s samples %d-%d) failed on %d pods, as many as its retries allow",
+		e.Shard.Key(), e.Shard.Dataset, e.Shard.Start, e.Shard.End-1, e.Attempts)
+}
+
 // InvalidError is a problem no retry can fix (a template naming a missing field,
 // a missing API key): the pod exits with code 2, which the Job treats as final.
 type InvalidError struct{ Err error }
@@ -90,45 +109,113 @@ type InvalidError struct{ Err error }
 func (e *InvalidError) Error() string { return e.Err.Error() }
 func (e *InvalidError) Unwrap() error { return e.Err }
 
-// Run evaluates the shard to the end, or until ctx ends (then it checkpoints what
-// finished and returns ctx's error). A run that is no longer the Evaluation's
-// returns kube.ErrObsolete.
+// Run evaluates worker o.Index's shards (cluster.WorkerShards) one after
+// another, each to the end, or until ctx ends (then it checkpoints what
+// finished and returns ctx's error). What a pod needs for any of its shards
+// (the Evaluation, the plan, the data, earlier answers, tracing, services,
+// the setup hook, the pacer) is set up once; each shard then gets its head
+// and an engine of its own. A shard whose head says it succeeded (an earlier
+// pod of the worker finished it) is passed over. A run that is no longer the
+// Evaluation's returns kube.ErrObsolete.
 func Run(ctx context.Context, c client.WithWatch, o Options) error {
 	o.defaults()
-	log := o.Log.WithValues("evaluation", o.Evaluation, "run", o.Run, "model", o.Model, "shard", o.Index)
+	w, err := startWorker(ctx, c, o)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	for _, sh := range w.shards {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := w.runShard(ctx, sh); err != nil {
+			return err
+		}
+	}
+	if len(w.shards) > 1 {
+		w.log.Info("Finished the worker's shards", "shards", len(w.shards))
+	}
+	return nil
+}
 
+// worker is what a pod sets up once for all its shards.
+type worker struct {
+	c      client.WithWatch
+	o      Options
+	ev     *v1alpha1.Evaluation
+	plan   cluster.Plan
+	p      *runner.Plan
+	shards []cluster.Shard
+	log    logr.Logger
+	prev   *earlier
+	tracer *telemetry.Tracer
+	svc    *services.Supervisor
+	pacer  *pacer.Client
+	// models are the models the pod calls (its own and the judges); limited,
+	// viaEndpoint and agentOf, those whose calls take shares of a budget
+	// (see budgetFollower).
+	models      []string
+	limited     map[string]bool
+	viaEndpoint map[string]string
+	agentOf     map[string]string
+	closers     []func()
+}
+
+func (w *worker) close() {
+	for _, f := range slices.Backward(w.closers) {
+		f()
+	}
+}
+
+// startWorker reads what the pod's shards need and starts what they share.
+func startWorker(ctx context.Context, c client.WithWatch, o Options) (_ *worker, err error) {
+	w := &worker{c: c, o: o, log: o.Log.WithValues("evaluation", o.Evaluation, "run", o.Run, "model", o.Model, "worker", o.Index)}
+	defer func() {
+		if err != nil {
+			w.close()
+		}
+	}()
 	ev, endpoints, err := currentEvaluation(ctx, c, o)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	plan, err := kube.ReadPlan(ctx, c, ev, o.Run)
-	if err != nil {
-		return err
+	w.ev = ev
+	if w.plan, err = kube.ReadPlan(ctx, c, ev, o.Run); err != nil {
+		return nil, err
 	}
-	shards := plan.Shards(&ev.Spec, o.Model)
-	if o.Index < 0 || o.Index >= len(shards) {
-		return &InvalidError{fmt.Errorf("shard %d of model %s does not exist (it has %d)", o.Index, o.Model, len(shards))}
+	all := w.plan.Shards(&ev.Spec, o.Model)
+	workers := o.Workers
+	if workers == 0 {
+		workers = len(all) // a worker per shard: its index is the shard's
 	}
-	sh := shards[o.Index]
-	log = log.WithValues("dataset", sh.Dataset, "start", sh.Start, "end", sh.End)
+	if w.shards, err = cluster.WorkerShards(all, o.Index, workers); err != nil {
+		return nil, &InvalidError{fmt.Errorf("model %s: %w", o.Model, err)}
+	}
+	log := w.log
+	var datasets []string
+	for _, sh := range w.shards {
+		if !slices.Contains(datasets, sh.Dataset) {
+			datasets = append(datasets, sh.Dataset)
+		}
+	}
 
 	// Agent workspaces are made under WorkDir, which need not exist yet (in a pod
 	// it is a directory of the scratch volume).
 	if err := os.MkdirAll(o.WorkDir, 0o700); err != nil {
-		return fmt.Errorf("creating the work directory: %w", err)
+		return nil, fmt.Errorf("creating the work directory: %w", err)
 	}
 	// The pod holds the API keys of its model and of the judges, no others.
-	models := []string{o.Model}
+	w.models = []string{o.Model}
 	for j := range ev.Spec.JudgeModels() {
-		models = append(models, j)
+		w.models = append(w.models, j)
 	}
 	env := compile.Env{
 		LookupEnv:      o.LookupEnv,
 		DataDir:        filepath.Join(o.WorkDir, "data"),
 		WorkspaceRoot:  o.WorkDir,
 		Cluster:        true,
-		Datasets:       []string{sh.Dataset},
-		Models:         models,
+		Datasets:       datasets,
+		Models:         w.models,
 		AgentExecutor:  o.AgentSocket,
 		HookExecutor:   o.HookSocket,
 		ModelEndpoints: endpoints,
@@ -136,126 +223,159 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 			return resolveSource(ctx, c, o, ev, ds)
 		},
 	}
-	prev, err := loadEarlier(ctx, c, ev, o.Run, sh)
-	if err != nil {
-		return err
+	if w.prev, err = loadEarlier(ctx, c, ev, o.Run, w.shards); err != nil {
+		return nil, err
 	}
-	for _, err := range prev.unread {
+	for _, err := range w.prev.unread {
 		log.Info("Failed to read an earlier run's answers in the results store; their samples are asked again", "error", err.Error())
 	}
 	if ev.Spec.Cache != nil && ev.Spec.Cache.Enabled {
-		env.Cache = prev.cache
+		env.Cache = w.prev.cache
 	}
-	p, err := compile.Build(ctx, ev, env)
-	if err != nil {
-		return &InvalidError{err}
+	if w.p, err = compile.Build(ctx, ev, env); err != nil {
+		return nil, &InvalidError{err}
 	}
-	if err := sameData(ev, &plan, p); err != nil {
-		return &InvalidError{err}
+	if err := sameData(ev, &w.plan, w.p); err != nil {
+		return nil, &InvalidError{err}
 	}
-	for _, d := range p.Datasets {
-		for _, w := range d.Warnings {
-			log.Info("Read data that deserves a warning", "warning", w)
+	for _, d := range w.p.Datasets {
+		for _, warning := range d.Warnings {
+			log.Info("Read data that deserves a warning", "warning", warning)
 		}
 	}
-	store, err := kube.OpenStore(ctx, c, ev, o.Run, sh, o.Pod)
-	if err != nil {
-		return err
-	}
-	store.SetStorageBudget(plan.StorageShare(&ev.Spec, sh))
-	tasks := []runner.Task{{Model: sh.Model, Dataset: sh.Dataset, Start: sh.Start, End: sh.End}}
-	if err := runner.EnsureOpenFiles(p, sh.Model); err != nil {
-		return &InvalidError{fmt.Errorf("the concurrency of model %s: %w", sh.Model, err)}
+	if err := runner.EnsureOpenFiles(w.p, o.Model); err != nil {
+		return nil, &InvalidError{fmt.Errorf("the concurrency of model %s: %w", o.Model, err)}
 	}
 	tcfg := apiconv.Tracing(&ev.Spec)
 	tcfg.Log, tcfg.Version = log, version.Version
 	tcfg.Attributes = []attribute.KeyValue{telemetry.AttrEvaluation.String(ev.Name), telemetry.AttrRun.String(o.Run),
-		telemetry.AttrShard.Int(o.Index), semconv.K8SNamespaceName(ev.Namespace), semconv.K8SPodName(o.Pod)}
-	tracer, err := telemetry.StartTracing(ctx, tcfg)
-	if err != nil {
-		return &InvalidError{fmt.Errorf("tracing: %w", err)}
+		telemetry.AttrWorker.Int(o.Index), semconv.K8SNamespaceName(ev.Namespace), semconv.K8SPodName(o.Pod)}
+	if w.tracer, err = telemetry.StartTracing(ctx, tcfg); err != nil {
+		return nil, &InvalidError{fmt.Errorf("tracing: %w", err)}
 	}
-	defer func() {
+	w.closers = append(w.closers, func() {
 		// The spans still queued go out before the pod ends.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if err := tracer.Shutdown(sctx); err != nil {
+		if err := w.tracer.Shutdown(sctx); err != nil {
 			log.Error(err, "Failed to send the last traces")
 		}
-	}()
-	engOpts := runner.Options{Log: log, Shares: true, Metrics: o.Metrics, Tracer: tracer}
+	})
+	if len(ev.Spec.Services) > 0 {
+		w.svc = services.Watch(compile.WatchedServices(&ev.Spec), services.Options{Log: log})
+		w.closers = append(w.closers, w.svc.Stop)
+	}
+	tasks := make([]runner.Task, 0, len(w.shards))
+	for _, sh := range w.shards {
+		tasks = append(tasks, runner.Task{Model: sh.Model, Dataset: sh.Dataset, Start: sh.Start, End: sh.End})
+	}
+	if err := setup(ctx, w.p, tasks, w.services(), log); err != nil {
+		return nil, err
+	}
+
+	// The rate-limited models among those this pod calls take their shares from the budget.
+	w.limited = map[string]bool{}
+	for m := range apiconv.ModelLimits(&ev.Spec) {
+		if slices.Contains(w.models, m) {
+			w.limited[m] = true
+		}
+	}
+	// Models calling through a ModelEndpoint, and agents calling one through
+	// their proxies, take their shares from its budget.
+	w.viaEndpoint, w.agentOf = map[string]string{}, map[string]string{}
+	for _, caller := range apiconv.EndpointCallers(&ev.Spec) {
+		if slices.Contains(w.models, caller.Model.Name) {
+			w.viaEndpoint[caller.Name] = caller.Ref.Name
+			if caller.Agent != nil {
+				w.agentOf[caller.Name] = caller.Model.Name
+			}
+		}
+	}
+	if o.PacerURL != "" && len(w.limited)+len(w.viaEndpoint) > 0 {
+		// Every pod's calls through a limited key, spaced together.
+		w.pacer = pacer.NewClient(pacer.ClientOptions{URL: o.PacerURL, Namespace: ev.Namespace, Evaluation: ev.Name,
+			Token: o.PacerToken, Log: log.WithName("pacer")})
+		w.closers = append(w.closers, w.pacer.Close)
+	}
+	return w, nil
+}
+
+// services is the pod's services watch as the engine takes it (nil: none).
+func (w *worker) services() runner.Services {
+	if w.svc == nil {
+		return nil
+	}
+	return w.svc
+}
+
+// runShard evaluates one of the worker's shards to the end, or until ctx
+// ends (then it checkpoints what finished and returns ctx's error).
+func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
+	o, ev, c := w.o, w.ev, w.c
+	log := w.log.WithValues("shard", sh.Index, "dataset", sh.Dataset, "start", sh.Start, "end", sh.End)
+	store, err := kube.OpenStore(ctx, c, ev, o.Run, sh, o.Pod)
+	if err != nil {
+		return err
+	}
+	if store.Succeeded() {
+		return nil // an earlier pod of the worker finished it
+	}
+	// The pods that began the shard and neither finished nor drained it
+	// failed on it: past its retries it fails for good. The attempt is
+	// written before any call, so that a pod killed outright (OOM) counts.
+	attempts := store.Progress().Attempts
+	if o.ShardRetries >= 0 && attempts > o.ShardRetries {
+		return &RetriesUsedError{Shard: sh, Attempts: attempts}
+	}
+	store.SetAttempts(attempts + 1)
+	if err := store.Flush(ctx, false); err != nil {
+		return fmt.Errorf("beginning shard %s: %w", sh.Key(), err)
+	}
+	store.SetStorageBudget(w.plan.StorageShare(&ev.Spec, sh))
+	w.prev.cache.use(sh.Index)
+	tasks := []runner.Task{{Model: sh.Model, Dataset: sh.Dataset, Start: sh.Start, End: sh.End}}
+	engOpts := runner.Options{Log: log, Shares: true, Metrics: o.Metrics, Tracer: w.tracer, Services: w.services()}
 	if ev.Spec.Budget != nil {
 		// Calls wait for an allowance of the budget (none yet); what the
 		// shard's earlier pods spent counts against it.
 		engOpts.Ledger = spend.NewWaitingLedger(allowanceLimit(ev.Spec.Budget, spend.Totals{}))
 		engOpts.Ledger.Add(store.Progress().Spent)
 	}
-	if len(ev.Spec.Services) > 0 {
-		svc := services.Watch(compile.WatchedServices(&ev.Spec), services.Options{Log: log})
-		defer svc.Stop()
-		engOpts.Services = svc
-	}
-	if err := setup(ctx, p, tasks, engOpts.Services, log); err != nil {
-		return err
-	}
-	eng, err := runner.New(p, engOpts)
+	eng, err := runner.New(w.p, engOpts)
 	if err != nil {
 		return &InvalidError{err}
 	}
 	if done := store.Progress().Done; done > 0 {
 		log.Info("Resumed a shard", "done", done)
 	}
-
-	// The rate-limited models among those this pod calls take their shares from the budget.
-	limited := map[string]bool{}
-	for m := range apiconv.ModelLimits(&ev.Spec) {
-		if slices.Contains(models, m) {
-			limited[m] = true
-		}
-	}
-	// Models calling through a ModelEndpoint, and agents calling one through
-	// their proxies, take their shares from its budget.
-	viaEndpoint, agentOf := map[string]string{}, map[string]string{}
-	for _, caller := range apiconv.EndpointCallers(&ev.Spec) {
-		if slices.Contains(models, caller.Model.Name) {
-			viaEndpoint[caller.Name] = caller.Ref.Name
-			if caller.Agent != nil {
-				agentOf[caller.Name] = caller.Model.Name
-			}
-		}
-	}
 	// The callers of one endpoint in this pod pool their places in flight.
 	byEndpoint := map[string][]string{}
-	for caller, ep := range viaEndpoint {
+	for caller, ep := range w.viaEndpoint {
 		byEndpoint[ep] = append(byEndpoint[ep], caller)
 	}
 	for _, callers := range byEndpoint {
 		eng.ShareInFlight(callers...)
 	}
-	if o.PacerURL != "" && len(limited)+len(viaEndpoint) > 0 {
-		// Every pod's calls through a limited key, spaced together.
-		pc := pacer.NewClient(pacer.ClientOptions{URL: o.PacerURL, Namespace: ev.Namespace, Evaluation: ev.Name,
-			Token: o.PacerToken, Log: log.WithName("pacer")})
-		defer pc.Close()
-		eng.SetPacer(pc, append(slices.Collect(maps.Keys(limited)), slices.Collect(maps.Keys(viaEndpoint))...)...)
+	if w.pacer != nil {
+		eng.SetPacer(w.pacer, append(slices.Collect(maps.Keys(w.limited)), slices.Collect(maps.Keys(w.viaEndpoint))...)...)
 	}
-	b := &budgetFollower{c: c, o: o, ev: ev, run: o.Run, shard: sh, eng: eng, store: store, limited: limited, viaEndpoint: viaEndpoint,
-		agentOf: agentOf, models: models, log: log, ledger: engOpts.Ledger, nudged: make(chan struct{}, 1)}
+	b := &budgetFollower{c: c, o: o, ev: ev, run: o.Run, shard: sh, eng: eng, store: store, limited: w.limited, viaEndpoint: w.viaEndpoint,
+		agentOf: w.agentOf, models: w.models, log: log, ledger: engOpts.Ledger, nudged: make(chan struct{}, 1)}
 	// Watched as long as the loops read them (they outlive ctx, see below).
 	watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatching()
-	if len(limited)+len(viaEndpoint) > 0 || b.ledger != nil {
+	if len(w.limited)+len(w.viaEndpoint) > 0 || b.ledger != nil {
 		watchBudgets(watchCtx, c, o.Clock, ev.Namespace, b.budgetNames(), b.nudged, func(name string, err error) {
 			log.Info("Failed to watch a budget; reading it on a timer meanwhile", "configMap", name, "every", o.BudgetEvery.String(), "error", err.Error())
 		})
 		// Until the controllers grant a share, limited models send nothing.
-		for m := range limited {
+		for m := range w.limited {
 			_ = eng.Pause(m, true)
 		}
-		for m := range viaEndpoint {
+		for m := range w.viaEndpoint {
 			_ = eng.Pause(m, true)
 		}
-		for _, m := range agentOf {
+		for _, m := range w.agentOf {
 			_ = eng.Pause(m, true) // its agent would wait for its calls' share
 		}
 		b.poll(ctx)
@@ -275,9 +395,11 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 		b.loop(loopCtx)
 	}()
 	var sink runner.Sink = store
-	if len(prev.answers) > 0 {
-		log.Info("Scoring an earlier run's answers again, without calling the model", "answers", len(prev.answers))
-		sink = &answeredStore{Store: store, answers: prev.answers}
+	if answers := w.prev.answers[sh.Dataset]; len(answers) > 0 {
+		if mine := answers.take(sh.Start, sh.End); len(mine) > 0 {
+			log.Info("Scoring an earlier run's answers again, without calling the model", "answers", len(mine))
+			sink = &answeredStore{Store: store, answers: mine}
+		}
 	}
 	runErr := eng.RunDraining(runCtx, tasks, sink, runner.Drain{Begin: ctx.Done(), Grace: o.GracePeriod})
 	stopLoops()
@@ -285,6 +407,9 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 
 	// Whatever happened, save what finished.
 	finished := runErr == nil && ctx.Err() == nil && store.Progress().Done == sh.End-sh.Start
+	if runErr == nil && ctx.Err() != nil {
+		store.SetAttempts(attempts) // drained: not the shard's failure
+	}
 	saveCtx, cancelSave := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelSave()
 	if err := store.Flush(saveCtx, finished); err != nil {
@@ -296,7 +421,7 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case !finished:
-		return fmt.Errorf("shard ended with %d of %d samples done", store.Progress().Done, sh.End-sh.Start)
+		return fmt.Errorf("shard %s ended with %d of %d samples done", sh.Key(), store.Progress().Done, sh.End-sh.Start)
 	}
 	log.Info("Finished a shard", "done", store.Progress().Done, "errored", store.Progress().Errored)
 	return nil

@@ -33,7 +33,7 @@ const (
 	AttrSlot        = attribute.Key("proctor.slot")
 	AttrEvaluation  = attribute.Key("proctor.evaluation")
 	AttrRun         = attribute.Key("proctor.run")
-	AttrShard       = attribute.Key("proctor.shard")
+	AttrWorker      = attribute.Key("proctor.worker")   // a runner pod's Job completion index
 	AttrBatch       = attribute.Key("proctor.batch.id") // the provider's batch that answered
 	// The GenAI conventions' names for cached input tokens (newer than the
 	// semconv package Proctor builds with).

@@ -54,13 +54,13 @@ func TestURLDatasetIsPlanned(t *testing.T) {
 }
 
 // TestURLDataChangedMidRun: a url dataset without sha256 whose content changes
-// after the run was planned (here, after the planner and the first shard read
-// it) fails the run, loudly, instead of scoring two versions of the data: it
-// used to end Succeeded with samples 1-20 of the old data and 21-40 of the
-// new.
+// after the run was planned (here, after the planner and the first pod read
+// it: the pod that replaces it after its first shard reads new data) fails
+// the run, loudly, instead of scoring two versions of the data: it used to
+// end Succeeded with samples 1-20 of the old data and 21-40 of the new.
 func TestURLDataChangedMidRun(t *testing.T) {
 	ns := newNamespace(t)
-	_, url := fakeLLM(t, fakellm.Config{})
+	_, url := fakeLLM(t, fakellm.Config{Latency: 50 * time.Millisecond})
 	var mu sync.Mutex
 	reads := 0
 	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -76,10 +76,19 @@ func TestURLDataChangedMidRun(t *testing.T) {
 	}))
 	t.Cleanup(files.Close)
 	startManager(t, ns)
-	startKubelet(t, ns)
+	k := startKubelet(t, ns)
 	create(t, testutil.MakeEvaluation("moving", ns).
 		Dataset(v1alpha1.Dataset{Name: "web", Source: v1alpha1.DatasetSource{URL: files.URL + "/data.jsonl"}}).
-		OpenAIModel("m", url).Scorer(v1alpha1.ScorerExactMatch).ShardSize(20).Parallelism(1).Obj())
+		OpenAIModel("m", url).Scorer(v1alpha1.ScorerExactMatch).ShardSize(20).Parallelism(1).Concurrency(2).Obj())
+	// One worker runs both shards; it is killed in its second.
+	eventually(t, 30*time.Second, "the worker to begin shard m/1", func() (bool, string) {
+		ev := getEvaluation(t, ns, "moving")
+		head := headProgress(t, ns, cluster.HeadName("moving", ev.Status.Run, "m", 1))
+		return head.Attempts == 1, fmt.Sprintf("head %+v", head)
+	})
+	if !k.kill("m", 0) {
+		t.Fatal("the worker was not running")
+	}
 	ev := waitPhase(t, ns, "moving", v1alpha1.PhaseFailed, 60*time.Second)
 	if !strings.Contains(ev.Status.Message, "spec.datasets[0].source: the data at "+files.URL+"/data.jsonl changed since the run was planned") {
 		t.Errorf("message %q: want it to say the data changed", ev.Status.Message)

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -318,17 +319,20 @@ func (k *kubelet) runJob(ctx context.Context, j *batchv1.Job, r *jobRun) {
 	defer r.wg.Done()
 	args := j.Spec.Template.Spec.Containers[0].Args
 	opts := shard.Options{
-		Namespace:   j.Namespace,
-		Evaluation:  flagValue(args, "--evaluation"),
-		Run:         flagValue(args, "--run"),
-		Model:       flagValue(args, "--model"),
-		LookupEnv:   k.podEnv(ctx, j),
-		WorkDir:     k.t.TempDir(),
-		FlushEvery:  testFlushEvery,
-		BudgetEvery: testBudgetEvery,
-		FenceAfter:  testStaleAfter * 2 / 3,
-		GracePeriod: time.Second,
-		Log:         k.log.WithValues("job", j.Name),
+		Namespace:  j.Namespace,
+		Evaluation: flagValue(args, "--evaluation"),
+		Run:        flagValue(args, "--run"),
+		Model:      flagValue(args, "--model"),
+		Workers:    flagInt(args, "--"+cluster.FlagWorkers, 0),
+		// As the pod's flag defaults: -1 leaves the retries to the Job.
+		ShardRetries: flagInt(args, "--"+cluster.FlagShardRetries, -1),
+		LookupEnv:    k.podEnv(ctx, j),
+		WorkDir:      k.t.TempDir(),
+		FlushEvery:   testFlushEvery,
+		BudgetEvery:  testBudgetEvery,
+		FenceAfter:   testStaleAfter * 2 / 3,
+		GracePeriod:  time.Second,
+		Log:          k.log.WithValues("job", j.Name),
 	}
 	// The pacer, with a token of the pod's ServiceAccount for its audience.
 	opts.PacerURL, _ = opts.LookupEnv(cluster.EnvPacerURL)
@@ -377,8 +381,10 @@ func (k *kubelet) runJob(ctx context.Context, j *batchv1.Job, r *jobRun) {
 	}
 }
 
-// runIndex runs one index's pods until one succeeds or the retries run out,
-// pausing while the Job is suspended.
+// runIndex runs one index's pods (a worker's: they run its shards) until
+// one succeeds or the retries run out, pausing while the Job is suspended.
+// The pod failure policy's FailIndex exit codes are the runner's errors
+// that say so (invalid input, a shard's retries used up).
 func (k *kubelet) runIndex(ctx context.Context, j *batchv1.Job, r *jobRun, opts shard.Options, index int) {
 	key := fmt.Sprintf("%s/%d", opts.Model, index)
 	failures := 0
@@ -410,7 +416,7 @@ func (k *kubelet) runIndex(ctx context.Context, j *batchv1.Job, r *jobRun, opts 
 		k.mu.Unlock()
 		var err error
 		if crashing {
-			err = errors.New("the pod crashed")
+			err = crashBegun(ctx, c, o)
 		} else {
 			err = shard.Run(podCtx, c, o)
 		}
@@ -425,8 +431,8 @@ func (k *kubelet) runIndex(ctx context.Context, j *batchv1.Job, r *jobRun, opts 
 		switch {
 		case err == nil || errors.Is(err, kube.ErrObsolete):
 			r.completed[index] = true
-		case errors.As(err, &invalid):
-			r.failed[index] = true // the pod failure policy: FailIndex on exit code 2
+		case errors.As(err, &invalid), errors.As(err, new(*shard.RetriesUsedError)):
+			r.failed[index] = true // the pod failure policy: FailIndex on exit codes 2 and 4
 		case suspended.Load() || ctx.Err() != nil:
 			// Suspension or deletion is not the pod's fault.
 		default:
@@ -442,6 +448,54 @@ func (k *kubelet) runIndex(ctx context.Context, j *batchv1.Job, r *jobRun, opts 
 			return
 		}
 	}
+}
+
+// crashBegun is a runner pod that begins its worker's current shard (the
+// first not succeeded) and crashes at once, as one OOM-killed would: the
+// shard counts the attempt. A shard begun by as many pods as its retries
+// allow is failed for good instead, as the runner does.
+func crashBegun(ctx context.Context, c client.Client, o shard.Options) error {
+	var ev v1alpha1.Evaluation
+	if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: o.Evaluation}, &ev); err != nil {
+		return err
+	}
+	plan, err := kube.ReadPlan(ctx, c, &ev, o.Run)
+	if err != nil {
+		return err
+	}
+	all := plan.Shards(&ev.Spec, o.Model)
+	workers := o.Workers
+	if workers == 0 {
+		workers = len(all)
+	}
+	mine, err := cluster.WorkerShards(all, o.Index, workers)
+	if err != nil {
+		return err
+	}
+	for _, sh := range mine {
+		var head corev1.ConfigMap
+		if err := c.Get(ctx, client.ObjectKey{Namespace: o.Namespace, Name: cluster.HeadName(o.Evaluation, o.Run, o.Model, sh.Index)}, &head); err != nil {
+			return err
+		}
+		p, _ := cluster.ParseProgress(head.Annotations)
+		if p.State == cluster.StateSucceeded {
+			continue
+		}
+		if o.ShardRetries >= 0 && p.Attempts > o.ShardRetries {
+			return &shard.RetriesUsedError{Shard: sh, Attempts: p.Attempts}
+		}
+		p.State, p.Attempts, p.Pod = cluster.StateRunning, p.Attempts+1, o.Pod
+		b, err := json.Marshal(p)
+		if err != nil {
+			return err
+		}
+		head.Annotations[cluster.AnnotationProgress] = string(b)
+		if err := c.Update(ctx, &head); err != nil {
+			return err
+		}
+		break
+	}
+	return errors.New("the pod crashed")
 }
 
 // pacerToken returns a token of the ServiceAccount of Job j's pods for the
@@ -632,6 +686,18 @@ func flagValue(args []string, name string) string {
 		}
 	}
 	return ""
+}
+
+// flagInt is the value of a --name=N argument, or def.
+func flagInt(args []string, name string, def int) int {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				return n
+			}
+		}
+	}
+	return def
 }
 
 func ptrTo[T any](v T) *T { return &v }

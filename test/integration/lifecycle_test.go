@@ -116,6 +116,62 @@ func TestKilledShardResumes(t *testing.T) {
 	}
 }
 
+// TestWorkersTakeTheirShardsInTurn: a model's pods are its workers, not its
+// shards: 12 shards 3 at once make 3 pods, each taking its 4 shards in turn.
+// A worker killed in its second shard is replaced by one pod that passes
+// over the shard it finished, resumes the one it was in and goes on: every
+// sample once, nothing finished called again, and each shard's attempts say
+// the kill was not its failure.
+func TestWorkersTakeTheirShardsInTurn(t *testing.T) {
+	ns := newNamespace(t)
+	const latency = 100 * time.Millisecond
+	srv, url := fakeLLM(t, fakellm.Config{Latency: latency})
+	startManager(t, ns)
+	k := startKubelet(t, ns)
+	const n, size, workers, concurrency = 120, 10, 3, 1
+	create(t, testutil.MakeEvaluation("turns", ns).InlineDataset("d", n).OpenAIModel("m", url).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(size).Parallelism(workers).Concurrency(concurrency).Obj())
+
+	// Worker 1 runs shards 1, 4, 7 and 10: kill it inside shard 4.
+	var run string
+	eventually(t, 30*time.Second, "worker 1 to checkpoint samples of its second shard", func() (bool, string) {
+		ev := getEvaluation(t, ns, "turns")
+		run = ev.Status.Run
+		first := headProgress(t, ns, cluster.HeadName("turns", run, "m", 1))
+		second := headProgress(t, ns, cluster.HeadName("turns", run, "m", 4))
+		return first.State == cluster.StateSucceeded && second.Done >= 2 && second.Done < size,
+			fmt.Sprintf("shard 1 %+v, shard 4 %+v", first, second)
+	})
+	if !k.kill("m", 1) {
+		t.Fatal("worker m/1 was not running")
+	}
+	ev := waitPhase(t, ns, "turns", v1alpha1.PhaseSucceeded, 60*time.Second)
+	for w, want := range []int{1, 2, 1} {
+		if got := k.attempts("m", w); got != want {
+			t.Errorf("worker %d ran %d pods, want %d", w, got, want)
+		}
+	}
+	if got := k.attempts("m", workers); got != 0 {
+		t.Errorf("a pod of index %d ran: more pods than workers", workers)
+	}
+	if s := ev.Status.Shards; s == nil || s.Total != n/size || s.Succeeded != n/size {
+		t.Errorf("shards %+v, want %d succeeded", ev.Status.Shards, n/size)
+	}
+	if ev.Status.Progress.Completed != n || ev.Status.Progress.Errored != 0 {
+		t.Errorf("progress %+v, want exactly %d done", ev.Status.Progress, n)
+	}
+	checkRecords(t, ns, "turns", []string{"m"}, sampleIDs("d", n))
+	for i := range n / size {
+		if p := headProgress(t, ns, cluster.HeadName("turns", run, "m", i)); p.Attempts != 1 {
+			t.Errorf("shard %d: %d attempts, want 1 (a kill is not a failure)", i, p.Attempts)
+		}
+	}
+	// Unflushed and in-flight samples of shard 4 may be called again, no more.
+	if calls := srv.Stats().Requests; calls > n+concurrency+int64(testFlushEvery/latency+1)*concurrency {
+		t.Errorf("%d model calls for %d samples: finished samples were called again", calls, n)
+	}
+}
+
 func headProgress(t *testing.T, ns, name string) cluster.ShardProgress {
 	var cm corev1.ConfigMap
 	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
@@ -492,8 +548,9 @@ func TestFinishedStaysFinished(t *testing.T) {
 }
 
 // TestFailedShardFailsTheEvaluation: a shard whose pods keep failing exhausts its
-// retries; the Evaluation fails with a message naming it, and keeps the results
-// of the other shards.
+// retries (the pod after the last one allowed finds them used up); the
+// Evaluation fails with a message naming it and why its last pod failed, and
+// keeps the results of the other shards.
 func TestFailedShardFailsTheEvaluation(t *testing.T) {
 	ns := newNamespace(t)
 	_, url := fakeLLM(t, fakellm.Config{})
@@ -512,8 +569,8 @@ func TestFailedShardFailsTheEvaluation(t *testing.T) {
 		!strings.Contains(c.Message, "failed (Error, exit code 1): the pod crashed (attempt 4)") || ev.Status.Reason != c.Reason {
 		t.Errorf("Failed condition = %+v, status.reason %q", c, ev.Status.Reason)
 	}
-	if got := k.attempts("m", 1); got != 4 {
-		t.Errorf("the failing shard ran %d times, want 4 (3 retries)", got)
+	if got := k.attempts("m", 1); got != 5 {
+		t.Errorf("the failing shard's worker ran %d pods, want 5 (3 retries, then one that found them used up)", got)
 	}
 	if s := ev.Status.Shards; s == nil || s.Failed != 1 || s.Succeeded != 2 {
 		t.Errorf("shards %+v, want 1 failed and 2 succeeded", ev.Status.Shards)

@@ -55,6 +55,8 @@ func (k *kubelet) endPod(ctx context.Context, pod *corev1.Pod, runErr error) {
 	case runErr == nil || errors.Is(runErr, kube.ErrObsolete):
 	case errors.As(runErr, &invalid):
 		pod.Status.Phase, t.Reason, t.ExitCode, t.Message = corev1.PodFailed, "Error", 2, runErr.Error()
+	case errors.As(runErr, new(*shard.RetriesUsedError)):
+		pod.Status.Phase, t.Reason, t.ExitCode, t.Message = corev1.PodFailed, "Error", cluster.ExitRetriesUsed, runErr.Error()
 	default:
 		pod.Status.Phase, t.Reason, t.ExitCode, t.Message = corev1.PodFailed, "Error", 1, runErr.Error()
 	}

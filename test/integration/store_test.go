@@ -53,7 +53,8 @@ func TestResultsStore(t *testing.T) {
 			head := headProgress(t, ns, cluster.HeadName("stored", ev.Status.Run, "m", index))
 			return head.Done >= 2 && head.Done < shardSize, fmt.Sprintf("head %+v", head)
 		})
-		if !k.kill("m", index) {
+		// Its worker's pod: 4 workers take the 10 shards in turn.
+		if !k.kill("m", cluster.WorkerOf(index, 4)) {
 			t.Fatalf("shard m/%d was not running", index)
 		}
 	}

@@ -55,9 +55,11 @@ type Store struct {
 	// the presigned URLs of uploads (cluster.Uploads), read from its
 	// uploads Secret when needed.
 	inStore bool
-	uploads *cluster.Uploads
-	hc      *http.Client
-	now     func() time.Time
+	// succeeded: the head said the shard had succeeded when it was opened.
+	succeeded bool
+	uploads   *cluster.Uploads
+	hc        *http.Client
+	now       func() time.Time
 }
 
 var _ results.BatchLog = (*Store)(nil)
@@ -125,12 +127,20 @@ func OpenStore(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, ru
 	if err := s.load(&cm); err != nil {
 		return nil, fmt.Errorf("shard head %s: %w", s.head, err)
 	}
+	if s.succeeded = s.progress.State == cluster.StateSucceeded; s.succeeded {
+		return s, nil // nothing more is written to it
+	}
 	if err := s.loadAwaiting(ctx, cm.Data[cluster.KeyAwaiting]); err != nil {
 		return nil, fmt.Errorf("shard head %s: %w", s.head, err)
 	}
 	s.progress.State, s.progress.Pod, s.progress.Total = cluster.StateRunning, pod, shard.End-shard.Start
 	return s, nil
 }
+
+// Succeeded reports whether the head said, when opened, that the shard had
+// succeeded: a pod of its worker finished it, and nothing more is to be
+// written to it.
+func (s *Store) Succeeded() bool { return s.succeeded }
 
 // load restores the done set, progress and pending records from a head.
 func (s *Store) load(cm *corev1.ConfigMap) error {
@@ -370,6 +380,14 @@ func cutInput(rec *results.Record, limit int) {
 
 // Wake is signalled when enough records accumulated to flush early.
 func (s *Store) Wake() <-chan struct{} { return s.wake }
+
+// SetAttempts records how many pods began the shard and did not drain it
+// (cluster.ShardProgress.Attempts), for the next flush.
+func (s *Store) SetAttempts(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.progress.Attempts = n
+}
 
 // SetBudget records the budget version the runner applied (acknowledged with the
 // next flush).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,13 +43,17 @@ func ReadCacheURLs(ctx context.Context, c client.Reader, ev *v1alpha1.Evaluation
 }
 
 // ReadStoredSource reads the records of a cache source in the results
-// store (cluster.CacheSource.Location) that may be of samples [start,
-// end), through urls, in the order its objects are listed; those urls
-// has no URL for are skipped.
-func ReadStoredSource(ctx context.Context, hc *http.Client, urls *cluster.CacheURLs, src *cluster.CacheSource, start, end int) ([]results.Line, error) {
+// store (cluster.CacheSource.Location) that may be of the samples of
+// shards (of the source's dataset), through urls, in the order its objects
+// are listed; those urls has no URL for are skipped. Each object is read
+// once, whichever of the shards it covers.
+func ReadStoredSource(ctx context.Context, hc *http.Client, urls *cluster.CacheURLs, src *cluster.CacheSource, shards []cluster.Shard) ([]results.Line, error) {
 	var out []results.Line
+	ours := func(i int) bool {
+		return slices.ContainsFunc(shards, func(s cluster.Shard) bool { return i >= s.Start && i < s.End })
+	}
 	for _, o := range src.Objects {
-		if !o.Covers(start, end) {
+		if !slices.ContainsFunc(shards, func(s cluster.Shard) bool { return o.Covers(s.Start, s.End) }) {
 			continue
 		}
 		u, ok := urls.URLs[src.Location+"/"+o.Key]
@@ -68,7 +73,7 @@ func ReadStoredSource(ctx context.Context, hc *http.Client, urls *cluster.CacheU
 			continue
 		}
 		err = parquetpart.Read(bytes.NewReader(b), int64(len(b)), func(l results.Line) error {
-			if l.Index >= start && l.Index < end {
+			if ours(l.Index) {
 				out = append(out, l)
 			}
 			return nil
