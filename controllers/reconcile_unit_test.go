@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -1056,5 +1057,22 @@ func TestReconcileAgentWithoutImage(t *testing.T) {
 	}
 	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionFailed); c == nil || c.Reason != v1alpha1.ReasonInvalidSpec {
 		t.Errorf("Failed condition = %+v, want InvalidSpec", c)
+	}
+}
+
+// TestReconcileRaisesATinyShardSize: shards of one sample for one worker
+// would make 10 heads for a pod to take in turn; the run makes 8 at most
+// (ShardsPerWorker), and says why its shards are bigger than asked.
+func TestReconcileRaisesATinyShardSize(t *testing.T) {
+	ev := withUID(simpleEval("arith").ShardSize(1).Parallelism(1).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	h.mustReconcile(ev)
+	if s := h.eval("arith").Status.Shards; s == nil || s.Total != 5 {
+		t.Errorf("shards %+v, want 5 (of 2 samples: 8 at most for 1 worker)", s)
+	}
+	want := recordedEvent{Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonShardSizeRaised, Action: v1alpha1.ReasonShardSizeRaised,
+		Note: "spec.shardSize 1 would make more than 8 shards a model (8 for each of the pods that run them, 256 at most; ConfigMaps each): raised to 2"}
+	if events := h.rec.take(); !slices.Contains(events, want) {
+		t.Errorf("events %+v, want %+v", events, want)
 	}
 }

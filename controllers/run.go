@@ -268,9 +268,8 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 		case plan != nil:
 			p.plan = plan
 			observeEstimate(p, cm.Annotations[cluster.AnnotationEstimate])
-			if plan.Requested > 0 && p.ev.Status.Shards == nil {
-				p.event(corev1.EventTypeNormal, v1alpha1.ReasonShardSizeRaised, "spec.shardSize %d would make more than %d shards a model "+
-					"(a pod and ConfigMaps each): raised to %d", plan.Requested, cluster.MaxShards, plan.ShardSize)
+			if p.ev.Status.Shards == nil {
+				shardSizeRaised(p, plan) // the planner's plan, first read
 			}
 			return true, nil
 		}
@@ -317,8 +316,19 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 			return false, err
 		}
 	}
+	shardSizeRaised(p, &plan)
 	p.plan = &plan
 	return true, nil
+}
+
+// shardSizeRaised says that a new plan's shards are bigger than
+// spec.shardSize asked.
+func shardSizeRaised(p *pass, plan *cluster.Plan) {
+	if plan.Requested > 0 {
+		p.event(corev1.EventTypeNormal, v1alpha1.ReasonShardSizeRaised, "spec.shardSize %d would make more than %d shards a model "+
+			"(%d for each of the pods that run them, %d at most; ConfigMaps each): raised to %d",
+			plan.Requested, cluster.ShardLimit(&p.ev.Spec), cluster.ShardsPerWorker, cluster.MaxShards, plan.ShardSize)
+	}
 }
 
 // observeEstimate shows the planner's estimate (the plan ConfigMap's

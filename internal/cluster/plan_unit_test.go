@@ -278,22 +278,31 @@ func TestPlanAnnotations(t *testing.T) {
 }
 
 // TestPlanBoundsTheShards: shardSize 1 over 1,000 samples made a pod and a
-// head ConfigMap a sample; a run makes at most MaxShards shards a model, the
-// shard size raised (and said) until they fit.
+// head ConfigMap a sample; a run makes at most ShardLimit shards a model
+// (MaxShards, and ShardsPerWorker for each of its workers), the shard size
+// raised (and said) until they fit.
 func TestPlanBoundsTheShards(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		shardSize int32
-		totals    map[string]int
-		want      int // shard size
+		name        string
+		shardSize   int32
+		parallelism int32 // 0: unset, the default 4
+		totals      map[string]int
+		want        int // shard size
 	}{
-		{"within the bound", 10, map[string]int{"a": 1000}, 10},
-		{"one a sample", 1, map[string]int{"a": 1000}, 4},
-		{"two datasets", 1, map[string]int{"a": 1000, "b": 7}, 4},
-		{"many small datasets", 1, map[string]int{"a": 300, "b": 300, "c": 3}, 3},
+		{"within the bound", 10, 32, map[string]int{"a": 1000}, 10},
+		{"one a sample", 1, 32, map[string]int{"a": 1000}, 4},
+		{"two datasets", 1, 32, map[string]int{"a": 1000, "b": 7}, 4},
+		{"many small datasets", 1, 32, map[string]int{"a": 300, "b": 300, "c": 3}, 3},
+		{"8 a worker", 15, 4, map[string]int{"a": 3000}, 95},
+		{"8 a worker, parallelism unset", 15, 0, map[string]int{"a": 3000}, 95},
+		{"8 a worker, within", 150, 4, map[string]int{"a": 3000}, 150},
+		{"one worker", 10, 1, map[string]int{"a": 100}, 13},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := &v1alpha1.EvaluationSpec{ShardSize: &tc.shardSize}
+			if tc.parallelism > 0 {
+				spec.Parallelism = &tc.parallelism
+			}
 			for _, name := range []string{"a", "b", "c"} {
 				if _, ok := tc.totals[name]; ok {
 					spec.Datasets = append(spec.Datasets, v1alpha1.Dataset{Name: name})
@@ -303,8 +312,8 @@ func TestPlanBoundsTheShards(t *testing.T) {
 			if plan.ShardSize != tc.want {
 				t.Errorf("shard size %d, want %d", plan.ShardSize, tc.want)
 			}
-			if n := len(plan.Shards(spec, "m")); n > MaxShards {
-				t.Errorf("%d shards, more than %d", n, MaxShards)
+			if n, limit := len(plan.Shards(spec, "m")), ShardLimit(spec); n > limit || limit > MaxShards {
+				t.Errorf("%d shards, more than %d (or that more than %d)", n, limit, MaxShards)
 			}
 			if raised := plan.ShardSize != int(tc.shardSize); raised != (plan.Requested == int(tc.shardSize)) {
 				t.Errorf("requested %d, shard size %d", plan.Requested, plan.ShardSize)
