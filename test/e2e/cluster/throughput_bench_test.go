@@ -97,6 +97,7 @@ spec:
 		b.Fatalf("the model server answered %v requests for %d samples", s["requests"], total)
 	}
 	after := objectCounts(b, ns)
+	first, last := runnerWindow(b, ns)
 
 	rate := float64(total) / wall.Seconds()
 	bound := float64(benchModels*benchParallelism*benchConcurrency) / benchLatency.Seconds()
@@ -105,6 +106,16 @@ spec:
 	b.ReportMetric(bound, "bound-samples/s")
 	b.ReportMetric(rate/bound, "of-bound")
 	b.ReportMetric(float64(peakPods), "pods-at-once")
+	// Where the time went: before the first runner started (planning, heads,
+	// Jobs, pods), while runners ran, after the last ended (gathering,
+	// committing); and how close the runners came to the bound while they ran.
+	calls := last.Sub(first)
+	if !first.IsZero() && calls > 0 {
+		b.ReportMetric(first.Sub(start).Seconds(), "before-runners-s")
+		b.ReportMetric(calls.Seconds(), "runners-s")
+		b.ReportMetric(start.Add(wall).Sub(last).Seconds(), "after-runners-s")
+		b.ReportMetric(float64(total)/calls.Seconds()/bound, "runners-of-bound")
+	}
 	for _, kind := range objectKinds {
 		b.ReportMetric(float64(after[kind]-before[kind]), kind)
 	}
@@ -114,8 +125,35 @@ spec:
 	if walOK {
 		b.ReportMetric(float64(walAfter-walBefore)/float64(total)*1000, "etcd-bytes/1k-samples")
 	}
-	b.Logf("shardSize %d: %d samples in %s, %.0f samples/s, %.2f of the bound %.0f; %d runner pods at most at once; objects %v",
-		shardSize, total, wall.Round(10*time.Millisecond), rate, rate/bound, bound, peakPods, diff(before, after))
+	b.Logf("shardSize %d: %d samples in %s, %.0f samples/s, %.2f of the bound %.0f; %d runner pods at most at once; objects %v; runners from +%s to +%s",
+		shardSize, total, wall.Round(10*time.Millisecond), rate, rate/bound, bound, peakPods, diff(before, after),
+		first.Sub(start).Round(100*time.Millisecond), last.Sub(start).Round(100*time.Millisecond))
+}
+
+// runnerWindow is when the run's first runner container started and its
+// last one ended (zero if no runner says).
+func runnerWindow(b *testing.B, ns string) (first, last time.Time) {
+	b.Helper()
+	out := mustKubectl(b, "-n", ns, "get", "pods", "-l", "proctor.dev/component=runner", "-o",
+		`jsonpath={range .items[*]}{range .status.containerStatuses[?(@.name=="runner")]}{.state.terminated.startedAt} {.state.terminated.finishedAt}{"\n"}{end}{end}`)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		started, err1 := time.Parse(time.RFC3339, f[0])
+		finished, err2 := time.Parse(time.RFC3339, f[1])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if first.IsZero() || started.Before(first) {
+			first = started
+		}
+		if finished.After(last) {
+			last = finished
+		}
+	}
+	return first, last
 }
 
 // objectKinds are the objects a run makes in its namespace, counted.
