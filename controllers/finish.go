@@ -10,11 +10,13 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/apiconv"
@@ -83,6 +85,14 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	if err != nil {
 		return r.storeUnavailable(p, err, true)
 	}
+	// How long each step of the end took, logged once the run ended: the
+	// fixed cost of a run after its last runner.
+	began := r.Clock.Now()
+	took := func() string {
+		d := r.Clock.Since(began).Round(time.Millisecond)
+		began = r.Clock.Now()
+		return d.String()
+	}
 	summaries, records, chunks, comparison, err := r.gather(ctx, p, base, store)
 	if err != nil && store != nil {
 		_ = store.uploads.Wait() // none outlives the pass
@@ -94,6 +104,7 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	case err != nil:
 		return false, err
 	}
+	gathered := took()
 	sum := compare.Summary{Results: summaries, Comparison: comparison}
 	if gated && p.ev.Spec.Gate != nil {
 		v := compare.Check(apiconv.Gate(p.ev.Spec.Gate), summaries, comparison)
@@ -113,6 +124,7 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 			return r.storeUnavailable(p, err, true)
 		}
 	}
+	committed := took()
 	if location != "" {
 		// The records are in the store: NAME-results says where, and lists
 		// no ConfigMap. It still embeds them when they are small, so that
@@ -122,6 +134,7 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	if ok, err := r.writeResults(ctx, p, &sum, records, chunks, location); !ok || err != nil {
 		return false, err
 	}
+	written := took()
 	if location != "" {
 		if err := r.cleanStaging(ctx, p, !resumable); err != nil {
 			return false, err
@@ -131,6 +144,8 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	if _, err := r.deleteOtherRuns(ctx, p, ""); err != nil {
 		return false, err
 	}
+	log.FromContext(ctx).Info("Gathered the run's results", "run", p.run, "shards", len(p.shards), "gather", gathered,
+		"commit", committed, "results", written, "cleanUp", took())
 	recordResults(p, summaries, &sum, location)
 	end()
 	judge(p, lost, &sum)

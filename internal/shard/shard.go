@@ -314,6 +314,13 @@ func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
 	o, ev, c := w.o, w.ev, w.c
 	log := w.log.WithValues("shard", sh.Index, "dataset", sh.Dataset, "start", sh.Start, "end", sh.End)
 	store, err := kube.OpenStore(ctx, c, ev, o.Run, sh, o.Pod)
+	if apierrors.IsNotFound(err) {
+		// The run's heads go when an edit starts another run: this pod's
+		// work is over, not failed.
+		if _, _, cerr := currentEvaluation(ctx, c, o); errors.Is(cerr, kube.ErrObsolete) {
+			return cerr
+		}
+	}
 	if err != nil {
 		return err
 	}

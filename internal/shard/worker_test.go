@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/internal/testutil"
 	"github.com/proctor-dev/proctor/test/fakellm"
 )
@@ -32,6 +34,8 @@ type workerFixture struct {
 	llm   *fakellm.Server
 	mu    sync.Mutex
 	wrote map[string]int // head updates by name
+	// onGet, if set, answers a Get of the named object instead of the client.
+	onGet func(name string) error
 }
 
 func newWorkerFixture(t *testing.T, heads map[int]cluster.ShardProgress, cfg fakellm.Config) *workerFixture {
@@ -68,6 +72,17 @@ func newWorkerFixture(t *testing.T, heads map[int]cluster.ShardProgress, cfg fak
 		t.Fatal(err)
 	}
 	f.c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			f.mu.Lock()
+			onGet := f.onGet
+			f.mu.Unlock()
+			if onGet != nil {
+				if err := onGet(key.Name); err != nil {
+					return err
+				}
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 			if _, ok := obj.(*corev1.ConfigMap); ok {
 				f.mu.Lock()
@@ -177,5 +192,32 @@ func TestWorkerDrainedTakesItsAttemptBack(t *testing.T) {
 		if p := f.head(t, i); p.Attempts != 0 {
 			t.Errorf("shard %d: begun after the drain (%+v)", i, p)
 		}
+	}
+}
+
+// TestWorkerOfAnObsoleteRun: an edit that starts another run deletes this
+// run's heads; a worker that finds its next head gone ends as obsolete (exit
+// 0), not failed.
+func TestWorkerOfAnObsoleteRun(t *testing.T) {
+	f := newWorkerFixture(t, nil, fakellm.Config{})
+	next := cluster.HeadName("arith", f.run, "m", 2)
+	f.onGet = func(name string) error {
+		if name != next {
+			return nil
+		}
+		f.mu.Lock()
+		f.onGet = nil
+		f.mu.Unlock()
+		ev := f.ev.DeepCopy()
+		if err := f.c.Delete(context.Background(), ev); err != nil {
+			t.Error(err)
+		}
+		return apierrors.NewNotFound(corev1.Resource("configmaps"), name)
+	}
+	if err := Run(context.Background(), f.c, f.options(t, 0)); !errors.Is(err, kube.ErrObsolete) {
+		t.Fatalf("worker 0 = %v, want kube.ErrObsolete", err)
+	}
+	if p := f.head(t, 0); p.State != cluster.StateSucceeded {
+		t.Errorf("shard 0 before the edit: %+v, want succeeded", p)
 	}
 }

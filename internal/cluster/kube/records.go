@@ -25,7 +25,9 @@ import (
 // are skipped, and one that ev does not control is skipped and passed to
 // foreign. With staged, a shard's staging chunks in the results store
 // (which staged reads, in the order sealed) come before its ConfigMaps.
-// Memory holds one shard's records.
+// The next ReadAhead shards are read while fn takes one (reading is mostly
+// waiting for the API server and the store); fn and foreign are called from
+// the caller's goroutine, in order. Memory holds the records of those shards.
 func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, run string, plan cluster.Plan, names []string,
 	staged Staged, foreign func(*cluster.ForeignError), fn func(cluster.Shard, results.Line) error) error {
 	listed := make(map[string]bool, len(names))
@@ -38,62 +40,120 @@ func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluat
 			}
 		}
 	}
+	var shards []cluster.Shard
 	for _, model := range cluster.Subjects(&ev.Spec) {
-		for _, sh := range plan.Shards(&ev.Spec, model) {
-			head := cluster.HeadName(ev.Name, run, sh.Model, sh.Index)
-			var log []string
-			ks := chunks[head]
-			slices.Sort(ks)
-			for _, k := range ks {
-				log = append(log, cluster.ChunkName(head, k))
+		shards = append(shards, plan.Shards(&ev.Spec, model)...)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	reads := make([]chan shardRecords, len(shards))
+	for i := range reads {
+		reads[i] = make(chan shardRecords, 1)
+	}
+	// Up to ReadAhead reads at once, started in order; each frees its place
+	// once the caller has taken it.
+	places := make(chan struct{}, ReadAhead)
+	go func() {
+		for i, sh := range shards {
+			select {
+			case places <- struct{}{}:
+			case <-ctx.Done():
+				return
 			}
-			if listed[head] {
-				log = append(log, head) // its pending records were written after every sealed chunk
+			go func() {
+				reads[i] <- readShardRecords(ctx, r, ev, run, sh, listed, chunks[cluster.HeadName(ev.Name, run, sh.Model, sh.Index)], staged)
+			}()
+		}
+	}()
+	for i, sh := range shards {
+		var got shardRecords
+		select {
+		case got = <-reads[i]:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		<-places
+		if got.err != nil {
+			return got.err
+		}
+		for _, fe := range got.foreign {
+			if foreign != nil {
+				foreign(fe)
 			}
-			latest := results.NewCollector[results.Line](sh.Start, sh.End-sh.Start)
-			if staged != nil {
-				// A head that seals into the results store says how many
-				// chunks it sealed (those its done set counts): exactly those
-				// are read. It is read here, not taken from a listing, which
-				// may not show it yet.
-				var cm corev1.ConfigMap
-				err := GetConfigMap(ctx, r, ev, head, &cm)
-				if err != nil && !apierrors.IsNotFound(err) && !isForeign(err) {
-					return err
-				}
-				var lines []results.Line
-				if err == nil && cluster.InStore(cm.Annotations) {
-					p, _ := cluster.ParseProgress(cm.Annotations)
-					if lines, err = staged(ctx, sh, head, p.Chunks); err != nil {
-						return err
-					}
-					// Then what it holds unsealed, from the same read.
-					pending, err := cluster.ReadRecords(&cm)
-					if err != nil {
-						return err
-					}
-					lines = append(lines, pending...)
-					log = slices.DeleteFunc(log, func(n string) bool { return n == head })
-				}
-				for _, l := range lines {
-					latest.Add(l.Index, l)
-				}
-			}
-			for _, name := range log {
-				lines, err := readOurs(ctx, r, ev, name, foreign)
-				if err != nil {
-					return err
-				}
-				for _, l := range lines {
-					latest.Add(l.Index, l)
-				}
-			}
-			if err := latest.Each(func(_ int, l results.Line) error { return fn(sh, l) }); err != nil {
-				return err
-			}
+		}
+		if err := got.latest.Each(func(_ int, l results.Line) error { return fn(sh, l) }); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// ReadAhead is how many shards ForEachRunRecord reads at once.
+const ReadAhead = 4
+
+// shardRecords is what readShardRecords read of a shard: its latest record
+// of each sample, and the ConfigMaps named as its that ev does not control.
+type shardRecords struct {
+	latest  *results.Collector[results.Line]
+	foreign []*cluster.ForeignError
+	err     error
+}
+
+// readShardRecords reads one shard's record log (see ForEachRunRecord): its
+// staging chunks with staged, then the slots of ks listed, then its head.
+func readShardRecords(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, run string, sh cluster.Shard,
+	listed map[string]bool, ks []int, staged Staged) (out shardRecords) {
+	head := cluster.HeadName(ev.Name, run, sh.Model, sh.Index)
+	var log []string
+	ks = slices.Sorted(slices.Values(ks))
+	for _, k := range ks {
+		log = append(log, cluster.ChunkName(head, k))
+	}
+	if listed[head] {
+		log = append(log, head) // its pending records were written after every sealed chunk
+	}
+	out.latest = results.NewCollector[results.Line](sh.Start, sh.End-sh.Start)
+	if staged != nil {
+		// A head that seals into the results store says how many
+		// chunks it sealed (those its done set counts): exactly those
+		// are read. It is read here, not taken from a listing, which
+		// may not show it yet.
+		var cm corev1.ConfigMap
+		err := GetConfigMap(ctx, r, ev, head, &cm)
+		if err != nil && !apierrors.IsNotFound(err) && !isForeign(err) {
+			out.err = err
+			return out
+		}
+		var lines []results.Line
+		if err == nil && cluster.InStore(cm.Annotations) {
+			p, _ := cluster.ParseProgress(cm.Annotations)
+			if lines, out.err = staged(ctx, sh, head, p.Chunks); out.err != nil {
+				return out
+			}
+			// Then what it holds unsealed, from the same read.
+			pending, err := cluster.ReadRecords(&cm)
+			if err != nil {
+				out.err = err
+				return out
+			}
+			lines = append(lines, pending...)
+			log = slices.DeleteFunc(log, func(n string) bool { return n == head })
+		}
+		for _, l := range lines {
+			out.latest.Add(l.Index, l)
+		}
+	}
+	for _, name := range log {
+		lines, err := readOurs(ctx, r, ev, name, func(fe *cluster.ForeignError) { out.foreign = append(out.foreign, fe) })
+		if err != nil {
+			out.err = err
+			return out
+		}
+		for _, l := range lines {
+			out.latest.Add(l.Index, l)
+		}
+	}
+	return out
 }
 
 // Staged reads a shard's staging chunks from the results store, in the
