@@ -148,15 +148,20 @@ func (b *budgetFollower) waitingForFirstShare() bool {
 }
 
 func (b *budgetFollower) flush(ctx context.Context) {
+	if err := b.checkpoint(ctx); err != nil && ctx.Err() == nil {
+		b.log.Error(err, "Failed to checkpoint; will retry")
+	}
+}
+
+// checkpoint writes the head with what the follower knows.
+func (b *budgetFollower) checkpoint(ctx context.Context) error {
 	if b.ledger != nil {
 		b.store.SetLedger(cluster.NewLedgerReport(b.ledger.State()))
 	}
 	b.store.SetThrottled(throttled(b.eng, b.models))
 	b.store.SetEndpoints(maps.Clone(b.acks), b.usage())
 	b.store.SetProvider(b.providerSeen())
-	if err := b.store.Flush(ctx, false); err != nil && ctx.Err() == nil {
-		b.log.Error(err, "Failed to checkpoint; will retry")
-	}
+	return b.store.Flush(ctx, false)
 }
 
 // throttled reports the models that the server is rate limiting now.

@@ -329,14 +329,18 @@ func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
 	}
 	// The pods that began the shard and neither finished nor drained it
 	// failed on it: past its retries it fails for good. The attempt is
-	// written before any call, so that a pod killed outright (OOM) counts.
+	// written before any call, so that a pod killed outright (OOM) counts
+	// (with the first checkpoint, below, of a shard that follows a budget).
 	attempts := store.Progress().Attempts
 	if o.ShardRetries >= 0 && attempts > o.ShardRetries {
 		return &RetriesUsedError{Shard: sh, Attempts: attempts}
 	}
 	store.SetAttempts(attempts + 1)
-	if err := store.Flush(ctx, false); err != nil {
-		return fmt.Errorf("beginning shard %s: %w", sh.Key(), err)
+	budgeted := len(w.limited)+len(w.viaEndpoint) > 0 || ev.Spec.Budget != nil
+	if !budgeted {
+		if err := store.Flush(ctx, false); err != nil {
+			return fmt.Errorf("beginning shard %s: %w", sh.Key(), err)
+		}
 	}
 	store.SetStorageBudget(w.plan.StorageShare(&ev.Spec, sh))
 	w.prev.cache.use(sh.Index)
@@ -371,7 +375,7 @@ func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
 	// Watched as long as the loops read them (they outlive ctx, see below).
 	watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatching()
-	if len(w.limited)+len(w.viaEndpoint) > 0 || b.ledger != nil {
+	if budgeted {
 		watchBudgets(watchCtx, c, o.Clock, ev.Namespace, b.budgetNames(), b.nudged, func(name string, err error) {
 			log.Info("Failed to watch a budget; reading it on a timer meanwhile", "configMap", name, "every", o.BudgetEvery.String(), "error", err.Error())
 		})
@@ -389,7 +393,9 @@ func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
 		// Say at once that the shard runs, with what it read: the controllers
 		// grant shares only to running shards, and would otherwise hear of it
 		// at the first flush.
-		b.flush(ctx)
+		if err := b.checkpoint(ctx); err != nil {
+			return fmt.Errorf("beginning shard %s: %w", sh.Key(), err)
+		}
 	}
 
 	// ctx ending (SIGTERM) drains: no new samples; those in flight get the grace
