@@ -174,7 +174,11 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 				if st.pod.problem == nil && !st.failed && !suspended {
 					// A retry of a shard whose last pod failed: its failure
 					// stays said (REASON went blank between OOM retries).
-					if prev := lastFailed[w]; prev != nil && prev.Name != pod.Name {
+					// The worker's last failed pod may have failed on a shard
+					// it finished since: it is this shard's if this shard's
+					// head was last written by it, or was begun again.
+					prev := lastFailed[w]
+					if prev != nil && prev.Name != pod.Name && (st.progress.Pod == "" || st.progress.Pod == prev.Name || st.progress.Attempts > 1) {
 						if pr := viewPod(prev, s.Key(), attempts-1).problem; pr != nil {
 							pr.message += "; the shard is being retried"
 							pr.stall = false

@@ -530,10 +530,14 @@ func TestObserveWorkers(t *testing.T) {
 	succeeded := cluster.ShardProgress{State: cluster.StateSucceeded, Total: 5, Done: 5, Attempts: 1, Scores: map[string]float64{"exact_match": 5}}
 	usedUp := running(3, 0, 3)
 	usedUp.Attempts = 4
+	// Shard 2 was begun by worker 0's pod that runs now, after its pod
+	// before failed in shard 0 (which the pod now running finished).
+	second := running(2, 0, 1)
+	second.Attempts, second.Pod = 1, "arith-small-0-a"
 	h.create(
 		headCM(t, "arith", run, shardOf("small", 0), succeeded, nil),
 		headCM(t, "arith", run, shardOf("small", 1), succeeded, nil),
-		headCM(t, "arith", run, shardOf("small", 2), running(2, 0, 1), nil),
+		headCM(t, "arith", run, shardOf("small", 2), second, nil),
 		headCM(t, "arith", run, shardOf("small", 3), usedUp, nil),
 		headCM(t, "arith", run, shardOf("small", 4), cluster.ShardProgress{}, nil),
 	)
@@ -544,6 +548,7 @@ func TestObserveWorkers(t *testing.T) {
 		index  int
 		status corev1.PodStatus
 	}{
+		{"arith-small-0-0", 0, failedPod("Error", 1, "boom")},
 		{"arith-small-0-a", 0, corev1.PodStatus{Phase: corev1.PodRunning}},
 		{"arith-small-1-a", 1, failedPod("OOMKilled", 137, "")},
 		// The next pod found shard 3's retries used up.
@@ -583,6 +588,11 @@ func TestObserveWorkers(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"small/3"}, failed); diff != "" {
 		t.Errorf("failed shards (-want +got):\n%s", diff)
+	}
+	for _, pr := range p.problems {
+		if strings.Contains(pr.message, "small/2") {
+			t.Errorf("shard 2 is said to be retried, though its pod before failed in shard 0: %s", pr.message)
+		}
 	}
 	reason, msg := failedShards(p.shards, 3)
 	want := "small/3 (d samples 15-19): pod arith-small-1-a (shard small/3) container runner was OOMKilled (exit code 137) (attempt 4)"
