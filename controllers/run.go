@@ -325,9 +325,13 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 // spec.shardSize asked.
 func shardSizeRaised(p *pass, plan *cluster.Plan) {
 	if plan.Requested > 0 {
+		limit := cluster.ShardLimit(&p.ev.Spec)
+		if len(plan.Shards(&p.ev.Spec, "")) > limit {
+			limit = cluster.MaxShards // shards of MaxRaisedShardSize were still too many
+		}
 		p.event(corev1.EventTypeNormal, v1alpha1.ReasonShardSizeRaised, "spec.shardSize %d would make more than %d shards a model "+
 			"(%d for each of the pods that run them, %d at most; ConfigMaps each): raised to %d",
-			plan.Requested, cluster.ShardLimit(&p.ev.Spec), cluster.ShardsPerWorker, cluster.MaxShards, plan.ShardSize)
+			plan.Requested, limit, cluster.ShardsPerWorker, cluster.MaxShards, plan.ShardSize)
 	}
 }
 

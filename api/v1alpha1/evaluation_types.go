@@ -70,8 +70,9 @@ type EvaluationSpec struct {
 
 	// shardSize is the number of samples per shard (cluster mode). Unset lets the
 	// controller choose. A run makes at most 8 shards a model for each of its
-	// workers (parallelism), and 256 in all: a smaller shardSize is raised
-	// (event ShardSizeRaised).
+	// workers (parallelism) unless that takes shards of more than 1,000
+	// samples, and 256 in all: a smaller shardSize is raised (event
+	// ShardSizeRaised).
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000000

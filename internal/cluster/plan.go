@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -166,11 +167,16 @@ func NewPlan(spec *v1alpha1.EvaluationSpec, totals map[string]int, storageBytes 
 	// Each shard is a head ConfigMap (and its chunks) at least: a run makes
 	// no more than ShardLimit a model, whatever spec.shardSize says
 	// (shardSize 1 over 1,000 samples made 1,003 ConfigMaps and a pod per
-	// sample). The shard size is raised until they fit.
-	limit := ShardLimit(spec)
-	for plan.ShardSize > 0 && plan.count(spec) > limit {
-		plan.ShardSize = max(plan.ShardSize+1, plan.ShardSize*plan.count(spec)/limit)
+	// sample). The shard size is raised until they fit: for ShardsPerWorker
+	// up to MaxRaisedShardSize only (the controller gathers a shard's
+	// records at once), for MaxShards as far as it takes.
+	raise := func(limit, most int) {
+		for plan.ShardSize > 0 && plan.ShardSize < most && plan.count(spec) > limit {
+			plan.ShardSize = min(most, max(plan.ShardSize+1, plan.ShardSize*plan.count(spec)/limit))
+		}
 	}
+	raise(ShardLimit(spec), MaxRaisedShardSize)
+	raise(MaxShards, math.MaxInt)
 	plan.Requested = 0
 	if spec.ShardSize != nil && int(*spec.ShardSize) != plan.ShardSize {
 		plan.Requested = int(*spec.ShardSize)
@@ -190,8 +196,12 @@ const MaxShards = 256
 // the rest making and gathering 400 heads.
 const ShardsPerWorker = 8
 
-// ShardLimit is the most shards a model of a run of spec has: MaxShards,
-// and ShardsPerWorker for each shard spec.parallelism runs at once (its
+// MaxRaisedShardSize is as far as ShardsPerWorker raises a shard size.
+const MaxRaisedShardSize = 1000
+
+// ShardLimit is the most shards a model of a run of spec has, unless its
+// shards would exceed MaxRaisedShardSize samples: MaxShards, and
+// ShardsPerWorker for each shard spec.parallelism runs at once (its
 // workers).
 func ShardLimit(spec *v1alpha1.EvaluationSpec) int {
 	parallelism := v1alpha1.DefaultParallelism

@@ -279,8 +279,9 @@ func TestPlanAnnotations(t *testing.T) {
 
 // TestPlanBoundsTheShards: shardSize 1 over 1,000 samples made a pod and a
 // head ConfigMap a sample; a run makes at most ShardLimit shards a model
-// (MaxShards, and ShardsPerWorker for each of its workers), the shard size
-// raised (and said) until they fit.
+// (MaxShards, and ShardsPerWorker for each of its workers, as long as that
+// keeps shards within MaxRaisedShardSize), the shard size raised (and said)
+// until they fit.
 func TestPlanBoundsTheShards(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -297,6 +298,8 @@ func TestPlanBoundsTheShards(t *testing.T) {
 		{"8 a worker, parallelism unset", 15, 0, map[string]int{"a": 3000}, 95},
 		{"8 a worker, within", 150, 4, map[string]int{"a": 3000}, 150},
 		{"one worker", 10, 1, map[string]int{"a": 100}, 13},
+		{"8 a worker, no further than 1,000", 10, 4, map[string]int{"a": 100_000}, 1000},
+		{"a million: 256", 10, 4, map[string]int{"a": 1_000_000}, 3921},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := &v1alpha1.EvaluationSpec{ShardSize: &tc.shardSize}
@@ -312,8 +315,9 @@ func TestPlanBoundsTheShards(t *testing.T) {
 			if plan.ShardSize != tc.want {
 				t.Errorf("shard size %d, want %d", plan.ShardSize, tc.want)
 			}
-			if n, limit := len(plan.Shards(spec, "m")), ShardLimit(spec); n > limit || limit > MaxShards {
-				t.Errorf("%d shards, more than %d (or that more than %d)", n, limit, MaxShards)
+			n, limit := len(plan.Shards(spec, "m")), ShardLimit(spec)
+			if n > MaxShards || (n > limit && plan.ShardSize < MaxRaisedShardSize) {
+				t.Errorf("%d shards of %d, more than %d (of less than %d) or %d", n, plan.ShardSize, limit, MaxRaisedShardSize, MaxShards)
 			}
 			if raised := plan.ShardSize != int(tc.shardSize); raised != (plan.Requested == int(tc.shardSize)) {
 				t.Errorf("requested %d, shard size %d", plan.Requested, plan.ShardSize)

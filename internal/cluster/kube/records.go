@@ -88,8 +88,10 @@ func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluat
 	return nil
 }
 
-// ReadAhead is how many shards ForEachRunRecord reads at once.
-const ReadAhead = 4
+// ReadAhead is how many shards ForEachRunRecord reads at once, beside the
+// one it hands to fn: the manager holds their records (up to MaxShards'
+// worth of a big run each) within its memory limit.
+const ReadAhead = 2
 
 // shardRecords is what readShardRecords read of a shard: its latest record
 // of each sample, and the ConfigMaps named as its that ev does not control.
