@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/cluster/kube"
 	"github.com/proctor-dev/proctor/internal/shard"
 	"github.com/proctor-dev/proctor/runner/provider"
@@ -107,6 +108,7 @@ func TestPodExitCodes(t *testing.T) {
 		{&shard.InvalidError{Err: errors.New("spec.models[0].agent.command[0]: bad template")}, exitInvalid},
 		{gone, exitFailed},
 		{&shard.InvalidError{Err: fmt.Errorf("spec.models[0].agent: %w", gone)}, exitFailed},
+		{&shard.RetriesUsedError{Shard: cluster.Shard{Model: "m", Dataset: "d", Index: 3, Start: 30, End: 40}, Attempts: 4}, cluster.ExitRetriesUsed},
 	} {
 		code := exitOK
 		var ee *exitError
