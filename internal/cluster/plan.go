@@ -276,6 +276,17 @@ type Shard struct {
 	End     int    `json:"end"`
 }
 
+// Holds reports whether sample i is one of the shard's.
+func (s Shard) Holds(i int) bool { return i >= s.Start && i < s.End }
+
+// ShardOf is the shard of shards that holds sample i, or -1.
+func ShardOf(shards []Shard, i int) int {
+	if k := slices.IndexFunc(shards, func(s Shard) bool { return s.Holds(i) }); k >= 0 {
+		return shards[k].Index
+	}
+	return -1
+}
+
 // Key is the shard's name in budgets: model/index.
 func (s Shard) Key() string { return fmt.Sprintf("%s/%d", s.Model, s.Index) }
 

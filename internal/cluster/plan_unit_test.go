@@ -445,3 +445,12 @@ func TestWorkerShards(t *testing.T) {
 		t.Errorf("WorkerOf(5, 0) = %d, want 5 (a worker per shard)", got)
 	}
 }
+
+func TestShardOf(t *testing.T) {
+	shards := []Shard{{Index: 0, Start: 0, End: 2}, {Index: 2, Start: 4, End: 6}}
+	for i, want := range []int{0, 0, -1, -1, 2, 2, -1} {
+		if got := ShardOf(shards, i); got != want {
+			t.Errorf("ShardOf(sample %d) = %d, want %d", i, got, want)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -94,8 +93,8 @@ var storeHTTP = &http.Client{Timeout: 5 * time.Minute}
 // answers the spec edit left as they were, by sample position.
 type earlier struct {
 	cache *recordCache
-	// answers are by dataset, then sample position.
-	answers map[string]answers
+	// answers are by shard index, then sample position.
+	answers map[int]answers
 	// unread are the earlier records in the results store that could not
 	// be read (the store down): their samples are asked again.
 	unread []error
@@ -104,23 +103,11 @@ type earlier struct {
 // answers are earlier answers to score again, by sample position.
 type answers map[int]*results.Record
 
-// take removes and returns those of samples [start, end).
-func (a answers) take(start, end int) answers {
-	out := answers{}
-	for i, rec := range a {
-		if i >= start && i < end {
-			out[i] = rec
-			delete(a, i)
-		}
-	}
-	return out
-}
-
 // loadEarlier reads, from the sources the controller listed for this run,
 // what it reuses for the samples of the pod's shards: each source once, for
 // every shard of the pod.
 func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, run string, shards []cluster.Shard) (*earlier, error) {
-	out := &earlier{cache: newRecordCache(), answers: map[string]answers{}}
+	out := &earlier{cache: newRecordCache(), answers: map[int]answers{}}
 	if len(shards) == 0 {
 		return out, nil
 	}
@@ -149,12 +136,6 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 		}
 		if src.Model != model || len(mine) == 0 || (!cacheOn && !src.Answers) {
 			continue
-		}
-		shardOf := func(i int) int {
-			if k := slices.IndexFunc(mine, func(sh cluster.Shard) bool { return i >= sh.Start && i < sh.End }); k >= 0 {
-				return mine[k].Index
-			}
-			return -1
 		}
 		var cm corev1.ConfigMap
 		var lines []results.Line
@@ -191,7 +172,7 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 		}
 		keep := cluster.KeptScorers(&ev.Spec, &cm)
 		for _, l := range lines {
-			sh := shardOf(l.Index)
+			sh := cluster.ShardOf(mine, l.Index)
 			if sh < 0 {
 				continue
 			}
@@ -203,10 +184,10 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 				// The latest record of a sample wins, as at assembly.
 				rec.CacheKey = l.Key
 				rec.KeepScores(keep)
-				if out.answers[src.Dataset] == nil {
-					out.answers[src.Dataset] = answers{}
+				if out.answers[sh] == nil {
+					out.answers[sh] = answers{}
 				}
-				out.answers[src.Dataset][l.Index] = &rec
+				out.answers[sh][l.Index] = &rec
 			}
 			if cacheOn && l.Key != "" && rec.Error == "" {
 				out.cache.put(sh, l.Key, &cache.Entry{

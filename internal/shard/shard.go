@@ -408,11 +408,10 @@ func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
 		b.loop(loopCtx)
 	}()
 	var sink runner.Sink = store
-	if answers := w.prev.answers[sh.Dataset]; len(answers) > 0 {
-		if mine := answers.take(sh.Start, sh.End); len(mine) > 0 {
-			log.Info("Scoring an earlier run's answers again, without calling the model", "answers", len(mine))
-			sink = &answeredStore{Store: store, answers: mine}
-		}
+	if mine := w.prev.answers[sh.Index]; len(mine) > 0 {
+		delete(w.prev.answers, sh.Index) // the store takes them one by one
+		log.Info("Scoring an earlier run's answers again, without calling the model", "answers", len(mine))
+		sink = &answeredStore{Store: store, answers: mine}
 	}
 	runErr := eng.RunDraining(runCtx, tasks, sink, runner.Drain{Begin: ctx.Done(), Grace: o.GracePeriod})
 	stopLoops()

@@ -49,9 +49,6 @@ func ReadCacheURLs(ctx context.Context, c client.Reader, ev *v1alpha1.Evaluation
 // once, whichever of the shards it covers.
 func ReadStoredSource(ctx context.Context, hc *http.Client, urls *cluster.CacheURLs, src *cluster.CacheSource, shards []cluster.Shard) ([]results.Line, error) {
 	var out []results.Line
-	ours := func(i int) bool {
-		return slices.ContainsFunc(shards, func(s cluster.Shard) bool { return i >= s.Start && i < s.End })
-	}
 	for _, o := range src.Objects {
 		if !slices.ContainsFunc(shards, func(s cluster.Shard) bool { return o.Covers(s.Start, s.End) }) {
 			continue
@@ -73,7 +70,7 @@ func ReadStoredSource(ctx context.Context, hc *http.Client, urls *cluster.CacheU
 			continue
 		}
 		err = parquetpart.Read(bytes.NewReader(b), int64(len(b)), func(l results.Line) error {
-			if ours(l.Index) {
+			if cluster.ShardOf(shards, l.Index) >= 0 {
 				out = append(out, l)
 			}
 			return nil
