@@ -95,7 +95,7 @@ func (b *budgetFollower) loop(ctx context.Context) {
 	first := b.o.Clock.NewTicker(b.o.FirstGrantEvery)
 	defer first.Stop()
 	firstC := first.C()
-	polling := len(b.limited)+len(b.viaEndpoint) > 0 || b.ledger != nil
+	polling := b.follows()
 	if !polling || !b.waitingForFirstShare() {
 		first.Stop()
 		firstC = nil
@@ -126,6 +126,12 @@ func (b *budgetFollower) loop(ctx context.Context) {
 			b.flush(ctx)
 		}
 	}
+}
+
+// follows reports whether the shard takes shares of a budget: a rate-limited
+// model, a model calling through a ModelEndpoint, or the run's spend budget.
+func (b *budgetFollower) follows() bool {
+	return len(b.limited)+len(b.viaEndpoint) > 0 || b.ledger != nil
 }
 
 // waitingForFirstShare reports whether a limited model has not had a share

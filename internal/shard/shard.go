@@ -336,12 +336,6 @@ func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
 		return &RetriesUsedError{Shard: sh, Attempts: attempts}
 	}
 	store.SetAttempts(attempts + 1)
-	budgeted := len(w.limited)+len(w.viaEndpoint) > 0 || ev.Spec.Budget != nil
-	if !budgeted {
-		if err := store.Flush(ctx, false); err != nil {
-			return fmt.Errorf("beginning shard %s: %w", sh.Key(), err)
-		}
-	}
 	store.SetStorageBudget(w.plan.StorageShare(&ev.Spec, sh))
 	w.prev.cache.use(sh.Index)
 	tasks := []runner.Task{{Model: sh.Model, Dataset: sh.Dataset, Start: sh.Start, End: sh.End}}
@@ -375,7 +369,11 @@ func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
 	// Watched as long as the loops read them (they outlive ctx, see below).
 	watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatching()
-	if budgeted {
+	if !b.follows() {
+		if err := store.Flush(ctx, false); err != nil {
+			return fmt.Errorf("beginning shard %s: %w", sh.Key(), err)
+		}
+	} else {
 		watchBudgets(watchCtx, c, o.Clock, ev.Namespace, b.budgetNames(), b.nudged, func(name string, err error) {
 			log.Info("Failed to watch a budget; reading it on a timer meanwhile", "configMap", name, "every", o.BudgetEvery.String(), "error", err.Error())
 		})
