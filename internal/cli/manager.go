@@ -42,6 +42,7 @@ type managerOptions struct {
 	metricsAddr     string
 	metricsSecure   bool
 	probeAddr       string
+	pprofAddr       string
 	leaderElect     bool
 	runnerImage     string
 	watchNamespaces string
@@ -74,6 +75,7 @@ func newManagerCommand(s streams) *cobra.Command {
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "0", "address of the metrics endpoint (:8443 for HTTPS, :8080 for HTTP, 0 to disable)")
 	f.BoolVar(&o.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS, to authenticated and authorized clients only")
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	f.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address of Go's profiles (/debug/pprof/), to see where the manager spends its CPU and memory (0 to disable)")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader, so that only one replica reconciles")
 	f.StringVar(&o.runnerImage, "runner-image", os.Getenv("PROCTOR_RUNNER_IMAGE"), "image of runner pods, unless an Evaluation names one (default $PROCTOR_RUNNER_IMAGE)")
 	f.StringVar(&o.watchNamespaces, "watch-namespaces", "", "comma-separated namespaces to watch (default all)")
@@ -161,6 +163,7 @@ func runManager(o *managerOptions, s streams) error {
 		Scheme:                        scheme,
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        o.probeAddr,
+		PprofBindAddress:              o.pprofAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              "manager.proctor.dev",
 		LeaderElectionReleaseOnCancel: true,
