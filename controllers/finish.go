@@ -31,7 +31,8 @@ import (
 // beyond it, NAME-results lists the ConfigMaps that hold them.
 const maxEmbeddedRecords = 700 << 10
 
-// finish ends the run once every Job finished: it gathers every shard's records
+// finish ends the run once every Job finished, or every shard's head says it
+// succeeded: it gathers every shard's records
 // (one per sample, whatever crashes stored twice) into status.results and
 // NAME-results, and fails the Evaluation, naming the shards, if any failed. The
 // results of the shards that succeeded are kept either way.
@@ -40,6 +41,13 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		return true, nil
 	}
 	done, anyFailed := jobsFinished(p.jobs)
+	if !done && allSucceeded(p.shards) {
+		// Every head says its shard succeeded: the records are all written,
+		// and the run is over. Its pods are exiting (after a last metrics
+		// scrape); the Job controller says so seconds later (keepEnded lets
+		// them).
+		done = true
+	}
 	for _, m := range cluster.Subjects(&p.ev.Spec) {
 		// A model whose Job is not made yet has not run: the run is not over.
 		if p.jobs[m] == nil && len(p.plan.Shards(&p.ev.Spec, m)) > 0 {
@@ -80,6 +88,9 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 			return false, nil
 		}
 		base, lost = b, missing
+	}
+	if stale, err := r.readStale(ctx, p); stale || err != nil {
+		return false, err
 	}
 	store, location, err := r.openRunStore(ctx, p)
 	if err != nil {
@@ -497,4 +508,25 @@ func priced(spec *v1alpha1.EvaluationSpec, model string) bool {
 		}
 	}
 	return false
+}
+
+// readStale reports whether the pass read an Evaluation older than the API
+// server's: the watch has not brought the last status write yet. Gathering
+// would read every record only for the status write to conflict (and, after
+// the run ended, gather it again): the pass waits for the watch instead,
+// which enqueues the Evaluation again.
+func (r *EvaluationReconciler) readStale(ctx context.Context, p *pass) (bool, error) {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("Evaluation"))
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(p.ev), m); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil // deleted: the garbage collector takes the rest
+		}
+		return false, fmt.Errorf("reading the Evaluation's version: %w", err)
+	}
+	if m.ResourceVersion == p.ev.ResourceVersion {
+		return false, nil
+	}
+	p.requeueAfter(time.Second)
+	return true, nil
 }

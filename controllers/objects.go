@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,6 +44,23 @@ func (r *EvaluationReconciler) claimResults(ctx context.Context, p *pass) (bool,
 	return r.claimConfigMap(ctx, p, cm)
 }
 
+// objectsAtOnce is how many of a run's per-shard objects a pass makes or
+// deletes at once: one by one, a run's first pass (a head and an uploads
+// Secret for each shard) and its last (deleting the Secrets) took a second
+// or more of round trips each, at either end of every run.
+const objectsAtOnce = 8
+
+// eachAtOnce runs f(0) to f(n-1), objectsAtOnce at a time, and returns the
+// first error (the others run to their end: what they made is made).
+func eachAtOnce(n int, f func(i int) error) error {
+	var g errgroup.Group
+	g.SetLimit(objectsAtOnce)
+	for i := range n {
+		g.Go(func() error { return f(i) })
+	}
+	return g.Wait()
+}
+
 // ensureShardObjects makes every shard's head and the chunk slots its records
 // need, before the shard's runner writes to them (runners create nothing). A
 // shard gets the slots its head asks for (cluster.SlotsWanted): none until its
@@ -74,58 +92,82 @@ func (r *EvaluationReconciler) ensureShardObjects(ctx context.Context, p *pass) 
 	} else if err != nil {
 		return false, err
 	}
-	ok := true
+	// The heads first, all at once: a run's first pass makes one per shard.
+	type shardHead struct {
+		s    cluster.Shard
+		head *corev1.ConfigMap
+		mine bool
+	}
+	var heads []shardHead
 	for _, model := range cluster.Subjects(&ev.Spec) {
 		for _, s := range p.plan.Shards(&ev.Spec, model) {
-			head := cluster.NewHead(ev, p.run, s, store != nil)
-			mine, err := ensure(head)
+			heads = append(heads, shardHead{s: s, head: cluster.NewHead(ev, p.hashes, p.run, s, store != nil)})
+		}
+	}
+	if err := eachAtOnce(len(heads), func(i int) (err error) {
+		heads[i].mine, err = ensure(heads[i].head)
+		return err
+	}); err != nil {
+		return false, err
+	}
+	type shardUploads struct {
+		head     string
+		progress cluster.ShardProgress
+	}
+	var uploads []shardUploads
+	ok := true
+	for _, h := range heads {
+		s, head, mine := h.s, h.head, h.mine
+		ok = ok && mine
+		p.shardObjects = append(p.shardObjects, head.Name)
+		var progress cluster.ShardProgress
+		inStore := cluster.InStore(head.Annotations)
+		if m := have[head.Name]; m != nil {
+			// The head as made decides, whatever the manager's options say now.
+			progress, _ = cluster.ParseProgress(m.Annotations)
+			inStore = cluster.InStore(m.Annotations)
+		}
+		if !mine {
+			continue
+		}
+		if inStore {
+			// Every shard's, done or not: the runner's Role stays the
+			// same as shards end, rather than being rewritten by each.
+			p.uploadSecrets = append(p.uploadSecrets, cluster.UploadsName(head.Name))
+			if progress.State == cluster.StateSucceeded || p.status.ResultsLocation != "" {
+				// Its runner is done (and a pass that read a stale
+				// Evaluation must not grant URLs the commit revoked).
+				continue
+			}
+			uploads = append(uploads, shardUploads{head.Name, progress})
+			continue
+		}
+		want := 0
+		if have[head.Name] != nil {
+			want = cluster.SlotsWanted(progress)
+		}
+		for k := range want {
+			slot := cluster.NewChunkSlot(ev, p.hashes, p.run, s, k)
+			mine, err := ensure(slot)
 			if err != nil {
 				return false, err
 			}
 			ok = ok && mine
-			p.shardObjects = append(p.shardObjects, head.Name)
-			var progress cluster.ShardProgress
-			inStore := cluster.InStore(head.Annotations)
-			if m := have[head.Name]; m != nil {
-				// The head as made decides, whatever the manager's options say now.
-				progress, _ = cluster.ParseProgress(m.Annotations)
-				inStore = cluster.InStore(m.Annotations)
-			}
-			if !mine {
-				continue
-			}
-			if inStore {
-				// Every shard's, done or not: the runner's Role stays the
-				// same as shards end, rather than being rewritten by each.
-				p.uploadSecrets = append(p.uploadSecrets, cluster.UploadsName(head.Name))
-				if progress.State == cluster.StateSucceeded || p.status.ResultsLocation != "" {
-					// Its runner is done (and a pass that read a stale
-					// Evaluation must not grant URLs the commit revoked).
-					continue
-				}
-				mine, err := r.ensureUploads(ctx, p, store, head.Name, progress)
-				if errors.As(err, &se) {
-					return r.storeUnavailable(p, se.err, false)
-				} else if err != nil {
-					return false, err
-				}
-				ok = ok && mine
-				continue
-			}
-			want := 0
-			if have[head.Name] != nil {
-				want = cluster.SlotsWanted(progress)
-			}
-			for k := range want {
-				slot := cluster.NewChunkSlot(ev, p.run, s, k)
-				mine, err := ensure(slot)
-				if err != nil {
-					return false, err
-				}
-				ok = ok && mine
-				p.shardObjects = append(p.shardObjects, slot.Name)
-			}
+			p.shardObjects = append(p.shardObjects, slot.Name)
 		}
+	}
+	granted := make([]bool, len(uploads))
+	err = eachAtOnce(len(uploads), func(i int) (err error) {
+		granted[i], err = r.ensureUploads(ctx, p, store, uploads[i].head, uploads[i].progress)
+		return err
+	})
+	if errors.As(err, &se) {
+		return r.storeUnavailable(p, se.err, false)
+	} else if err != nil {
+		return false, err
+	}
+	for _, g := range granted {
+		ok = ok && g
 	}
 	return ok, nil
 }

@@ -880,6 +880,84 @@ func TestReconcileSucceeded(t *testing.T) {
 	}
 }
 
+// A run ends when its last head says its shard succeeded, not seconds later
+// when the Job controller says its Job completed; its pods get windDown to
+// exit (after a last metrics scrape) before they are stopped.
+func TestReconcileSucceededOnItsHeads(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	storeModelRecords(t, h, run, "small")
+	job := "arith-small-" + run
+	h.setJobStatus(job, batchv1.JobStatus{Active: 1, CompletedIndexes: "0"})
+
+	h.mustReconcile(ev)
+
+	st := h.eval("arith").Status
+	if st.Phase != v1alpha1.PhaseSucceeded || st.ResultsConfigMap != "arith-results" || st.Score != "0.5000" {
+		t.Fatalf("phase %q results %q score %q, want Succeeded with its results", st.Phase, st.ResultsConfigMap, st.Score)
+	}
+	for _, step := range []struct {
+		after       time.Duration
+		wantSuspend bool
+	}{
+		{0, false},
+		{windDown - time.Second, false},
+		// Its pod did not exit: the Job is stopped.
+		{2 * time.Second, true},
+	} {
+		h.clock.Step(step.after)
+		h.mustReconcile(ev)
+		if got := ptr.Deref(h.jobs()[job].Spec.Suspend, false); got != step.wantSuspend {
+			t.Errorf("%s after it succeeded: Job suspended %v, want %v", h.clock.Since(st.CompletionTime.Time), got, step.wantSuspend)
+		}
+	}
+	if got := h.eval("arith").Status.Phase; got != v1alpha1.PhaseSucceeded {
+		t.Errorf("phase %q after its Job was stopped, want Succeeded", got)
+	}
+}
+
+// A pass that read a stale Evaluation (the cache has not caught up with the
+// last status write) does not gather the run's records only for its status
+// write to conflict: it waits for the watch to bring the current one.
+func TestReconcileStaleReadGathersNothing(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	storeModelRecords(t, h, run, "small")
+	h.setJobStatus("arith-small-"+run, completeStatus("0-1"))
+	stale := h.eval("arith")
+	newer := stale.DeepCopy()
+	newer.Annotations = map[string]string{"touched": "yes"}
+	if err := h.c.Update(h.ctx, newer); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Client = interceptor.NewClient(h.c, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if e, ok := obj.(*v1alpha1.Evaluation); ok && key.Name == "arith" {
+				stale.DeepCopyInto(e)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	writes := h.statusWrites()
+
+	res := h.mustReconcile(ev)
+
+	if cm := h.configMaps()["arith-results"]; cm == nil || cm.Data[cluster.ResultsKeySummary] != "" {
+		t.Error("a pass that read a stale Evaluation gathered and wrote the results")
+	}
+	if got := h.statusWrites(); got != writes {
+		t.Errorf("a pass that read a stale Evaluation wrote status %d time(s)", got-writes)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > time.Second {
+		t.Errorf("requeued after %s, want within a second", res.RequeueAfter)
+	}
+
+	h.r.Client = h.c // the watch brought it
+	h.mustReconcile(ev)
+	if st := h.eval("arith").Status; st.Phase != v1alpha1.PhaseSucceeded || st.ResultsConfigMap != "arith-results" {
+		t.Errorf("phase %q results %q once current, want Succeeded with its results", st.Phase, st.ResultsConfigMap)
+	}
+}
+
 func TestReconcileShardFailed(t *testing.T) {
 	h, ev, run := finishedRun(t, "small", "big")
 	storeModelRecords(t, h, run, "small")

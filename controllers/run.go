@@ -31,8 +31,9 @@ import (
 // of a model whose answers the edit left as they were (the scoring alone
 // changed), which the new run scores again without calling the model.
 func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, error) {
-	p.run = cluster.RunID(p.ev)
-	if p.status.Run != "" && cluster.IsRun(p.ev, p.status.Run) {
+	p.hashes = cluster.HashSpec(&p.ev.Spec)
+	p.run = p.hashes.RunID(p.ev)
+	if p.status.Run != "" && p.hashes.IsRun(p.ev, p.status.Run) {
 		p.run = p.status.Run // a run started by an older manager keeps its identity
 	}
 	if p.status.Run == p.run {
@@ -117,7 +118,7 @@ func (r *EvaluationReconciler) deleteOtherRuns(ctx context.Context, p *pass, kee
 		}
 		if c := cm.Labels[cluster.LabelComponent]; keep != "" && cm.Labels[cluster.LabelRun] == keep && (c == cluster.ComponentShard || c == cluster.ComponentRecords) {
 			model := cm.Labels[cluster.LabelModel]
-			answers := cm.Labels[cluster.LabelAnswers] != "" && cm.Labels[cluster.LabelAnswers] == cluster.AnswersHash(&p.ev.Spec, model)
+			answers := cm.Labels[cluster.LabelAnswers] != "" && cm.Labels[cluster.LabelAnswers] == p.hashes.Answers(model)
 			if answers || cacheOn(&p.ev.Spec) {
 				src := cluster.CacheSource{Model: model, Dataset: cm.Labels[cluster.LabelDataset], Name: cm.Name, Answers: answers}
 				if cluster.InStore(cm.Annotations) {

@@ -28,6 +28,9 @@ import (
 
 // pass is what one reconcile learns and decides.
 type pass struct {
+	// mu guards what the objects a pass makes at once (eachAtOnce) note:
+	// requeueAfter, event, conflict and refused lock it.
+	mu     sync.Mutex
 	ev     *v1alpha1.Evaluation
 	status *v1alpha1.EvaluationStatus
 	now    time.Time
@@ -66,7 +69,10 @@ type pass struct {
 	// their runners may update.
 	shardObjects []string
 	plan         *cluster.Plan
-	jobs         map[string]*batchv1.Job // by model
+	// hashes are the spec's fingerprints (taken once a pass: the spec may
+	// hold thousands of inline samples).
+	hashes *cluster.Hashes
+	jobs   map[string]*batchv1.Job // by model
 	// queued are the run's Jobs Kueue has not admitted (yet, or again
 	// after a preemption); workloads their Workloads, read once a pass.
 	queued    []admission
@@ -140,6 +146,8 @@ func (p *pass) refused(kind, name string, err error) bool {
 	if !apierrors.IsForbidden(err) {
 		return false
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.refusal == nil {
 		p.refusal = &problem{reason: v1alpha1.ReasonFailedCreate, stall: true,
 			message: fmt.Sprintf("creating %s %s was refused: %s", kind, name, detail(err.Error()))}
@@ -236,17 +244,23 @@ func newPass(ev *v1alpha1.Evaluation, now time.Time) *pass {
 }
 
 func (p *pass) requeueAfter(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if d > 0 && (p.result.RequeueAfter == 0 || d < p.result.RequeueAfter) {
 		p.result.RequeueAfter = d
 	}
 }
 
 func (p *pass) event(eventType, reason, format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.events = append(p.events, event{eventType, reason, fmt.Sprintf(format, args...)})
 }
 
 // conflict notes a name the run needs that another object holds.
 func (p *pass) conflict(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if !slices.Contains(p.conflicts, err.Error()) {
 		p.conflicts = append(p.conflicts, err.Error())
 	}

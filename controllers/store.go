@@ -71,7 +71,7 @@ func newStoreWriter(store *objstore.Store, p *pass) *storeWriter {
 		for _, d := range p.ev.Spec.Datasets {
 			w.index[[2]string{model, d.Name}] = len(w.pairs)
 			header, _ := json.Marshal(pairHeader{Model: model, Dataset: d.Name, Run: p.run,
-				Answers: cluster.AnswersHash(&p.ev.Spec, model), Scorers: cluster.ScorersValue(&p.ev.Spec)})
+				Answers: p.hashes.Answers(model), Scorers: p.hashes.ScorersValue})
 			w.pairs = append(w.pairs, objects.PairParts{Model: model, Dataset: d.Name, Parts: []objects.Part{}, Header: header})
 		}
 	}

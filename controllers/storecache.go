@@ -89,7 +89,7 @@ func committedSources(p *pass, m *objects.Manifest, location string) []cluster.C
 		if json.Unmarshal(pp.Header, &h) != nil || len(pp.Parts) == 0 {
 			continue
 		}
-		answers := h.Answers != "" && h.Answers == cluster.AnswersHash(&p.ev.Spec, pp.Model)
+		answers := h.Answers != "" && h.Answers == p.hashes.Answers(pp.Model)
 		if !answers && !cacheOn(&p.ev.Spec) {
 			continue
 		}

@@ -163,28 +163,29 @@ func (r *EvaluationReconciler) writeSecret(ctx context.Context, p *pass, name, c
 // deleteSecrets deletes the run's Secrets of presigned URLs once its
 // records are committed: the URLs are not needed any more.
 func (r *EvaluationReconciler) deleteSecrets(ctx context.Context, p *pass, names []string) error {
-	for _, name := range names {
+	return eachAtOnce(len(names), func(i int) error {
 		sec := &corev1.Secret{}
-		sec.Namespace, sec.Name = p.ev.Namespace, name
+		sec.Namespace, sec.Name = p.ev.Namespace, names[i]
+		key := client.ObjectKeyFromObject(sec)
 		// Only the Evaluation's own: the precondition makes a Secret of that
 		// name someone else made since stay.
-		err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(sec), sec)
+		err := r.APIReader.Get(ctx, key, sec)
 		switch {
 		case apierrors.IsNotFound(err):
-			r.grants.forget(types.NamespacedName{Namespace: p.ev.Namespace, Name: name})
-			continue
+			r.grants.forget(key)
+			return nil
 		case err != nil:
 			return err
 		case !r.ours(p, "Secret", sec):
-			continue
+			return nil
 		}
 		err = r.Delete(ctx, sec, client.Preconditions{UID: &sec.UID})
 		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting Secret %s: %w", name, err)
+			return fmt.Errorf("deleting Secret %s: %w", names[i], err)
 		}
-		r.grants.forget(types.NamespacedName{Namespace: p.ev.Namespace, Name: name})
-	}
-	return nil
+		r.grants.forget(key)
+		return nil
+	})
 }
 
 // stagedRecords reads the staging chunks a shard sealed from the run's

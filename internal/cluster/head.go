@@ -242,13 +242,14 @@ func ParseBatches(annotations map[string]string) ([]results.BatchRecord, error) 
 	return out, nil
 }
 
-// NewHead is a shard's empty head, as the controller creates it.
-// With inStore, its shard seals its records into the results store.
-func NewHead(ev *v1alpha1.Evaluation, run string, sh Shard, inStore bool) *corev1.ConfigMap {
+// NewHead is a shard's empty head, as the controller creates it (h hashes
+// ev's spec). With inStore, its shard seals its records into the results
+// store.
+func NewHead(ev *v1alpha1.Evaluation, h *Hashes, run string, sh Shard, inStore bool) *corev1.ConfigMap {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 		Namespace: ev.Namespace, Name: HeadName(ev.Name, run, sh.Model, sh.Index),
-		Labels:          shardLabels(ev, Labels(ev.Name, run, ComponentShard), sh),
-		Annotations:     scorerAnnotation(ev),
+		Labels:          shardLabels(h, Labels(ev.Name, run, ComponentShard), sh),
+		Annotations:     map[string]string{AnnotationScorers: h.ScorersValue},
 		OwnerReferences: []metav1.OwnerReference{OwnerReference(ev)},
 	}}
 	if inStore {
@@ -258,12 +259,12 @@ func NewHead(ev *v1alpha1.Evaluation, run string, sh Shard, inStore bool) *corev
 }
 
 // NewChunkSlot is the k-th empty chunk slot of a shard, as the controller
-// creates it.
-func NewChunkSlot(ev *v1alpha1.Evaluation, run string, sh Shard, k int) *corev1.ConfigMap {
+// creates it (h hashes ev's spec).
+func NewChunkSlot(ev *v1alpha1.Evaluation, h *Hashes, run string, sh Shard, k int) *corev1.ConfigMap {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 		Namespace: ev.Namespace, Name: ChunkName(HeadName(ev.Name, run, sh.Model, sh.Index), k),
-		Labels:          shardLabels(ev, Labels(ev.Name, run, ComponentRecords), sh),
-		Annotations:     scorerAnnotation(ev),
+		Labels:          shardLabels(h, Labels(ev.Name, run, ComponentRecords), sh),
+		Annotations:     map[string]string{AnnotationScorers: h.ScorersValue},
 		OwnerReferences: []metav1.OwnerReference{OwnerReference(ev)},
 	}}
 }
@@ -322,15 +323,10 @@ func InStore(annotations map[string]string) bool {
 // those it filled and those it asks for.
 func SlotsWanted(p ShardProgress) int { return max(p.Chunks, p.Want) }
 
-func scorerAnnotation(ev *v1alpha1.Evaluation) map[string]string {
-	return map[string]string{AnnotationScorers: ScorersValue(&ev.Spec)}
-}
-
 // ScorersValue is ScorerHashes as AnnotationScorers holds them (and the
 // pairs the controller commits to a results store).
 func ScorersValue(spec *v1alpha1.EvaluationSpec) string {
-	b, _ := json.Marshal(ScorerHashes(spec)) // a map of strings: no error
-	return string(b)
+	return HashSpec(spec).ScorersValue
 }
 
 // KeptScorers are the metrics of the current spec whose scorer is the one
@@ -350,10 +346,10 @@ func KeptScorers(spec *v1alpha1.EvaluationSpec, cm *corev1.ConfigMap) map[string
 	return keep
 }
 
-func shardLabels(ev *v1alpha1.Evaluation, l map[string]string, s Shard) map[string]string {
+func shardLabels(h *Hashes, l map[string]string, s Shard) map[string]string {
 	l[LabelModel] = s.Model
 	l[LabelDataset] = s.Dataset
-	l[LabelAnswers] = AnswersHash(&ev.Spec, s.Model)
+	l[LabelAnswers] = h.Answers(s.Model)
 	return l
 }
 

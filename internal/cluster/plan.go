@@ -21,8 +21,7 @@ import (
 // unguessable from the spec alone: nothing made before the Evaluation existed
 // can carry its run's names.
 func RunID(ev *v1alpha1.Evaluation) string {
-	sum := sha256.Sum256([]byte(string(ev.UID) + "/" + SpecHash(&ev.Spec)))
-	return hex.EncodeToString(sum[:])[:8]
+	return HashSpec(&ev.Spec).RunID(ev)
 }
 
 // IsRun reports whether run is ev's current run: RunID, or for a run started
@@ -30,7 +29,7 @@ func RunID(ev *v1alpha1.Evaluation) string {
 // its identity, so that an upgrade of the manager does not start every
 // Evaluation over.
 func IsRun(ev *v1alpha1.Evaluation, run string) bool {
-	return run == RunID(ev) || (run == ev.Status.Run && run == SpecHash(&ev.Spec))
+	return HashSpec(&ev.Spec).IsRun(ev, run)
 }
 
 // SpecHash is a hash of the spec fields that decide a run's results or its
@@ -40,9 +39,7 @@ func IsRun(ev *v1alpha1.Evaluation, run string) bool {
 // then on (a local run's checkpoint leaves them out too); runner.stallTimeout
 // and budget at once.
 func SpecHash(spec *v1alpha1.EvaluationSpec) string {
-	b, _ := json.Marshal(resultSpec(spec))
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])[:8]
+	return HashSpec(spec).Spec
 }
 
 // AnswersHash is a hash of what decides model's answers: SpecHash's fields
@@ -51,19 +48,35 @@ func SpecHash(spec *v1alpha1.EvaluationSpec) string {
 // requests at the same positions, so a run whose scoring alone changed
 // scores the answers of the one before again instead of paying for them.
 func AnswersHash(spec *v1alpha1.EvaluationSpec, model string) string {
-	s := resultSpec(spec)
-	s.Scoring, s.Cache, s.ShardSize = nil, nil, nil
-	s.Models = slices.DeleteFunc(s.Models, func(m v1alpha1.Model) bool { return m.Name != model })
-	b, _ := json.Marshal(s)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])[:16]
+	return HashSpec(spec).Answers(model)
 }
 
 // ScorerHashes fingerprints each scorer of spec by its metric name: its
 // configuration and its judge model's (what decides its verdicts).
 func ScorerHashes(spec *v1alpha1.EvaluationSpec) map[string]string {
+	return HashSpec(spec).Scorers
+}
+
+// Hashes are a spec's fingerprints (SpecHash, AnswersHash of each model,
+// ScorerHashes), made from one normalized copy of it. Each made on its own
+// copies and encodes the whole spec, inline samples and all: the controller
+// takes them once a pass (HashSpec), not once for every shard's object.
+type Hashes struct {
+	// Spec is SpecHash.
+	Spec string
+	// Scorers is ScorerHashes, and ScorersValue the same as
+	// AnnotationScorers holds it.
+	Scorers      map[string]string
+	ScorersValue string
+	spec         *v1alpha1.EvaluationSpec
+	answers      map[string]string
+}
+
+// HashSpec takes spec's fingerprints.
+func HashSpec(spec *v1alpha1.EvaluationSpec) *Hashes {
 	s := resultSpec(spec)
-	out := make(map[string]string, len(s.Scoring))
+	b, _ := json.Marshal(s)
+	h := &Hashes{Spec: hashBytes(b, 8), Scorers: make(map[string]string, len(s.Scoring)), spec: s, answers: map[string]string{}}
 	for i := range s.Scoring {
 		sc := &s.Scoring[i]
 		v := []any{sc}
@@ -75,10 +88,41 @@ func ScorerHashes(spec *v1alpha1.EvaluationSpec) map[string]string {
 			}
 		}
 		b, _ := json.Marshal(v)
-		sum := sha256.Sum256(b)
-		out[sc.MetricName()] = hex.EncodeToString(sum[:])[:16]
+		h.Scorers[sc.MetricName()] = hashBytes(b, 16)
 	}
-	return out
+	b, _ = json.Marshal(h.Scorers) // a map of strings: no error
+	h.ScorersValue = string(b)
+	return h
+}
+
+// RunID is RunID of ev, whose spec h hashes.
+func (h *Hashes) RunID(ev *v1alpha1.Evaluation) string {
+	return shortHash(string(ev.UID)+"/"+h.Spec, 8)
+}
+
+// IsRun is IsRun of ev, whose spec h hashes.
+func (h *Hashes) IsRun(ev *v1alpha1.Evaluation, run string) bool {
+	// An older run's identity was SpecHash alone, and status.run says it.
+	return run == h.RunID(ev) || (run == h.Spec && ev.Status.Run == h.Spec)
+}
+
+// Answers is AnswersHash of model (taken once).
+func (h *Hashes) Answers(model string) string {
+	if a, ok := h.answers[model]; ok {
+		return a
+	}
+	s := *h.spec // shallow: only these fields differ
+	s.Scoring, s.Cache, s.ShardSize = nil, nil, nil
+	s.Models = slices.DeleteFunc(slices.Clone(s.Models), func(m v1alpha1.Model) bool { return m.Name != model })
+	b, _ := json.Marshal(&s)
+	a := hashBytes(b, 16)
+	h.answers[model] = a
+	return a
+}
+
+func hashBytes(b []byte, n int) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:n]
 }
 
 // resultSpec is a copy of spec without the fields that decide neither a

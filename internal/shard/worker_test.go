@@ -54,7 +54,7 @@ func newWorkerFixture(t *testing.T, heads map[int]cluster.ShardProgress, cfg fak
 	cluster.SetPlan(planCM.Annotations, plan)
 	objs := []client.Object{ev, planCM}
 	for _, sh := range plan.Shards(&ev.Spec, "m") {
-		head := cluster.NewHead(ev, f.run, sh, false)
+		head := cluster.NewHead(ev, cluster.HashSpec(&ev.Spec), f.run, sh, false)
 		if p, ok := heads[sh.Index]; ok {
 			b, err := json.Marshal(p)
 			if err != nil {

@@ -24,9 +24,9 @@ func TestForEachRunRecord(t *testing.T) {
 	c := newFakeClient(t)
 	var names []string
 	put := func(sh cluster.Shard, k int, lines ...string) {
-		cm := cluster.NewChunkSlot(ev, "r1", sh, k)
+		cm := cluster.NewChunkSlot(ev, cluster.HashSpec(&ev.Spec), "r1", sh, k)
 		if k < 0 {
-			cm = cluster.NewHead(ev, "r1", sh, false)
+			cm = cluster.NewHead(ev, cluster.HashSpec(&ev.Spec), "r1", sh, false)
 			cm.BinaryData = map[string][]byte{cluster.KeyPending: mustGzip(t, lines...)}
 		} else {
 			cm.BinaryData = map[string][]byte{cluster.KeyRecords: mustGzip(t, lines...)}

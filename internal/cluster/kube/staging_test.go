@@ -53,7 +53,7 @@ func TestStoreSealsIntoTheResultsStore(t *testing.T) {
 	srv := &stagingServer{objects: map[string][]byte{}, refuse: map[string]bool{}}
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	head := cluster.NewHead(ev, "r1", sh, true)
+	head := cluster.NewHead(ev, cluster.HashSpec(&ev.Spec), "r1", sh, true)
 	if err := c.Create(ctx, head); err != nil {
 		t.Fatal(err)
 	}

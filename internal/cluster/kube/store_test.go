@@ -188,9 +188,9 @@ func testEvaluation() *v1alpha1.Evaluation {
 // runner starts: the head, and n chunk slots.
 func controllerMakes(t *testing.T, c client.Client, ev *v1alpha1.Evaluation, run string, sh cluster.Shard, n int) {
 	t.Helper()
-	objs := []client.Object{cluster.NewHead(ev, run, sh, false)}
+	objs := []client.Object{cluster.NewHead(ev, cluster.HashSpec(&ev.Spec), run, sh, false)}
 	for k := range n {
-		objs = append(objs, cluster.NewChunkSlot(ev, run, sh, k))
+		objs = append(objs, cluster.NewChunkSlot(ev, cluster.HashSpec(&ev.Spec), run, sh, k))
 	}
 	for _, o := range objs {
 		if err := c.Create(context.Background(), o); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -458,7 +458,7 @@ func TestStoreRefusesObjectsItDoesNotOwn(t *testing.T) {
 		t.Fatalf("OpenStore on a foreign head: %v, want a ForeignError", err)
 	}
 	c = newFakeClient(t)
-	forged := cluster.NewHead(ev, "r1", sh, false)
+	forged := cluster.NewHead(ev, cluster.HashSpec(&ev.Spec), "r1", sh, false)
 	forged.OwnerReferences = nil
 	forged.Data = map[string]string{cluster.KeyDone: "0-1"}
 	if err := c.Create(ctx, forged); err != nil {
@@ -471,7 +471,7 @@ func TestStoreRefusesObjectsItDoesNotOwn(t *testing.T) {
 	// A foreign slot is never written to.
 	c = newFakeClient(t)
 	controllerMakes(t, c, ev, "r1", sh, 0)
-	if err := c.Create(ctx, cluster.NewChunkSlot(other, "r1", sh, 0)); err != nil {
+	if err := c.Create(ctx, cluster.NewChunkSlot(other, cluster.HashSpec(&other.Spec), "r1", sh, 0)); err != nil {
 		t.Fatal(err)
 	}
 	s, err := OpenStore(ctx, c, ev, "r1", sh, "p")
@@ -483,9 +483,9 @@ func TestStoreRefusesObjectsItDoesNotOwn(t *testing.T) {
 	}
 
 	// ForEachRunRecord skips (and reports) ConfigMaps the Evaluation does not control.
-	mine := cluster.NewChunkSlot(ev, "r2", sh, 0)
+	mine := cluster.NewChunkSlot(ev, cluster.HashSpec(&ev.Spec), "r2", sh, 0)
 	mine.BinaryData = map[string][]byte{cluster.KeyRecords: mustGzip(t, `{"i":0,"r":{"id":"real"}}`)}
-	theirs := cluster.NewChunkSlot(other, "r2", sh, 1)
+	theirs := cluster.NewChunkSlot(other, cluster.HashSpec(&other.Spec), "r2", sh, 1)
 	theirs.BinaryData = map[string][]byte{cluster.KeyRecords: mustGzip(t, `{"i":1,"r":{"id":"FORGED"}}`)}
 	for _, o := range []client.Object{mine, theirs} {
 		if err := c.Create(ctx, o); err != nil {
