@@ -282,9 +282,9 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	return p.result, nil
 }
 
-// writeStatus writes status if it changed. Progress alone is written at most every
-// ProgressInterval: shards report every few seconds each, and many shards would
-// otherwise mean many writes.
+// writeStatus writes status if it changed. Progress alone (shards done among
+// it) is written at most every progressEvery: shards report every few seconds
+// each, and many shards would otherwise mean many writes.
 func (r *EvaluationReconciler) writeStatus(ctx context.Context, p *pass, logger logr.Logger) (bool, error) {
 	old := &p.ev.Status
 	if apiequality.Semantic.DeepEqual(old, p.status) {
@@ -292,7 +292,7 @@ func (r *EvaluationReconciler) writeStatus(ctx context.Context, p *pass, logger 
 	}
 	key := client.ObjectKeyFromObject(p.ev)
 	if onlyProgress(old, p.status) {
-		if wait := r.progress.wait(key, p.now, r.Options.ProgressInterval); wait > 0 {
+		if wait := r.progress.wait(key, p.now, r.progressEvery(p)); wait > 0 {
 			p.requeueAfter(wait)
 			return false, nil
 		}
@@ -314,6 +314,21 @@ func (r *EvaluationReconciler) writeStatus(ctx context.Context, p *pass, logger 
 		logger.Info("Evaluation changed phase", "from", old.Phase, "to", p.status.Phase, "run", p.status.Run)
 	}
 	return true, nil
+}
+
+// progressBytesPerSecond bounds what writes of progress alone rewrite in
+// etcd for one Evaluation: each write rewrites the whole object, and a spec
+// of thousands of inline samples is hundreds of KiB.
+const progressBytesPerSecond = 32 << 10
+
+// progressEvery is how often progress alone is written: every
+// ProgressInterval, or less often for a large spec.
+func (r *EvaluationReconciler) progressEvery(p *pass) time.Duration {
+	every := r.Options.ProgressInterval
+	if p.hashes != nil {
+		every = max(every, time.Duration(p.hashes.SpecBytes)*time.Second/progressBytesPerSecond)
+	}
+	return every
 }
 
 func (r *EvaluationReconciler) forget(key types.NamespacedName) {

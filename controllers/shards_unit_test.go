@@ -413,7 +413,7 @@ func TestOnlyProgress(t *testing.T) {
 		}, true},
 		{"active shards", func(s *v1alpha1.EvaluationStatus) { s.Shards.Active = 3 }, true},
 		{"a shard failed", func(s *v1alpha1.EvaluationStatus) { s.Shards.Failed = 1 }, false},
-		{"a shard succeeded", func(s *v1alpha1.EvaluationStatus) { s.Shards.Succeeded = 1 }, false},
+		{"a shard succeeded", func(s *v1alpha1.EvaluationStatus) { s.Shards.Succeeded = 1 }, true},
 		{"score", func(s *v1alpha1.EvaluationStatus) { s.Score = "0.5000" }, true},
 		{"progress appears", func(s *v1alpha1.EvaluationStatus) { s.Progress = nil }, true},
 		{"observed generation", func(s *v1alpha1.EvaluationStatus) { s.ObservedGeneration = 2 }, true},

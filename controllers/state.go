@@ -607,6 +607,9 @@ func onlyProgress(a, b *v1alpha1.EvaluationStatus) bool {
 	if x.Shards != nil && y.Shards != nil {
 		x.Shards.Active, y.Shards.Active = 0, 0
 		x.Shards.Pending, y.Shards.Pending = 0, 0
+		// Shards done are progress: a worker finishes one every few
+		// seconds. (The run's end is a phase, written at once.)
+		x.Shards.Succeeded, y.Shards.Succeeded = 0, 0
 	}
 	x.ObservedGeneration = y.ObservedGeneration
 	for i := range x.Conditions {

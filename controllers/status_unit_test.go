@@ -23,6 +23,7 @@ import (
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/internal/testutil"
 )
 
 var errInjected = errors.New("injected fault")
@@ -100,6 +101,44 @@ func TestProgressOnlyChangesAreThrottled(t *testing.T) {
 	h.mustReconcile(ev)
 	if got := h.statusWrites(); got != 3 {
 		t.Errorf("a phase change within ProgressInterval was not written (%d writes)", got)
+	}
+}
+
+// Each status write rewrites the whole Evaluation in etcd: one whose inline
+// samples make it hundreds of KiB has its progress alone written less often
+// than ProgressInterval (progressBytesPerSecond); its phase still at once.
+func TestLargeSpecProgressIsWrittenLessOften(t *testing.T) {
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 4000).OpenAIModel("small", llmURL).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(2000).Generation(1).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}}) // ProgressInterval 2s
+	run := cluster.RunID(ev)
+	every := h.r.progressEvery(&pass{hashes: cluster.HashSpec(&ev.Spec)})
+	if every <= 2*time.Second {
+		t.Fatalf("progress of a spec of 4,000 inline samples written every %s, want less often than ProgressInterval", every)
+	}
+	h.mustReconcile(ev) // the run starts: written
+	writes := h.statusWrites()
+
+	h.create(headCM(t, "arith", run, cluster.Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 2000},
+		cluster.ShardProgress{State: cluster.StateRunning, Total: 2000, Done: 2}, nil))
+	h.clock.Step(3 * time.Second) // past ProgressInterval, within every
+	if res := h.mustReconcile(ev); res.RequeueAfter != every-3*time.Second {
+		t.Errorf("RequeueAfter = %v, want the rest of %s", res.RequeueAfter, every)
+	}
+	if got := h.statusWrites(); got != writes {
+		t.Errorf("progress %s after the last write was written (every %s)", 3*time.Second, every)
+	}
+	h.clock.Step(every - 3*time.Second)
+	h.mustReconcile(ev)
+	if got := h.statusWrites(); got != writes+1 {
+		t.Errorf("progress %s after the last write was not written", every)
+	}
+
+	h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) { s.Suspend = ptrTo(true) })
+	h.clock.Step(100 * time.Millisecond)
+	h.mustReconcile(ev)
+	if got := h.statusWrites(); got != writes+2 {
+		t.Errorf("a phase change within the interval was not written")
 	}
 }
 

@@ -68,15 +68,18 @@ type Hashes struct {
 	// AnnotationScorers holds it.
 	Scorers      map[string]string
 	ScorersValue string
-	spec         *v1alpha1.EvaluationSpec
-	answers      map[string]string
+	// SpecBytes is the size of the spec's JSON (what decides its results):
+	// about what each write of the Evaluation rewrites in etcd.
+	SpecBytes int
+	spec      *v1alpha1.EvaluationSpec
+	answers   map[string]string
 }
 
 // HashSpec takes spec's fingerprints.
 func HashSpec(spec *v1alpha1.EvaluationSpec) *Hashes {
 	s := resultSpec(spec)
 	b, _ := json.Marshal(s)
-	h := &Hashes{Spec: hashBytes(b, 8), Scorers: make(map[string]string, len(s.Scoring)), spec: s, answers: map[string]string{}}
+	h := &Hashes{Spec: hashBytes(b, 8), Scorers: make(map[string]string, len(s.Scoring)), SpecBytes: len(b), spec: s, answers: map[string]string{}}
 	for i := range s.Scoring {
 		sc := &s.Scoring[i]
 		v := []any{sc}
