@@ -187,7 +187,19 @@ func runInput(timeout time.Duration, stdin, name string, args ...string) (string
 	return stdout.String(), nil
 }
 
-func kubectl(args ...string) (string, error) { return run(time.Minute, kubectlBin, args...) }
+// kubectl runs kubectl for up to a minute, or for longer than its own
+// --timeout says (rollout status --timeout=2m).
+func kubectl(args ...string) (string, error) {
+	limit := time.Minute
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--timeout="); ok {
+			if d, err := time.ParseDuration(v); err == nil {
+				limit = max(limit, d+30*time.Second)
+			}
+		}
+	}
+	return run(limit, kubectlBin, args...)
+}
 
 func mustKubectl(t testing.TB, args ...string) string {
 	t.Helper()
