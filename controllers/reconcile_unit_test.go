@@ -870,48 +870,15 @@ func TestReconcileSucceeded(t *testing.T) {
 
 	// Finished is finished: nothing is gathered or written again.
 	writes := h.statusWrites()
-	h.clock.Step(time.Minute)
-	h.mustReconcile(ev)
+	h.clock.Step(time.Second)
+	if res := h.mustReconcile(ev); res.RequeueAfter != 0 {
+		t.Errorf("a pass after success requeued after %s", res.RequeueAfter)
+	}
 	if got := h.statusWrites(); got != writes {
 		t.Errorf("a pass after success wrote status %d more time(s)", got-writes)
 	}
 	if r := reasons(h.rec.take()); len(r) != 0 {
 		t.Errorf("a pass after success emitted %v", r)
-	}
-}
-
-// A run ends when its last head says its shard succeeded, not seconds later
-// when the Job controller says its Job completed; its pods get windDown to
-// exit (after a last metrics scrape) before they are stopped.
-func TestReconcileSucceededOnItsHeads(t *testing.T) {
-	h, ev, run := finishedRun(t)
-	storeModelRecords(t, h, run, "small")
-	job := "arith-small-" + run
-	h.setJobStatus(job, batchv1.JobStatus{Active: 1, CompletedIndexes: "0"})
-
-	h.mustReconcile(ev)
-
-	st := h.eval("arith").Status
-	if st.Phase != v1alpha1.PhaseSucceeded || st.ResultsConfigMap != "arith-results" || st.Score != "0.5000" {
-		t.Fatalf("phase %q results %q score %q, want Succeeded with its results", st.Phase, st.ResultsConfigMap, st.Score)
-	}
-	for _, step := range []struct {
-		after       time.Duration
-		wantSuspend bool
-	}{
-		{0, false},
-		{windDown - time.Second, false},
-		// Its pod did not exit: the Job is stopped.
-		{2 * time.Second, true},
-	} {
-		h.clock.Step(step.after)
-		h.mustReconcile(ev)
-		if got := ptr.Deref(h.jobs()[job].Spec.Suspend, false); got != step.wantSuspend {
-			t.Errorf("%s after it succeeded: Job suspended %v, want %v", h.clock.Since(st.CompletionTime.Time), got, step.wantSuspend)
-		}
-	}
-	if got := h.eval("arith").Status.Phase; got != v1alpha1.PhaseSucceeded {
-		t.Errorf("phase %q after its Job was stopped, want Succeeded", got)
 	}
 }
 
