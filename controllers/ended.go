@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -90,14 +89,6 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 		}
 	}
 	return false, nil
-}
-
-// endedAt is when the run ended (now, if its status does not say).
-func endedAt(p *pass) time.Time {
-	if t := p.ev.Status.CompletionTime; t != nil {
-		return t.Time
-	}
-	return p.now
 }
 
 // regate reports whether an ended run is to be compared and gated again: it

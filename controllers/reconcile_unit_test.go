@@ -870,7 +870,7 @@ func TestReconcileSucceeded(t *testing.T) {
 
 	// Finished is finished: nothing is gathered or written again.
 	writes := h.statusWrites()
-	h.clock.Step(time.Second)
+	h.clock.Step(time.Minute)
 	if res := h.mustReconcile(ev); res.RequeueAfter != 0 {
 		t.Errorf("a pass after success requeued after %s", res.RequeueAfter)
 	}

@@ -329,16 +329,17 @@ func ScorersValue(spec *v1alpha1.EvaluationSpec) string {
 	return HashSpec(spec).ScorersValue
 }
 
-// KeptScorers are the metrics of the current spec whose scorer is the one
-// that scored the records of an earlier run's ConfigMap cm (its
-// AnnotationScorers): their scores stay when its answers are scored again.
-func KeptScorers(spec *v1alpha1.EvaluationSpec, cm *corev1.ConfigMap) map[string]bool {
+// KeptScorers are the metrics of the current spec (its ScorerHashes,
+// scorers) whose scorer is the one that scored the records of an earlier
+// run's ConfigMap cm (its AnnotationScorers): their scores stay when its
+// answers are scored again.
+func KeptScorers(scorers map[string]string, cm *corev1.ConfigMap) map[string]bool {
 	var was map[string]string
 	if json.Unmarshal([]byte(cm.Annotations[AnnotationScorers]), &was) != nil {
 		return nil
 	}
 	keep := map[string]bool{}
-	for name, h := range ScorerHashes(spec) {
+	for name, h := range scorers {
 		if was[name] == h {
 			keep[name] = true
 		}

@@ -126,6 +126,7 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 	}
 	cacheOn := ev.Spec.Cache != nil && ev.Spec.Cache.Enabled
 	var urls *cluster.CacheURLs
+	scorers := cluster.ScorerHashes(&ev.Spec) // the spec's, once for every source
 	for _, src := range sources {
 		// The pod's shards of the source's dataset, and the samples they span.
 		var mine []cluster.Shard
@@ -170,7 +171,7 @@ func loadEarlier(ctx context.Context, c client.Client, ev *v1alpha1.Evaluation, 
 				return nil, err
 			}
 		}
-		keep := cluster.KeptScorers(&ev.Spec, &cm)
+		keep := cluster.KeptScorers(scorers, &cm)
 		for _, l := range lines {
 			sh := cluster.ShardOf(mine, l.Index)
 			if sh < 0 {
