@@ -39,11 +39,7 @@ func (r *EvaluationReconciler) keptLongEnough(p *pass) bool {
 	if rn := p.ev.Spec.Runner; rn != nil && rn.KeepFor != nil {
 		keep = rn.KeepFor.Duration
 	}
-	ended := p.now
-	if t := p.ev.Status.CompletionTime; t != nil {
-		ended = t.Time
-	}
-	if wait := ended.Add(keep).Sub(p.now); wait > 0 {
+	if wait := endedAt(p).Add(keep).Sub(p.now); wait > 0 {
 		p.requeueAfter(wait)
 		return false
 	}

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,8 +19,9 @@ import (
 
 // keepEnded keeps a run that ended as it ended: its status is not derived
 // again, none of its Jobs is created or resumed, and those still running (a
-// run that stalled) are suspended, so that their pods go away. Only a spec edit
-// that starts a new run starts anything again.
+// run that stalled) are suspended, so that their pods go away; those of a run
+// that succeeded, only after windDown. Only a spec edit that starts a new run
+// starts anything again.
 func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, error) {
 	st := &p.ev.Status
 	if st.Run != p.run || (st.Phase != v1alpha1.PhaseSucceeded && st.Phase != v1alpha1.PhaseFailed) {
@@ -63,6 +65,15 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 			return false, err
 		}
 	}
+	if st.Phase == v1alpha1.PhaseSucceeded {
+		// It ended when its last head said so (finish): its pods are exiting,
+		// after a last metrics scrape, and their Jobs complete on their own.
+		// Only one still running a while later is stopped.
+		if wait := windDown - p.now.Sub(endedAt(p)); wait > 0 {
+			p.requeueAfter(wait)
+			return false, nil
+		}
+	}
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		if cluster.Owned("Job", j, p.ev) != nil {
@@ -89,6 +100,19 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 		}
 	}
 	return false, nil
+}
+
+// windDown is how long the Jobs of a run that succeeded may go on: their
+// pods wait up to half a minute for a last metrics scrape (the runner's
+// finalScrapeWait), then shut down.
+const windDown = time.Minute
+
+// endedAt is when the run ended (now, if its status does not say).
+func endedAt(p *pass) time.Time {
+	if t := p.ev.Status.CompletionTime; t != nil {
+		return t.Time
+	}
+	return p.now
 }
 
 // regate reports whether an ended run is to be compared and gated again: it

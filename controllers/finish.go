@@ -31,7 +31,8 @@ import (
 // beyond it, NAME-results lists the ConfigMaps that hold them.
 const maxEmbeddedRecords = 700 << 10
 
-// finish ends the run once every Job finished: it gathers every shard's records
+// finish ends the run once every Job finished, or every shard's head says it
+// succeeded: it gathers every shard's records
 // (one per sample, whatever crashes stored twice) into status.results and
 // NAME-results, and fails the Evaluation, naming the shards, if any failed. The
 // results of the shards that succeeded are kept either way.
@@ -40,6 +41,13 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 		return true, nil
 	}
 	done, anyFailed := jobsFinished(p.jobs)
+	if !done && allSucceeded(p.shards) {
+		// Every head says its shard succeeded: the records are all written,
+		// and the run is over. Its pods are exiting (after a last metrics
+		// scrape); the Job controller says so seconds later (keepEnded lets
+		// them).
+		done = true
+	}
 	for _, m := range cluster.Subjects(&p.ev.Spec) {
 		// A model whose Job is not made yet has not run: the run is not over.
 		if p.jobs[m] == nil && len(p.plan.Shards(&p.ev.Spec, m)) > 0 {

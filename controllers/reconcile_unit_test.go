@@ -882,6 +882,41 @@ func TestReconcileSucceeded(t *testing.T) {
 	}
 }
 
+// A run ends when its last head says its shard succeeded, not seconds later
+// when the Job controller says its Job completed; its pods get windDown to
+// exit (after a last metrics scrape) before they are stopped.
+func TestReconcileSucceededOnItsHeads(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	storeModelRecords(t, h, run, "small")
+	job := "arith-small-" + run
+	h.setJobStatus(job, batchv1.JobStatus{Active: 1, CompletedIndexes: "0"})
+
+	h.mustReconcile(ev)
+
+	st := h.eval("arith").Status
+	if st.Phase != v1alpha1.PhaseSucceeded || st.ResultsConfigMap != "arith-results" || st.Score != "0.5000" {
+		t.Fatalf("phase %q results %q score %q, want Succeeded with its results", st.Phase, st.ResultsConfigMap, st.Score)
+	}
+	for _, step := range []struct {
+		after       time.Duration
+		wantSuspend bool
+	}{
+		{0, false},
+		{windDown - time.Second, false},
+		// Its pod did not exit: the Job is stopped.
+		{2 * time.Second, true},
+	} {
+		h.clock.Step(step.after)
+		h.mustReconcile(ev)
+		if got := ptr.Deref(h.jobs()[job].Spec.Suspend, false); got != step.wantSuspend {
+			t.Errorf("%s after it succeeded: Job suspended %v, want %v", h.clock.Since(st.CompletionTime.Time), got, step.wantSuspend)
+		}
+	}
+	if got := h.eval("arith").Status.Phase; got != v1alpha1.PhaseSucceeded {
+		t.Errorf("phase %q after its Job was stopped, want Succeeded", got)
+	}
+}
+
 // A pass that read a stale Evaluation (the cache has not caught up with the
 // last status write) does not gather the run's records only for its status
 // write to conflict: it waits for the watch to bring the current one.

@@ -496,6 +496,17 @@ func jobsFinished(jobs map[string]*batchv1.Job) (finished, anyFailed bool) {
 	return true, anyFailed
 }
 
+// allSucceeded reports whether every shard of the run succeeded: its head
+// says so, or its worker's Job index completed.
+func allSucceeded(shards []shardState) bool {
+	for _, s := range shards {
+		if !s.completed {
+			return false
+		}
+	}
+	return len(shards) > 0
+}
+
 // batchesStatus sums the shards' batches, when a model runs in batch mode.
 func batchesStatus(spec *v1alpha1.EvaluationSpec, shards []shardState) *v1alpha1.BatchesStatus {
 	if !slices.ContainsFunc(spec.Models, func(m v1alpha1.Model) bool { return m.Batch != nil }) {

@@ -38,8 +38,10 @@ func StartPrometheus(tb testing.TB, config string) *Prometheus {
 		port := freePorts(tb, 1)[0]
 		p := &Prometheus{URL: "http://127.0.0.1:" + strconv.Itoa(port)}
 		logFile := filepath.Join(dir, fmt.Sprintf("prometheus-%d.log", attempt))
+		// New targets (a test's pods) are taken up every second rather than
+		// every 5 s, so that a pod living seconds is scraped before it ends.
 		proc := startProcess(tb, logFile, bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, fmt.Sprintf("data-%d", attempt)),
-			"--web.listen-address=127.0.0.1:"+strconv.Itoa(port))
+			"--web.listen-address=127.0.0.1:"+strconv.Itoa(port), "--scrape.discovery-reload-interval=1s")
 		tb.Cleanup(func() {
 			if tb.Failed() {
 				out, _ := os.ReadFile(logFile)

@@ -54,10 +54,16 @@ func (l *scrapeLog) observed(h http.Handler) http.Handler {
 	})
 }
 
-// AwaitScrape waits until the metrics are read once more, from start to
-// end, so that the last counts reach the scraper: at most one and a half of
-// the intervals seen between reads, and never more than most. It returns
-// at once when nothing has read them, and reports whether a read came.
+// finalReads is how many reads begun after a runner is done it waits for.
+const finalReads = 2
+
+// AwaitScrape waits until the metrics are read twice more, each from start
+// to end, so that the last counts reach the scraper: a read the scraper
+// gave up on (its timeout is at most its interval, and a loaded node or
+// the API server's proxy can take longer) still ends here, and the next
+// one carries them again. It waits at most two and a half of the
+// intervals seen between reads, and never more than most; it returns at
+// once when nothing has read them, and reports whether the reads came.
 func (m *Metrics) AwaitScrape(ctx context.Context, most time.Duration) bool {
 	if m == nil {
 		return false
@@ -68,10 +74,10 @@ func (m *Metrics) AwaitScrape(ctx context.Context, most time.Duration) bool {
 		l.mu.Unlock()
 		return false
 	}
-	target := l.started + 1
+	target := l.started + finalReads
 	wait := most
 	if l.interval > 0 {
-		wait = min(most, l.interval*3/2)
+		wait = min(most, l.interval*(2*finalReads+1)/2)
 	}
 	l.mu.Unlock()
 	timer := time.NewTimer(wait)

@@ -11,10 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// TestAwaitScrape: a runner that is done waits for one more read of its
-// metrics begun after it asked, not one already under way; it does not
-// wait when nothing reads them, nor much longer than the reads' interval
-// when the reader went away.
+// TestAwaitScrape: a runner that is done waits for two more reads of its
+// metrics begun after it asked, not one already under way (the first of
+// them may be one the scraper gave up on); it does not wait when nothing
+// reads them, nor much longer than the reads' interval when the reader
+// went away.
 func TestAwaitScrape(t *testing.T) {
 	m := New()
 	if m.AwaitScrape(context.Background(), time.Minute) {
@@ -43,13 +44,13 @@ func TestAwaitScrape(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	get() // reads 200 ms apart
 
-	// The reader went away: the wait ends after about 1.5 intervals.
+	// The reader went away: the wait ends after about 2.5 intervals.
 	start := time.Now()
 	if m.AwaitScrape(context.Background(), time.Minute) {
 		t.Fatal("a read came although none was made")
 	}
-	if took := time.Since(start); took < 250*time.Millisecond || took > 10*time.Second {
-		t.Errorf("waited %v for a reader that went away, want about 300 ms", took)
+	if took := time.Since(start); took < 450*time.Millisecond || took > 10*time.Second {
+		t.Errorf("waited %v for a reader that went away, want about 500 ms", took)
 	}
 
 	// A read under way when the runner is done does not count (it may
@@ -70,7 +71,13 @@ func TestAwaitScrape(t *testing.T) {
 	case <-time.After(30 * time.Millisecond):
 	}
 	get()
+	select {
+	case <-done:
+		t.Fatal("one read after the runner was done ended its wait: the scraper may have given up on it")
+	case <-time.After(30 * time.Millisecond):
+	}
+	get()
 	if !<-done {
-		t.Error("the next read did not end the wait")
+		t.Error("the second read did not end the wait")
 	}
 }

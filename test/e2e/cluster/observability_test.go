@@ -29,7 +29,10 @@ func testObservability(t *testing.T) {
 	if clusterDir == "" {
 		t.Skip("the trace store and Prometheus run on the local cluster's node (CLUSTER_DIR unset)")
 	}
-	fakeServers(t, ns, "llm", []string{"-rpm=240", "-latency=150ms", "-fail-rate=0.1", "-drop-rate=0.03"})
+	// At 120 rpm the pods live about 20 s: Prometheus takes a new pod up as a
+	// target seconds after it starts (its discovery sends updates every 5 s),
+	// and a pod gone before its first scrape would count nothing.
+	fakeServers(t, ns, "llm", []string{"-rpm=120", "-latency=150ms", "-fail-rate=0.1", "-drop-rate=0.03"})
 
 	// Jaeger on this machine, the node, where runner pods reach it.
 	node := strings.TrimSpace(mustKubectl(t, "get", "nodes", "-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`))
@@ -91,7 +94,7 @@ spec:
 		}
 		for outcome, w := range want {
 			if got[outcome] != w {
-				return fmt.Errorf("requests by outcome: Prometheus %v, the server %v", got, want)
+				return fmt.Errorf("requests by outcome: Prometheus %v, the server %v%s", got, want, scrapesByPod(t, prom, ns, sel))
 			}
 		}
 		tokens, err := prom.Query(`sum by (kind) (max_over_time(proctor_runner_tokens_total` + sel + `[30m]))`)
@@ -141,6 +144,26 @@ spec:
 		t.Errorf("Jaeger's attempt spans: %v requests, %v refused, %v input tokens; the server %v, %v, %v",
 			attempts, refused, in, s["requests"], s["rateLimited"], s["inputTokens"])
 	}
+}
+
+// scrapesByPod says, for a failure, how often Prometheus read each runner
+// pod and what each read last, and when each pod's runner ran: a pod never
+// read, or read only before its last counts, shows there.
+func scrapesByPod(t *testing.T, prom *testutil.Prometheus, ns, sel string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, q := range []string{
+		`sum by (pod) (count_over_time(up` + sel + `[30m]))`,
+		`sum by (pod) (sum_over_time(up` + sel + `[30m]))`,
+		`sum by (pod) (max_over_time(proctor_runner_requests_total` + sel + `[30m]))`,
+	} {
+		v, err := prom.Query(q)
+		fmt.Fprintf(&b, "\n%s: %v %v", q, v, err)
+	}
+	out, err := kubectl("-n", ns, "get", "pods", "-l", "proctor.dev/component=runner", "-o",
+		`jsonpath={range .items[*]}{.metadata.name} {.status.podIP} {range .status.containerStatuses[?(@.name=="runner")]}{.state.terminated.startedAt} {.state.terminated.finishedAt}{end}{"\n"}{end}`)
+	fmt.Fprintf(&b, "\nrunner pods (name, IP, started, finished):\n%s%v", out, err)
+	return b.String()
 }
 
 // runnerScrapeConfig is a prometheus.yml scraping the runner pods of ns,
