@@ -7,9 +7,12 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/apiconv"
@@ -53,6 +56,9 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 			return true, nil
 		}
 		p.fail(reason, "%s", st.Message)
+	}
+	if err := r.tidyEnded(ctx, p); err != nil {
+		return false, err
 	}
 	var jobs batchv1.JobList
 	if err := r.List(ctx, &jobs, client.InNamespace(p.ev.Namespace), client.MatchingLabels{
@@ -100,6 +106,67 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 		}
 	}
 	return false, nil
+}
+
+// tidyEnded deletes, once status says the run ended, what carried its
+// records there: its shards' upload grants and the list of what it reused
+// (and, in the results store, its staging chunks, unless it stopped over
+// its budget and may go on), and the records an earlier run left as its
+// cache. The pass that ended the run wrote its status first, so that
+// kubectl sees the run end without waiting for this. It is done once per
+// manager for each end of a run, and only in the first tidyWithin after it
+// ended: a manager started later does not read every ended run's objects
+// again (what a manager that stopped in between left stays until the
+// Evaluation is deleted).
+func (r *EvaluationReconciler) tidyEnded(ctx context.Context, p *pass) error {
+	key := client.ObjectKeyFromObject(p.ev)
+	// A run over its budget may go on and end again: each end is tidied.
+	end := []string{fmt.Sprintf("%s %s %s %s", p.run, p.ev.Status.Phase, p.failureReason, endedAt(p).UTC().Format(time.RFC3339))}
+	if len(r.tidied.fresh(key, end)) == 0 || p.now.Sub(endedAt(p)) > tidyWithin {
+		return nil
+	}
+	began := r.Clock.Now()
+	st := &p.ev.Status
+	if st.ResultsLocation != "" {
+		if err := r.readPlan(ctx, p); err != nil {
+			return err
+		}
+		resumable := st.Phase == v1alpha1.PhaseFailed && p.failureReason == v1alpha1.ReasonBudgetExceeded
+		if err := r.cleanStaging(ctx, p, !resumable); err != nil {
+			return err
+		}
+	}
+	if _, err := r.deleteOtherRuns(ctx, p, ""); err != nil {
+		return err
+	}
+	r.tidied.mark(key, end)
+	log.FromContext(ctx).V(1).Info("Tidied an ended run", "run", p.run, "took", r.Clock.Since(began).Round(time.Millisecond).String())
+	return nil
+}
+
+// tidyWithin is how long after a run ended a manager tidies it (tidyEnded).
+const tidyWithin = 10 * time.Minute
+
+// readPlan reads the run's plan, when a pass that does not load it needs
+// it (nil if it is not there).
+func (r *EvaluationReconciler) readPlan(ctx context.Context, p *pass) error {
+	cm := &metav1.PartialObjectMetadata{}
+	cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	err := r.Get(ctx, client.ObjectKey{Namespace: p.ev.Namespace, Name: cluster.PlanName(p.ev.Name, p.run)}, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	case cluster.Owned("ConfigMap", cm, p.ev) != nil:
+		return nil //nolint:nilerr // not ours: no plan of this run
+	}
+	plan, _, err := cluster.ParsePlan(cm.Annotations)
+	if err != nil {
+		return fmt.Errorf("plan %s: %w", cm.Name, err)
+	}
+	p.plan = plan
+	return nil
 }
 
 // windDown is how long the Jobs of a run that succeeded may go on: their

@@ -128,8 +128,10 @@ type EvaluationReconciler struct {
 	heads    *headTracker
 	progress *throttle
 	reported *nameSet
-	grants   *uploadGrants
-	stores   storeCache
+	// tidied holds, per Evaluation, the ends of runs tidyEnded tidied.
+	tidied *nameSet
+	grants *uploadGrants
+	stores storeCache
 }
 
 // +kubebuilder:rbac:groups=proctor.dev,resources=evaluations,verbs=get;list;watch;update;patch
@@ -160,6 +162,7 @@ func (r *EvaluationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.heads = newHeadTracker()
 	r.progress = newThrottle()
 	r.reported = newNameSet()
+	r.tidied = newNameSet()
 	r.grants = newUploadGrants()
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Event{}, eventRegardingUID, eventRegarding); err != nil {
 		return err
@@ -335,5 +338,6 @@ func (r *EvaluationReconciler) forget(key types.NamespacedName) {
 	r.heads.forget(key)
 	r.progress.forget(key)
 	r.reported.forget(key)
+	r.tidied.forget(key)
 	forgetPhase(key)
 }

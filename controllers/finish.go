@@ -145,18 +145,10 @@ func (r *EvaluationReconciler) finish(ctx context.Context, p *pass) (bool, error
 	if ok, err := r.writeResults(ctx, p, &sum, records, chunks, location); !ok || err != nil {
 		return false, err
 	}
-	written := took()
-	if location != "" {
-		if err := r.cleanStaging(ctx, p, !resumable); err != nil {
-			return false, err
-		}
-	}
-	// The records an earlier run left as this run's cache are no longer needed.
-	if _, err := r.deleteOtherRuns(ctx, p, ""); err != nil {
-		return false, err
-	}
+	// What carried the records here goes once status says the run ended
+	// (tidyEnded, on the next pass): the user need not wait for it.
 	log.FromContext(ctx).Info("Gathered the run's results", "run", p.run, "shards", len(p.shards), "gather", gathered,
-		"commit", committed, "results", written, "cleanUp", took())
+		"commit", committed, "results", took())
 	recordResults(p, summaries, &sum, location)
 	end()
 	judge(p, lost, &sum)

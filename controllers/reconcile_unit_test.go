@@ -860,8 +860,10 @@ func TestReconcileSucceeded(t *testing.T) {
 		t.Errorf("results.jsonl.gz: one record per sample, in sample order (-want +got):\n%s", diff)
 	}
 
-	if _, ok := h.configMaps()[stale.Name]; ok {
-		t.Errorf("records of another run were kept after the run finished")
+	// What the run ended with goes once status says so (tidyEnded): the
+	// pass that ended it does not keep the user waiting for it.
+	if _, ok := h.configMaps()[stale.Name]; !ok {
+		t.Errorf("records of another run were deleted before status said the run ended")
 	}
 	wantEvents := []recordedEvent{{Type: corev1.EventTypeNormal, Reason: v1alpha1.ReasonCompleted, Action: v1alpha1.ReasonCompleted, Note: "Every sample was evaluated: 10/10"}}
 	if diff := cmp.Diff(wantEvents, h.rec.take()); diff != "" {
@@ -879,6 +881,49 @@ func TestReconcileSucceeded(t *testing.T) {
 	}
 	if r := reasons(h.rec.take()); len(r) != 0 {
 		t.Errorf("a pass after success emitted %v", r)
+	}
+	if _, ok := h.configMaps()[stale.Name]; ok {
+		t.Errorf("records of another run were kept after the run finished")
+	}
+}
+
+// What a run ended with (here, records an earlier run left) goes on the pass
+// after the one that ended it; once per manager, and only soon after the
+// end: a manager started much later does not read every ended run again.
+func TestTidyEnded(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	storeModelRecords(t, h, run, "small")
+	h.setJobStatus("arith-small-"+run, completeStatus("0-1"))
+	h.clock.Step(time.Minute)
+	h.mustReconcile(ev)
+	if got := h.eval("arith").Status.Phase; got != v1alpha1.PhaseSucceeded {
+		t.Fatalf("phase %q, want Succeeded", got)
+	}
+	earlier := func(run string) *corev1.ConfigMap {
+		cm := chunkCM(t, "arith", run, shardOf("small", 0), 0, map[int]results.Record{0: erroredRec("small", "d", 0)}, 0)
+		h.create(cm)
+		return cm
+	}
+	for i, step := range []struct {
+		name      string
+		restarted bool
+		after     time.Duration
+		wantGone  bool
+	}{
+		{name: "the pass after the end", wantGone: true},
+		{name: "a later pass of the same manager", after: time.Second},
+		{name: "a manager started soon after the end", restarted: true, after: time.Second, wantGone: true},
+		{name: "a manager started long after the end", restarted: true, after: tidyWithin},
+	} {
+		cm := earlier("0ldrun0" + string(rune('1'+i)))
+		if step.restarted {
+			h.r.tidied = newNameSet()
+		}
+		h.clock.Step(step.after)
+		h.mustReconcile(ev)
+		if _, kept := h.configMaps()[cm.Name]; kept == step.wantGone {
+			t.Errorf("%s: records of an earlier run kept %v, want %v", step.name, kept, !step.wantGone)
+		}
 	}
 }
 

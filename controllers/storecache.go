@@ -175,6 +175,9 @@ func (r *EvaluationReconciler) ensureCacheURLs(ctx context.Context, p *pass) (bo
 func cacheSecrets(p *pass) []string {
 	var names []string
 	for _, model := range cluster.Subjects(&p.ev.Spec) {
+		if p.plan == nil {
+			break // no plan, no shards
+		}
 		for _, sh := range p.plan.Shards(&p.ev.Spec, model) {
 			names = append(names, cluster.UploadsName(cluster.HeadName(p.ev.Name, p.run, sh.Model, sh.Index)))
 		}

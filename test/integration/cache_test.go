@@ -106,15 +106,20 @@ func testEditStartsNewRunReusingCache(t *testing.T, store *objstore.Store) {
 			t.Errorf("ConfigMap %s holds records", c.Name)
 		}
 	}
-	var secrets corev1.SecretList
-	if err := k8sClient.List(context.Background(), &secrets, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range secrets.Items {
-		if c := s.Labels[cluster.LabelComponent]; c == cluster.ComponentUploads || c == cluster.ComponentCache {
-			t.Errorf("Secret %s (%s) is left after its run", s.Name, c)
+	// They go on the pass after the one that ended the run (tidyEnded).
+	eventually(t, 30*time.Second, "no uploads or cache Secret left after the runs", func() (bool, string) {
+		var secrets corev1.SecretList
+		if err := k8sClient.List(context.Background(), &secrets, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
 		}
-	}
+		var left []string
+		for _, s := range secrets.Items {
+			if c := s.Labels[cluster.LabelComponent]; c == cluster.ComponentUploads || c == cluster.ComponentCache {
+				left = append(left, s.Name+" ("+c+")")
+			}
+		}
+		return len(left) == 0, fmt.Sprintf("left: %v", left)
+	})
 }
 
 // editAndWait edits the Evaluation cached and waits for a run other than
@@ -140,11 +145,12 @@ func editAndWait(t *testing.T, ns, was string, edit func(*v1alpha1.EvaluationSpe
 // are gone once that run ended.
 func assertRunGone(t *testing.T, ns, run string) {
 	t.Helper()
-	var cms corev1.ConfigMapList
-	if err := k8sClient.List(context.Background(), &cms, client.InNamespace(ns), client.MatchingLabels{cluster.LabelRun: run}); err != nil {
-		t.Fatal(err)
-	}
-	if len(cms.Items) != 0 {
-		t.Errorf("%d ConfigMaps of run %s remain", len(cms.Items), run)
-	}
+	// They go on the pass after the one that ended the later run (tidyEnded).
+	eventually(t, 30*time.Second, "no ConfigMap of run "+run+" left", func() (bool, string) {
+		var cms corev1.ConfigMapList
+		if err := k8sClient.List(context.Background(), &cms, client.InNamespace(ns), client.MatchingLabels{cluster.LabelRun: run}); err != nil {
+			return false, err.Error()
+		}
+		return len(cms.Items) == 0, fmt.Sprintf("%d remain", len(cms.Items))
+	})
 }

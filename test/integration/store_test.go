@@ -143,16 +143,15 @@ func TestResultsStore(t *testing.T) {
 	if _, err := read(nil); err == nil || !strings.Contains(err.Error(), loc) {
 		t.Errorf("reading without access to the store: %v, want an error naming %s", err, loc)
 	}
-	var secrets corev1.SecretList
-	if err := k8sClient.List(ctx, &secrets, client.InNamespace(ns), client.MatchingLabels{cluster.LabelComponent: cluster.ComponentUploads}); err != nil {
-		t.Fatal(err)
-	}
-	if len(secrets.Items) > 0 {
-		t.Errorf("%d uploads Secrets left after the run, want none", len(secrets.Items))
-	}
-	if keys, err := weed.Store(t, loc).List(ctx, "staging/"); err != nil || len(keys) > 0 {
-		t.Errorf("staging chunks left after the commit: %v (%v)", keys, err)
-	}
+	// They go on the pass after the one that ended the run (tidyEnded).
+	eventually(t, 30*time.Second, "no uploads Secret nor staging chunk left after the run", func() (bool, string) {
+		var secrets corev1.SecretList
+		if err := k8sClient.List(ctx, &secrets, client.InNamespace(ns), client.MatchingLabels{cluster.LabelComponent: cluster.ComponentUploads}); err != nil {
+			return false, err.Error()
+		}
+		keys, err := weed.Store(t, loc).List(ctx, "staging/")
+		return len(secrets.Items) == 0 && err == nil && len(keys) == 0, fmt.Sprintf("%d uploads Secrets, staging chunks %v (%v)", len(secrets.Items), keys, err)
+	})
 	// Finished samples were not called again: beyond the samples, only
 	// those in flight at the two kills (and not flushed yet) were.
 	if calls, inFlight := srv.Stats().Requests, int64(concurrency+concurrency*testFlushEvery/latency); calls > n+2*inFlight {
