@@ -54,9 +54,21 @@ func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (
 	if ev.Spec.Runner != nil && ev.Spec.Runner.ServiceAccountName != "" {
 		saName = ev.Spec.Runner.ServiceAccountName
 	} else {
+		// Read from the cache first: creating it on every pass (refused as
+		// there, then read again) took 2 round trips a pass.
 		sa := &corev1.ServiceAccount{ObjectMeta: objectMeta(ev.Namespace, name, labels)}
-		if ok, err := r.claim(ctx, p, sa); !ok || err != nil {
+		have := &metav1.PartialObjectMetadata{}
+		have.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
+		err := r.Get(ctx, client.ObjectKeyFromObject(sa), have)
+		switch {
+		case apierrors.IsNotFound(err):
+			if ok, err := r.claim(ctx, p, sa); !ok || err != nil {
+				return false, err
+			}
+		case err != nil:
 			return false, err
+		case !r.ours(p, "ServiceAccount", have):
+			return false, nil
 		}
 	}
 

@@ -1,11 +1,17 @@
 package controllers
 
 import (
+	"context"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
@@ -111,5 +117,37 @@ func TestRunnerRules(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSteadyPassCreatesNothing: once a run's objects exist, a pass creates
+// none of them again (each refused create was a round trip, and the
+// ServiceAccount's was made on every pass).
+func TestSteadyPassCreatesNothing(t *testing.T) {
+	var mu sync.Mutex
+	var created []string
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).OpenAIModel("small", llmURL).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Generation(1).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}, funcs: interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			mu.Lock()
+			created = append(created, fmt.Sprintf("%T %s", obj, obj.GetName()))
+			mu.Unlock()
+			return c.Create(ctx, obj, opts...)
+		},
+	}})
+	h.mustReconcile(ev)
+	mu.Lock()
+	if !slices.Contains(created, "*v1.ServiceAccount "+cluster.RunnerName("arith")) {
+		t.Fatalf("the first pass created %v, no runner ServiceAccount", created)
+	}
+	created = nil
+	mu.Unlock()
+	h.clock.Step(time.Second)
+	h.mustReconcile(ev)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(created) > 0 {
+		t.Errorf("a steady pass created %v", created)
 	}
 }

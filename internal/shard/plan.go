@@ -49,7 +49,7 @@ func runEstimate(ctx context.Context, plan *runner.Plan, o Options) *v1alpha1.Es
 // of its Jobs starts.
 func Plan(ctx context.Context, c client.Client, o Options) error {
 	o.defaults()
-	ev, endpoints, err := currentEvaluation(ctx, c, o)
+	ev, endpoints, err := currentEvaluation(ctx, c, o, false)
 	if err != nil {
 		return err
 	}
