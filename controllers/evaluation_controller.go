@@ -130,6 +130,7 @@ type EvaluationReconciler struct {
 	reported *nameSet
 	// tidied holds, per Evaluation, the ends of runs tidyEnded tidied.
 	tidied *nameSet
+	hashes *specHashes
 	grants *uploadGrants
 	stores storeCache
 }
@@ -163,6 +164,7 @@ func (r *EvaluationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.progress = newThrottle()
 	r.reported = newNameSet()
 	r.tidied = newNameSet()
+	r.hashes = newSpecHashes()
 	r.grants = newUploadGrants()
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Event{}, eventRegardingUID, eventRegarding); err != nil {
 		return err
@@ -339,5 +341,6 @@ func (r *EvaluationReconciler) forget(key types.NamespacedName) {
 	r.progress.forget(key)
 	r.reported.forget(key)
 	r.tidied.forget(key)
+	r.hashes.forget(key)
 	forgetPhase(key)
 }

@@ -189,6 +189,7 @@ func initReconciler(r *EvaluationReconciler) {
 	r.progress = newThrottle()
 	r.reported = newNameSet()
 	r.tidied = newNameSet()
+	r.hashes = newSpecHashes()
 	r.grants = newUploadGrants()
 }
 

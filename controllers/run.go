@@ -31,7 +31,7 @@ import (
 // of a model whose answers the edit left as they were (the scoring alone
 // changed), which the new run scores again without calling the model.
 func (r *EvaluationReconciler) startRun(ctx context.Context, p *pass) (bool, error) {
-	p.hashes = cluster.HashSpec(&p.ev.Spec)
+	p.hashes = r.hashes.of(p.ev)
 	p.run = p.hashes.RunID(p.ev)
 	if p.status.Run != "" && p.hashes.IsRun(p.ev, p.status.Run) {
 		p.run = p.status.Run // a run started by an older manager keeps its identity

@@ -784,3 +784,45 @@ func (n *nameSet) forget(ev types.NamespacedName) {
 	defer n.mu.Unlock()
 	delete(n.seen, ev)
 }
+
+// specHashes keeps, per Evaluation, its spec's fingerprints at its current
+// generation: taken on every pass, they encoded the whole spec each time
+// (20-90 ms of CPU for 3,000 inline samples, on the 90-odd passes of a
+// run). The spec changes only with the generation.
+type specHashes struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]hashesAt
+}
+
+type hashesAt struct {
+	uid        types.UID
+	generation int64
+	h          *cluster.Hashes
+}
+
+func newSpecHashes() *specHashes { return &specHashes{m: map[types.NamespacedName]hashesAt{}} }
+
+// of returns ev's fingerprints, ev defaulted. An Evaluation without a
+// generation (one no API server has stored) is hashed every time.
+func (c *specHashes) of(ev *v1alpha1.Evaluation) *cluster.Hashes {
+	key := types.NamespacedName{Namespace: ev.Namespace, Name: ev.Name}
+	c.mu.Lock()
+	at, ok := c.m[key]
+	c.mu.Unlock()
+	if ok && ev.Generation != 0 && at.uid == ev.UID && at.generation == ev.Generation {
+		return at.h
+	}
+	h := cluster.HashSpec(&ev.Spec)
+	if ev.Generation != 0 {
+		c.mu.Lock()
+		c.m[key] = hashesAt{uid: ev.UID, generation: ev.Generation, h: h}
+		c.mu.Unlock()
+	}
+	return h
+}
+
+func (c *specHashes) forget(key types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -72,7 +73,10 @@ type Hashes struct {
 	// about what each write of the Evaluation rewrites in etcd.
 	SpecBytes int
 	spec      *v1alpha1.EvaluationSpec
-	answers   map[string]string
+	// answers are taken as asked for: a controller keeps one Hashes for
+	// every pass of a spec's generation.
+	mu      sync.Mutex
+	answers map[string]string
 }
 
 // HashSpec takes spec's fingerprints.
@@ -111,6 +115,8 @@ func (h *Hashes) IsRun(ev *v1alpha1.Evaluation, run string) bool {
 
 // Answers is AnswersHash of model (taken once).
 func (h *Hashes) Answers(model string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if a, ok := h.answers[model]; ok {
 		return a
 	}
