@@ -121,7 +121,11 @@ func (r *EvaluationReconciler) keepEnded(ctx context.Context, p *pass) (bool, er
 func (r *EvaluationReconciler) tidyEnded(ctx context.Context, p *pass) error {
 	key := client.ObjectKeyFromObject(p.ev)
 	// A run over its budget may go on and end again: each end is tidied.
-	end := []string{fmt.Sprintf("%s %s %s %s", p.run, p.ev.Status.Phase, p.failureReason, endedAt(p).UTC().Format(time.RFC3339))}
+	var at string
+	if t := p.ev.Status.CompletionTime; t != nil {
+		at = t.UTC().Format(time.RFC3339)
+	}
+	end := []string{fmt.Sprintf("%s %s %s %s", p.run, p.ev.Status.Phase, p.failureReason, at)}
 	if len(r.tidied.fresh(key, end)) == 0 || p.now.Sub(endedAt(p)) > tidyWithin {
 		return nil
 	}

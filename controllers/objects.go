@@ -47,8 +47,9 @@ func (r *EvaluationReconciler) claimResults(ctx context.Context, p *pass) (bool,
 // objectsAtOnce is how many of a run's per-shard objects a pass makes or
 // deletes at once: one by one, a run's first pass (a head and an uploads
 // Secret for each shard) and its last (deleting the Secrets) took a second
-// or more of round trips each, at either end of every run.
-const objectsAtOnce = 8
+// or more of round trips each, at either end of every run; 8 at a time, the
+// first pass of 40 shards still took 0.58 s before its Jobs were made.
+const objectsAtOnce = 16
 
 // eachAtOnce runs f(0) to f(n-1), objectsAtOnce at a time, and returns the
 // first error (the others run to their end: what they made is made).

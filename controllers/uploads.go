@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/cluster/kube"
@@ -85,11 +86,13 @@ func (r *EvaluationReconciler) ensureUploads(ctx context.Context, p *pass, store
 	}
 	renew := uploadURLLifetime / 2
 	g, known := r.grants.get(key)
+	absent := false
 	if !known {
 		var sec corev1.Secret
 		err := r.APIReader.Get(ctx, key, &sec)
 		switch {
 		case apierrors.IsNotFound(err):
+			absent = true
 		case err != nil:
 			return false, err
 		case !r.ours(p, "Secret", &sec):
@@ -129,12 +132,37 @@ func (r *EvaluationReconciler) ensureUploads(ctx context.Context, p *pass, store
 	if err != nil {
 		return false, err
 	}
-	if ok, err := r.writeSecret(ctx, p, name, cluster.ComponentUploads, map[string][]byte{cluster.KeyUploads: data}); !ok || err != nil {
+	write := r.writeSecret
+	if absent {
+		// Just read as not there (a run's first pass, 40 shards): made
+		// without reading it again.
+		write = r.createSecret
+	}
+	if ok, err := write(ctx, p, name, cluster.ComponentUploads, map[string][]byte{cluster.KeyUploads: data}); !ok || err != nil {
 		return ok, err
 	}
 	r.grants.set(key, grant{first: u.First, end: end, gets: gets, expires: u.Expires})
 	p.requeueAfter(uploadURLLifetime - renew)
 	return true, nil
+}
+
+// createSecret creates the Secret name of the run holding data, read as
+// not there; one made since is written as writeSecret writes it.
+func (r *EvaluationReconciler) createSecret(ctx context.Context, p *pass, name, component string, data map[string][]byte) (bool, error) {
+	sec := &corev1.Secret{ObjectMeta: objectMeta(p.ev.Namespace, name, cluster.Labels(p.ev.Name, p.run, component)), Data: data}
+	if err := controllerutil.SetControllerReference(p.ev, sec, r.Scheme); err != nil {
+		return false, err
+	}
+	err := r.Create(ctx, sec)
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsAlreadyExists(err):
+		return r.writeSecret(ctx, p, name, component, data)
+	case p.refused("Secret", name, err):
+		return false, nil
+	}
+	return false, fmt.Errorf("creating Secret %s: %w", name, err)
 }
 
 // writeSecret creates the Secret name of the run holding data, or updates

@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/cluster"
@@ -267,5 +269,71 @@ func TestOpenStore(t *testing.T) {
 	}
 	if got, err := h.r.runStore(ctx, p); err != nil || got != p.store {
 		t.Errorf("runStore: %v, %v", got, err)
+	}
+}
+
+// TestFirstGrantIsMadeWithoutReadingTwice: a shard's first uploads Secret,
+// read as not there, is created without reading it again; one made since
+// the read (its own, from an earlier grant) is written with the new URLs.
+func TestFirstGrantIsMadeWithoutReadingTwice(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		madeSince bool
+		wantReads int
+	}{
+		{name: "not there", wantReads: 1},
+		{name: "made since it was read", madeSince: true, wantReads: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ev := storeHarness(t)
+			head := cluster.HeadName(ev.Name, "r1", "small", 0)
+			key := client.ObjectKey{Namespace: testNS, Name: cluster.UploadsName(head)}
+			reads := 0
+			var h *harness
+			loc, _ := objstore.ParseURL("s3://runs/cluster")
+			store, err := objstore.Open(ctx, loc, objstore.Options{Endpoint: "http://127.0.0.1:9", AccessKeyID: "id", SecretAccessKey: "k"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h = newHarness(t, harnessOpts{objs: []client.Object{ev}, opts: Options{ResultsStore: store}, funcs: interceptor.Funcs{
+				Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if _, ok := obj.(*corev1.Secret); !ok || k != key {
+						return c.Get(ctx, k, obj, opts...)
+					}
+					reads++
+					if reads == 1 && tc.madeSince {
+						// Read as not there; then made, as an earlier grant.
+						err := c.Get(ctx, k, obj, opts...)
+						old := &corev1.Secret{ObjectMeta: objectMeta(testNS, key.Name, cluster.Labels(ev.Name, "r1", cluster.ComponentUploads)),
+							Data: map[string][]byte{cluster.KeyUploads: []byte(`{"put":["http://old/"]}`)}}
+						if err := controllerutil.SetControllerReference(ev, old, c.Scheme()); err != nil {
+							t.Fatal(err)
+						}
+						if err := c.Create(ctx, old); err != nil {
+							t.Fatal(err)
+						}
+						return err
+					}
+					return c.Get(ctx, k, obj, opts...)
+				},
+			}})
+			p := newPass(ev, t0)
+			p.run = "r1"
+			if ok, err := h.r.ensureUploads(ctx, p, store, head, cluster.ShardProgress{}); !ok || err != nil {
+				t.Fatalf("ok %v, err %v", ok, err)
+			}
+			if reads != tc.wantReads {
+				t.Errorf("the Secret read %d times, want %d", reads, tc.wantReads)
+			}
+			var sec corev1.Secret
+			if err := h.c.Get(ctx, key, &sec); err != nil {
+				t.Fatal(err)
+			}
+			var u cluster.Uploads
+			if err := json.Unmarshal(sec.Data[cluster.KeyUploads], &u); err != nil || len(u.Put) != cluster.UploadWindow {
+				t.Errorf("the Secret holds %d URLs (%v), want a window of %d", len(u.Put), err, cluster.UploadWindow)
+			}
+		})
 	}
 }
