@@ -99,7 +99,16 @@ spec:
 		b.Fatalf("the model server answered %v requests for %d samples", s["requests"], total)
 	}
 	after := objectCounts(b, ns)
-	first, last := runnerWindow(b, ns)
+	// The run ends when its heads say so; its pods end on their own moments
+	// later, and the window is theirs.
+	first, last, running := runnerWindow(b, ns)
+	for deadline := time.Now().Add(time.Minute); running > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+		first, last, running = runnerWindow(b, ns)
+	}
+	if running > 0 {
+		b.Fatalf("%d runner pods still running a minute after the run succeeded", running)
+	}
 
 	rate := float64(total) / wall.Seconds()
 	bound := float64(benchModels*benchParallelism*benchConcurrency) / benchLatency.Seconds()
@@ -136,14 +145,19 @@ spec:
 }
 
 // runnerWindow is when the run's first runner container started and its
-// last one ended (zero if no runner says).
-func runnerWindow(b *testing.B, ns string) (first, last time.Time) {
+// last one ended (zero if no runner says), and how many have not ended.
+func runnerWindow(b *testing.B, ns string) (first, last time.Time, running int) {
 	b.Helper()
 	out := mustKubectl(b, "-n", ns, "get", "pods", "-l", "proctor.dev/component=runner", "-o",
 		`jsonpath={range .items[*]}{range .status.containerStatuses[?(@.name=="runner")]}{.state.terminated.startedAt} {.state.terminated.finishedAt}{"\n"}{end}{end}`)
+	if strings.TrimSpace(out) == "" {
+		return first, last, 0
+	}
+	// A line a container: its start and end, or nothing while it runs.
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
 		if len(f) != 2 {
+			running++
 			continue
 		}
 		started, err1 := time.Parse(time.RFC3339, f[0])
@@ -158,7 +172,7 @@ func runnerWindow(b *testing.B, ns string) (first, last time.Time) {
 			last = finished
 		}
 	}
-	return first, last
+	return first, last, running
 }
 
 // objectKinds are the objects a run makes in its namespace, counted.
