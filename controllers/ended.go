@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -154,9 +153,7 @@ const tidyWithin = 10 * time.Minute
 // readPlan reads the run's plan, when a pass that does not load it needs
 // it (nil if it is not there).
 func (r *EvaluationReconciler) readPlan(ctx context.Context, p *pass) error {
-	cm := &metav1.PartialObjectMetadata{}
-	cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
-	err := r.Get(ctx, client.ObjectKey{Namespace: p.ev.Namespace, Name: cluster.PlanName(p.ev.Name, p.run)}, cm)
+	cm, err := r.planConfigMap(ctx, p)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil

@@ -41,7 +41,7 @@ func (r *EvaluationReconciler) runConfigMaps(ctx context.Context, p *pass) ([]me
 func (r *EvaluationReconciler) claimResults(ctx context.Context, p *pass) (bool, error) {
 	cm := &corev1.ConfigMap{ObjectMeta: objectMeta(p.ev.Namespace, cluster.ResultsName(p.ev.Name), cluster.Labels(p.ev.Name, p.run, cluster.ComponentResults))}
 	cm.Annotations = map[string]string{cluster.AnnotationRun: p.run}
-	return r.claimConfigMap(ctx, p, cm)
+	return r.claimCached(ctx, p, cm)
 }
 
 // objectsAtOnce is how many of a run's per-shard objects a pass makes or

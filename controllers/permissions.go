@@ -54,21 +54,11 @@ func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (
 	if ev.Spec.Runner != nil && ev.Spec.Runner.ServiceAccountName != "" {
 		saName = ev.Spec.Runner.ServiceAccountName
 	} else {
-		// Read from the cache first: creating it on every pass (refused as
-		// there, then read again) took 2 round trips a pass.
+		// Looked for in the cache first: created on every pass (refused as
+		// there, then read again), it took 2 round trips a pass.
 		sa := &corev1.ServiceAccount{ObjectMeta: objectMeta(ev.Namespace, name, labels)}
-		have := &metav1.PartialObjectMetadata{}
-		have.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
-		err := r.Get(ctx, client.ObjectKeyFromObject(sa), have)
-		switch {
-		case apierrors.IsNotFound(err):
-			if ok, err := r.claim(ctx, p, sa); !ok || err != nil {
-				return false, err
-			}
-		case err != nil:
+		if ok, err := r.claimCached(ctx, p, sa); !ok || err != nil {
 			return false, err
-		case !r.ours(p, "ServiceAccount", have):
-			return false, nil
 		}
 	}
 
@@ -181,22 +171,13 @@ func (r *EvaluationReconciler) runnerRules(p *pass) []rbacv1.PolicyRule {
 // user's own object, or one made before the Evaluation existed) is left as it
 // is and reported as a NameConflict; the caller stops the pass.
 func (r *EvaluationReconciler) claim(ctx context.Context, p *pass, obj client.Object) (bool, error) {
-	if err := controllerutil.SetControllerReference(p.ev, obj, r.Scheme); err != nil {
-		return false, err
-	}
-	err := r.Create(ctx, obj)
-	if err == nil {
-		return true, nil
-	}
-	gvk, gvkErr := r.GroupVersionKindFor(obj)
-	if gvkErr != nil {
-		return false, gvkErr
-	}
+	created, err := r.createOwned(ctx, p, obj)
 	if !apierrors.IsAlreadyExists(err) {
-		if p.refused(gvk.Kind, obj.GetName(), err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("creating %s %s: %w", gvk.Kind, obj.GetName(), err)
+		return created, err
+	}
+	gvk, err := r.GroupVersionKindFor(obj)
+	if err != nil {
+		return false, err
 	}
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(gvk)
@@ -208,6 +189,27 @@ func (r *EvaluationReconciler) claim(ctx context.Context, p *pass, obj client.Ob
 		return false, err
 	}
 	return r.ours(p, gvk.Kind, m), nil
+}
+
+// createOwned creates obj, controlled by the Evaluation, and reports whether
+// it did: false with the API server's AlreadyExists error when the name is
+// taken, false without error when creating it was refused (p.refused).
+func (r *EvaluationReconciler) createOwned(ctx context.Context, p *pass, obj client.Object) (bool, error) {
+	if err := controllerutil.SetControllerReference(p.ev, obj, r.Scheme); err != nil {
+		return false, err
+	}
+	err := r.Create(ctx, obj)
+	if err == nil || apierrors.IsAlreadyExists(err) {
+		return err == nil, err
+	}
+	gvk, gvkErr := r.GroupVersionKindFor(obj)
+	if gvkErr != nil {
+		return false, gvkErr
+	}
+	if p.refused(gvk.Kind, obj.GetName(), err) {
+		return false, nil
+	}
+	return false, fmt.Errorf("creating %s %s: %w", gvk.Kind, obj.GetName(), err)
 }
 
 // ours reports whether obj is controlled by the Evaluation, noting a
@@ -261,22 +263,27 @@ func (r *EvaluationReconciler) ensureBudget(ctx context.Context, p *pass) (bool,
 	if apiconv.ModelLimits(&p.ev.Spec) == nil && p.ev.Spec.Budget == nil {
 		return true, nil
 	}
-	return r.claimConfigMap(ctx, p, cluster.NewBudgetConfigMap(p.ev))
+	return r.claimCached(ctx, p, cluster.NewBudgetConfigMap(p.ev))
 }
 
-// claimConfigMap is claim for a ConfigMap the pass has not looked for yet: one
-// the manager's (metadata) cache holds is only checked, not created again.
-func (r *EvaluationReconciler) claimConfigMap(ctx context.Context, p *pass, cm *corev1.ConfigMap) (bool, error) {
+// claimCached is claim for an object the pass has not looked for yet, of a
+// kind the manager caches (its metadata at least): one the cache holds is
+// only checked, not created again.
+func (r *EvaluationReconciler) claimCached(ctx context.Context, p *pass, obj client.Object) (bool, error) {
+	gvk, err := r.GroupVersionKindFor(obj)
+	if err != nil {
+		return false, err
+	}
 	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
-	err := r.Get(ctx, client.ObjectKeyFromObject(cm), m)
+	m.SetGroupVersionKind(gvk)
+	err = r.Get(ctx, client.ObjectKeyFromObject(obj), m)
 	switch {
 	case err == nil:
-		return r.ours(p, "ConfigMap", m), nil
+		return r.ours(p, gvk.Kind, m), nil
 	case !apierrors.IsNotFound(err):
 		return false, err
 	}
-	return r.claim(ctx, p, cm)
+	return r.claim(ctx, p, obj)
 }
 
 func objectMeta(ns, name string, labels map[string]string) metav1.ObjectMeta {

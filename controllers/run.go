@@ -240,9 +240,9 @@ func (r *EvaluationReconciler) exists(ctx context.Context, ns, name string, obj 
 	return err == nil, err
 }
 
-// loadPlan reads the run's plan, or makes it when the controller can count every
-// dataset itself (inline and ConfigMap data). Otherwise the planner Job counts.
-func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, error) {
+// planConfigMap reads the run's plan ConfigMap (its metadata: the plan is
+// in its annotations).
+func (r *EvaluationReconciler) planConfigMap(ctx context.Context, p *pass) (*metav1.PartialObjectMetadata, error) {
 	key := client.ObjectKey{Namespace: p.ev.Namespace, Name: cluster.PlanName(p.ev.Name, p.run)}
 	cm := &metav1.PartialObjectMetadata{}
 	cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
@@ -252,6 +252,13 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 		// planner Job's end: read it from the API server, so its error is said.
 		err = r.APIReader.Get(ctx, key, cm)
 	}
+	return cm, err
+}
+
+// loadPlan reads the run's plan, or makes it when the controller can count every
+// dataset itself (inline and ConfigMap data). Otherwise the planner Job counts.
+func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, error) {
+	cm, err := r.planConfigMap(ctx, p)
 	exists := err == nil
 	switch {
 	case exists && !r.ours(p, "ConfigMap", cm):
@@ -262,7 +269,7 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 		plan, failed, err := cluster.ParsePlan(cm.Annotations)
 		switch {
 		case err != nil:
-			return false, fmt.Errorf("plan %s: %w", key.Name, err)
+			return false, fmt.Errorf("plan %s: %w", cm.Name, err)
 		case failed != "":
 			p.fail(v1alpha1.ReasonPlanningFailed, "planning failed: %s", failed)
 			return false, nil
@@ -308,7 +315,7 @@ func (r *EvaluationReconciler) loadPlan(ctx context.Context, p *pass) (bool, err
 		}
 		cluster.SetPlan(cm.Annotations, plan)
 		if err := r.Patch(ctx, cm, patch); err != nil {
-			return false, fmt.Errorf("writing the plan into %s: %w", key.Name, err)
+			return false, fmt.Errorf("writing the plan into %s: %w", cm.Name, err)
 		}
 	} else {
 		planCM := cluster.NewPlanConfigMap(p.ev, p.run)

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/internal/cluster/kube"
@@ -150,19 +149,11 @@ func (r *EvaluationReconciler) ensureUploads(ctx context.Context, p *pass, store
 // not there; one made since is written as writeSecret writes it.
 func (r *EvaluationReconciler) createSecret(ctx context.Context, p *pass, name, component string, data map[string][]byte) (bool, error) {
 	sec := &corev1.Secret{ObjectMeta: objectMeta(p.ev.Namespace, name, cluster.Labels(p.ev.Name, p.run, component)), Data: data}
-	if err := controllerutil.SetControllerReference(p.ev, sec, r.Scheme); err != nil {
-		return false, err
-	}
-	err := r.Create(ctx, sec)
-	switch {
-	case err == nil:
-		return true, nil
-	case apierrors.IsAlreadyExists(err):
+	created, err := r.createOwned(ctx, p, sec)
+	if apierrors.IsAlreadyExists(err) {
 		return r.writeSecret(ctx, p, name, component, data)
-	case p.refused("Secret", name, err):
-		return false, nil
 	}
-	return false, fmt.Errorf("creating Secret %s: %w", name, err)
+	return created, err
 }
 
 // writeSecret creates the Secret name of the run holding data, or updates
