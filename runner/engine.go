@@ -62,6 +62,13 @@ type Options struct {
 	// Tracer, when set, makes a trace of each sample: its attempts, scorers,
 	// hooks and an agent's proxied calls.
 	Tracer *telemetry.Tracer
+	// BeginTask, when set, is called before a task's first sample is handed
+	// to the model's slots (a model not in batch mode), while the samples of
+	// the task before may still be in flight: a runner pod opens the task's
+	// shard there, so that its shards follow one another without a pause.
+	// No task begins once the run is stopping. An error begins no further
+	// task of the model; its samples in flight finish, and Run returns it.
+	BeginTask func(ctx context.Context, t Task) error
 }
 
 // Observer hears of finished samples. It must be safe for concurrent use and quick.
@@ -578,6 +585,15 @@ func (e *Engine) runModel(ctx context.Context, fail context.CancelCauseFunc, m *
 	}
 	var errs []error
 	for _, t := range tasks {
+		if e.opts.BeginTask != nil {
+			if e.stopping(ctx) {
+				break
+			}
+			if err := e.opts.BeginTask(ctx, t); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
 		if err := e.dispatch(ctx, m, t, sink, jobs); err != nil {
 			errs = append(errs, err)
 		}

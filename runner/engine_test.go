@@ -605,3 +605,75 @@ func TestRecordsSayWhenAndWhatWasExpected(t *testing.T) {
 		t.Errorf("the record's JSON: %s", b)
 	}
 }
+
+// TestBeginTaskWhileTheTaskBeforeIsInFlight: a task begins as soon as the
+// task before has handed out its last sample, with that sample still in
+// flight (its slot's neighbour takes the next task's first sample); a task
+// that cannot begin stops the model's dispatch there, and what is in
+// flight finishes.
+func TestBeginTaskWhileTheTaskBeforeIsInFlight(t *testing.T) {
+	release := make(chan struct{})
+	p := &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
+		if req.Prompt == "q0" {
+			<-release // the first task's first sample waits for the second task's
+		}
+		if req.Prompt == "q2" {
+			close(release)
+		}
+		return echo(ctx, req, n)
+	}}
+	plan := testPlan(t).Model("m", p, 2).Dataset("d", 6).Obj()
+	refused := errors.New("the third task's shard is not to be had")
+	var mu sync.Mutex
+	var begun []int
+	e, err := New(plan, Options{BeginTask: func(_ context.Context, task Task) error {
+		mu.Lock()
+		defer mu.Unlock()
+		begun = append(begun, task.Start)
+		if task.Start == 4 {
+			return refused
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := newMemSink()
+	tasks := []Task{{Model: "m", Dataset: "d", Start: 0, End: 2}, {Model: "m", Dataset: "d", Start: 2, End: 4}, {Model: "m", Dataset: "d", Start: 4, End: 6}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.Run(ctx, tasks, sink); !errors.Is(err, refused) {
+		t.Fatalf("Run = %v, want the refusal to begin the third task", err)
+	}
+	if diff := cmp.Diff([]int{0, 2, 4}, begun); diff != "" {
+		t.Errorf("tasks begun, by start (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"s0", "s1", "s2", "s3"}, ids(sink, "m", "d", 6)); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
+	}
+}
+
+// TestNoTaskBeginsOnceStopping: Stop ends the dispatch before the next
+// task begins (a draining pod opens no further shard).
+func TestNoTaskBeginsOnceStopping(t *testing.T) {
+	var e *Engine
+	p := &fakeProvider{fn: echo}
+	plan := testPlan(t).Model("m", p, 1).Dataset("d", 4).Obj()
+	var begun atomic.Int64
+	e, err := New(plan, Options{BeginTask: func(context.Context, Task) error {
+		if begun.Add(1) == 1 {
+			e.Stop()
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := []Task{{Model: "m", Dataset: "d", Start: 0, End: 2}, {Model: "m", Dataset: "d", Start: 2, End: 4}}
+	if err := e.Run(context.Background(), tasks, newMemSink()); err != nil {
+		t.Fatal(err)
+	}
+	if n := begun.Load(); n != 1 {
+		t.Errorf("%d tasks begun, want 1: the second begins after Stop", n)
+	}
+}

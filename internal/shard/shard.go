@@ -114,9 +114,11 @@ func (e *InvalidError) Unwrap() error { return e.Err }
 // another, each to the end, or until ctx ends (then it checkpoints what
 // finished and returns ctx's error). What a pod needs for any of its shards
 // (the Evaluation, the plan, the data, earlier answers, tracing, services,
-// the setup hook, the pacer) is set up once; each shard then gets its head
-// and an engine of its own. A shard whose head says it succeeded (an earlier
-// pod of the worker finished it) is passed over. A run that is no longer the
+// the setup hook, the pacer) is set up once. Where it can (worker.streams),
+// one engine runs the shards as a stream, each begun as the one before
+// hands out its last sample; else each shard gets its head and an engine
+// of its own. A shard whose head says it succeeded (an earlier pod of the
+// worker finished it) is passed over. A run that is no longer the
 // Evaluation's returns kube.ErrObsolete.
 func Run(ctx context.Context, c client.WithWatch, o Options) error {
 	o.defaults()
@@ -125,6 +127,9 @@ func Run(ctx context.Context, c client.WithWatch, o Options) error {
 		return err
 	}
 	defer w.close()
+	if w.streams() {
+		return w.runStream(ctx)
+	}
 	for _, sh := range w.shards {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -313,31 +318,11 @@ func (w *worker) services() runner.Services {
 // ends (then it checkpoints what finished and returns ctx's error).
 func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
 	o, ev, c := w.o, w.ev, w.c
-	log := w.log.WithValues("shard", sh.Index, "dataset", sh.Dataset, "start", sh.Start, "end", sh.End)
-	store, err := kube.OpenStore(ctx, c, ev, o.Run, sh, o.Pod)
-	if apierrors.IsNotFound(err) {
-		// The run's heads go when an edit starts another run: this pod's
-		// work is over, not failed.
-		if _, _, cerr := currentEvaluation(ctx, c, o, true); errors.Is(cerr, kube.ErrObsolete) {
-			return cerr
-		}
-	}
-	if err != nil {
+	log := w.shardLog(sh)
+	store, attempts, err := w.openShard(ctx, sh)
+	if err != nil || store == nil {
 		return err
 	}
-	if store.Succeeded() {
-		return nil // an earlier pod of the worker finished it
-	}
-	// The pods that began the shard and neither finished nor drained it
-	// failed on it: past its retries it fails for good. The attempt is
-	// written before any call, so that a pod killed outright (OOM) counts
-	// (with the first checkpoint, below, of a shard that follows a budget).
-	attempts := store.Progress().Attempts
-	if o.ShardRetries >= 0 && attempts > o.ShardRetries {
-		return &RetriesUsedError{Shard: sh, Attempts: attempts}
-	}
-	store.SetAttempts(attempts + 1)
-	store.SetStorageBudget(w.plan.StorageShare(&ev.Spec, sh))
 	w.prev.cache.use(sh.Index)
 	tasks := []runner.Task{{Model: sh.Model, Dataset: sh.Dataset, Start: sh.Start, End: sh.End}}
 	engOpts := runner.Options{Log: log, Shares: true, Metrics: o.Metrics, Tracer: w.tracer, Services: w.services()}
@@ -416,17 +401,10 @@ func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
 	stopLoops()
 	<-loopsDone
 
-	// Whatever happened, save what finished.
-	finished := runErr == nil && ctx.Err() == nil && store.Progress().Done == sh.End-sh.Start
-	if runErr == nil && ctx.Err() != nil {
-		store.SetAttempts(attempts) // drained: not the shard's failure
-	}
-	saveCtx, cancelSave := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancelSave()
-	if err := store.Flush(saveCtx, finished); err != nil {
-		return errors.Join(runErr, fmt.Errorf("saving records: %w", err))
-	}
+	finished, err := w.flushShard(ctx, sh, store, attempts, runErr)
 	switch {
+	case err != nil:
+		return errors.Join(runErr, err)
 	case runErr != nil:
 		return runErr
 	case ctx.Err() != nil:
@@ -434,8 +412,64 @@ func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
 	case !finished:
 		return fmt.Errorf("shard %s ended with %d of %d samples done", sh.Key(), store.Progress().Done, sh.End-sh.Start)
 	}
-	log.Info("Finished a shard", "done", store.Progress().Done, "errored", store.Progress().Errored)
 	return nil
+}
+
+// flushShard writes what the pod finished of shard sh, whatever happened,
+// and reports whether the shard succeeded: all its samples have records,
+// runErr is nil and ctx (the pod's) has not ended. A pod that drained (ctx
+// ended, no runErr) takes its attempt back: the shard did not fail on it.
+func (w *worker) flushShard(ctx context.Context, sh cluster.Shard, store *kube.Store, attempts int, runErr error) (bool, error) {
+	finished := runErr == nil && ctx.Err() == nil && store.Progress().Done == sh.End-sh.Start
+	if runErr == nil && ctx.Err() != nil {
+		store.SetAttempts(attempts) // drained: not the shard's failure
+	}
+	saveCtx, cancelSave := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancelSave()
+	if err := store.Flush(saveCtx, finished); err != nil {
+		return false, fmt.Errorf("saving records: %w", err)
+	}
+	if finished {
+		w.shardLog(sh).Info("Finished a shard", "done", store.Progress().Done, "errored", store.Progress().Errored)
+	}
+	return finished, nil
+}
+
+func (w *worker) shardLog(sh cluster.Shard) logr.Logger {
+	return w.log.WithValues("shard", sh.Index, "dataset", sh.Dataset, "start", sh.Start, "end", sh.End)
+}
+
+// openShard opens shard sh's store and counts the pod's attempt at it (the
+// caller writes it with its first flush); attempts is the count before. A
+// nil store: the shard succeeded already (an earlier pod of the worker
+// finished it).
+func (w *worker) openShard(ctx context.Context, sh cluster.Shard) (_ *kube.Store, attempts int, _ error) {
+	o, ev, c := w.o, w.ev, w.c
+	store, err := kube.OpenStore(ctx, c, ev, o.Run, sh, o.Pod)
+	if apierrors.IsNotFound(err) {
+		// The run's heads go when an edit starts another run: this pod's
+		// work is over, not failed.
+		if _, _, cerr := currentEvaluation(ctx, c, o, true); errors.Is(cerr, kube.ErrObsolete) {
+			return nil, 0, cerr
+		}
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if store.Succeeded() {
+		return nil, 0, nil
+	}
+	// The pods that began the shard and neither finished nor drained it
+	// failed on it: past its retries it fails for good. The attempt is
+	// written before any call, so that a pod killed outright (OOM) counts
+	// (with the first checkpoint of a shard that follows a budget).
+	attempts = store.Progress().Attempts
+	if o.ShardRetries >= 0 && attempts > o.ShardRetries {
+		return nil, 0, &RetriesUsedError{Shard: sh, Attempts: attempts}
+	}
+	store.SetAttempts(attempts + 1)
+	store.SetStorageBudget(w.plan.StorageShare(&ev.Spec, sh))
+	return store, attempts, nil
 }
 
 // sameData checks that the pod read the data the planner planned: a url
