@@ -127,6 +127,8 @@ type EvaluationReconciler struct {
 
 	heads    *headTracker
 	progress *throttle
+	// written holds the version each Evaluation's last status write replaced.
+	written  *versions
 	reported *nameSet
 	// tidied holds, per Evaluation, the ends of runs tidyEnded tidied.
 	tidied *nameSet
@@ -162,6 +164,7 @@ func (r *EvaluationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.heads = newHeadTracker()
 	r.progress = newThrottle()
+	r.written = newVersions()
 	r.reported = newNameSet()
 	r.tidied = newNameSet()
 	r.hashes = newSpecHashes()
@@ -296,6 +299,14 @@ func (r *EvaluationReconciler) writeStatus(ctx context.Context, p *pass, logger 
 		return false, nil
 	}
 	key := client.ObjectKeyFromObject(p.ev)
+	if r.written.isReplaced(key, p.ev.ResourceVersion) {
+		// The pass read the Evaluation from before this manager's last
+		// status write (its watch event is on its way, and brings another
+		// pass): writing would only conflict, after the API server had
+		// decoded the whole object, large with inline data.
+		p.requeueAfter(time.Second)
+		return false, nil
+	}
 	if onlyProgress(old, p.status) {
 		if wait := r.progress.wait(key, p.now, r.progressEvery(p)); wait > 0 {
 			p.requeueAfter(wait)
@@ -313,6 +324,7 @@ func (r *EvaluationReconciler) writeStatus(ctx context.Context, p *pass, logger 
 		return false, fmt.Errorf("writing status: %w", err)
 	}
 	r.progress.wrote(key, p.now)
+	r.written.replace(key, p.ev.ResourceVersion)
 	recordSamples(old, p.status)
 	setPhaseGauge(key, p.status.Phase)
 	if old.Phase != p.status.Phase {
@@ -339,6 +351,7 @@ func (r *EvaluationReconciler) progressEvery(p *pass) time.Duration {
 func (r *EvaluationReconciler) forget(key types.NamespacedName) {
 	r.heads.forget(key)
 	r.progress.forget(key)
+	r.written.forget(key)
 	r.reported.forget(key)
 	r.tidied.forget(key)
 	r.hashes.forget(key)

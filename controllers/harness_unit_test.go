@@ -187,6 +187,7 @@ func initReconciler(r *EvaluationReconciler) {
 	r.Options.defaults()
 	r.heads = newHeadTracker()
 	r.progress = newThrottle()
+	r.written = newVersions()
 	r.reported = newNameSet()
 	r.tidied = newNameSet()
 	r.hashes = newSpecHashes()

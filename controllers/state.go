@@ -744,6 +744,37 @@ func (t *throttle) forget(key types.NamespacedName) {
 	delete(t.last, key)
 }
 
+// versions remembers, per Evaluation, the resourceVersion this manager's
+// last status write replaced: a pass that reads that version read the
+// Evaluation before its own write came back through the watch.
+type versions struct {
+	mu       sync.Mutex
+	replaced map[types.NamespacedName]string
+}
+
+func newVersions() *versions { return &versions{replaced: map[types.NamespacedName]string{}} }
+
+// replace notes that a status write replaced version rv of key.
+func (v *versions) replace(key types.NamespacedName, rv string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.replaced[key] = rv
+}
+
+// isReplaced reports whether version rv of key is one a status write replaced.
+func (v *versions) isReplaced(key types.NamespacedName, rv string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	old, ok := v.replaced[key]
+	return ok && rv != "" && old == rv
+}
+
+func (v *versions) forget(key types.NamespacedName) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.replaced, key)
+}
+
 // nameSet remembers, per Evaluation, the names already reported.
 type nameSet struct {
 	mu   sync.Mutex
