@@ -3,9 +3,13 @@
 package cluster_test
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -72,22 +76,12 @@ spec:
 	before := objectCounts(b, ns)
 	walBefore, walOK := etcdWALBytes(b)
 	statusBefore := evaluationStatusWrites(b)
-	mon := startMonitor(b, ns)
+	mon := startMonitor(b)
 	start := time.Now()
 	applyYAML(b, ns, manifest)
-	var phase string
-	for {
-		phase = strings.TrimSpace(mustKubectl(b, "-n", ns, "get", "evaluation", "throughput", "-o", "jsonpath={.status.phase}"))
-		if phase == "Succeeded" || phase == "Failed" {
-			break
-		}
-		if time.Since(start) > 10*time.Minute {
-			b.Fatalf("the run did not end in 10 minutes (phase %s)", phase)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	phase := awaitEnd(b, ns, "throughput", 10*time.Minute)
 	wall := time.Since(start)
-	peakPods, peakManager := mon.stop()
+	peakManager := mon.stop()
 	walAfter, _ := etcdWALBytes(b)
 	statusWrites := evaluationStatusWrites(b) - statusBefore
 	if phase != "Succeeded" {
@@ -101,10 +95,10 @@ spec:
 	after := objectCounts(b, ns)
 	// The run ends when its heads say so; its pods end on their own moments
 	// later, and the window is theirs.
-	first, last, running := runnerWindow(b, ns)
+	first, last, peakPods, running := runnerWindow(b, ns)
 	for deadline := time.Now().Add(time.Minute); running > 0 && time.Now().Before(deadline); {
 		time.Sleep(time.Second)
-		first, last, running = runnerWindow(b, ns)
+		first, last, peakPods, running = runnerWindow(b, ns)
 	}
 	if running > 0 {
 		b.Fatalf("%d runner pods still running a minute after the run succeeded", running)
@@ -145,15 +139,22 @@ spec:
 }
 
 // runnerWindow is when the run's first runner container started and its
-// last one ended (zero if no runner says), and how many have not ended.
-func runnerWindow(b *testing.B, ns string) (first, last time.Time, running int) {
+// last one ended (zero if no runner says), how many ran at once at most
+// (from the same times: polling for it loaded the node the run ran on),
+// and how many have not ended.
+func runnerWindow(b *testing.B, ns string) (first, last time.Time, atOnce, running int) {
 	b.Helper()
 	out := mustKubectl(b, "-n", ns, "get", "pods", "-l", "proctor.dev/component=runner", "-o",
 		`jsonpath={range .items[*]}{range .status.containerStatuses[?(@.name=="runner")]}{.state.terminated.startedAt} {.state.terminated.finishedAt}{"\n"}{end}{end}`)
 	if strings.TrimSpace(out) == "" {
-		return first, last, 0
+		return first, last, 0, 0
 	}
 	// A line a container: its start and end, or nothing while it runs.
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
 		if len(f) != 2 {
@@ -171,8 +172,54 @@ func runnerWindow(b *testing.B, ns string) (first, last time.Time, running int) 
 		if finished.After(last) {
 			last = finished
 		}
+		edges = append(edges, edge{started, 1}, edge{finished, -1})
 	}
-	return first, last, running
+	// Times are to the second: a container that ended in the second another
+	// started counts as overlapping it.
+	slices.SortFunc(edges, func(x, y edge) int {
+		if c := x.at.Compare(y.at); c != 0 {
+			return c
+		}
+		return y.delta - x.delta // starts first
+	})
+	n := 0
+	for _, e := range edges {
+		n += e.delta
+		atOnce = max(atOnce, n)
+	}
+	return first, last, atOnce, running
+}
+
+// awaitEnd waits for the Evaluation to end, by a watch (as `kubectl get
+// -w` does), and returns its phase. Polling it with kubectl ten times a
+// second, as this benchmark did, took CPU from the run it timed on a
+// 2-core node: each poll started a process and made the API server
+// serialize the 400 KiB object (the gather at the end of a run took twice
+// as long under it).
+func awaitEnd(b *testing.B, ns, name string, limit time.Duration) string {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kubectlBin, "-n", ns, "get", "evaluation", name, "-w", "-o", `jsonpath={.status.phase}{"\n"}`)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		_ = cmd.Wait()
+	}()
+	phase := ""
+	for sc := bufio.NewScanner(out); sc.Scan(); {
+		if phase = strings.TrimSpace(sc.Text()); phase == "Succeeded" || phase == "Failed" {
+			return phase
+		}
+	}
+	b.Fatalf("the run did not end in %v (phase %q)", limit, phase)
+	return ""
 }
 
 // objectKinds are the objects a run makes in its namespace, counted.
@@ -245,33 +292,24 @@ func evaluationStatusWrites(b *testing.B) float64 {
 	return n
 }
 
-// monitor polls, while a run goes, how many of its runner pods run at once
-// and the manager's memory (its container's working set, from the kubelet).
+// monitor polls, while a run goes, the manager's memory (its container's
+// working set, from the kubelet), once a second.
 type monitor struct {
 	done     chan struct{}
 	wg       sync.WaitGroup
 	mu       sync.Mutex
-	pods     int
 	managerB int64
 }
 
-func startMonitor(b *testing.B, ns string) *monitor {
+func startMonitor(b *testing.B) *monitor {
 	m := &monitor{done: make(chan struct{})}
 	node := strings.TrimSpace(mustKubectl(b, "get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"))
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
+	m.wg.Go(func() {
 		for {
 			select {
 			case <-m.done:
 				return
-			case <-time.After(500 * time.Millisecond):
-			}
-			out, err := kubectl("-n", ns, "get", "pods", "-l", "proctor.dev/component=runner", "--field-selector=status.phase=Running", "-o", "name")
-			if err == nil {
-				m.mu.Lock()
-				m.pods = max(m.pods, len(strings.Fields(out)))
-				m.mu.Unlock()
+			case <-time.After(time.Second):
 			}
 			if used, ok := managerMemory(node); ok {
 				m.mu.Lock()
@@ -279,14 +317,14 @@ func startMonitor(b *testing.B, ns string) *monitor {
 				m.mu.Unlock()
 			}
 		}
-	}()
+	})
 	return m
 }
 
-func (m *monitor) stop() (pods int, managerBytes int64) {
+func (m *monitor) stop() (managerBytes int64) {
 	close(m.done)
 	m.wg.Wait()
-	return m.pods, m.managerB
+	return m.managerB
 }
 
 // managerMemory is the working set of the manager's container, from the
