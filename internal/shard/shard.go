@@ -427,7 +427,7 @@ func (w *worker) flushShard(ctx context.Context, sh cluster.Shard, store *kube.S
 	saveCtx, cancelSave := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelSave()
 	if err := store.Flush(saveCtx, finished); err != nil {
-		return false, fmt.Errorf("saving records: %w", err)
+		return false, fmt.Errorf("saving the records of shard %s: %w", sh.Key(), err)
 	}
 	if finished {
 		w.shardLog(sh).Info("Finished a shard", "done", store.Progress().Done, "errored", store.Progress().Errored)
