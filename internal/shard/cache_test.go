@@ -8,8 +8,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
@@ -71,11 +69,7 @@ func TestLoadEarlierAnswers(t *testing.T) {
 	}
 	list := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: cluster.CacheSourcesName("arith", "run2"), OwnerReferences: owned},
 		Data: map[string]string{cluster.KeySources: mustJSON(t, sources)}}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(chunk, other, list).Build()
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(chunk, other, list).Build()
 
 	got, err := loadEarlier(context.Background(), c, ev, "run2", []cluster.Shard{sh})
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -58,11 +57,7 @@ func TestCurrentEvaluation(t *testing.T) {
 		{name: "the cached copy is behind and the Evaluation changed", cached: older, etcd: mk(5), wantCached: 1, wantEtcd: 1, wantObsolete: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			scheme := runtime.NewScheme()
-			if err := v1alpha1.AddToScheme(scheme); err != nil {
-				t.Fatal(err)
-			}
-			b := fake.NewClientBuilder().WithScheme(scheme)
+			b := fake.NewClientBuilder().WithScheme(testScheme(t))
 			if tc.etcd != nil {
 				b = b.WithObjects(tc.etcd.DeepCopy())
 			}
