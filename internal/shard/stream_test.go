@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -93,21 +92,13 @@ func TestWorkerStreamDrainedWithTwoShardsOpen(t *testing.T) {
 		return fakellm.DefaultReply(req)
 	}})
 	t.Cleanup(func() { close(release) }) // before the server closes
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	o := f.options(t, 0)
-	o.GracePeriod = 10 * time.Millisecond
-	ran := make(chan error, 1)
-	go func() { ran <- Run(ctx, f.c, o) }()
+	sigterm := f.runUntilSIGTERM(t, 0)
 	select {
 	case <-bothOpen:
 	case <-time.After(10 * time.Second):
 		t.Fatal("shard 2's first sample was never sent")
 	}
-	cancel() // SIGTERM
-	if err := <-ran; !errors.Is(err, context.Canceled) {
-		t.Fatalf("worker 0 = %v, want context.Canceled", err)
-	}
+	sigterm()
 	for i, want := range map[int]int{0: 1, 2: 0} {
 		if p := f.head(t, i); p.State != cluster.StateRunning || p.Done != want || p.Attempts != 0 {
 			t.Errorf("shard %d after the drain: %+v, want running, %d done, no attempt counted", i, p, want)

@@ -92,6 +92,26 @@ func (f *workerFixture) options(t *testing.T, worker int) Options {
 		FlushEvery: time.Hour, GracePeriod: time.Second, Log: testr.New(t)}
 }
 
+// runUntilSIGTERM runs a worker's pod in the background, with a short
+// grace period; sigterm stops it as SIGTERM would, and fails the test
+// unless the pod then drained (Run returned context.Canceled).
+func (f *workerFixture) runUntilSIGTERM(t *testing.T, worker int) (sigterm func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	o := f.options(t, worker)
+	o.GracePeriod = 10 * time.Millisecond
+	ran := make(chan error, 1)
+	go func() { ran <- Run(ctx, f.c, o) }()
+	return func() {
+		t.Helper()
+		cancel()
+		if err := <-ran; !errors.Is(err, context.Canceled) {
+			t.Fatalf("worker %d = %v, want context.Canceled", worker, err)
+		}
+	}
+}
+
 func (f *workerFixture) head(t *testing.T, index int) cluster.ShardProgress {
 	t.Helper()
 	var cm corev1.ConfigMap
@@ -159,12 +179,7 @@ func TestWorkerFailsAShardPastItsRetries(t *testing.T) {
 // preemption, an eviction, a suspension) did not fail its shard.
 func TestWorkerDrainedTakesItsAttemptBack(t *testing.T) {
 	f := newWorkerFixture(t, nil, fakellm.Config{Latency: time.Second})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	o := f.options(t, 0)
-	o.GracePeriod = 10 * time.Millisecond
-	ran := make(chan error, 1)
-	go func() { ran <- Run(ctx, f.c, o) }()
+	sigterm := f.runUntilSIGTERM(t, 0)
 	deadline := time.Now().Add(10 * time.Second)
 	for f.head(t, 0).Attempts != 1 {
 		if time.Now().After(deadline) {
@@ -172,10 +187,7 @@ func TestWorkerDrainedTakesItsAttemptBack(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	cancel() // SIGTERM while its first calls are in flight
-	if err := <-ran; !errors.Is(err, context.Canceled) {
-		t.Fatalf("worker 0 = %v, want context.Canceled", err)
-	}
+	sigterm() // while its first calls are in flight
 	if p := f.head(t, 0); p.Attempts != 0 || p.State != cluster.StateRunning {
 		t.Errorf("shard 0 after a drain: %+v, want no attempt counted, still to run", p)
 	}
