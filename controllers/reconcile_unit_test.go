@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1002,6 +1003,42 @@ func TestReconcileStaleReadGathersNothing(t *testing.T) {
 	h.mustReconcile(ev)
 	if st := h.eval("arith").Status; st.Phase != v1alpha1.PhaseSucceeded || st.ResultsConfigMap != "arith-results" {
 		t.Errorf("phase %q results %q once current, want Succeeded with its results", st.Phase, st.ResultsConfigMap)
+	}
+}
+
+// A pass that read the very version its own last status write replaced
+// knows it is stale without asking the API server (a read of the whole
+// Evaluation, large with inline data): it gathers nothing and waits.
+func TestReconcileReadReplacedByItsOwnWriteAsksNothing(t *testing.T) {
+	h, ev, run := finishedRun(t)
+	storeModelRecords(t, h, run, "small")
+	h.setJobStatus("arith-small-"+run, completeStatus("0-1"))
+	stale := h.eval("arith")
+	h.r.written.replace(client.ObjectKeyFromObject(stale), stale.ResourceVersion) // as its status write did
+	var versionReads atomic.Int64
+	h.r.APIReader = interceptor.NewClient(h.c, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*metav1.PartialObjectMetadata); ok && key.Name == "arith" {
+				versionReads.Add(1)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	writes := h.statusWrites()
+
+	res := h.mustReconcile(ev)
+
+	if n := versionReads.Load(); n != 0 {
+		t.Errorf("the pass read the Evaluation's version %d time(s), want none", n)
+	}
+	if cm := h.configMaps()["arith-results"]; cm == nil || cm.Data[cluster.ResultsKeySummary] != "" {
+		t.Error("a pass that read a replaced Evaluation gathered and wrote the results")
+	}
+	if got := h.statusWrites(); got != writes {
+		t.Errorf("a pass that read a replaced Evaluation wrote status %d time(s)", got-writes)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > time.Second {
+		t.Errorf("requeued after %s, want within a second", res.RequeueAfter)
 	}
 }
 
