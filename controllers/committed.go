@@ -151,11 +151,14 @@ func (r *EvaluationReconciler) judgeCommitted(ctx context.Context, p *pass) (boo
 	t := newTally(p.ev, base, func(model, dataset string) int64 { return totals[[2]string{model, dataset}] })
 	for i := range m.Pairs {
 		pp := &m.Pairs[i]
-		if err := objects.ReadPair(ctx, at, pp, func(l results.Line) error { return t.add(pp.Model, pp.Dataset, l) }); err != nil {
+		if err := objects.ReadPair(ctx, at, pp, func(l results.Line) error { return t.add(i, pp.Model, pp.Dataset, l) }); err != nil {
 			return unavailable(err)
 		}
 	}
-	summaries, records, comparison := t.results()
+	summaries, records, comparison, err := t.results()
+	if err != nil {
+		return false, err
+	}
 	sum := compare.Summary{Results: summaries, Comparison: comparison}
 	if p.ev.Spec.Gate != nil {
 		v := compare.Check(apiconv.Gate(p.ev.Spec.Gate), summaries, comparison)

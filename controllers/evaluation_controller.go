@@ -128,7 +128,9 @@ type EvaluationReconciler struct {
 	heads    *headTracker
 	progress *throttle
 	// written holds the version each Evaluation's last status write replaced.
-	written  *versions
+	written *versions
+	// tallies hold each run's records tallied as its shards succeed.
+	tallies  *runningTallies
 	reported *nameSet
 	// tidied holds, per Evaluation, the ends of runs tidyEnded tidied.
 	tidied *nameSet
@@ -165,6 +167,7 @@ func (r *EvaluationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.heads = newHeadTracker()
 	r.progress = newThrottle()
 	r.written = newVersions()
+	r.tallies = newRunningTallies()
 	r.reported = newNameSet()
 	r.tidied = newNameSet()
 	r.hashes = newSpecHashes()
@@ -246,6 +249,7 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		{"EnsureJobs", r.ensureJobs},
 		{"ObserveAdmission", r.observeAdmissionStep},
 		{"ObserveShards", r.observeShards},
+		{"TallyShards", r.tallyShards},
 		{"ObserveStorage", r.observeStorage},
 		{"DivideBudget", r.divideBudget},
 		{"Finish", r.finish},
@@ -352,6 +356,7 @@ func (r *EvaluationReconciler) forget(key types.NamespacedName) {
 	r.heads.forget(key)
 	r.progress.forget(key)
 	r.written.forget(key)
+	r.tallies.forget(key)
 	r.reported.forget(key)
 	r.tidied.forget(key)
 	r.hashes.forget(key)

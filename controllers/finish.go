@@ -1,8 +1,6 @@
 package controllers
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -310,7 +308,7 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compar
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	var names []string
+	names := r.recordNames(p, cms)
 	var staged kube.Staged
 	if store != nil {
 		// Whichever heads seal into the store (each says so) are read
@@ -318,22 +316,45 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compar
 		staged = stagedRecords(store.at)
 	}
 	for i := range cms {
-		m := &cms[i]
-		if c := m.Labels[cluster.LabelComponent]; (c == cluster.ComponentShard || c == cluster.ComponentRecords) && !r.ignoreForeign(p, "ConfigMap", m) {
-			names = append(names, m.Name)
-			if cluster.InStore(m.Annotations) && staged == nil {
-				if staged, err = r.runStaged(ctx, p, store); err != nil {
-					return nil, nil, nil, nil, err
-				}
+		if m := &cms[i]; cluster.InStore(m.Annotations) && staged == nil && slices.Contains(names, m.Name) {
+			if staged, err = r.runStaged(ctx, p, store); err != nil {
+				return nil, nil, nil, nil, err
 			}
 		}
 	}
-	slices.Sort(names)
 
-	tally := newTally(ev, base, func(_, dataset string) int64 { return int64(p.plan.Totals[dataset]) })
+	shards := kube.RunShards(ev, *p.plan)
 	foreign := func(fe *cluster.ForeignError) { r.ignoreForeign(p, fe.Kind, &metav1.ObjectMeta{Name: fe.Name}) }
-	err = kube.ForEachRunRecord(ctx, r.APIReader, ev, p.run, *p.plan, names, staged, foreign, func(sh cluster.Shard, l results.Line) error {
-		err := tally.add(sh.Model, sh.Dataset, l)
+	tally := newTally(ev, base, func(_, dataset string) int64 { return int64(p.plan.Totals[dataset]) })
+	if rt := r.tallies.take(ev, p.run); base == nil && rt.usable(cms, store) {
+		// The shards that succeeded while the run ran are tallied (and
+		// their parts written): only the rest are read.
+		tally = rt.t
+		if store != nil {
+			store.written = rt.store.written
+		}
+		for _, fe := range rt.foreign {
+			foreign(fe)
+		}
+		seen := map[[2]string]int{}
+		shards = slices.DeleteFunc(shards, func(sh cluster.Shard) bool {
+			pair := [2]string{sh.Model, sh.Dataset}
+			seen[pair]++
+			return seen[pair] <= rt.next[pair]
+		})
+	}
+	// A shard's part is its place in the run.
+	position := make(map[string]int, len(shards))
+	for i, sh := range kube.RunShards(ev, *p.plan) {
+		position[sh.Key()] = i
+	}
+	var cur cluster.Shard
+	part := -1
+	err = kube.ForEachShardRecord(ctx, r.APIReader, ev, p.run, shards, names, staged, foreign, func(sh cluster.Shard, l results.Line) error {
+		if part < 0 || sh != cur {
+			cur, part = sh, position[sh.Key()]
+		}
+		err := tally.add(part, sh.Model, sh.Dataset, l)
 		if err == nil && store != nil {
 			if serr := store.add(ctx, sh, l); serr != nil {
 				return &storeError{serr}
@@ -344,102 +365,11 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compar
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	summaries, records, rep := tally.results()
+	summaries, records, rep, err := tally.results()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
 	return summaries, records, names, rep, nil
-}
-
-// tally summarizes a run's records as they are read: each model on each
-// dataset, their comparison with the baseline, and the records compressed
-// while they are few enough to embed in NAME-results.
-type tally struct {
-	aggs     map[[2]string]*results.Aggregate
-	order    []*results.Aggregate
-	comparer *compare.Comparer
-	embed    *cappedGzip
-}
-
-// newTally tallies the records of ev's models on its datasets, total(model,
-// dataset) samples each, compared with base if not nil.
-func newTally(ev *v1alpha1.Evaluation, base *compare.Baseline, total func(model, dataset string) int64) *tally {
-	t := &tally{aggs: map[[2]string]*results.Aggregate{}, embed: newCappedGzip(maxEmbeddedRecords)}
-	metrics := metricNames(&ev.Spec)
-	var pairs []results.Pair
-	for _, model := range cluster.Subjects(&ev.Spec) {
-		for _, d := range ev.Spec.Datasets {
-			agg := results.NewAggregate(model, d.Name, total(model, d.Name), metrics)
-			agg.SetPriced(priced(&ev.Spec, model))
-			t.aggs[[2]string{model, d.Name}] = agg
-			t.order = append(t.order, agg)
-			pairs = append(pairs, results.Pair{Model: model, Dataset: d.Name})
-		}
-	}
-	if base != nil {
-		t.comparer = compare.New(base, ev.Spec.Baseline.Model, metrics, pairs)
-	}
-	return t
-}
-
-// add takes a record of model on dataset.
-func (t *tally) add(model, dataset string, l results.Line) error {
-	rec, err := results.Emit(l.Record, t.aggs[[2]string{model, dataset}], t.embed)
-	if err == nil && t.comparer != nil {
-		t.comparer.Add(rec)
-	}
-	return err
-}
-
-// results are the summaries, the records compressed (nil if too many to
-// embed) and the comparison (nil without a baseline).
-func (t *tally) results() ([]results.Summary, []byte, *compare.Report) {
-	summaries := make([]results.Summary, len(t.order))
-	for i, agg := range t.order {
-		summaries[i] = agg.Summary()
-	}
-	var rep *compare.Report
-	if t.comparer != nil {
-		r := t.comparer.Report()
-		rep = &r
-	}
-	return summaries, t.embed.bytes(), rep
-}
-
-// cappedGzip compresses what is written to it until the compressed bytes pass
-// its limit; then it drops them and takes no more.
-type cappedGzip struct {
-	buf   bytes.Buffer
-	w     *gzip.Writer
-	limit int
-	over  bool
-	wrote bool
-}
-
-func newCappedGzip(limit int) *cappedGzip {
-	c := &cappedGzip{limit: limit}
-	c.w, _ = gzip.NewWriterLevel(&c.buf, gzip.BestCompression) // a valid level: no error
-	return c
-}
-
-func (c *cappedGzip) Write(b []byte) (int, error) {
-	if c.over {
-		return len(b), nil
-	}
-	c.wrote = true
-	if _, err := c.w.Write(b); err != nil {
-		return 0, err
-	}
-	if c.buf.Len() > c.limit {
-		c.over, c.buf = true, bytes.Buffer{}
-	}
-	return len(b), nil
-}
-
-// bytes is the whole compressed stream, or nil if it passed the limit or is empty
-// (NAME-results then lists the ConfigMaps instead).
-func (c *cappedGzip) bytes() []byte {
-	if !c.wrote || c.over || c.w.Close() != nil || c.buf.Len() > c.limit {
-		return nil
-	}
-	return c.buf.Bytes()
 }
 
 // writeResults writes NAME-results: the summary (as summary.json, the same as a

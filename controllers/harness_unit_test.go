@@ -188,6 +188,7 @@ func initReconciler(r *EvaluationReconciler) {
 	r.heads = newHeadTracker()
 	r.progress = newThrottle()
 	r.written = newVersions()
+	r.tallies = newRunningTallies()
 	r.reported = newNameSet()
 	r.tidied = newNameSet()
 	r.hashes = newSpecHashes()

@@ -71,6 +71,7 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 	for i := range heads {
 		if !r.ignoreForeign(p, "ConfigMap", &heads[i]) {
 			byName[heads[i].Name] = &heads[i]
+			p.headsInStore = p.headsInStore || cluster.InStore(heads[i].Annotations)
 		}
 	}
 

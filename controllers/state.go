@@ -78,8 +78,11 @@ type pass struct {
 	queued    []admission
 	workloads map[types.UID]*unstructured.Unstructured
 	shards    []shardState
-	finished  bool
-	events    []event
+	// headsInStore: some of the run's heads seal their records into the
+	// results store.
+	headsInStore bool
+	finished     bool
+	events       []event
 
 	// problems are what is wrong with the run's pods now; healthObserved says
 	// the pass looked. degraded summarizes them for the Degraded condition;

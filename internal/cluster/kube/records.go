@@ -30,25 +30,28 @@ import (
 // the caller's goroutine, in order. Memory holds the records of those shards.
 func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, run string, plan cluster.Plan, names []string,
 	staged Staged, foreign func(*cluster.ForeignError), fn func(cluster.Shard, results.Line) error) error {
-	listed := make(map[string]bool, len(names))
-	chunks := map[string][]int{} // by head: the slots listed, HEAD-k
-	for _, n := range names {
-		listed[n] = true
-		if i := strings.LastIndexByte(n, '-'); i > 0 {
-			if k, err := strconv.Atoi(n[i+1:]); err == nil && k >= 0 {
-				chunks[n[:i]] = append(chunks[n[:i]], k)
-			}
-		}
-	}
+	return ForEachShardRecord(ctx, r, ev, run, RunShards(ev, plan), names, staged, foreign, fn)
+}
+
+// RunShards are the shards of a run in the order of its results.jsonl.
+func RunShards(ev *v1alpha1.Evaluation, plan cluster.Plan) []cluster.Shard {
 	var shards []cluster.Shard
 	for _, model := range cluster.Subjects(&ev.Spec) {
 		shards = append(shards, plan.Shards(&ev.Spec, model)...)
 	}
+	return shards
+}
+
+// ForEachShardRecord is ForEachRunRecord over the given shards of run only,
+// in the order given.
+func ForEachShardRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, run string, shards []cluster.Shard, names []string,
+	staged Staged, foreign func(*cluster.ForeignError), fn func(cluster.Shard, results.Line) error) error {
+	log := newRecordLogs(names)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	reads := make([]chan shardRecords, len(shards))
+	reads := make([]chan ShardRecords, len(shards))
 	for i := range reads {
-		reads[i] = make(chan shardRecords, 1)
+		reads[i] = make(chan ShardRecords, 1)
 	}
 	// Up to ReadAhead reads at once, started in order; each frees its place
 	// once the caller has taken it.
@@ -61,12 +64,14 @@ func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluat
 				return
 			}
 			go func() {
-				reads[i] <- readShardRecords(ctx, r, ev, run, sh, listed, chunks[cluster.HeadName(ev.Name, run, sh.Model, sh.Index)], staged)
+				got, err := log.read(ctx, r, ev, run, sh, staged)
+				got.err = err
+				reads[i] <- got
 			}()
 		}
 	}()
 	for i, sh := range shards {
-		var got shardRecords
+		var got ShardRecords
 		select {
 		case got = <-reads[i]:
 		case <-ctx.Done():
@@ -76,12 +81,12 @@ func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluat
 		if got.err != nil {
 			return got.err
 		}
-		for _, fe := range got.foreign {
+		for _, fe := range got.Foreign {
 			if foreign != nil {
 				foreign(fe)
 			}
 		}
-		if err := got.latest.Each(func(_ int, l results.Line) error { return fn(sh, l) }); err != nil {
+		if err := got.Latest.Each(func(_ int, l results.Line) error { return fn(sh, l) }); err != nil {
 			return err
 		}
 	}
@@ -93,28 +98,56 @@ func ForEachRunRecord(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluat
 // worth of a big run each) within its memory limit.
 const ReadAhead = 2
 
-// shardRecords is what readShardRecords read of a shard: its latest record
-// of each sample, and the ConfigMaps named as its that ev does not control.
-type shardRecords struct {
-	latest  *results.Collector[results.Line]
-	foreign []*cluster.ForeignError
-	err     error
+// ShardRecords is what was read of a shard: its latest record of each
+// sample, the ConfigMaps named as its that ev does not control, and the
+// resourceVersion of each of its ConfigMaps read.
+type ShardRecords struct {
+	Latest   *results.Collector[results.Line]
+	Foreign  []*cluster.ForeignError
+	Versions map[string]string
+	err      error
 }
 
-// readShardRecords reads one shard's record log (see ForEachRunRecord): its
-// staging chunks with staged, then the slots of ks listed, then its head.
-func readShardRecords(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, run string, sh cluster.Shard,
-	listed map[string]bool, ks []int, staged Staged) (out shardRecords) {
+// ReadShardRecords reads one shard's record log (see ForEachRunRecord) from
+// the ConfigMaps named in names, and with staged its staging chunks.
+func ReadShardRecords(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, run string, sh cluster.Shard, names []string, staged Staged) (ShardRecords, error) {
+	return newRecordLogs(names).read(ctx, r, ev, run, sh, staged)
+}
+
+// recordLogs is what a listing of a run's ConfigMaps says of its shards'
+// record logs: the names listed, and by head the chunk slots listed.
+type recordLogs struct {
+	listed map[string]bool
+	chunks map[string][]int // by head: the slots listed, HEAD-k
+}
+
+func newRecordLogs(names []string) recordLogs {
+	l := recordLogs{listed: make(map[string]bool, len(names)), chunks: map[string][]int{}}
+	for _, n := range names {
+		l.listed[n] = true
+		if i := strings.LastIndexByte(n, '-'); i > 0 {
+			if k, err := strconv.Atoi(n[i+1:]); err == nil && k >= 0 {
+				l.chunks[n[:i]] = append(l.chunks[n[:i]], k)
+			}
+		}
+	}
+	return l
+}
+
+// read reads one shard's record log (see ForEachRunRecord): its staging
+// chunks with staged, then the slots listed, then its head.
+func (rl recordLogs) read(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, run string, sh cluster.Shard,
+	staged Staged) (out ShardRecords, _ error) {
 	head := cluster.HeadName(ev.Name, run, sh.Model, sh.Index)
 	var log []string
-	ks = slices.Sorted(slices.Values(ks))
-	for _, k := range ks {
+	for _, k := range slices.Sorted(slices.Values(rl.chunks[head])) {
 		log = append(log, cluster.ChunkName(head, k))
 	}
-	if listed[head] {
+	if rl.listed[head] {
 		log = append(log, head) // its pending records were written after every sealed chunk
 	}
-	out.latest = results.NewCollector[results.Line](sh.Start, sh.End-sh.Start)
+	out.Latest = results.NewCollector[results.Line](sh.Start, sh.End-sh.Start)
+	out.Versions = map[string]string{}
 	if staged != nil {
 		// A head that seals into the results store says how many
 		// chunks it sealed (those its done set counts): exactly those
@@ -123,39 +156,40 @@ func readShardRecords(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluat
 		var cm corev1.ConfigMap
 		err := GetConfigMap(ctx, r, ev, head, &cm)
 		if err != nil && !apierrors.IsNotFound(err) && !isForeign(err) {
-			out.err = err
-			return out
+			return out, err
 		}
 		var lines []results.Line
 		if err == nil && cluster.InStore(cm.Annotations) {
+			out.Versions[head] = cm.ResourceVersion
 			p, _ := cluster.ParseProgress(cm.Annotations)
-			if lines, out.err = staged(ctx, sh, head, p.Chunks); out.err != nil {
-				return out
+			if lines, err = staged(ctx, sh, head, p.Chunks); err != nil {
+				return out, err
 			}
 			// Then what it holds unsealed, from the same read.
 			pending, err := cluster.ReadRecords(&cm)
 			if err != nil {
-				out.err = err
-				return out
+				return out, err
 			}
 			lines = append(lines, pending...)
 			log = slices.DeleteFunc(log, func(n string) bool { return n == head })
 		}
 		for _, l := range lines {
-			out.latest.Add(l.Index, l)
+			out.Latest.Add(l.Index, l)
 		}
 	}
 	for _, name := range log {
-		lines, err := readOurs(ctx, r, ev, name, func(fe *cluster.ForeignError) { out.foreign = append(out.foreign, fe) })
+		lines, version, err := readOurs(ctx, r, ev, name, func(fe *cluster.ForeignError) { out.Foreign = append(out.Foreign, fe) })
 		if err != nil {
-			out.err = err
-			return out
+			return out, err
+		}
+		if version != "" {
+			out.Versions[name] = version
 		}
 		for _, l := range lines {
-			out.latest.Add(l.Index, l)
+			out.Latest.Add(l.Index, l)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // Staged reads a shard's staging chunks from the results store, in the
@@ -167,9 +201,9 @@ func isForeign(err error) bool {
 	return errors.As(err, &fe)
 }
 
-// readOurs reads the records of the named shard ConfigMap if ev controls it;
-// none if it is gone or foreign (passed to foreign).
-func readOurs(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, name string, foreign func(*cluster.ForeignError)) ([]results.Line, error) {
+// readOurs reads the records of the named shard ConfigMap if ev controls it,
+// and the version read; none if it is gone or foreign (passed to foreign).
+func readOurs(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, name string, foreign func(*cluster.ForeignError)) ([]results.Line, string, error) {
 	var cm corev1.ConfigMap
 	err := GetConfigMap(ctx, r, ev, name, &cm)
 	var fe *cluster.ForeignError
@@ -178,11 +212,12 @@ func readOurs(ctx context.Context, r client.Reader, ev *v1alpha1.Evaluation, nam
 		if foreign != nil {
 			foreign(fe)
 		}
-		return nil, nil
+		return nil, "", nil
 	case apierrors.IsNotFound(err):
-		return nil, nil
+		return nil, "", nil
 	case err != nil:
-		return nil, err
+		return nil, "", err
 	}
-	return cluster.ReadRecords(&cm)
+	lines, err := cluster.ReadRecords(&cm)
+	return lines, cm.ResourceVersion, err
 }
