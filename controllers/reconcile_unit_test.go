@@ -1105,11 +1105,11 @@ func TestReconcileLargeResultsListChunks(t *testing.T) {
 	h, ev, run := finishedRun(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	noise := func() string {
-		b := make([]byte, 72<<10)
+		b := make([]byte, 96<<10)
 		for i := range b {
 			b[i] = byte(rng.Uint32())
 		}
-		return base64.StdEncoding.EncodeToString(b) // 96 KiB that compress to about 3/4
+		return base64.StdEncoding.EncodeToString(b) // 128 KiB that compress to about 3/4: past the cap at the 8th
 	}
 	var names []string
 	for i := range 10 {
@@ -1133,7 +1133,7 @@ func TestReconcileLargeResultsListChunks(t *testing.T) {
 	cms := h.configMaps()
 	cm := cms["arith-results"]
 	if _, ok := cm.BinaryData[cluster.ResultsKeyRecords]; ok {
-		t.Errorf("about 1 MiB of compressed records was embedded in NAME-results")
+		t.Errorf("about 1.3 MiB of compressed records was embedded in NAME-results")
 	}
 	if diff := cmp.Diff(strings.Join(names, "\n")+"\n", cm.Data[cluster.ResultsKeyChunks]); diff != "" {
 		t.Errorf("chunks list (-want +got):\n%s", diff)

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -83,7 +84,9 @@ func (t *tally) add(part int, model, dataset string, l results.Line) error {
 			return err
 		}
 	}
-	var w *bytes.Buffer
+	// Emit writes the record into the open part's gzip member, or nowhere
+	// once the records are too many to embed.
+	var w io.Writer
 	if !t.over {
 		if !t.open {
 			t.part, t.open = part, true
@@ -91,29 +94,20 @@ func (t *tally) add(part int, model, dataset string, l results.Line) error {
 			t.gz = gzipWriters.Get().(*gzip.Writer)
 			t.gz.Reset(&t.buf)
 		}
-		w = &t.buf
+		w = embedWriter{t}
 	}
-	rec, err := results.Emit(l.Record, t.aggs[[2]string{model, dataset}], t.writer(w))
+	rec, err := results.Emit(l.Record, t.aggs[[2]string{model, dataset}], w)
 	if err == nil && t.comparer != nil {
 		t.comparer.Add(rec)
 	}
 	return err
 }
 
-// writer is where Emit writes a record: the open part's gzip member, or
-// nowhere once the records are too many to embed.
-func (t *tally) writer(buf *bytes.Buffer) *embedWriter {
-	if buf == nil {
-		return nil
-	}
-	return &embedWriter{t}
-}
-
 // embedWriter compresses into the tally's open part, dropping every member
 // once their total passes maxEmbeddedRecords.
 type embedWriter struct{ t *tally }
 
-func (e *embedWriter) Write(b []byte) (int, error) {
+func (e embedWriter) Write(b []byte) (int, error) {
 	t := e.t
 	if t.over {
 		return len(b), nil
