@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
@@ -53,23 +55,50 @@ func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (
 	saName := name
 	if ev.Spec.Runner != nil && ev.Spec.Runner.ServiceAccountName != "" {
 		saName = ev.Spec.Runner.ServiceAccountName
-	} else {
-		// Looked for in the cache first: created on every pass (refused as
-		// there, then read again), it took 2 round trips a pass.
-		sa := &corev1.ServiceAccount{ObjectMeta: objectMeta(ev.Namespace, name, labels)}
-		if ok, err := r.claimCached(ctx, p, sa); !ok || err != nil {
-			return false, err
-		}
 	}
+	// The three at once: one after the other, they were a third of a
+	// run's first pass before its Jobs.
+	var ok [3]bool
+	var g errgroup.Group
+	g.Go(func() (err error) {
+		ok[0], err = r.ensureRunnerServiceAccount(ctx, p, name, labels)
+		return err
+	})
+	g.Go(func() (err error) {
+		ok[1], err = r.ensureRunnerRole(ctx, p, &rbacv1.Role{ObjectMeta: objectMeta(ev.Namespace, name, labels), Rules: r.runnerRules(p)})
+		return err
+	})
+	g.Go(func() (err error) {
+		ok[2], err = r.ensureRunnerRoleBinding(ctx, p, &rbacv1.RoleBinding{
+			ObjectMeta: objectMeta(ev.Namespace, name, labels),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: saName, Namespace: ev.Namespace}},
+		})
+		return err
+	})
+	err := g.Wait()
+	return ok[0] && ok[1] && ok[2] && err == nil, err
+}
 
-	role := &rbacv1.Role{ObjectMeta: objectMeta(ev.Namespace, name, labels), Rules: r.runnerRules(p)}
+// ensureRunnerServiceAccount makes the runner ServiceAccount name, unless
+// spec.runner.serviceAccountName names the one to use.
+func (r *EvaluationReconciler) ensureRunnerServiceAccount(ctx context.Context, p *pass, name string, labels map[string]string) (bool, error) {
+	if ev := p.ev; ev.Spec.Runner != nil && ev.Spec.Runner.ServiceAccountName != "" {
+		return true, nil
+	}
+	// Looked for in the cache first: created on every pass (refused as
+	// there, then read again), it took 2 round trips a pass.
+	sa := &corev1.ServiceAccount{ObjectMeta: objectMeta(p.ev.Namespace, name, labels)}
+	return r.claimCached(ctx, p, sa)
+}
+
+// ensureRunnerRole makes role, or brings the one there to its rules.
+func (r *EvaluationReconciler) ensureRunnerRole(ctx context.Context, p *pass, role *rbacv1.Role) (bool, error) {
 	var existing rbacv1.Role
 	err := r.Get(ctx, client.ObjectKeyFromObject(role), &existing)
 	switch {
 	case apierrors.IsNotFound(err):
-		if ok, err := r.claim(ctx, p, role); !ok || err != nil {
-			return false, err
-		}
+		return r.claim(ctx, p, role)
 	case err != nil:
 		return false, err
 	case !r.ours(p, "Role", &existing):
@@ -77,31 +106,28 @@ func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (
 	case !apiequality.Semantic.DeepEqual(existing.Rules, role.Rules):
 		existing.Rules = role.Rules
 		if err := r.Update(ctx, &existing); err != nil {
-			return false, fmt.Errorf("updating Role %s: %w", name, err)
+			return false, fmt.Errorf("updating Role %s: %w", role.Name, err)
 		}
 	}
+	return true, nil
+}
 
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: objectMeta(ev.Namespace, name, labels),
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: saName, Namespace: ev.Namespace}},
-	}
-	var existingRB rbacv1.RoleBinding
-	err = r.Get(ctx, client.ObjectKeyFromObject(rb), &existingRB)
+// ensureRunnerRoleBinding makes rb, or brings the one there to its subject.
+func (r *EvaluationReconciler) ensureRunnerRoleBinding(ctx context.Context, p *pass, rb *rbacv1.RoleBinding) (bool, error) {
+	var existing rbacv1.RoleBinding
+	err := r.Get(ctx, client.ObjectKeyFromObject(rb), &existing)
 	switch {
 	case apierrors.IsNotFound(err):
-		if ok, err := r.claim(ctx, p, rb); !ok || err != nil {
-			return false, err
-		}
+		return r.claim(ctx, p, rb)
 	case err != nil:
 		return false, err
-	case !r.ours(p, "RoleBinding", &existingRB):
+	case !r.ours(p, "RoleBinding", &existing):
 		return false, nil
-	case !apiequality.Semantic.DeepEqual(existingRB.Subjects, rb.Subjects):
+	case !apiequality.Semantic.DeepEqual(existing.Subjects, rb.Subjects):
 		// The role reference cannot change; a new subject (spec.runner.serviceAccountName) can.
-		existingRB.Subjects = rb.Subjects
-		if err := r.Update(ctx, &existingRB); err != nil {
-			return false, fmt.Errorf("updating RoleBinding %s: %w", name, err)
+		existing.Subjects = rb.Subjects
+		if err := r.Update(ctx, &existing); err != nil {
+			return false, fmt.Errorf("updating RoleBinding %s: %w", rb.Name, err)
 		}
 	}
 	return true, nil
