@@ -56,8 +56,9 @@ func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (
 	if ev.Spec.Runner != nil && ev.Spec.Runner.ServiceAccountName != "" {
 		saName = ev.Spec.Runner.ServiceAccountName
 	}
-	// The three at once: one after the other, they were a third of a
-	// run's first pass before its Jobs.
+	// The ServiceAccount beside the Role: one after the other, the three
+	// were a third of a run's first pass before its Jobs. The RoleBinding
+	// follows its Role (the API server looks the Role up to bind it).
 	var ok [3]bool
 	var g errgroup.Group
 	g.Go(func() (err error) {
@@ -66,9 +67,9 @@ func (r *EvaluationReconciler) ensurePermissions(ctx context.Context, p *pass) (
 	})
 	g.Go(func() (err error) {
 		ok[1], err = r.ensureRunnerRole(ctx, p, &rbacv1.Role{ObjectMeta: objectMeta(ev.Namespace, name, labels), Rules: r.runnerRules(p)})
-		return err
-	})
-	g.Go(func() (err error) {
+		if !ok[1] || err != nil {
+			return err
+		}
 		ok[2], err = r.ensureRunnerRoleBinding(ctx, p, &rbacv1.RoleBinding{
 			ObjectMeta: objectMeta(ev.Namespace, name, labels),
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
