@@ -151,3 +151,28 @@ func TestSteadyPassCreatesNothing(t *testing.T) {
 		t.Errorf("a steady pass created %v", created)
 	}
 }
+
+// The API server binds only a Role it can look up (a binder without the
+// bind verb must hold every permission of the Role it binds): a run's first
+// pass makes the runner's Role before its RoleBinding, even with the three
+// permission objects made at once, and makes the run's Jobs.
+func TestFirstPassBindsTheRoleItMade(t *testing.T) {
+	ev := withUID(simpleEval("arith").Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}, funcs: interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if rb, ok := obj.(*rbacv1.RoleBinding); ok {
+				// As the API server's RBAC escalation check answers.
+				if err := c.Get(ctx, client.ObjectKey{Namespace: rb.Namespace, Name: rb.RoleRef.Name}, &rbacv1.Role{}); err != nil {
+					return err
+				}
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	}})
+	if _, err := h.reconcile(ev); err != nil {
+		t.Fatalf("the first pass: %v", err)
+	}
+	if jobs := h.jobs(); len(jobs) != 1 {
+		t.Errorf("the first pass made %d Jobs, want 1", len(jobs))
+	}
+}
