@@ -114,6 +114,7 @@ func (r *EvaluationReconciler) ensureShardObjects(ctx context.Context, p *pass) 
 	type shardUploads struct {
 		head     string
 		progress cluster.ShardProgress
+		made     bool // by this pass
 	}
 	var uploads []shardUploads
 	ok := true
@@ -140,7 +141,7 @@ func (r *EvaluationReconciler) ensureShardObjects(ctx context.Context, p *pass) 
 				// Evaluation must not grant URLs the commit revoked).
 				continue
 			}
-			uploads = append(uploads, shardUploads{head.Name, progress})
+			uploads = append(uploads, shardUploads{head.Name, progress, have[head.Name] == nil})
 			continue
 		}
 		want := 0
@@ -159,7 +160,7 @@ func (r *EvaluationReconciler) ensureShardObjects(ctx context.Context, p *pass) 
 	}
 	granted := make([]bool, len(uploads))
 	err = eachAtOnce(len(uploads), func(i int) (err error) {
-		granted[i], err = r.ensureUploads(ctx, p, store, uploads[i].head, uploads[i].progress)
+		granted[i], err = r.ensureUploadsOf(ctx, p, store, uploads[i].head, uploads[i].progress, uploads[i].made)
 		return err
 	})
 	if errors.As(err, &se) {

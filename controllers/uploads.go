@@ -73,6 +73,14 @@ func (g *uploadGrants) forget(k types.NamespacedName) {
 // batch. It reports false when the Secret's name is taken by an object the
 // Evaluation does not control.
 func (r *EvaluationReconciler) ensureUploads(ctx context.Context, p *pass, store *objstore.Store, head string, progress cluster.ShardProgress) (bool, error) {
+	return r.ensureUploadsOf(ctx, p, store, head, progress, false)
+}
+
+// ensureUploadsOf is ensureUploads; made says the pass made the head, so
+// its Secret is taken as not there without reading it (a run's first pass
+// read 40 Secrets only to find none). One there all the same (the head made
+// by a pass that failed after) is written over.
+func (r *EvaluationReconciler) ensureUploadsOf(ctx context.Context, p *pass, store *objstore.Store, head string, progress cluster.ShardProgress, made bool) (bool, error) {
 	if store == nil {
 		return false, &storeError{fmt.Errorf("shard %s writes its records to the results store, and the manager has none (--results-store)", head)}
 	}
@@ -85,8 +93,8 @@ func (r *EvaluationReconciler) ensureUploads(ctx context.Context, p *pass, store
 	}
 	renew := uploadURLLifetime / 2
 	g, known := r.grants.get(key)
-	absent := false
-	if !known {
+	absent := made && !known
+	if !known && !absent {
 		var sec corev1.Secret
 		err := r.APIReader.Get(ctx, key, &sec)
 		switch {

@@ -337,3 +337,45 @@ func TestFirstGrantIsMadeWithoutReadingTwice(t *testing.T) {
 		})
 	}
 }
+
+// A run's first pass makes its shards' uploads Secrets without reading
+// them first (it made their heads: there is nothing to read); one there all
+// the same, left by a pass that failed after making it, is written over.
+func TestFirstPassMakesUploadsWithoutReading(t *testing.T) {
+	loc, _ := objstore.ParseURL("s3://runs/cluster")
+	store, err := objstore.Open(context.Background(), loc, objstore.Options{Endpoint: "http://127.0.0.1:9", AccessKeyID: "id", SecretAccessKey: "the-secret-key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).OpenAIModel("small", llmURL).ShardSize(5).Obj())
+	run := cluster.RunID(ev)
+	left := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: cluster.UploadsName(cluster.HeadName("arith", run, "small", 0)),
+		Labels: cluster.Labels("arith", run, cluster.ComponentUploads), OwnerReferences: ownedBy("arith")}}
+	var secretGets int
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev, left}, opts: Options{ResultsStore: store}, funcs: interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.Secret); ok && strings.Contains(key.Name, "uploads") {
+				secretGets++
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	}})
+	h.mustReconcile(ev)
+	// The one left there was read once, to be written over; no other.
+	if secretGets != 1 {
+		t.Errorf("the first pass read %d uploads Secrets, want only the one left there", secretGets)
+	}
+	if len(h.jobs()) != 1 {
+		t.Fatalf("the first pass made %d Jobs, want 1", len(h.jobs()))
+	}
+	for i := range 2 {
+		var sec corev1.Secret
+		if err := h.c.Get(context.Background(), client.ObjectKey{Namespace: testNS, Name: cluster.UploadsName(cluster.HeadName("arith", run, "small", i))}, &sec); err != nil {
+			t.Fatal(err)
+		}
+		var u cluster.Uploads
+		if err := json.Unmarshal(sec.Data[cluster.KeyUploads], &u); err != nil || len(u.Put) != cluster.UploadWindow {
+			t.Errorf("shard %d's uploads: %d URLs (%v), want %d", i, len(u.Put), err, cluster.UploadWindow)
+		}
+	}
+}
