@@ -226,6 +226,14 @@ func (r *EvaluationReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		// Owner references let the garbage collector remove everything it made.
 		return ctrl.Result{}, nil
 	}
+	if r.written.isReplaced(req.NamespacedName, ev.ResourceVersion) {
+		// The cache has not caught up with this manager's last status
+		// write: a pass on what it holds would redo what that write
+		// recorded (on a run's second pass: start the run again, deleting
+		// and making its results ConfigMap while its pods start). The
+		// write's watch event brings a pass on the current version.
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 	// The CRD leaves fields unset; work from the same defaults a local run
 	// applies (runner pods apply them too, so both hash the same run).
 	v1alpha1.SetDefaults(&ev.Spec)
@@ -303,14 +311,6 @@ func (r *EvaluationReconciler) writeStatus(ctx context.Context, p *pass, logger 
 		return false, nil
 	}
 	key := client.ObjectKeyFromObject(p.ev)
-	if r.written.isReplaced(key, p.ev.ResourceVersion) {
-		// The pass read the Evaluation from before this manager's last
-		// status write (its watch event is on its way, and brings another
-		// pass): writing would only conflict, after the API server had
-		// decoded the whole object, large with inline data.
-		p.requeueAfter(time.Second)
-		return false, nil
-	}
 	if onlyProgress(old, p.status) {
 		if wait := r.progress.wait(key, p.now, r.progressEvery(p)); wait > 0 {
 			p.requeueAfter(wait)

@@ -436,14 +436,9 @@ func priced(spec *v1alpha1.EvaluationSpec, model string) bool {
 // server's: the watch has not brought the last status write yet. Gathering
 // would read every record only for the status write to conflict (and, after
 // the run ended, gather it again): the pass waits for the watch instead,
-// which enqueues the Evaluation again. A version this manager's own status
-// write replaced (versions) is known stale without the read.
+// which enqueues the Evaluation again. (A version this manager's own status
+// write replaced never gets here: Reconcile knows it stale without a read.)
 func (r *EvaluationReconciler) readStale(ctx context.Context, p *pass) (bool, error) {
-	if r.written.isReplaced(client.ObjectKeyFromObject(p.ev), p.ev.ResourceVersion) {
-		// Stale for certain, without a read: its own status write replaced it.
-		p.requeueAfter(time.Second)
-		return true, nil
-	}
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("Evaluation"))
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(p.ev), m); err != nil {

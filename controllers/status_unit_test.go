@@ -562,3 +562,42 @@ func TestStaleReadWritesNoStatus(t *testing.T) {
 		t.Errorf("a pass on the current version: %d writes, %d conflicts; want 2 and none", got, n)
 	}
 }
+
+// A pass on the version its own last status write replaced (the cache has
+// not caught up) makes, deletes and writes nothing: on a run's second pass it
+// took the run for new, deleted its results ConfigMap and made it again.
+func TestStalePassRedoesNothing(t *testing.T) {
+	ev := withUID(simpleEval("arith").Obj())
+	var stale atomic.Pointer[v1alpha1.Evaluation]
+	var changes atomic.Int64
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}, funcs: interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if e, ok := obj.(*v1alpha1.Evaluation); ok {
+				if s := stale.Load(); s != nil {
+					s.DeepCopyInto(e)
+					return nil
+				}
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			changes.Add(1)
+			return c.Create(ctx, obj, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			changes.Add(1)
+			return c.Delete(ctx, obj, opts...)
+		},
+	}})
+	before := h.eval("arith")
+	h.mustReconcile(ev) // the run starts: its objects are made, Running is written
+	stale.Store(before)
+	changes.Store(0)
+	res := h.mustReconcile(ev)
+	if n := changes.Load(); n != 0 || h.statusWrites() != 1 {
+		t.Errorf("a pass on the version its own write replaced: %d objects made or deleted, %d status writes; want none and the first", n, h.statusWrites())
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > time.Second {
+		t.Errorf("RequeueAfter = %v, want at most a second", res.RequeueAfter)
+	}
+}
