@@ -316,7 +316,10 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compar
 		staged = stagedRecords(store.at)
 	}
 	for i := range cms {
-		if m := &cms[i]; cluster.InStore(m.Annotations) && staged == nil && slices.Contains(names, m.Name) {
+		if m := &cms[i]; cluster.InStore(m.Annotations) && staged == nil {
+			if _, ours := slices.BinarySearch(names, m.Name); !ours {
+				continue
+			}
 			if staged, err = r.runStaged(ctx, p, store); err != nil {
 				return nil, nil, nil, nil, err
 			}
@@ -324,6 +327,11 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compar
 	}
 
 	shards := kube.RunShards(ev, *p.plan)
+	// A shard's part is its place in the run.
+	position := make(map[string]int, len(shards))
+	for i, sh := range shards {
+		position[sh.Key()] = i
+	}
 	foreign := func(fe *cluster.ForeignError) { r.ignoreForeign(p, fe.Kind, &metav1.ObjectMeta{Name: fe.Name}) }
 	tally := newTally(ev, base, func(_, dataset string) int64 { return int64(p.plan.Totals[dataset]) })
 	if rt := r.tallies.take(ev, p.run); base == nil && rt.usable(cms, store) {
@@ -342,11 +350,6 @@ func (r *EvaluationReconciler) gather(ctx context.Context, p *pass, base *compar
 			seen[pair]++
 			return seen[pair] <= rt.next[pair]
 		})
-	}
-	// A shard's part is its place in the run.
-	position := make(map[string]int, len(shards))
-	for i, sh := range kube.RunShards(ev, *p.plan) {
-		position[sh.Key()] = i
 	}
 	var cur cluster.Shard
 	part := -1

@@ -8,8 +8,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
@@ -433,15 +431,20 @@ func (rt *runningTally) usable(cms []metav1.PartialObjectMetadata, store *storeW
 		return false
 	}
 	now := map[string]map[string]string{} // by head, as rt.read
+	note := func(head string, m *metav1.PartialObjectMetadata) {
+		if _, ok := rt.read[head]; !ok {
+			return
+		}
+		if now[head] == nil {
+			now[head] = map[string]string{}
+		}
+		now[head][m.Name] = m.ResourceVersion
+	}
 	for i := range cms {
 		m := &cms[i]
-		for head := range rt.read {
-			if m.Name == head || isChunkOf(m.Name, head) {
-				if now[head] == nil {
-					now[head] = map[string]string{}
-				}
-				now[head][m.Name] = m.ResourceVersion
-			}
+		note(m.Name, m)
+		if head, _, ok := cluster.ChunkOf(m.Name); ok {
+			note(head, m)
 		}
 	}
 	for head, read := range rt.read {
@@ -450,14 +453,4 @@ func (rt *runningTally) usable(cms []metav1.PartialObjectMetadata, store *storeW
 		}
 	}
 	return true
-}
-
-// isChunkOf reports whether name is a chunk slot of head: HEAD-k.
-func isChunkOf(name, head string) bool {
-	rest, ok := strings.CutPrefix(name, head+"-")
-	if !ok || rest == "" {
-		return false
-	}
-	_, err := strconv.Atoi(rest)
-	return err == nil
 }

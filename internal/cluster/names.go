@@ -11,6 +11,7 @@ package cluster
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 	"strings"
 )
 
@@ -144,6 +145,20 @@ func HeadName(eval, run, model string, index int) string {
 
 // ChunkName is the k-th sealed chunk of records of a shard.
 func ChunkName(head string, k int) string { return head + "-" + itoa(k) }
+
+// ChunkOf parses a name as ChunkName(head, k); ok is false for a name of no
+// such form.
+func ChunkOf(name string) (head string, k int, ok bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 {
+		return "", 0, false
+	}
+	k, err := strconv.Atoi(name[i+1:])
+	if err != nil || k < 0 {
+		return "", 0, false
+	}
+	return name[:i], k, true
+}
 
 func itoa(i int) string {
 	const digits = "0123456789"

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -125,10 +123,8 @@ func newRecordLogs(names []string) recordLogs {
 	l := recordLogs{listed: make(map[string]bool, len(names)), chunks: map[string][]int{}}
 	for _, n := range names {
 		l.listed[n] = true
-		if i := strings.LastIndexByte(n, '-'); i > 0 {
-			if k, err := strconv.Atoi(n[i+1:]); err == nil && k >= 0 {
-				l.chunks[n[:i]] = append(l.chunks[n[:i]], k)
-			}
+		if head, k, ok := cluster.ChunkOf(n); ok {
+			l.chunks[head] = append(l.chunks[head], k)
 		}
 	}
 	return l
