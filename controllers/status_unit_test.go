@@ -514,6 +514,20 @@ func TestPartialJobCreation(t *testing.T) {
 	}
 }
 
+// staleEvaluation reads an Evaluation as what stale holds, while it holds
+// one: a cache that has not caught up.
+func staleEvaluation(stale *atomic.Pointer[v1alpha1.Evaluation]) func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+	return func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if e, ok := obj.(*v1alpha1.Evaluation); ok {
+			if s := stale.Load(); s != nil {
+				s.DeepCopyInto(e)
+				return nil
+			}
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}
+}
+
 // TestStaleReadWritesNoStatus: a pass that read the Evaluation as it was
 // before this manager's own last status write (the watch has not brought
 // the write back yet) does not write status, which could only conflict
@@ -524,15 +538,7 @@ func TestStaleReadWritesNoStatus(t *testing.T) {
 	var stale atomic.Pointer[v1alpha1.Evaluation]
 	var conflicts atomic.Int64
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}, funcs: interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if e, ok := obj.(*v1alpha1.Evaluation); ok {
-				if s := stale.Load(); s != nil {
-					s.DeepCopyInto(e)
-					return nil
-				}
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
+		Get: staleEvaluation(&stale),
 		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 			err := c.SubResource(sub).Update(ctx, obj, opts...)
 			if apierrors.IsConflict(err) {
@@ -571,15 +577,7 @@ func TestStalePassRedoesNothing(t *testing.T) {
 	var stale atomic.Pointer[v1alpha1.Evaluation]
 	var changes atomic.Int64
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}, funcs: interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if e, ok := obj.(*v1alpha1.Evaluation); ok {
-				if s := stale.Load(); s != nil {
-					s.DeepCopyInto(e)
-					return nil
-				}
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
+		Get: staleEvaluation(&stale),
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			changes.Add(1)
 			return c.Create(ctx, obj, opts...)
