@@ -175,6 +175,7 @@ func (w *worker) close() {
 
 // startWorker reads what the pod's shards need and starts what they share.
 func startWorker(ctx context.Context, c client.WithWatch, o Options) (_ *worker, err error) {
+	c = prefetch(ctx, c, o)
 	w := &worker{c: c, o: o, log: o.Log.WithValues("evaluation", o.Evaluation, "run", o.Run, "model", o.Model, "worker", o.Index)}
 	defer func() {
 		if err != nil {

@@ -224,3 +224,52 @@ func TestWorkerOfAnObsoleteRun(t *testing.T) {
 		t.Errorf("shard 0 before the edit: %+v, want succeeded", p)
 	}
 }
+
+// TestWorkerReadsItsStartAtOnce: a pod's start reads its plan, the cache
+// sources and its first shard's head while it reads the Evaluation, not
+// after (four round trips in a row were most of a runner's start on a busy
+// node), and each of them once: the read ahead serves the first Get.
+func TestWorkerReadsItsStartAtOnce(t *testing.T) {
+	f := newWorkerFixture(t, nil, fakellm.Config{})
+	ahead := []string{cluster.PlanName("arith", f.run), cluster.CacheSourcesName("arith", f.run), cluster.HeadName("arith", f.run, "m", 1)}
+	var mu sync.Mutex
+	reads := map[string]int{}
+	allAhead := make(chan struct{})
+	var once sync.Once
+	f.onGet = func(name string) error {
+		mu.Lock()
+		reads[name]++
+		seen := 0
+		for _, n := range ahead {
+			if reads[n] > 0 {
+				seen++
+			}
+		}
+		mu.Unlock()
+		if seen == len(ahead) {
+			once.Do(func() { close(allAhead) })
+		}
+		if name != "arith" {
+			return nil
+		}
+		select {
+		case <-allAhead:
+			return nil
+		case <-time.After(5 * time.Second):
+			return errors.New("the Evaluation was read before the ConfigMaps read ahead were asked for")
+		}
+	}
+	if err := Run(context.Background(), f.c, f.options(t, 1)); err != nil {
+		t.Fatalf("worker 1: %v", err)
+	}
+	mu.Lock()
+	for _, n := range ahead {
+		if reads[n] != 1 {
+			t.Errorf("%s read %d times, want once", n, reads[n])
+		}
+	}
+	mu.Unlock()
+	if p := f.head(t, 1); p.State != cluster.StateSucceeded {
+		t.Errorf("shard 1: %+v, want succeeded", p)
+	}
+}
