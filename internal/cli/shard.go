@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -124,8 +125,16 @@ func runInPod(s streams, o shard.Options, fn func(context.Context, client.WithWa
 	if err != nil {
 		return &exitError{code: exitFailed, err: fmt.Errorf("connecting to the cluster: %w", err)}
 	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return &exitError{code: exitFailed, err: fmt.Errorf("connecting to the cluster: %w", err)}
+	}
+	mapper, err := podMapper(cfg, hc)
+	if err != nil {
+		return &exitError{code: exitFailed, err: fmt.Errorf("connecting to the cluster: %w", err)}
+	}
 	// With watches: a runner follows its budgets (shard.watchBudgets).
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme, HTTPClient: hc, Mapper: mapper})
 	if err != nil {
 		return &exitError{code: exitFailed, err: err}
 	}
