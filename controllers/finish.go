@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -441,16 +442,24 @@ func priced(spec *v1alpha1.EvaluationSpec, model string) bool {
 // the run ended, gather it again): the pass waits for the watch instead,
 // which enqueues the Evaluation again. (A version this manager's own status
 // write replaced never gets here: Reconcile knows it stale without a read.)
+//
+// It lists the one Evaluation by name, as metadata, rather than getting it:
+// a list without a resourceVersion is as current as a get, and the API
+// server serves it from its watch cache (consistent reads from cache, on by
+// default since Kubernetes 1.31), while a get decodes the whole object from
+// etcd, inline data and all (6-13 ms of its CPU for a 600 KiB spec, on the
+// path of every run's end).
 func (r *EvaluationReconciler) readStale(ctx context.Context, p *pass) (bool, error) {
-	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("Evaluation"))
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(p.ev), m); err != nil {
-		if apierrors.IsNotFound(err) {
-			return true, nil // deleted: the garbage collector takes the rest
-		}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("EvaluationList"))
+	if err := r.APIReader.List(ctx, list, client.InNamespace(p.ev.Namespace),
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", p.ev.Name)}); err != nil {
 		return false, fmt.Errorf("reading the Evaluation's version: %w", err)
 	}
-	if m.ResourceVersion == p.ev.ResourceVersion {
+	if len(list.Items) == 0 {
+		return true, nil // deleted: the garbage collector takes the rest
+	}
+	if list.Items[0].ResourceVersion == p.ev.ResourceVersion {
 		return false, nil
 	}
 	p.requeueAfter(time.Second)

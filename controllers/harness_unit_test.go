@@ -137,7 +137,9 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	}
 	base := fake.NewClientBuilder().WithScheme(s).WithObjects(o.objs...).
 		WithStatusSubresource(&v1alpha1.Evaluation{}, &batchv1.Job{}, &corev1.Pod{}).
-		WithIndex(&corev1.Event{}, eventRegardingUID, eventRegarding).Build()
+		WithIndex(&corev1.Event{}, eventRegardingUID, eventRegarding).
+		// The API server selects any object by metadata.name; the fake, only by an index.
+		WithIndex(&v1alpha1.Evaluation{}, "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).Build()
 	faulty := interceptor.NewClient(base, o.funcs)
 	h := &harness{t: t, ctx: context.Background(), clock: clocktesting.NewFakeClock(t0), log: &callLog{}}
 	h.rec = &fakeRecorder{log: h.log}

@@ -1023,6 +1023,12 @@ func TestReconcileReadReplacedByItsOwnWriteAsksNothing(t *testing.T) {
 			}
 			return c.Get(ctx, key, obj, opts...)
 		},
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if l, ok := list.(*metav1.PartialObjectMetadataList); ok && l.GroupVersionKind().Kind == "EvaluationList" {
+				versionReads.Add(1)
+			}
+			return c.List(ctx, list, opts...)
+		},
 	})
 	writes := h.statusWrites()
 
