@@ -105,6 +105,66 @@ func TestProgressOnlyChangesAreThrottled(t *testing.T) {
 	}
 }
 
+// Progress is not written when the run, at its pace so far, ends before the
+// next progress write would be due: the end's write follows. Only one is
+// passed over: progress is still written 2 x ProgressInterval after the last.
+func TestProgressNotWrittenJustBeforeTheEnd(t *testing.T) {
+	ev := withUID(simpleEval("arith").Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}}) // ProgressInterval 2s
+	run := cluster.RunID(ev)
+	h.mustReconcile(ev) // t0: the run starts (written)
+	writes := h.statusWrites()
+
+	h.runnerPod("arith-small-"+run, 0, "a", podRunning)
+	h.runnerPod("arith-small-"+run, 1, "b", podRunning)
+	h.create(headCM(t, "arith", run, shardOf("small", 0), cluster.ShardProgress{State: cluster.StateRunning, Total: 5, Done: 4}, nil))
+	h.create(headCM(t, "arith", run, shardOf("small", 1), cluster.ShardProgress{State: cluster.StateRunning, Total: 5, Done: 5}, nil))
+	h.clock.Step(3 * time.Second) // 9 of 10 in 3 s: the last one due in a third of a second
+	res := h.mustReconcile(ev)
+	if got := h.statusWrites(); got != writes {
+		t.Errorf("progress 9/10 was written just before the end (%d writes)", got-writes)
+	}
+	if res.RequeueAfter != time.Second {
+		t.Errorf("RequeueAfter = %v, want 1s (2 x ProgressInterval after the last write)", res.RequeueAfter)
+	}
+
+	h.clock.Step(time.Second) // the end did not come
+	h.mustReconcile(ev)
+	if got := h.statusWrites(); got != writes+1 {
+		t.Fatalf("progress 2 x ProgressInterval after the last write was not written (%d writes)", got-writes)
+	}
+	if st := h.eval("arith").Status; st.Progress.Completed != 9 {
+		t.Errorf("stored progress = %+v, want 9 completed", st.Progress)
+	}
+}
+
+func TestEndsWithin(t *testing.T) {
+	start := metav1.NewTime(t0)
+	for _, tc := range []struct {
+		name            string
+		progress        *v1alpha1.Progress
+		start           *metav1.Time
+		elapsed, within time.Duration
+		want            bool
+	}{
+		{name: "9 of 10 in 9 s, within 2 s", progress: &v1alpha1.Progress{Total: 10, Completed: 9}, start: &start, elapsed: 9 * time.Second, within: 2 * time.Second, want: true},
+		{name: "half in 9 s, within 2 s", progress: &v1alpha1.Progress{Total: 10, Completed: 5}, start: &start, elapsed: 9 * time.Second, within: 2 * time.Second},
+		{name: "half in 1 s, within 2 s", progress: &v1alpha1.Progress{Total: 10, Completed: 5}, start: &start, elapsed: time.Second, within: 2 * time.Second, want: true},
+		{name: "nothing done yet", progress: &v1alpha1.Progress{Total: 10}, start: &start, elapsed: time.Second, within: time.Hour},
+		{name: "all done (the end is a phase)", progress: &v1alpha1.Progress{Total: 10, Completed: 10}, start: &start, elapsed: time.Second, within: time.Hour},
+		{name: "no start time", progress: &v1alpha1.Progress{Total: 10, Completed: 9}, elapsed: time.Second, within: time.Hour},
+		{name: "no progress", start: &start, elapsed: time.Second, within: time.Hour},
+		{name: "a clock behind the start", progress: &v1alpha1.Progress{Total: 10, Completed: 9}, start: &start, elapsed: -time.Second, within: time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &v1alpha1.EvaluationStatus{Progress: tc.progress, StartTime: tc.start}
+			if got := endsWithin(st, t0.Add(tc.elapsed), tc.within); got != tc.want {
+				t.Errorf("endsWithin = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // Each status write rewrites the whole Evaluation in etcd: one whose inline
 // samples make it hundreds of KiB has its progress alone written less often
 // than ProgressInterval (progressBytesPerSecond); its phase still at once.
