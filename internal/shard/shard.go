@@ -382,6 +382,7 @@ func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
 			return fmt.Errorf("beginning shard %s: %w", sh.Key(), err)
 		}
 	}
+	log.Info("Began a shard", "attempt", attempts+1)
 
 	// ctx ending (SIGTERM) drains: no new samples; those in flight get the grace
 	// period. The run and the budget loops outlive ctx until then.

@@ -165,6 +165,7 @@ func (s *stream) begin(_ context.Context, t runner.Task) error {
 	if err := store.Flush(s.ctx, false); err != nil {
 		return fmt.Errorf("beginning shard %s: %w", sh.Key(), err)
 	}
+	o.log.Info("Began a shard", "attempt", attempts+1)
 	b := &budgetFollower{c: w.c, o: w.o, ev: w.ev, run: w.o.Run, shard: sh, eng: s.eng, store: store, models: w.models,
 		log: o.log, nudged: make(chan struct{}, 1)}
 	loopCtx, stop := context.WithCancel(context.WithoutCancel(s.ctx))

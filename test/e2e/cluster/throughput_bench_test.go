@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -104,6 +106,8 @@ spec:
 		b.Fatalf("%d runner pods still running a minute after the run succeeded", running)
 	}
 
+	began, finished := runnerLogTimes(b, ns)
+
 	rate := float64(total) / wall.Seconds()
 	bound := float64(benchModels*benchParallelism*benchConcurrency) / benchLatency.Seconds()
 	b.ReportMetric(wall.Seconds(), "s")
@@ -121,6 +125,16 @@ spec:
 		b.ReportMetric(start.Add(wall).Sub(last).Seconds(), "after-runners-s")
 		b.ReportMetric(float64(total)/calls.Seconds()/bound, "runners-of-bound")
 	}
+	// The same, to the millisecond, from the runners' logs: the first shard
+	// begun (its attempt written: the pod is about to call), the spread of
+	// the pods' beginnings (8 pods starting on 2 cores), the last runner's
+	// last shard saved, and from there to Succeeded.
+	if len(began) > 0 && len(finished) > 0 {
+		b.ReportMetric(began[0].Sub(start).Seconds(), "first-began-s")
+		b.ReportMetric(began[len(began)-1].Sub(began[0]).Seconds(), "began-spread-s")
+		b.ReportMetric(finished[len(finished)-1].Sub(began[0]).Seconds(), "first-began-to-last-finished-s")
+		b.ReportMetric(start.Add(wall).Sub(finished[len(finished)-1]).Seconds(), "last-finished-to-end-s")
+	}
 	for _, kind := range objectKinds {
 		b.ReportMetric(float64(after[kind]-before[kind]), kind)
 	}
@@ -133,9 +147,68 @@ spec:
 	// Each rewrites the whole Evaluation, inline dataset and all: most of
 	// etcd's bytes with this run's 3,000 inline samples.
 	b.ReportMetric(statusWrites, "status-writes")
+	saveNodeLogs(fmt.Sprintf("bench-shardSize%d-", shardSize))
 	b.Logf("shardSize %d: %d samples in %s, %.0f samples/s, %.2f of the bound %.0f; %d runner pods at most at once; objects %v; runners from +%s to +%s",
 		shardSize, total, wall.Round(10*time.Millisecond), rate, rate/bound, bound, peakPods, diff(before, after),
 		first.Sub(start).Round(100*time.Millisecond), last.Sub(start).Round(100*time.Millisecond))
+	if len(began) > 0 && len(finished) > 0 {
+		b.Logf("shardSize %d: runners began their first shards from +%s to +%s and finished their last from +%s to +%s",
+			shardSize, began[0].Sub(start).Round(10*time.Millisecond), began[len(began)-1].Sub(start).Round(10*time.Millisecond),
+			finished[0].Sub(start).Round(10*time.Millisecond), finished[len(finished)-1].Sub(start).Round(10*time.Millisecond))
+	}
+}
+
+// saveNodeLogs keeps, in the artifacts, what the node's kubelet and
+// containerd logged so far (the local cluster's only): where a run's pods
+// spent their start, to the millisecond, when a run starts slowly.
+func saveNodeLogs(prefix string) {
+	if clusterDir == "" {
+		return
+	}
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		return
+	}
+	for _, name := range []string{"kubelet.log", "containerd.log"} {
+		if b, err := os.ReadFile(filepath.Join(clusterDir, "logs", name)); err == nil {
+			saveArtifact(prefix+name, b)
+		}
+	}
+}
+
+// runnerLogTimes are, sorted, when each runner began its first shard and
+// when it finished its last ("Began a shard", "Finished the worker's shards"
+// in its log), from the log's own times (the kubelet's, to the nanosecond).
+func runnerLogTimes(b *testing.B, ns string) (began, finished []time.Time) {
+	b.Helper()
+	pods := strings.Fields(mustKubectl(b, "-n", ns, "get", "pods", "-l", "proctor.dev/component=runner", "-o", "name"))
+	for _, pod := range pods {
+		var first, last time.Time
+		for _, line := range strings.Split(mustKubectl(b, "-n", ns, "logs", pod, "-c", "runner", "--timestamps"), "\n") {
+			at, rest, ok := strings.Cut(line, " ")
+			if !ok {
+				continue
+			}
+			t, err := time.Parse(time.RFC3339Nano, at)
+			if err != nil {
+				continue
+			}
+			switch {
+			case first.IsZero() && strings.Contains(rest, `msg="Began a shard"`):
+				first = t
+			case strings.Contains(rest, `msg="Finished the worker's shards"`):
+				last = t
+			}
+		}
+		if !first.IsZero() {
+			began = append(began, first)
+		}
+		if !last.IsZero() {
+			finished = append(finished, last)
+		}
+	}
+	slices.SortFunc(began, time.Time.Compare)
+	slices.SortFunc(finished, time.Time.Compare)
+	return began, finished
 }
 
 // runnerWindow is when the run's first runner container started and its
