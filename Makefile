@@ -141,10 +141,13 @@ kube-assets: ## Build etcd, kube-apiserver and kubectl $(KUBE_VERSION) into bin/
 bench: kube-assets host-deps-images $(WEED) ## Benchmarks: rate limits, runner vs bare HTTP, memory, the cost of per-sample isolation (PostgreSQL); operator latency and memory.
 	go test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/ ./test/integration/ | tee bench.out
 
+# BENCH_COUNT: how many times bench-cluster runs each case (interleaved, on one cluster).
+BENCH_COUNT ?= 1
+
 .PHONY: bench-cluster
 bench-cluster: host-deps build images $(HELM) ## The cluster benchmark on a real local cluster (root): a run's samples/s against its bound, the objects it made, the manager's memory, etcd's bytes per 1,000 samples (BenchmarkClusterThroughput).
 	hack/install-kube.sh etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl >/dev/null
-	HELM=$(HELM) E2E_RUN='^$$' E2E_BENCH=. hack/e2e.sh | tee bench-cluster.out
+	HELM=$(HELM) E2E_RUN='^$$' E2E_BENCH=. E2E_BENCH_COUNT=$(BENCH_COUNT) hack/e2e.sh | tee bench-cluster.out
 
 .PHONY: seaweedfs
 seaweedfs: $(WEED) ## Build SeaweedFS's weed $(SEAWEEDFS_VERSION) into bin/ (once; about 6 minutes cold).

@@ -8,6 +8,7 @@
 #   KEEP_CLUSTER=1 make e2e       # leave the cluster up afterwards
 #   E2E_RUN=TestSamples make e2e  # only some tests (go test -run)
 #   make bench-cluster            # the cluster benchmarks instead (E2E_BENCH, go test -bench)
+#   make bench-cluster BENCH_COUNT=3  # each benchmark 3 times on one cluster (E2E_BENCH_COUNT)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,5 +36,5 @@ export KUBECONFIG=$CLUSTER_DIR/kubeconfig
 # Not more than 6: with all 8 of TestRunsSideBySide at once, the node's 2 CPUs
 # of requests ran out (a pod Unschedulable for Insufficient cpu). Not fewer
 # than 5: TestSharedKeys's four wait for its quota test, which needs a place.
-go test -tags e2e -count=1 -v -parallel 6 -timeout "${E2E_TIMEOUT:-45m}" ${E2E_RUN:+-run "$E2E_RUN"} ${E2E_BENCH:+-bench "$E2E_BENCH" -benchtime 1x} ./test/e2e/cluster/ 2>&1 |
+go test -tags e2e -count=1 -v -parallel 6 -timeout "${E2E_TIMEOUT:-45m}" ${E2E_RUN:+-run "$E2E_RUN"} ${E2E_BENCH:+-bench "$E2E_BENCH" -benchtime 1x -count "${E2E_BENCH_COUNT:-1}"} ./test/e2e/cluster/ 2>&1 |
 	grep --line-buffered -v -E '^=== (RUN|PAUSE|CONT)'

@@ -147,7 +147,8 @@ spec:
 	// Each rewrites the whole Evaluation, inline dataset and all: most of
 	// etcd's bytes with this run's 3,000 inline samples.
 	b.ReportMetric(statusWrites, "status-writes")
-	saveNodeLogs(fmt.Sprintf("bench-shardSize%d-", shardSize))
+	benchRuns[shardSize]++ // make bench-cluster BENCH_COUNT=N runs each size N times
+	saveNodeLogs(fmt.Sprintf("bench-shardSize%d-run%d-", shardSize, benchRuns[shardSize]))
 	b.Logf("shardSize %d: %d samples in %s, %.0f samples/s, %.2f of the bound %.0f; %d runner pods at most at once; objects %v; runners from +%s to +%s",
 		shardSize, total, wall.Round(10*time.Millisecond), rate, rate/bound, bound, peakPods, diff(before, after),
 		first.Sub(start).Round(100*time.Millisecond), last.Sub(start).Round(100*time.Millisecond))
@@ -157,6 +158,9 @@ spec:
 			finished[0].Sub(start).Round(10*time.Millisecond), finished[len(finished)-1].Sub(start).Round(10*time.Millisecond))
 	}
 }
+
+// benchRuns counts the runs of each shard size so far.
+var benchRuns = map[int]int{}
 
 // saveNodeLogs keeps, in the artifacts, what the node's kubelet and
 // containerd logged so far (the local cluster's only): where a run's pods
