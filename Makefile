@@ -141,7 +141,7 @@ kube-assets: ## Build etcd, kube-apiserver and kubectl $(KUBE_VERSION) into bin/
 bench: kube-assets host-deps-images $(WEED) ## Benchmarks: rate limits, runner vs bare HTTP, memory, the cost of per-sample isolation (PostgreSQL); operator latency and memory.
 	go test -run '^$$' -bench . -benchtime 1x -timeout 60m ./test/bench/ ./test/integration/ | tee bench.out
 
-# BENCH_COUNT: how many times bench-cluster runs each case (interleaved, on one cluster).
+# BENCH_COUNT: how many times bench-cluster runs each case (in a row, on one cluster).
 BENCH_COUNT ?= 1
 
 .PHONY: bench-cluster
