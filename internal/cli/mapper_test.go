@@ -1,8 +1,7 @@
 package cli
 
 import (
-	"os"
-	"path/filepath"
+	"io/fs"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -10,13 +9,14 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
+	"github.com/proctor-dev/proctor/config/crd"
 )
 
 // TestPodKindsAsTheCRDsSay: the pods' mapper, which asks no API server,
 // names Proctor's kinds by their CRDs' plurals and scopes, and the
 // built-in ones by theirs.
 func TestPodKindsAsTheCRDsSay(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "..", "config", "crd", "bases", "*.yaml"))
+	files, err := fs.Glob(crd.Bases, "bases/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("the CRDs: %v (%d files)", err, len(files))
 	}
@@ -29,7 +29,7 @@ func TestPodKindsAsTheCRDsSay(t *testing.T) {
 		"Secret":    {"secrets", meta.RESTScopeNameNamespace},
 	}
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		b, err := fs.ReadFile(crd.Bases, f)
 		if err != nil {
 			t.Fatal(err)
 		}
