@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -28,12 +29,21 @@ import (
 // samples a second, the bound and their ratio, the objects the run made,
 // the manager's peak memory and the bytes etcd wrote per 1,000 samples; with
 // shards of 150 (20 a model) and of 15 (200 a model: start-up paid per shard
-// shows there). Run by make bench-cluster.
+// shows there), the samples inline in the spec; and with shards of 150, the
+// same samples in a ConfigMap (what the spec's size costs: every status write
+// rewrites it, every reader decodes it). Run by make bench-cluster.
 func BenchmarkClusterThroughput(b *testing.B) {
-	for _, size := range []int{150, 15} {
-		b.Run(fmt.Sprintf("shardSize=%d", size), func(b *testing.B) {
+	for _, c := range []struct {
+		size      int
+		configMap bool
+	}{{150, false}, {15, false}, {150, true}} {
+		name := fmt.Sprintf("shardSize=%d", c.size)
+		if c.configMap {
+			name += "/configMap"
+		}
+		b.Run(name, func(b *testing.B) {
 			for range b.N {
-				measureThroughput(b, size)
+				measureThroughput(b, c.size, c.configMap)
 			}
 		})
 	}
@@ -47,8 +57,21 @@ const (
 	benchLatency     = 200 * time.Millisecond
 )
 
-func measureThroughput(b *testing.B, shardSize int) {
+func measureThroughput(b *testing.B, shardSize int, configMap bool) {
 	ns := namespace(b, "bench-throughput")
+	source := "inline:\n" + additions(benchSamples)
+	if configMap {
+		// The same samples, made before the clock starts (as a user's data
+		// would be there already).
+		var lines strings.Builder
+		for i := 1; i <= benchSamples; i++ {
+			fmt.Fprintf(&lines, `{"id": "q%d", "input": "What is %d+%d?", "expected": "%d"}`+"\n", i, i, i, 2*i)
+		}
+		if _, err := runInput(time.Minute, lines.String(), kubectlBin, "-n", ns, "create", "configmap", "arithmetic", "--from-file=samples.jsonl=/dev/stdin"); err != nil {
+			b.Fatal(err)
+		}
+		source = "configMap: {name: arithmetic, key: samples.jsonl}\n"
+	}
 	fakeServers(b, ns, "llm", []string{"-latency=" + benchLatency.String()})
 	var models strings.Builder
 	for m := range benchModels {
@@ -66,18 +89,18 @@ spec:
   datasets:
   - name: arithmetic
     source:
-      inline:
-%s  models:
+      %s  models:
 %s  prompt: {system: "Answer with a number only."}
   scoring: [{type: exact_match, normalize: [trim]}]
   concurrency: %d
   parallelism: %d
   shardSize: %d
-`, additions(benchSamples), models.String(), benchConcurrency, benchParallelism, shardSize)
+`, source, models.String(), benchConcurrency, benchParallelism, shardSize)
 
 	before := objectCounts(b, ns)
 	walBefore, walOK := etcdWALBytes(b)
 	statusBefore := evaluationStatusWrites(b)
+	waitQuiet(b)
 	mon := startMonitor(b)
 	start := time.Now()
 	applyYAML(b, ns, manifest)
@@ -147,20 +170,24 @@ spec:
 	// Each rewrites the whole Evaluation, inline dataset and all: most of
 	// etcd's bytes with this run's 3,000 inline samples.
 	b.ReportMetric(statusWrites, "status-writes")
-	benchRuns[shardSize]++ // make bench-cluster BENCH_COUNT=N runs each size N times
-	saveNodeLogs(fmt.Sprintf("bench-shardSize%d-run%d-", shardSize, benchRuns[shardSize]))
-	b.Logf("shardSize %d: %d samples in %s, %.0f samples/s, %.2f of the bound %.0f; %d runner pods at most at once; objects %v; runners from +%s to +%s",
-		shardSize, total, wall.Round(10*time.Millisecond), rate, rate/bound, bound, peakPods, diff(before, after),
+	label, file := fmt.Sprintf("shardSize %d", shardSize), fmt.Sprintf("shardSize%d", shardSize)
+	if configMap {
+		label, file = label+", samples from a ConfigMap", file+"-configMap"
+	}
+	benchRuns[label]++ // make bench-cluster BENCH_COUNT=N runs each case N times
+	saveNodeLogs(fmt.Sprintf("bench-%s-run%d-", file, benchRuns[label]))
+	b.Logf("%s: %d samples in %s, %.0f samples/s, %.2f of the bound %.0f; %d runner pods at most at once; objects %v; runners from +%s to +%s",
+		label, total, wall.Round(10*time.Millisecond), rate, rate/bound, bound, peakPods, diff(before, after),
 		first.Sub(start).Round(100*time.Millisecond), last.Sub(start).Round(100*time.Millisecond))
 	if len(began) > 0 && len(finished) > 0 {
-		b.Logf("shardSize %d: runners began their first shards from +%s to +%s and finished their last from +%s to +%s",
-			shardSize, began[0].Sub(start).Round(10*time.Millisecond), began[len(began)-1].Sub(start).Round(10*time.Millisecond),
+		b.Logf("%s: runners began their first shards from +%s to +%s and finished their last from +%s to +%s",
+			label, began[0].Sub(start).Round(10*time.Millisecond), began[len(began)-1].Sub(start).Round(10*time.Millisecond),
 			finished[0].Sub(start).Round(10*time.Millisecond), finished[len(finished)-1].Sub(start).Round(10*time.Millisecond))
 	}
 }
 
-// benchRuns counts the runs of each shard size so far.
-var benchRuns = map[int]int{}
+// benchRuns counts the runs of each case so far.
+var benchRuns = map[string]int{}
 
 // saveNodeLogs keeps, in the artifacts, what the node's kubelet and
 // containerd logged so far (the local cluster's only): where a run's pods
@@ -370,7 +397,11 @@ func evaluationStatusWrites(b *testing.B) float64 {
 }
 
 // monitor polls, while a run goes, the manager's memory (its container's
-// working set, from the kubelet), once a second.
+// working set). On the local cluster it reads the container's cgroup, ten
+// times a second: a file read, where the kubelet's summary API cost a kubectl
+// process, the API server's proxy and the kubelet's stats every second
+// (about 0.09 CPU-s, 5% of the node, taken from the pods starting), and its
+// figures are the kubelet's cached ones, refreshed every 10-15 s.
 type monitor struct {
 	done     chan struct{}
 	wg       sync.WaitGroup
@@ -380,15 +411,19 @@ type monitor struct {
 
 func startMonitor(b *testing.B) *monitor {
 	m := &monitor{done: make(chan struct{})}
-	node := strings.TrimSpace(mustKubectl(b, "get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"))
+	read, every := managerCgroupMemory(b), 100*time.Millisecond
+	if read == nil {
+		node := strings.TrimSpace(mustKubectl(b, "get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"))
+		read, every = func() (int64, bool) { return managerMemory(node) }, time.Second
+	}
 	m.wg.Go(func() {
 		for {
 			select {
 			case <-m.done:
 				return
-			case <-time.After(time.Second):
+			case <-time.After(every):
 			}
-			if used, ok := managerMemory(node); ok {
+			if used, ok := read(); ok {
 				m.mu.Lock()
 				m.managerB = max(m.managerB, used)
 				m.mu.Unlock()
@@ -398,6 +433,71 @@ func startMonitor(b *testing.B) *monitor {
 	return m
 }
 
+// managerCgroupMemory reads the working set of the manager's container as
+// the kubelet counts it (usage less inactive file pages) from its memory
+// cgroup, v1 or v2, when the cluster's node is this machine; nil otherwise.
+func managerCgroupMemory(b *testing.B) func() (int64, bool) {
+	b.Helper()
+	if clusterDir == "" {
+		return nil
+	}
+	out := mustKubectl(b, "-n", releaseNamespace, "get", "pods", "-l", "app.kubernetes.io/name=proctor", "-o",
+		`jsonpath={range .items[*]}{.metadata.uid} {.status.containerStatuses[?(@.name=="manager")].containerID}{"\n"}{end}`)
+	uid, id, ok := strings.Cut(strings.TrimSpace(out), " ")
+	_, id, _ = strings.Cut(id, "://")
+	if !ok || id == "" || strings.Contains(id, "\n") {
+		return nil
+	}
+	var dir string
+	for _, root := range []string{"/sys/fs/cgroup/memory", "/sys/fs/cgroup"} {
+		_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			switch {
+			case err != nil:
+				return filepath.SkipDir
+			case !d.IsDir():
+				return nil
+			}
+			if strings.Contains(path, id) && (strings.Contains(path, uid) || strings.Contains(path, strings.ReplaceAll(uid, "-", "_"))) {
+				dir = path
+				return filepath.SkipAll
+			}
+			return nil
+		})
+		if dir != "" {
+			break
+		}
+	}
+	if dir == "" {
+		return nil
+	}
+	usageFile, inactiveKey := "memory.usage_in_bytes", "total_inactive_file"
+	if _, err := os.Stat(filepath.Join(dir, usageFile)); err != nil {
+		usageFile, inactiveKey = "memory.current", "inactive_file" // v2
+	}
+	return func() (int64, bool) {
+		u, err := os.ReadFile(filepath.Join(dir, usageFile))
+		if err != nil {
+			return 0, false
+		}
+		usage, err := strconv.ParseInt(strings.TrimSpace(string(u)), 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		st, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
+		if err != nil {
+			return 0, false
+		}
+		for _, line := range strings.Split(string(st), "\n") {
+			if k, v, ok := strings.Cut(line, " "); ok && k == inactiveKey {
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil && n < usage {
+					usage -= n
+				}
+			}
+		}
+		return usage, true
+	}
+}
+
 func (m *monitor) stop() (managerBytes int64) {
 	close(m.done)
 	m.wg.Wait()
@@ -405,7 +505,8 @@ func (m *monitor) stop() (managerBytes int64) {
 }
 
 // managerMemory is the working set of the manager's container, from the
-// kubelet's summary API (through the API server's node proxy).
+// kubelet's summary API (through the API server's node proxy): where the
+// node is not this machine.
 func managerMemory(node string) (int64, bool) {
 	out, err := kubectl("get", "--raw", "/api/v1/nodes/"+node+"/proxy/stats/summary")
 	if err != nil {
@@ -439,4 +540,48 @@ func managerMemory(node string) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// waitQuiet waits, on the local cluster, until the node's CPUs are quiet
+// (at most 20% busy over a second; 30 s at most): the timed run starts on
+// a node no longer busy with what came before it (the model server's pod
+// just started, an earlier run's namespace just deleted).
+func waitQuiet(b *testing.B) {
+	b.Helper()
+	if clusterDir == "" {
+		return
+	}
+	busy := func() (total, idle int64, ok bool) {
+		f, err := os.ReadFile("/proc/stat")
+		if err != nil {
+			return 0, 0, false
+		}
+		line, _, _ := strings.Cut(string(f), "\n")
+		fields := strings.Fields(line)
+		if len(fields) < 9 || fields[0] != "cpu" {
+			return 0, 0, false
+		}
+		for i, v := range fields[1:9] { // user nice system idle iowait irq softirq steal
+			n, _ := strconv.ParseInt(v, 10, 64)
+			total += n
+			if i == 3 || i == 4 {
+				idle += n
+			}
+		}
+		return total, idle, true
+	}
+	start := time.Now()
+	share := 1.0
+	for time.Since(start) < 30*time.Second {
+		t0, i0, ok := busy()
+		time.Sleep(time.Second)
+		t1, i1, ok1 := busy()
+		if !ok || !ok1 || t1 == t0 {
+			return
+		}
+		if share = 1 - float64(i1-i0)/float64(t1-t0); share <= 0.2 {
+			break
+		}
+	}
+	b.Logf("the node was %.0f%% busy after %s of waiting for it to be quiet", 100*share, time.Since(start).Round(100*time.Millisecond))
 }
