@@ -457,7 +457,10 @@ func managerCgroupMemory(b *testing.B) func() (int64, bool) {
 			case !d.IsDir():
 				return nil
 			}
-			if strings.Contains(path, id) && (strings.Contains(path, uid) || strings.Contains(path, strings.ReplaceAll(uid, "-", "_"))) {
+			if strings.Contains(path, id) && (strings.Contains(path, uid) || strings.Contains(path, strings.ReplaceAll(uid, "-", "_"))) &&
+				fileExists(filepath.Join(path, "memory.stat")) {
+				// The memory controller's directory (on v1, the walk of
+				// /sys/fs/cgroup would otherwise stop at its cpu one).
 				dir = path
 				return filepath.SkipAll
 			}
@@ -471,7 +474,7 @@ func managerCgroupMemory(b *testing.B) func() (int64, bool) {
 		return nil
 	}
 	usageFile, inactiveKey := "memory.usage_in_bytes", "total_inactive_file"
-	if _, err := os.Stat(filepath.Join(dir, usageFile)); err != nil {
+	if !fileExists(filepath.Join(dir, usageFile)) {
 		usageFile, inactiveKey = "memory.current", "inactive_file" // v2
 	}
 	return func() (int64, bool) {
@@ -496,6 +499,11 @@ func managerCgroupMemory(b *testing.B) func() (int64, bool) {
 		}
 		return usage, true
 	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func (m *monitor) stop() (managerBytes int64) {
