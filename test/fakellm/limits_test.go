@@ -1,6 +1,7 @@
 package fakellm_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -89,6 +90,38 @@ func TestBucketLimit(t *testing.T) {
 	}
 	if st := s.Stats(); st.Succeeded != 3 || st.RateLimited != 2 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// The limiter's decisions are served in order: the refused ones with the
+// limit that refused them and how much later they would have been accepted,
+// which tells a call sent a moment early from two sent together.
+func TestLimitDecisions(t *testing.T) {
+	t.Parallel()
+	// One request a second, a bucket of one.
+	s, url := start(t, fakellm.Config{RequestsPerMinute: 60})
+	for range 2 {
+		post(t, url+openAIPath, openAIText("hi"))
+	}
+	resp, err := http.Get(url + "/stats/limits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got []fakellm.LimitDecision
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !got[0].OK || got[1].OK || got[1].Limit != "requests" || got[1].At < got[0].At {
+		t.Fatalf("decisions %+v: want one accepted, then one refused by the requests limit", got)
+	}
+	// Sent right after the first, the second lacked nearly the whole second.
+	if w := time.Duration(got[1].WaitNanos); w < 900*time.Millisecond || w > time.Second {
+		t.Errorf("the refused request would have been accepted %v later, want (0.9s, 1s]", w)
+	}
+	s.Reset()
+	if d := s.Decisions(); len(d) != 0 {
+		t.Errorf("after Reset: %+v", d)
 	}
 }
 

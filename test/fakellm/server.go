@@ -13,7 +13,8 @@
 //
 // It serves POST /v1/chat/completions (OpenAI chat completions, non-streaming),
 // POST /v1/messages (Anthropic messages, non-streaming), GET /v1/models,
-// GET /healthz, GET /stats and POST /stats/reset.
+// GET /healthz, GET /stats, GET /stats/answers, GET /stats/limits and
+// POST /stats/reset.
 //
 // Answers come from Config.Responder, or else from DefaultReply, whose rules let a
 // test script the model from the prompt (REPLY:, TOOL:, STATUS:, SLEEP: lines,
@@ -224,6 +225,42 @@ type Server struct {
 	answersMu sync.Mutex
 	answers   map[string][]time.Time
 	answered  int
+	// decisions are the rate limiter's decisions (the first maxAnswers).
+	decisionsMu sync.Mutex
+	decisions   []LimitDecision
+}
+
+// LimitDecision is one rate-limit decision: when it was made, and for a
+// request refused, which limit refused it and how much later it would have
+// been accepted. A refusal by a few milliseconds is a call that arrived a
+// moment early (the network, a busy node); one by most of a request's
+// spacing is two calls sent together.
+type LimitDecision struct {
+	At        int64  `json:"at"` // Unix nanoseconds
+	OK        bool   `json:"ok"`
+	Limit     string `json:"limit,omitempty"`
+	WaitNanos int64  `json:"waitNanos,omitempty"`
+}
+
+// Decisions returns the rate limiter's decisions, in the order they were
+// made (GET /stats/limits serves them).
+func (s *Server) Decisions() []LimitDecision {
+	s.decisionsMu.Lock()
+	defer s.decisionsMu.Unlock()
+	return slices.Clone(s.decisions)
+}
+
+func (s *Server) noteDecision(at time.Time, d decision) {
+	s.decisionsMu.Lock()
+	defer s.decisionsMu.Unlock()
+	if len(s.decisions) >= maxAnswers {
+		return
+	}
+	ld := LimitDecision{At: at.UnixNano(), OK: d.ok}
+	if !d.ok {
+		ld.Limit, ld.WaitNanos = d.limit, d.wait
+	}
+	s.decisions = append(s.decisions, ld)
 }
 
 // maxAnswers bounds the answer times kept.
@@ -319,6 +356,9 @@ func New(cfg Config) *Server {
 		}
 		writeJSON(w, http.StatusOK, out)
 	})
+	mux.HandleFunc("GET /stats/limits", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.Decisions())
+	})
 	mux.HandleFunc("POST /stats/reset", func(w http.ResponseWriter, r *http.Request) {
 		s.Reset()
 		w.WriteHeader(http.StatusNoContent)
@@ -371,6 +411,9 @@ func (s *Server) Reset() {
 	s.answersMu.Lock()
 	s.answers, s.answered = nil, 0
 	s.answersMu.Unlock()
+	s.decisionsMu.Lock()
+	s.decisions = nil
+	s.decisionsMu.Unlock()
 	if s.lim != nil {
 		s.lim.reset(s.clock())
 	}
@@ -441,6 +484,7 @@ func (s *Server) serveModel(w http.ResponseWriter, r *http.Request, d dialect) {
 			maxOut = DefaultMaxOutputTokens
 		}
 		dec := s.lim.admit(s.clock(), in, maxOut)
+		s.noteDecision(time.Now(), dec)
 		d.rateLimitHeaders(w.Header(), dec.state, s.wallClock())
 		if !dec.ok {
 			s.rateLimited.Add(1)

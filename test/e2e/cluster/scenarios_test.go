@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/proctor-dev/proctor/runner/results"
+	"github.com/proctor-dev/proctor/test/fakellm"
 )
 
 // fakeServers deploys one pod of fake model servers, one container per port,
@@ -157,11 +158,22 @@ spec:
 	if got := strings.Count(jobs, "2 2"); got != 3 {
 		t.Errorf("runner Jobs (parallelism completions):\n%s\nwant 3 Jobs with 2 and 2", jobs)
 	}
+	// The shards' calls together are spaced as the bucket refills, 5% wider
+	// (100 ms at 30 rpm: see ratelimit.smallRequestsPad). A call that reached
+	// the server more than that late, against the next one on time (a busy
+	// node), is refused by a moment and retried: one such near miss a model
+	// is allowed. A refusal by more than a quarter of the spacing means calls
+	// went together: the shards did not share the bucket's moments.
+	spacing := time.Minute / rpm
 	for i := 0; i < 3; i++ {
 		s := stats(t, ns, "limited", 8081+i)
-		if s["requests"] != 2*perDataset || s["rateLimited"] != 0 || s["maxRequestsInWindow"] > rpm {
-			t.Errorf("model m%d's server: %v requests (want %d), %v refused with 429 (want 0), at most %v in a minute (limit %d)",
-				i, s["requests"], 2*perDataset, s["rateLimited"], s["maxRequestsInWindow"], rpm)
+		refused := refusals(t, ns, "limited", 8081+i, spacing/4)
+		if len(refused.lines) > 0 {
+			t.Logf("model m%d's server refused:\n%s", i, strings.Join(refused.lines, "\n"))
+		}
+		if s["requests"] != 2*perDataset+s["rateLimited"] || s["rateLimited"] > 1 || refused.far > 0 || s["maxRequestsInWindow"] > rpm {
+			t.Errorf("model m%d's server: %v requests (want %d and one a refusal), %v refused with 429 (want at most 1, by a moment), %d of them by more than %v, at most %v in a minute (limit %d)%s",
+				i, s["requests"], 2*perDataset, s["rateLimited"], refused.far, spacing/4, s["maxRequestsInWindow"], rpm, pacerLog(t, ns, "limited"))
 		}
 	}
 	recs, _ := fetchRecords(t, ns, "limited")
@@ -171,6 +183,65 @@ spec:
 			t.Errorf("record %s/%s/%s: output %q, error %q", r.Model, r.Dataset, r.ID, r.Output, r.Error)
 		}
 	}
+}
+
+// refused describes a server's rate-limit refusals.
+type refused struct {
+	// lines say when each came, after which accepted call, and how early.
+	lines []string
+	// far counts those more than far early: calls sent together rather than
+	// one a moment early.
+	far int
+}
+
+// refusals reads a fake server's rate-limit decisions (GET /stats/limits) and
+// describes each refusal.
+func refusals(t testing.TB, ns, svc string, port int, far time.Duration) refused {
+	t.Helper()
+	out := mustKubectl(t, "get", "--raw", fmt.Sprintf("/api/v1/namespaces/%s/services/%s:%d/proxy/stats/limits", ns, svc, port))
+	var decisions []fakellm.LimitDecision
+	if err := json.Unmarshal([]byte(out), &decisions); err != nil {
+		t.Fatalf("limit decisions of %s:%d: %v: %s", svc, port, err, out)
+	}
+	var r refused
+	var first, accepted int64
+	for i, d := range decisions {
+		if i == 0 {
+			first = d.At
+		}
+		if d.OK {
+			accepted = d.At
+			continue
+		}
+		early := time.Duration(d.WaitNanos)
+		if early > far {
+			r.far++
+		}
+		after := "before any call was accepted"
+		if accepted != 0 {
+			after = fmt.Sprintf("%v after the call accepted before it", time.Duration(d.At-accepted).Round(time.Millisecond))
+		}
+		r.lines = append(r.lines, fmt.Sprintf("  +%v: by its %s limit, %s, %v early",
+			time.Duration(d.At-first).Round(time.Millisecond), d.Limit, after, early.Round(time.Millisecond)))
+	}
+	return r
+}
+
+// pacerLog is what an Evaluation's runner pods said about the pacer (a pod
+// paces on its own while the pacer does not answer), for a failure's message.
+func pacerLog(t testing.TB, ns, evaluation string) string {
+	t.Helper()
+	out, _ := kubectl("logs", "-n", ns, "-l", "proctor.dev/evaluation="+evaluation, "-c", "runner", "--prefix", "--tail=-1", "--ignore-errors")
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(strings.ToLower(l), "pacer") {
+			lines = append(lines, "  "+l)
+		}
+	}
+	if len(lines) == 0 {
+		return "\n(its runner pods never paced without the pacer)"
+	}
+	return "\nits runner pods on the pacer:\n" + strings.Join(lines, "\n")
 }
 
 // agentScript is the agent CLI of TestAgentWorkspaces, in busybox sh. Given
