@@ -23,6 +23,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -329,6 +330,8 @@ func defaults() summary {
 			"Service proctor-system/proctor-controller-manager-metrics-service",
 			"Service proctor-system/proctor-pacer",
 			"ServiceAccount proctor-system/proctor-controller-manager",
+			"ValidatingAdmissionPolicy proctor-large-inline-datasets",
+			"ValidatingAdmissionPolicyBinding proctor-large-inline-datasets",
 		},
 		Replicas:           1,
 		ServiceAccountName: "proctor-controller-manager",
@@ -521,6 +524,15 @@ func TestRender(t *testing.T) {
 					"Service proctor-system/proctor-pacer")
 				s.Args = without(s.Args, "--pacer-bind-address=:8082", "--pacer-url=http://proctor-pacer.proctor-system.svc:8082")
 				s.Ports = []string{"https:8443", "health:8081"}
+			},
+		},
+		{
+			name:   "no admission warnings",
+			values: "admissionWarnings: {inlineSamples: 0}",
+			want: func(s *summary) {
+				s.Objects = without(s.Objects,
+					"ValidatingAdmissionPolicy proctor-large-inline-datasets",
+					"ValidatingAdmissionPolicyBinding proctor-large-inline-datasets")
 			},
 		},
 		{
@@ -780,6 +792,47 @@ func TestRulesMatchConfig(t *testing.T) {
 	}
 }
 
+// TestAdmissionPolicyMatchesConfig: the chart's admission policy is
+// config/policy's, with its threshold from admissionWarnings.inlineSamples,
+// and its binding names it and only warns.
+func TestAdmissionPolicyMatchesConfig(t *testing.T) {
+	t.Parallel()
+	config := map[string]*unstructured.Unstructured{}
+	for _, o := range readObjects(t, "config/policy/large_inline_datasets.yaml") {
+		config[o.GetKind()] = o
+	}
+	for _, tc := range []struct {
+		values    string
+		threshold string
+	}{{"", "1000"}, {"admissionWarnings: {inlineSamples: 250}", "250"}} {
+		objs := render(t, release, namespace, tc.values)
+		policy := objs.get(t, "ValidatingAdmissionPolicy proctor-large-inline-datasets")
+		want := config["ValidatingAdmissionPolicy"]
+		if want == nil {
+			t.Fatal("config/policy/large_inline_datasets.yaml has no ValidatingAdmissionPolicy")
+		}
+		wantSpec, err := json.Marshal(want.Object["spec"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		// config/policy's threshold is the chart's default.
+		wantSpec = bytes.ReplaceAll(wantSpec, []byte("1000"), []byte(tc.threshold))
+		var wantObj any
+		if err := json.Unmarshal(wantSpec, &wantObj); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(wantObj, policy.Object["spec"]); diff != "" {
+			t.Errorf("values %q: %s differs from config/policy (-config +chart):\n%s", tc.values, key(policy), diff)
+		}
+		binding := objs.get(t, "ValidatingAdmissionPolicyBinding proctor-large-inline-datasets")
+		name, _, _ := unstructured.NestedString(binding.Object, "spec", "policyName")
+		actions, _, _ := unstructured.NestedStringSlice(binding.Object, "spec", "validationActions")
+		if name != policy.GetName() || !slices.Equal(actions, []string{"Warn"}) {
+			t.Errorf("%s: policyName %q and validationActions %v, want %q and [Warn]", key(binding), name, actions, policy.GetName())
+		}
+	}
+}
+
 // TestCRDsMatchConfig: the chart's CRDs are config/crd/bases' (only metadata
 // differs), so a stale chart fails here even without `make verify`.
 func TestCRDsMatchConfig(t *testing.T) {
@@ -817,6 +870,35 @@ func TestCRDsMatchConfig(t *testing.T) {
 	}
 }
 
+// TestKustomizeListsEveryCRD: config/crd's kustomization (make install, make
+// deploy) lists every CRD of config/crd/bases, which controller-gen writes:
+// a new API kind must not be missing from a kustomize install.
+func TestKustomizeListsEveryCRD(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "config", "crd", "bases", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CRDs in config/crd/bases (%v)", err)
+	}
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "crd", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(data, &k); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, f := range files {
+		want = append(want, "bases/"+filepath.Base(f))
+	}
+	got := slices.Sorted(slices.Values(k.Resources))
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("config/crd/kustomization.yaml's resources differ from config/crd/bases (-bases +listed):\n%s", diff)
+	}
+}
+
 // TestStrictDecode: every rendered object decodes into its Go type with no
 // unknown field, so a misspelt or misplaced field fails here, not at install.
 func TestStrictDecode(t *testing.T) {
@@ -830,9 +912,11 @@ func TestStrictDecode(t *testing.T) {
 		"rbac.authorization.k8s.io/v1 Role":                func() any { return &rbacv1.Role{} },
 		"rbac.authorization.k8s.io/v1 RoleBinding":         func() any { return &rbacv1.RoleBinding{} },
 		"apiextensions.k8s.io/v1 CustomResourceDefinition": func() any { return &apiextensionsv1.CustomResourceDefinition{} },
-		"v1 ConfigMap":                            func() any { return &corev1.ConfigMap{} },
-		"monitoring.coreos.com/v1 PodMonitor":     func() any { return &monitoringv1.PodMonitor{} },
-		"monitoring.coreos.com/v1 ServiceMonitor": func() any { return &monitoringv1.ServiceMonitor{} },
+		"v1 ConfigMap": func() any { return &corev1.ConfigMap{} },
+		"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy":        func() any { return &admissionregistrationv1.ValidatingAdmissionPolicy{} },
+		"admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding": func() any { return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{} },
+		"monitoring.coreos.com/v1 PodMonitor":                              func() any { return &monitoringv1.PodMonitor{} },
+		"monitoring.coreos.com/v1 ServiceMonitor":                          func() any { return &monitoringv1.ServiceMonitor{} },
 	}
 	for name, values := range valueSets {
 		t.Run(name, func(t *testing.T) {
