@@ -3,7 +3,9 @@
 package cluster_test
 
 import (
+	"context"
 	"fmt"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -160,5 +162,38 @@ func TestInvalidEvaluation(t *testing.T) {
 	}
 	if out := mustKubectl(t, "get", "evaluations", "-n", ns, "-o", "name"); out != "" {
 		t.Errorf("refused Evaluations exist: %s", out)
+	}
+}
+
+// TestLargeInlineDatasetsWarn: the chart's admission policy makes kubectl
+// apply warn about an Evaluation holding more than 1,000 samples inline, and
+// point to a configMap source; it refuses nothing (a server-side dry run here).
+func TestLargeInlineDatasetsWarn(t *testing.T) {
+	ns := namespace(t, "e2e-warn")
+	var samples strings.Builder
+	for i := range 1001 {
+		fmt.Fprintf(&samples, "      - {id: s%d, input: \"What is %d+1?\", expected: \"%d\"}\n", i, i, i+1)
+	}
+	manifest := fmt.Sprintf(`apiVersion: proctor.dev/v1alpha1
+kind: Evaluation
+metadata: {name: large}
+spec:
+  datasets:
+  - name: d
+    source:
+      inline:
+%s  models: [{name: m, provider: openai, model: x}]
+  scoring: [{type: exact_match}]
+`, samples.String())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kubectlBin, "apply", "-n", ns, "--dry-run=server", "-f", "-")
+	cmd.Stdin = strings.NewReader(manifest)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl apply refused it: %v: %s", err, out)
+	}
+	if want := "Warning: spec.datasets hold 1001 samples inline"; !strings.Contains(string(out), want) || !strings.Contains(string(out), "configMap") {
+		t.Errorf("kubectl apply said %q; want a warning %q naming a configMap source", out, want)
 	}
 }
