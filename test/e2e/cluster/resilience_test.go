@@ -193,7 +193,10 @@ spec:
 	if err != nil {
 		t.Fatalf("kubectl apply refused it: %v: %s", err, out)
 	}
-	if want := "Warning: spec.datasets hold 1001 samples inline"; !strings.Contains(string(out), want) || !strings.Contains(string(out), "configMap") {
+	// The API server says "Warning: Validation failed for ValidatingAdmissionPolicy
+	// 'NAME' with binding 'NAME': " before the policy's message.
+	if want := "spec.datasets hold 1001 samples inline"; !strings.HasPrefix(string(out), "Warning: ") ||
+		!strings.Contains(string(out), want) || !strings.Contains(string(out), "configMap") {
 		t.Errorf("kubectl apply said %q; want a warning %q naming a configMap source", out, want)
 	}
 }
