@@ -225,7 +225,7 @@ type Server struct {
 	answersMu sync.Mutex
 	answers   map[string][]time.Time
 	answered  int
-	// decisions are the rate limiter's decisions (the first maxAnswers).
+	// decisions are the rate limiter's decisions (the first maxDecisions).
 	decisionsMu sync.Mutex
 	decisions   []LimitDecision
 }
@@ -253,7 +253,7 @@ func (s *Server) Decisions() []LimitDecision {
 func (s *Server) noteDecision(at time.Time, d decision) {
 	s.decisionsMu.Lock()
 	defer s.decisionsMu.Unlock()
-	if len(s.decisions) >= maxAnswers {
+	if len(s.decisions) >= maxDecisions {
 		return
 	}
 	ld := LimitDecision{At: at.UnixNano(), OK: d.ok}
@@ -265,6 +265,10 @@ func (s *Server) noteDecision(at time.Time, d decision) {
 
 // maxAnswers bounds the answer times kept.
 const maxAnswers = 1 << 20
+
+// maxDecisions bounds the rate-limit decisions kept (about 3 MiB): what a
+// test under a limit sends in minutes, not what a benchmark sends.
+const maxDecisions = 1 << 16
 
 // Answers returns when each model's requests were answered 200, by the model
 // each request named: what tests measure a rate or a split with (GET

@@ -172,7 +172,7 @@ spec:
 			t.Logf("model m%d's server refused:\n%s", i, strings.Join(refused.lines, "\n"))
 		}
 		if s["requests"] != 2*perDataset+s["rateLimited"] || s["rateLimited"] > 1 || refused.far > 0 || s["maxRequestsInWindow"] > rpm {
-			t.Errorf("model m%d's server: %v requests (want %d and one a refusal), %v refused with 429 (want at most 1, by a moment), %d of them by more than %v, at most %v in a minute (limit %d)%s",
+			t.Errorf("model m%d's server: %v requests (want %d, and one more for each refusal), %v refused with 429 (want at most 1, by a moment), %d of them by more than %v, at most %v in a minute (limit %d)%s",
 				i, s["requests"], 2*perDataset, s["rateLimited"], refused.far, spacing/4, s["maxRequestsInWindow"], rpm, pacerLog(t, ns, "limited"))
 		}
 	}
