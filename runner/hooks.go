@@ -90,7 +90,10 @@ func (h *Hook) Run(ctx context.Context, hc HookContext) error {
 		return nil
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(run.Err(), context.DeadlineExceeded):
+	case errors.Is(run.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded):
+		// The provider's own deadline may end first: a pod's agent executor
+		// mirrors the time left, rounded down to the millisecond, and its
+		// answer can arrive before our timer has fired.
 		return &HookError{Hook: h.Name, Slot: slot, TimedOut: h.Timeout, Err: err}
 	}
 	return &HookError{Hook: h.Name, Slot: slot, Err: err}

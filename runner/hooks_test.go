@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/proctor-dev/proctor/runner/dataset"
 	"github.com/proctor-dev/proctor/runner/provider"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/telemetry"
@@ -246,6 +247,15 @@ func TestHookTimeout(t *testing.T) {
 	err := hang.Run(context.Background(), HookContext{Slot: 2, Slots: 4})
 	if want := "hook beforeSample timed out after 20ms and was killed"; err == nil || err.Error() != want {
 		t.Errorf("Run: %v, want %q", err, want)
+	}
+	// An agent executor that applies the time left itself can end it a moment
+	// before the hook's timer: its deadline, not an error of the hook's.
+	early := &Hook{Name: "beforeSample", Timeout: time.Hour, Provider: &fakeProvider{fn: func(context.Context, *provider.Request, int64) (*provider.Response, error) {
+		return nil, fmt.Errorf("agent timed out; process group killed: %w", context.DeadlineExceeded)
+	}}}
+	err = early.Run(context.Background(), HookContext{Slot: 0, Slots: 1, Sample: &dataset.Sample{ID: "b"}})
+	if want := "hook beforeSample (slot 0) timed out after 1h0m0s and was killed"; err == nil || err.Error() != want {
+		t.Errorf("Run with the provider's deadline first: %v, want %q", err, want)
 	}
 	// The run's own end is not the hook's failure.
 	ctx, cancel := context.WithCancel(context.Background())
