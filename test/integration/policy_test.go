@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -71,16 +69,11 @@ spec:
 // manager's status writes are not checked.
 func TestLargeInlineDatasetsWarn(t *testing.T) {
 	ctx := context.Background()
-	data, err := os.ReadFile(filepath.Join(root, "config", "policy", "large_inline_datasets.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	objs := readManifests(t, filepath.Join(root, "config", "policy", "large_inline_datasets.yaml"))
+	if len(objs) != 2 {
+		t.Fatalf("config/policy/large_inline_datasets.yaml holds %d objects, want a policy and its binding", len(objs))
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(data)), 4096)
-	for {
-		var obj unstructured.Unstructured
-		if err := dec.Decode(&obj.Object); err != nil {
-			break
-		}
+	for _, obj := range objs {
 		// Named as kustomize's namePrefix would, apart from other tests' objects.
 		obj.SetName("test-" + obj.GetName())
 		if obj.GetKind() == "ValidatingAdmissionPolicyBinding" {
@@ -88,10 +81,10 @@ func TestLargeInlineDatasetsWarn(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := k8sClient.Create(ctx, &obj); err != nil {
+		if err := k8sClient.Create(ctx, obj); err != nil {
 			t.Fatalf("creating %s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}
-		t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), &obj) })
+		t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), obj) })
 	}
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "policy-"}}

@@ -26,27 +26,13 @@ func TestSamplesAreAccepted(t *testing.T) {
 	ns := newNamespace(t)
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 			evaluations := 0
-			for {
-				var obj unstructured.Unstructured
-				if err := r.Decode(&obj.Object); errors.Is(err, io.EOF) {
-					break
-				} else if err != nil {
-					t.Fatal(err)
-				}
-				if len(obj.Object) == 0 {
-					continue
-				}
+			for _, obj := range readManifests(t, f) {
 				if obj.GetKind() == "Evaluation" {
 					evaluations++
 				}
 				obj.SetNamespace(ns)
-				if err := k8sClient.Create(context.Background(), &obj, client.DryRunAll); err != nil {
+				if err := k8sClient.Create(context.Background(), obj, client.DryRunAll); err != nil {
 					t.Errorf("%s %s refused: %v", obj.GetKind(), obj.GetName(), err)
 				}
 			}
@@ -54,5 +40,28 @@ func TestSamplesAreAccepted(t *testing.T) {
 				t.Error("no Evaluation in the sample")
 			}
 		})
+	}
+}
+
+// readManifests decodes the objects of a YAML file of one or more documents
+// (empty ones skipped), failing the test on any it cannot read.
+func readManifests(t testing.TB, path string) []*unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var obj unstructured.Unstructured
+		if err := r.Decode(&obj.Object); errors.Is(err, io.EOF) {
+			return objs
+		} else if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, &obj)
+		}
 	}
 }
