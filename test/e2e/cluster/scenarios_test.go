@@ -87,10 +87,17 @@ func waitForServiceRules(t testing.TB, ns, name string) {
 	})
 }
 
+// serverGet reads path of the fake server svc:port through the API server's
+// service proxy.
+func serverGet(t testing.TB, ns, svc string, port int, path string) string {
+	t.Helper()
+	return mustKubectl(t, "get", "--raw", fmt.Sprintf("/api/v1/namespaces/%s/services/%s:%d/proxy%s", ns, svc, port, path))
+}
+
 // stats reads a fake server's own counters through the API server's Service proxy.
 func stats(t testing.TB, ns, svc string, port int) map[string]float64 {
 	t.Helper()
-	out := mustKubectl(t, "get", "--raw", fmt.Sprintf("/api/v1/namespaces/%s/services/%s:%d/proxy/stats", ns, svc, port))
+	out := serverGet(t, ns, svc, port, "/stats")
 	var s map[string]float64
 	if err := json.Unmarshal([]byte(out), &s); err != nil {
 		t.Fatalf("stats of %s:%d: %v: %s", svc, port, err, out)
@@ -198,7 +205,7 @@ type refused struct {
 // describes each refusal.
 func refusals(t testing.TB, ns, svc string, port int, far time.Duration) refused {
 	t.Helper()
-	out := mustKubectl(t, "get", "--raw", fmt.Sprintf("/api/v1/namespaces/%s/services/%s:%d/proxy/stats/limits", ns, svc, port))
+	out := serverGet(t, ns, svc, port, "/stats/limits")
 	var decisions []fakellm.LimitDecision
 	if err := json.Unmarshal([]byte(out), &decisions); err != nil {
 		t.Fatalf("limit decisions of %s:%d: %v: %s", svc, port, err, out)

@@ -410,7 +410,7 @@ spec:
 // answers are the times the fake server svc answered each model 200.
 func answers(t *testing.T, ns, svc string) map[string][]time.Time {
 	t.Helper()
-	out := mustKubectl(t, "get", "--raw", fmt.Sprintf("/api/v1/namespaces/%s/services/%s:8081/proxy/stats/answers", ns, svc))
+	out := serverGet(t, ns, svc, 8081, "/stats/answers")
 	var raw map[string][]int64
 	if err := json.Unmarshal([]byte(out), &raw); err != nil {
 		t.Fatalf("answers of %s: %v: %s", svc, err, out)
