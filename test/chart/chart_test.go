@@ -797,9 +797,17 @@ func TestRulesMatchConfig(t *testing.T) {
 // and its binding names it and only warns.
 func TestAdmissionPolicyMatchesConfig(t *testing.T) {
 	t.Parallel()
-	config := map[string]*unstructured.Unstructured{}
+	var configSpec []byte
 	for _, o := range readObjects(t, "config/policy/large_inline_datasets.yaml") {
-		config[o.GetKind()] = o
+		if o.GetKind() == "ValidatingAdmissionPolicy" {
+			var err error
+			if configSpec, err = json.Marshal(o.Object["spec"]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if configSpec == nil {
+		t.Fatal("config/policy/large_inline_datasets.yaml has no ValidatingAdmissionPolicy")
 	}
 	for _, tc := range []struct {
 		values    string
@@ -807,16 +815,8 @@ func TestAdmissionPolicyMatchesConfig(t *testing.T) {
 	}{{"", "1000"}, {"admissionWarnings: {inlineSamples: 250}", "250"}} {
 		objs := render(t, release, namespace, tc.values)
 		policy := objs.get(t, "ValidatingAdmissionPolicy proctor-large-inline-datasets")
-		want := config["ValidatingAdmissionPolicy"]
-		if want == nil {
-			t.Fatal("config/policy/large_inline_datasets.yaml has no ValidatingAdmissionPolicy")
-		}
-		wantSpec, err := json.Marshal(want.Object["spec"])
-		if err != nil {
-			t.Fatal(err)
-		}
 		// config/policy's threshold is the chart's default.
-		wantSpec = bytes.ReplaceAll(wantSpec, []byte("1000"), []byte(tc.threshold))
+		wantSpec := bytes.ReplaceAll(configSpec, []byte("1000"), []byte(tc.threshold))
 		var wantObj any
 		if err := json.Unmarshal(wantSpec, &wantObj); err != nil {
 			t.Fatal(err)
@@ -833,15 +833,22 @@ func TestAdmissionPolicyMatchesConfig(t *testing.T) {
 	}
 }
 
+// crdFiles are the CRDs controller-gen writes to config/crd/bases.
+func crdFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "config", "crd", "bases", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CRDs in config/crd/bases (%v)", err)
+	}
+	return files
+}
+
 // TestCRDsMatchConfig: the chart's CRDs are config/crd/bases' (only metadata
 // differs), so a stale chart fails here even without `make verify`.
 func TestCRDsMatchConfig(t *testing.T) {
 	t.Parallel()
 	objs := render(t, release, namespace, "")
-	files, err := filepath.Glob(filepath.Join(repoRoot(t), "config", "crd", "bases", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no CRDs in config/crd/bases (%v)", err)
-	}
+	files := crdFiles(t)
 	crdGK := schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}
 	var rendered int
 	for _, o := range objs {
@@ -875,10 +882,7 @@ func TestCRDsMatchConfig(t *testing.T) {
 // a new API kind must not be missing from a kustomize install.
 func TestKustomizeListsEveryCRD(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob(filepath.Join(repoRoot(t), "config", "crd", "bases", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no CRDs in config/crd/bases (%v)", err)
-	}
+	files := crdFiles(t)
 	data, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "crd", "kustomization.yaml"))
 	if err != nil {
 		t.Fatal(err)
