@@ -115,7 +115,7 @@ test-race: ## The unit tests with the race detector (several minutes; what make 
 	cd hack/image && go test -race ./...
 
 .PHONY: test-integration
-test-integration: kube-assets $(HELM) $(GOJQ) $(WEED) $(PROMETHEUS_CRDS) ## Integration tests: the real manager against a real kube-apiserver + etcd; the chart rendered by Helm, and the docs' kubectl and helm commands run against a kube-apiserver; the results store's client against a real S3-compatible server (weed).
+test-integration: kube-assets $(HELM) $(GOJQ) $(KUSTOMIZE) $(WEED) $(PROMETHEUS_CRDS) ## Integration tests: the real manager against a real kube-apiserver + etcd; the chart rendered by Helm, and the docs' kubectl and helm commands run against a kube-apiserver; the results store's client against a real S3-compatible server (weed).
 	go test -race -timeout $(TEST_TIMEOUT) ./test/integration/ ./test/chart/ ./test/objstore/
 
 .PHONY: test-e2e

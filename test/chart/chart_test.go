@@ -877,32 +877,6 @@ func TestCRDsMatchConfig(t *testing.T) {
 	}
 }
 
-// TestKustomizeListsEveryCRD: config/crd's kustomization (make install, make
-// deploy) lists every CRD of config/crd/bases, which controller-gen writes:
-// a new API kind must not be missing from a kustomize install.
-func TestKustomizeListsEveryCRD(t *testing.T) {
-	t.Parallel()
-	files := crdFiles(t)
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "crd", "kustomization.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var k struct {
-		Resources []string `json:"resources"`
-	}
-	if err := yaml.Unmarshal(data, &k); err != nil {
-		t.Fatal(err)
-	}
-	var want []string
-	for _, f := range files {
-		want = append(want, "bases/"+filepath.Base(f))
-	}
-	got := slices.Sorted(slices.Values(k.Resources))
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("config/crd/kustomization.yaml's resources differ from config/crd/bases (-bases +listed):\n%s", diff)
-	}
-}
-
 // TestStrictDecode: every rendered object decodes into its Go type with no
 // unknown field, so a misspelt or misplaced field fails here, not at install.
 func TestStrictDecode(t *testing.T) {
