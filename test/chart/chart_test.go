@@ -794,7 +794,9 @@ func TestRulesMatchConfig(t *testing.T) {
 
 // TestAdmissionPolicyMatchesConfig: the chart's admission policy is
 // config/policy's, with its threshold from admissionWarnings.inlineSamples,
-// and its binding names it and only warns.
+// and its binding names it, only warns, and with watchNamespaces binds it in
+// those namespaces only (two releases watching their own namespaces each warn
+// once, in theirs).
 func TestAdmissionPolicyMatchesConfig(t *testing.T) {
 	t.Parallel()
 	var configSpec []byte
@@ -810,9 +812,14 @@ func TestAdmissionPolicyMatchesConfig(t *testing.T) {
 		t.Fatal("config/policy/large_inline_datasets.yaml has no ValidatingAdmissionPolicy")
 	}
 	for _, tc := range []struct {
-		values    string
-		threshold string
-	}{{"", "1000"}, {"admissionWarnings: {inlineSamples: 250}", "250"}} {
+		values     string
+		threshold  string
+		namespaces []any // the binding's; nil: every namespace
+	}{
+		{"", "1000", nil},
+		{"admissionWarnings: {inlineSamples: 250}", "250", nil},
+		{"watchNamespaces: [a, b]", "1000", []any{"a", "b"}},
+	} {
 		objs := render(t, release, namespace, tc.values)
 		policy := objs.get(t, "ValidatingAdmissionPolicy proctor-large-inline-datasets")
 		// config/policy's threshold is the chart's default.
@@ -829,6 +836,16 @@ func TestAdmissionPolicyMatchesConfig(t *testing.T) {
 		actions, _, _ := unstructured.NestedStringSlice(binding.Object, "spec", "validationActions")
 		if name != policy.GetName() || !slices.Equal(actions, []string{"Warn"}) {
 			t.Errorf("%s: policyName %q and validationActions %v, want %q and [Warn]", key(binding), name, actions, policy.GetName())
+		}
+		var want any
+		if tc.namespaces != nil {
+			// The API server labels every namespace with its name.
+			want = map[string]any{"namespaceSelector": map[string]any{"matchExpressions": []any{
+				map[string]any{"key": "kubernetes.io/metadata.name", "operator": "In", "values": tc.namespaces},
+			}}}
+		}
+		if diff := cmp.Diff(want, binding.Object["spec"].(map[string]any)["matchResources"]); diff != "" {
+			t.Errorf("values %q: %s's matchResources (-want +got):\n%s", tc.values, key(binding), diff)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -146,4 +147,39 @@ func TestLargeInlineDatasetsWarn(t *testing.T) {
 			}
 		})
 	}
+
+	// The chart binds the policy in its watchNamespaces only (test/chart
+	// pins the selector): an Evaluation elsewhere draws no warning.
+	t.Run("watched-namespaces-only", func(t *testing.T) {
+		other := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "policy-other-"}}
+		if err := k8sClient.Create(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), other) })
+		var binding *unstructured.Unstructured
+		for _, obj := range objs {
+			if obj.GetKind() == "ValidatingAdmissionPolicyBinding" {
+				binding = obj
+			}
+		}
+		patch := fmt.Appendf(nil, `{"spec": {"matchResources": {"namespaceSelector": {"matchExpressions": [
+			{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [%q]}]}}}}`, ns.Name)
+		if err := k8sClient.Patch(ctx, binding, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "the binding limited to "+ns.Name, func() (bool, string) {
+			heard.take()
+			if err := c.Create(ctx, inlineEvaluation(other.Name, "probe", 1001), client.DryRunAll); err != nil {
+				return false, err.Error()
+			}
+			return len(heard.take()) == 0, "still warned in " + other.Name
+		})
+		heard.take()
+		if err := c.Create(ctx, inlineEvaluation(ns.Name, "watched", 1001), client.DryRunAll); err != nil {
+			t.Fatal(err)
+		}
+		if got := heard.take(); len(got) != 1 {
+			t.Errorf("in the watched namespace %s: warnings %q, want one", ns.Name, got)
+		}
+	})
 }
