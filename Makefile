@@ -20,6 +20,8 @@ HELM := $(LOCALBIN)/helm-$(HELM_VERSION)
 # jq for the docs' pipelines in test/chart (gojq: jq's language, in Go; the newest that builds from the proxy).
 GOJQ_VERSION ?= v0.12.17
 GOJQ := $(LOCALBIN)/gojq-$(GOJQ_VERSION)
+GOTESTSUM_VERSION ?= v1.13.0
+GOTESTSUM := $(LOCALBIN)/gotestsum-$(GOTESTSUM_VERSION)
 # SeaweedFS's weed, an S3-compatible object store (release 4.53; the proxy serves only pseudo-versions): the real
 # store of the results-location tests (test/objstore, the local e2e).
 SEAWEEDFS_VERSION ?= v0.0.0-20261109003541-7506e5f91cd6
@@ -129,9 +131,9 @@ test-e2e-local: host-deps-images $(WEED) $(JAEGER) ## End-to-end tests of the pr
 test-go: lint test-unit test-integration test-e2e-local ## Everything but the cluster (no root needed).
 
 .PHONY: e2e
-e2e: host-deps build $(KUEUE) images $(HELM) $(JAEGER) $(PROMETHEUS) ## End-to-end tests on a real local cluster (hack/cluster-up.sh; needs root). KEEP_CLUSTER=1 keeps it.
+e2e: host-deps build $(KUEUE) images $(HELM) $(JAEGER) $(PROMETHEUS) $(GOTESTSUM) ## End-to-end tests on a real local cluster (hack/cluster-up.sh; needs root). KEEP_CLUSTER=1 keeps it.
 	hack/install-kube.sh etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl >/dev/null
-	HELM=$(HELM) KUEUE_VERSION=$(KUEUE_VERSION) hack/e2e.sh
+	HELM=$(HELM) GOTESTSUM=$(GOTESTSUM) KUEUE_VERSION=$(KUEUE_VERSION) hack/e2e.sh
 
 .PHONY: kube-assets
 kube-assets: ## Build etcd, kube-apiserver and kubectl $(KUBE_VERSION) into bin/ (once; several minutes).
@@ -241,6 +243,11 @@ $(KUEUE):
 
 $(GOJQ):
 	hack/go-install-tool.sh gojq github.com/itchyny/gojq/cmd/gojq $(GOJQ_VERSION)
+
+# gotestsum runs the cluster e2e (hack/e2e.sh): after the tests' output it
+# repeats each failed test's, so that a log's tail says why.
+$(GOTESTSUM):
+	hack/go-install-tool.sh gotestsum gotest.tools/gotestsum $(GOTESTSUM_VERSION)
 
 $(KUSTOMIZE):
 	hack/go-install-tool.sh kustomize sigs.k8s.io/kustomize/kustomize/v5 $(KUSTOMIZE_VERSION)

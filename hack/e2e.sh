@@ -15,6 +15,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export CLUSTER_DIR=${CLUSTER_DIR:-$root/bin/cluster}
 export ARTIFACTS=${ARTIFACTS:-$root/_artifacts/e2e-$(date +%Y%m%d-%H%M%S)}
+# gotestsum runs the tests (below; not the benchmarks).
+gotestsum=${GOTESTSUM:-$root/bin/gotestsum}
+if [ -z "${E2E_BENCH:-}" ] && [ ! -x "$gotestsum" ]; then
+	echo "e2e: $gotestsum is missing; make e2e installs it (GOTESTSUM=... to use another)" >&2
+	exit 1
+fi
 
 # A cluster that was running already (with its images reloaded by up) is left running.
 started_here=1
@@ -36,5 +42,15 @@ export KUBECONFIG=$CLUSTER_DIR/kubeconfig
 # Not more than 6: with all 8 of TestRunsSideBySide at once, the node's 2 CPUs
 # of requests ran out (a pod Unschedulable for Insufficient cpu). Not fewer
 # than 5: TestSharedKeys's four wait for its quota test, which needs a place.
-go test -tags e2e -count=1 -v -parallel 6 -timeout "${E2E_TIMEOUT:-45m}" ${E2E_RUN:+-run "$E2E_RUN"} ${E2E_BENCH:+-bench "$E2E_BENCH" -benchtime 1x -count "${E2E_BENCH_COUNT:-1}"} ./test/e2e/cluster/ 2>&1 |
-	grep --line-buffered -v -E '^=== (RUN|PAUSE|CONT)'
+args=(-tags e2e -count=1 -parallel 6 -timeout "${E2E_TIMEOUT:-45m}" ${E2E_RUN:+-run "$E2E_RUN"})
+if [ -n "${E2E_BENCH:-}" ]; then
+	# go test itself: gotestsum takes a benchmark for a failed test.
+	go test -v "${args[@]}" -bench "$E2E_BENCH" -benchtime 1x -count "${E2E_BENCH_COUNT:-1}" ./test/e2e/cluster/
+else
+	# gotestsum prints go test -v's output as it comes, then each failed
+	# test's output again after the last test: tests run side by side, so a
+	# failure's message is otherwise far from the end of the log (where CI's
+	# excerpt is). The whole run, as go test -json, is kept in the artifacts.
+	mkdir -p "$ARTIFACTS"
+	"$gotestsum" --format standard-verbose --no-summary=skipped --jsonfile "$ARTIFACTS/go-test.json" -- "${args[@]}" ./test/e2e/cluster/
+fi 2>&1 | grep --line-buffered -v -E '^=== (RUN|PAUSE|CONT)'
