@@ -28,8 +28,9 @@ func stallTimeout(spec *v1alpha1.EvaluationSpec) time.Duration {
 }
 
 // judgeHealth turns the problems the pass found into the Degraded state: the
-// first problem names the reason (stalls first: they are what blocks the run),
-// and a stall while no shard runs ends the run once it has lasted
+// first problem names the reason (stalls first: they are what blocks the run,
+// and of those one that needs a fix before one that waits for room), and a
+// stall while no shard runs ends the run once it has lasted
 // spec.runner.stallTimeout (counted from when the run became Degraded, which
 // status keeps across restarts of the manager).
 func (r *EvaluationReconciler) judgeHealth(p *pass) {
@@ -45,10 +46,19 @@ func (r *EvaluationReconciler) judgeHealth(p *pass) {
 			break
 		}
 	}
-	for _, pr := range p.problems {
-		if pr.stall && !first.fatal {
-			first = pr
-			break
+	if !first.fatal {
+		var room *problem
+		for i, pr := range p.problems {
+			if pr.stall && !pr.waitsForRoom {
+				first, room = pr, nil
+				break
+			}
+			if pr.stall && room == nil {
+				room = &p.problems[i]
+			}
+		}
+		if room != nil {
+			first = *room
 		}
 	}
 	d := first

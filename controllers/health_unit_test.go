@@ -105,6 +105,9 @@ func TestPodProblemsAreVisible(t *testing.T) {
 		reason  string
 		message []string
 		stall   bool
+		// room: the stall waits for room on a node (not Stalled, kstatus
+		// InProgress, while stallTimeout runs).
+		room    bool
 		pending int32
 	}{
 		{
@@ -140,7 +143,7 @@ func TestPodProblemsAreVisible(t *testing.T) {
 			message: []string{"container runner: CreateContainerError: failed to reserve container name"},
 		},
 		{
-			name: "no node can hold it", pod: &unschedulable, reason: "Unschedulable", stall: true, pending: 1,
+			name: "no node can hold it", pod: &unschedulable, reason: "Unschedulable", stall: true, room: true, pending: 1,
 			edit: func(p *corev1.Pod) {
 				p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1000Gi")}
 			},
@@ -217,6 +220,14 @@ func TestPodProblemsAreVisible(t *testing.T) {
 			}
 			if diff := cmp.Diff(&v1alpha1.ShardCounts{Total: 2, Pending: tc.pending}, st.Shards); diff != "" {
 				t.Errorf("shard counts (-want +got):\n%s", diff)
+			}
+			// What kstatus and kubectl wait read: nothing runs, so the run
+			// is Stalled, unless its pods only wait for room on a node.
+			stalled := !tc.room
+			for typ, want := range map[string]bool{v1alpha1.ConditionStalled: stalled, v1alpha1.ConditionReconciling: !stalled} {
+				if c := condition(st, typ); c == nil || (c.Status == metav1.ConditionTrue) != want || c.Reason != tc.reason {
+					t.Errorf("%s = %+v, want %v with reason %s", typ, c, want, tc.reason)
+				}
 			}
 			if tc.stall {
 				want := "; the run fails at " + t0.Add(2*time.Second+DefaultStallTimeout).Format(time.RFC3339) + " unless a runner pod starts (spec.runner.stallTimeout 5m0s)"
@@ -332,6 +343,58 @@ func TestStallEndsTheRun(t *testing.T) {
 	if j := h.jobs()[job]; !ptr.Deref(j.Spec.Suspend, false) || h.eval("arith").Status.Phase != v1alpha1.PhaseFailed {
 		t.Errorf("a live edit resumed the ended run")
 	}
+}
+
+// Pods that wait for room on a node leave the run Reconciling (kstatus
+// InProgress: a busy cluster makes room without a change, and a GitOps gate
+// waiting for Ready or Stalled must not fail on it) until stallTimeout ends
+// it, Failed and Stalled; a pod that needs a fix beside them names the
+// reason, and the run is Stalled at once.
+func TestWaitingForRoomIsNotStalled(t *testing.T) {
+	unschedulable := corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient cpu.",
+	}}}
+	stalled := func(t *testing.T, st v1alpha1.EvaluationStatus, want bool, reason string) {
+		t.Helper()
+		for typ, on := range map[string]bool{v1alpha1.ConditionStalled: want, v1alpha1.ConditionReconciling: !want} {
+			if c := condition(st, typ); c == nil || (c.Status == metav1.ConditionTrue) != on || c.Reason != reason {
+				t.Errorf("%s = %+v, want %v with reason %s", typ, c, on, reason)
+			}
+		}
+	}
+
+	t.Run("room only", func(t *testing.T) {
+		h, ev, run := finishedRun(t)
+		job := "arith-small-" + run
+		h.runnerPod(job, 0, "a", unschedulable)
+		h.runnerPod(job, 1, "b", unschedulable)
+		h.mustReconcile(ev)
+		st := h.eval("arith").Status
+		if st.Phase != v1alpha1.PhaseRunning || st.Reason != "Unschedulable" || !strings.Contains(st.Message, "the run fails at") {
+			t.Fatalf("phase %s reason %q message %q; want Running, Unschedulable, with its deadline", st.Phase, st.Reason, st.Message)
+		}
+		stalled(t, st, false, "Unschedulable")
+		h.clock.Step(DefaultStallTimeout)
+		h.mustReconcile(ev)
+		st = h.eval("arith").Status
+		if st.Phase != v1alpha1.PhaseFailed || st.Reason != "Unschedulable" {
+			t.Fatalf("after stallTimeout: phase %s reason %q; want Failed, Unschedulable", st.Phase, st.Reason)
+		}
+		stalled(t, st, true, "Unschedulable")
+	})
+
+	t.Run("room and a fix", func(t *testing.T) {
+		h, ev, run := finishedRun(t)
+		job := "arith-small-" + run
+		h.runnerPod(job, 0, "a", unschedulable)
+		h.runnerPod(job, 1, "b", waitingPod("CreateContainerConfigError", "couldn't find key nope in Secret ns/openai"))
+		h.mustReconcile(ev)
+		st := h.eval("arith").Status
+		if st.Reason != "CreateContainerConfigError" || !strings.Contains(st.Message, "(and 1 more pod problem(s))") {
+			t.Errorf("reason %q message %q; want the problem that needs a fix first", st.Reason, st.Message)
+		}
+		stalled(t, st, true, "CreateContainerConfigError")
+	})
 }
 
 // A stall does not end the run while other shards run (a quota that lets some

@@ -45,6 +45,13 @@ type problem struct {
 	// fatal: no wait can help (a service that did not become ready within
 	// its probe's budget): it ends the run at once.
 	fatal bool
+	// waitsForRoom: a stall that a busy cluster may end without a fix (no
+	// node has room now: other pods ending or a node added make some). The
+	// run is not Stalled for it while stallTimeout runs (kstatus InProgress,
+	// as a Deployment's unschedulable pods are until its progress deadline):
+	// a GitOps gate waiting for Ready or Stalled must not fail on a busy
+	// cluster.
+	waitsForRoom bool
 }
 
 // podView is what the controller knows of a shard's pods: its newest one.
@@ -170,7 +177,7 @@ func pendingProblem(pod *corev1.Pod, shard string) *problem {
 			if req := requests(pod); req != "" {
 				msg += " (it requests " + req + ")"
 			}
-			return &problem{reason: "Unschedulable", message: msg, stall: true}
+			return &problem{reason: "Unschedulable", message: msg, stall: true, waitsForRoom: true}
 		}
 	}
 	return nil

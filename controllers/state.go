@@ -396,8 +396,10 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 // pass decided, for kstatus (Flux, Helm), Argo CD and kubectl wait: Ready is
 // True only for a run that succeeded (and met its gate); Stalled is True when
 // the run cannot go on without a change (a failure, a missing reference, pods
-// that cannot start); otherwise Reconciling is True. Messages do not carry
-// progress, which would rewrite the status with every sample.
+// that cannot start), but not while pods only wait for room on a node (a busy
+// cluster makes some without a change; stallTimeout ends the wait); otherwise
+// Reconciling is True. Messages do not carry progress, which would rewrite
+// the status with every sample.
 func setStandardConditions(p *pass, set func(t string, status metav1.ConditionStatus, reason, msg string)) {
 	st := p.status
 	reason, msg := st.Reason, st.Message
@@ -420,7 +422,7 @@ func setStandardConditions(p *pass, set func(t string, status metav1.ConditionSt
 		switch {
 		case p.degraded != nil:
 			// The planner's pod cannot start.
-			stalled, reason = true, p.degraded.reason
+			stalled, reason = !p.degraded.waitsForRoom, p.degraded.reason
 		case reason == v1alpha1.ReasonNameConflict:
 			stalled = true
 		case p.pendingReason != "" && p.pendingReason != v1alpha1.ReasonPlanning:
@@ -430,7 +432,7 @@ func setStandardConditions(p *pass, set func(t string, status metav1.ConditionSt
 	case v1alpha1.PhaseRunning:
 		// Nothing runs, and nothing will until the pods' problem is fixed
 		// (spec.runner.stallTimeout ends the run if it is not).
-		stalled = p.degraded != nil && !p.anyRunning
+		stalled = p.degraded != nil && !p.anyRunning && !p.degraded.waitsForRoom
 	}
 	if reason == "" {
 		reason, msg = v1alpha1.ReasonPlanning, "planning shards"
