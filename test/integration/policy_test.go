@@ -162,6 +162,9 @@ func TestLargeInlineDatasetsWarn(t *testing.T) {
 				binding = obj
 			}
 		}
+		if binding == nil {
+			t.Fatal("config/policy/large_inline_datasets.yaml has no ValidatingAdmissionPolicyBinding")
+		}
 		patch := fmt.Appendf(nil, `{"spec": {"matchResources": {"namespaceSelector": {"matchExpressions": [
 			{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [%q]}]}}}}`, ns.Name)
 		if err := k8sClient.Patch(ctx, binding, client.RawPatch(types.MergePatchType, patch)); err != nil {

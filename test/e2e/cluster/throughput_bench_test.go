@@ -129,7 +129,7 @@ spec:
 		b.Fatalf("%d runner pods still running a minute after the run succeeded", running)
 	}
 
-	began, finished := runnerLogTimes(b, ns)
+	began, finished, finishedBy := runnerLogTimes(b, ns)
 
 	rate := float64(total) / wall.Seconds()
 	bound := float64(benchModels*benchParallelism*benchConcurrency) / benchLatency.Seconds()
@@ -157,6 +157,7 @@ spec:
 		b.ReportMetric(began[len(began)-1].Sub(began[0]).Seconds(), "began-spread-s")
 		b.ReportMetric(finished[len(finished)-1].Sub(began[0]).Seconds(), "first-began-to-last-finished-s")
 		b.ReportMetric(start.Add(wall).Sub(finished[len(finished)-1]).Seconds(), "last-finished-to-end-s")
+		b.ReportMetric(balancedGain(finished, finishedBy).Seconds(), "balanced-tail-gain-s")
 	}
 	for _, kind := range objectKinds {
 		b.ReportMetric(float64(after[kind]-before[kind]), kind)
@@ -180,10 +181,33 @@ spec:
 		label, total, wall.Round(10*time.Millisecond), rate, rate/bound, bound, peakPods, diff(before, after),
 		first.Sub(start).Round(100*time.Millisecond), last.Sub(start).Round(100*time.Millisecond))
 	if len(began) > 0 && len(finished) > 0 {
-		b.Logf("%s: runners began their first shards from +%s to +%s and finished their last from +%s to +%s",
+		b.Logf("%s: runners began their first shards from +%s to +%s and finished their last from +%s to +%s "+
+			"(a model's runners sharing its last samples perfectly would have ended %s sooner)",
 			label, began[0].Sub(start).Round(10*time.Millisecond), began[len(began)-1].Sub(start).Round(10*time.Millisecond),
-			finished[0].Sub(start).Round(10*time.Millisecond), finished[len(finished)-1].Sub(start).Round(10*time.Millisecond))
+			finished[0].Sub(start).Round(10*time.Millisecond), finished[len(finished)-1].Sub(start).Round(10*time.Millisecond),
+			balancedGain(finished, finishedBy).Round(10*time.Millisecond))
 	}
+}
+
+// balancedGain is how much sooner the last runner would have finished had
+// each model's runners shared its samples perfectly, each finishing at their
+// mean: the most that workers claiming a model's last shards (instead of
+// each running a fixed share) could gain. finished is sorted.
+func balancedGain(finished []time.Time, byModel map[string][]time.Time) time.Duration {
+	var latestMean time.Time
+	for _, ts := range byModel {
+		var sum time.Duration
+		for _, t := range ts {
+			sum += t.Sub(ts[0])
+		}
+		if mean := ts[0].Add(sum / time.Duration(len(ts))); mean.After(latestMean) {
+			latestMean = mean
+		}
+	}
+	if latestMean.IsZero() {
+		return 0
+	}
+	return finished[len(finished)-1].Sub(latestMean)
 }
 
 // benchRuns counts the runs of each case so far.
@@ -208,13 +232,20 @@ func saveNodeLogs(prefix string) {
 
 // runnerLogTimes are, sorted, when each runner began its first shard and
 // when it finished its last ("Began a shard", "Finished the worker's shards"
-// in its log), from the log's own times (the kubelet's, to the nanosecond).
-func runnerLogTimes(b *testing.B, ns string) (began, finished []time.Time) {
+// in its log), from the log's own times (the kubelet's, to the nanosecond);
+// and the latter by the runner's model.
+func runnerLogTimes(b *testing.B, ns string) (began, finished []time.Time, finishedBy map[string][]time.Time) {
 	b.Helper()
-	pods := strings.Fields(mustKubectl(b, "-n", ns, "get", "pods", "-l", "proctor.dev/component=runner", "-o", "name"))
-	for _, pod := range pods {
+	finishedBy = map[string][]time.Time{}
+	out := mustKubectl(b, "-n", ns, "get", "pods", "-l", "proctor.dev/component=runner", "-o",
+		`jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.proctor\.dev/model}{"\n"}{end}`)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		pod, model, _ := strings.Cut(line, " ")
+		if pod == "" {
+			continue
+		}
 		var first, last time.Time
-		for _, line := range strings.Split(mustKubectl(b, "-n", ns, "logs", pod, "-c", "runner", "--timestamps"), "\n") {
+		for _, line := range strings.Split(mustKubectl(b, "-n", ns, "logs", "pod/"+pod, "-c", "runner", "--timestamps"), "\n") {
 			at, rest, ok := strings.Cut(line, " ")
 			if !ok {
 				continue
@@ -235,11 +266,12 @@ func runnerLogTimes(b *testing.B, ns string) (began, finished []time.Time) {
 		}
 		if !last.IsZero() {
 			finished = append(finished, last)
+			finishedBy[model] = append(finishedBy[model], last)
 		}
 	}
 	slices.SortFunc(began, time.Time.Compare)
 	slices.SortFunc(finished, time.Time.Compare)
-	return began, finished
+	return began, finished, finishedBy
 }
 
 // runnerWindow is when the run's first runner container started and its
