@@ -511,6 +511,14 @@ func waitingPod(reason, message string) corev1.PodStatus {
 	}}
 }
 
+// unschedulablePod is the status of a pod the scheduler has no node for,
+// saying why in message.
+func unschedulablePod(message string) corev1.PodStatus {
+	return corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: message,
+	}}}
+}
+
 // failedPod is the status of a pod whose runner container ended.
 func failedPod(reason string, exitCode int32, message string) corev1.PodStatus {
 	return corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{

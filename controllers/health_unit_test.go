@@ -64,10 +64,7 @@ func condition(st v1alpha1.EvaluationStatus, t string) *metav1.Condition {
 // while nothing runs, shard counts that match the pods, and a Warning event
 // after the status write.
 func TestPodProblemsAreVisible(t *testing.T) {
-	unschedulable := corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
-		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
-		Message: "0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.",
-	}}}
+	unschedulable := unschedulablePod("0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.")
 	evicted := corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: ephemeral-storage."}
 	preempted := failedPod("Error", 143, "")
 	preempted.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "PreemptionByScheduler", Message: "Preempted by a higher priority pod"}}
@@ -223,12 +220,7 @@ func TestPodProblemsAreVisible(t *testing.T) {
 			}
 			// What kstatus and kubectl wait read: nothing runs, so the run
 			// is Stalled, unless its pods only wait for room on a node.
-			stalled := !tc.room
-			for typ, want := range map[string]bool{v1alpha1.ConditionStalled: stalled, v1alpha1.ConditionReconciling: !stalled} {
-				if c := condition(st, typ); c == nil || (c.Status == metav1.ConditionTrue) != want || c.Reason != tc.reason {
-					t.Errorf("%s = %+v, want %v with reason %s", typ, c, want, tc.reason)
-				}
-			}
+			checkStalled(t, st, !tc.room, tc.reason)
 			if tc.stall {
 				want := "; the run fails at " + t0.Add(2*time.Second+DefaultStallTimeout).Format(time.RFC3339) + " unless a runner pod starts (spec.runner.stallTimeout 5m0s)"
 				if !strings.HasSuffix(st.Message, want) {
@@ -351,17 +343,7 @@ func TestStallEndsTheRun(t *testing.T) {
 // it, Failed and Stalled; a pod that needs a fix beside them names the
 // reason, and the run is Stalled at once.
 func TestWaitingForRoomIsNotStalled(t *testing.T) {
-	unschedulable := corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
-		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient cpu.",
-	}}}
-	stalled := func(t *testing.T, st v1alpha1.EvaluationStatus, want bool, reason string) {
-		t.Helper()
-		for typ, on := range map[string]bool{v1alpha1.ConditionStalled: want, v1alpha1.ConditionReconciling: !want} {
-			if c := condition(st, typ); c == nil || (c.Status == metav1.ConditionTrue) != on || c.Reason != reason {
-				t.Errorf("%s = %+v, want %v with reason %s", typ, c, on, reason)
-			}
-		}
-	}
+	unschedulable := unschedulablePod("0/1 nodes are available: 1 Insufficient cpu.")
 
 	t.Run("room only", func(t *testing.T) {
 		h, ev, run := finishedRun(t)
@@ -373,14 +355,14 @@ func TestWaitingForRoomIsNotStalled(t *testing.T) {
 		if st.Phase != v1alpha1.PhaseRunning || st.Reason != "Unschedulable" || !strings.Contains(st.Message, "the run fails at") {
 			t.Fatalf("phase %s reason %q message %q; want Running, Unschedulable, with its deadline", st.Phase, st.Reason, st.Message)
 		}
-		stalled(t, st, false, "Unschedulable")
+		checkStalled(t, st, false, "Unschedulable")
 		h.clock.Step(DefaultStallTimeout)
 		h.mustReconcile(ev)
 		st = h.eval("arith").Status
 		if st.Phase != v1alpha1.PhaseFailed || st.Reason != "Unschedulable" {
 			t.Fatalf("after stallTimeout: phase %s reason %q; want Failed, Unschedulable", st.Phase, st.Reason)
 		}
-		stalled(t, st, true, "Unschedulable")
+		checkStalled(t, st, true, "Unschedulable")
 	})
 
 	t.Run("room and a fix", func(t *testing.T) {
@@ -393,8 +375,19 @@ func TestWaitingForRoomIsNotStalled(t *testing.T) {
 		if st.Reason != "CreateContainerConfigError" || !strings.Contains(st.Message, "(and 1 more pod problem(s))") {
 			t.Errorf("reason %q message %q; want the problem that needs a fix first", st.Reason, st.Message)
 		}
-		stalled(t, st, true, "CreateContainerConfigError")
+		checkStalled(t, st, true, "CreateContainerConfigError")
 	})
+}
+
+// checkStalled: Stalled is True (and Reconciling False) as stalled says,
+// both with reason.
+func checkStalled(t *testing.T, st v1alpha1.EvaluationStatus, stalled bool, reason string) {
+	t.Helper()
+	for typ, want := range map[string]bool{v1alpha1.ConditionStalled: stalled, v1alpha1.ConditionReconciling: !stalled} {
+		if c := condition(st, typ); c == nil || (c.Status == metav1.ConditionTrue) != want || c.Reason != reason {
+			t.Errorf("%s = %+v, want %v with reason %s", typ, c, want, reason)
+		}
+	}
 }
 
 // A stall does not end the run while other shards run (a quota that lets some
@@ -403,9 +396,7 @@ func TestStallWaitsWhileShardsRun(t *testing.T) {
 	h, ev, run := finishedRun(t)
 	job := "arith-small-" + run
 	h.runnerPod(job, 0, "a", podRunning)
-	h.runnerPod(job, 1, "b", corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
-		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient cpu.",
-	}}})
+	h.runnerPod(job, 1, "b", unschedulablePod("0/1 nodes are available: 1 Insufficient cpu."))
 	h.mustReconcile(ev)
 	h.clock.Step(time.Hour)
 	h.mustReconcile(ev)

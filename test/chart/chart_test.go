@@ -51,20 +51,31 @@ func repoRoot(t *testing.T) string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
+// envTool is the program the environment variable env names, if it names
+// one (failing the test if it cannot be found).
+func envTool(t *testing.T, env string) (string, bool) {
+	t.Helper()
+	h := os.Getenv(env)
+	if h == "" {
+		return "", false
+	}
+	// go test runs in test/chart: a relative path means the repository's root.
+	if strings.ContainsRune(h, filepath.Separator) && !filepath.IsAbs(h) {
+		h = filepath.Join(repoRoot(t), h)
+	}
+	path, err := exec.LookPath(h)
+	if err != nil {
+		t.Fatalf("$%s: %v", env, err)
+	}
+	return path, true
+}
+
 // helmBinary is $HELM, else bin/helm (the link `make helm` maintains), else the
 // newest bin/helm-VERSION. A missing helm fails the tests: skipping would pass
 // for a green run.
 func helmBinary(t *testing.T) string {
 	t.Helper()
-	if h := os.Getenv("HELM"); h != "" {
-		// go test runs in test/chart: a relative path means the repository's root.
-		if strings.ContainsRune(h, filepath.Separator) && !filepath.IsAbs(h) {
-			h = filepath.Join(repoRoot(t), h)
-		}
-		path, err := exec.LookPath(h)
-		if err != nil {
-			t.Fatalf("$HELM: %v", err)
-		}
+	if path, ok := envTool(t, "HELM"); ok {
 		return path
 	}
 	bin := filepath.Join(repoRoot(t), "bin")

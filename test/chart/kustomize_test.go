@@ -19,13 +19,10 @@ import (
 // green run.
 func kustomizeBinary(t *testing.T) string {
 	t.Helper()
-	k := os.Getenv("KUSTOMIZE")
-	if k == "" {
-		k = filepath.Join(repoRoot(t), "bin", "kustomize")
-	} else if strings.ContainsRune(k, filepath.Separator) && !filepath.IsAbs(k) {
-		k = filepath.Join(repoRoot(t), k)
+	if path, ok := envTool(t, "KUSTOMIZE"); ok {
+		return path
 	}
-	path, err := exec.LookPath(k)
+	path, err := exec.LookPath(filepath.Join(repoRoot(t), "bin", "kustomize"))
 	if err != nil {
 		t.Fatalf("kustomize: %v (make test-integration installs the pinned one)", err)
 	}

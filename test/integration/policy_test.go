@@ -74,10 +74,12 @@ func TestLargeInlineDatasetsWarn(t *testing.T) {
 	if len(objs) != 2 {
 		t.Fatalf("config/policy/large_inline_datasets.yaml holds %d objects, want a policy and its binding", len(objs))
 	}
+	var binding *unstructured.Unstructured
 	for _, obj := range objs {
 		// Named as kustomize's namePrefix would, apart from other tests' objects.
 		obj.SetName("test-" + obj.GetName())
 		if obj.GetKind() == "ValidatingAdmissionPolicyBinding" {
+			binding = obj
 			if err := unstructured.SetNestedField(obj.Object, obj.GetName(), "spec", "policyName"); err != nil {
 				t.Fatal(err)
 			}
@@ -86,6 +88,9 @@ func TestLargeInlineDatasetsWarn(t *testing.T) {
 			t.Fatalf("creating %s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}
 		t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), obj) })
+	}
+	if binding == nil {
+		t.Fatal("config/policy/large_inline_datasets.yaml has no ValidatingAdmissionPolicyBinding")
 	}
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "policy-"}}
@@ -156,15 +161,6 @@ func TestLargeInlineDatasetsWarn(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), other) })
-		var binding *unstructured.Unstructured
-		for _, obj := range objs {
-			if obj.GetKind() == "ValidatingAdmissionPolicyBinding" {
-				binding = obj
-			}
-		}
-		if binding == nil {
-			t.Fatal("config/policy/large_inline_datasets.yaml has no ValidatingAdmissionPolicyBinding")
-		}
 		patch := fmt.Appendf(nil, `{"spec": {"matchResources": {"namespaceSelector": {"matchExpressions": [
 			{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [%q]}]}}}}`, ns.Name)
 		if err := k8sClient.Patch(ctx, binding, client.RawPatch(types.MergePatchType, patch)); err != nil {
