@@ -98,6 +98,7 @@ func TestPodProblemsAreVisible(t *testing.T) {
 	cases := []struct {
 		name    string
 		pod     *corev1.PodStatus // nil: no pod, a FailedCreate event
+		refusal string            // that event's message, if not a quota demanding limits
 		edit    func(*corev1.Pod)
 		reason  string
 		message []string
@@ -151,6 +152,19 @@ func TestPodProblemsAreVisible(t *testing.T) {
 			message: []string{`Job arith-small-RUN cannot create pods: pods "arith-small-RUN-0-x" is forbidden: failed quota: q: must specify limits.memory for: runner`},
 		},
 		{
+			// Other pods of the namespace use the quota; once they end, the
+			// Job controller creates the pod.
+			name: "pods over the namespace's quota until others end", reason: "FailedCreate", stall: true, room: true,
+			refusal: `Error creating: pods "arith-small-RUN-0-x" is forbidden: exceeded quota: compute, requested: limits.memory=1Gi,requests.cpu=50m, used: limits.memory=1Gi,requests.cpu=50m, limited: limits.memory=1536Mi,requests.cpu=2`,
+			message: []string{`Job arith-small-RUN cannot create pods: pods "arith-small-RUN-0-x" is forbidden: exceeded quota: compute, requested: limits.memory=1Gi`},
+		},
+		{
+			// No pod ending makes room for it.
+			name: "a pod larger than the namespace's quota", reason: "FailedCreate", stall: true,
+			refusal: `Error creating: pods "arith-small-RUN-0-x" is forbidden: exceeded quota: small, requested: limits.memory=1Gi, used: limits.memory=0, limited: limits.memory=512Mi`,
+			message: []string{`Job arith-small-RUN cannot create pods: pods "arith-small-RUN-0-x" is forbidden: exceeded quota: small, requested: limits.memory=1Gi`},
+		},
+		{
 			name: "OOMKilled, retried", pod: ptr.To(failedPod("OOMKilled", 137, "")), reason: "OOMKilled",
 			edit: func(p *corev1.Pod) {
 				p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Mi")}
@@ -188,8 +202,11 @@ func TestPodProblemsAreVisible(t *testing.T) {
 				h.runnerPod(jobName, 0, "a", *tc.pod, edit)
 			} else {
 				job := h.setJobUID(jobName, "job-uid")
-				h.create(failedCreateEvent(job, t0.Add(time.Second),
-					`Error creating: pods "`+jobName+`-0-x" is forbidden: failed quota: q: must specify limits.memory for: runner`))
+				refusal := `Error creating: pods "arith-small-RUN-0-x" is forbidden: failed quota: q: must specify limits.memory for: runner`
+				if tc.refusal != "" {
+					refusal = tc.refusal
+				}
+				h.create(failedCreateEvent(job, t0.Add(time.Second), strings.ReplaceAll(refusal, "RUN", run)))
 			}
 			h.clock.Step(2 * time.Second)
 			writes := h.statusWrites()
@@ -450,6 +467,33 @@ func TestFailedCreateResolvedByANewerPod(t *testing.T) {
 	h.mustReconcile(ev)
 	if st := h.eval("arith").Status; st.Reason != "" || condition(st, v1alpha1.ConditionDegraded) != nil {
 		t.Errorf("reason %q conditions %+v: an old FailedCreate still counted", st.Reason, st.Conditions)
+	}
+}
+
+// The quota admission's refusal says whether the pod fits the quota once
+// other pods end (its words: plugin/pkg/admission/resourcequota).
+func TestQuotaFreesUp(t *testing.T) {
+	const prefix = `Error creating: pods "e-m0-r-0-x" is forbidden: `
+	cases := []struct {
+		name, message string
+		want          bool
+	}{
+		{"used by other pods", "exceeded quota: compute, requested: requests.cpu=50m, used: requests.cpu=100m, limited: requests.cpu=120m", true},
+		{"several resources", "exceeded quota: compute, requested: limits.memory=1Gi,requests.cpu=50m, used: limits.memory=1Gi,requests.cpu=50m, limited: limits.memory=1536Mi,requests.cpu=2", true},
+		{"exactly the limit", "exceeded quota: pods, requested: count/pods=1, used: count/pods=1, limited: count/pods=1", true},
+		{"larger than the limit", "exceeded quota: small, requested: limits.memory=1Gi, used: limits.memory=0, limited: limits.memory=512Mi", false},
+		{"one resource of several too large", "exceeded quota: compute, requested: limits.memory=1Gi,requests.cpu=3, used: limits.memory=0,requests.cpu=0, limited: limits.memory=2Gi,requests.cpu=2", false},
+		{"a limit the pod lacks", "failed quota: q: must specify limits.memory for: runner", false},
+		{"words not understood", "exceeded quota: compute, requested: lots, used: some, limited: few", false},
+		{"no limit named", "exceeded quota: compute, requested: requests.cpu=1, used: requests.cpu=1, limited: ", false},
+		{"not a quota", `maximum memory usage per Container is 128Mi, but limit is 1Gi`, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := quotaFreesUp(prefix + tc.message); got != tc.want {
+				t.Errorf("quotaFreesUp(%q) = %v, want %v", tc.message, got, tc.want)
+			}
+		})
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,7 +47,8 @@ type problem struct {
 	// its probe's budget): it ends the run at once.
 	fatal bool
 	// waitsForRoom: a stall that a busy cluster may end without a fix (no
-	// node has room now: other pods ending or a node added make some). The
+	// node has room now, or the namespace's ResourceQuota is used up: other
+	// pods ending or a node added make some). The
 	// run is not Stalled for it while stallTimeout runs (kstatus InProgress,
 	// as a Deployment's unschedulable pods are until its progress deadline):
 	// a GitOps gate waiting for Ready or Stalled must not fail on a busy
@@ -429,7 +431,58 @@ func (r *EvaluationReconciler) failedCreate(ctx context.Context, job *batchv1.Jo
 	if d := detail(strings.TrimPrefix(last.Message, "Error creating: ")); d != "" {
 		msg += ": " + d
 	}
-	return &problem{reason: reasonFailedCreate, message: msg, stall: true}, nil
+	return &problem{reason: reasonFailedCreate, message: msg, stall: true, waitsForRoom: quotaFreesUp(last.Message)}, nil
+}
+
+// quotaFreesUp reports whether a pod a ResourceQuota refused fits in it once
+// other pods of the namespace end (the Job controller then creates it): the
+// quota's limit holds what the pod requests, only not beside what is in use.
+// The quota admission's words are "exceeded quota: NAME, requested: R, used:
+// U, limited: L", each list "resource=quantity,...". A pod larger than the
+// limit, a quota demanding limits the pod lacks ("failed quota"), or words
+// not understood need a fix.
+func quotaFreesUp(message string) bool {
+	_, rest, ok := strings.Cut(message, "exceeded quota: ")
+	if !ok {
+		return false
+	}
+	_, rest, ok = strings.Cut(rest, ", requested: ")
+	if !ok {
+		return false
+	}
+	requested, rest, ok := strings.Cut(rest, ", used: ")
+	if !ok {
+		return false
+	}
+	_, limited, ok := strings.Cut(rest, ", limited: ")
+	if !ok {
+		return false
+	}
+	want, limit := quantities(requested), quantities(limited)
+	if len(want) == 0 {
+		return false
+	}
+	for name, q := range want {
+		l, ok := limit[name]
+		if !ok || q.Cmp(l) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// quantities parses "name=quantity,..." (nil if any part is not that).
+func quantities(list string) map[string]resource.Quantity {
+	out := map[string]resource.Quantity{}
+	for item := range strings.SplitSeq(strings.TrimSpace(list), ",") {
+		name, value, ok := strings.Cut(item, "=")
+		q, err := resource.ParseQuantity(value)
+		if !ok || err != nil {
+			return nil
+		}
+		out[name] = q
+	}
+	return out
 }
 
 // eventTime is when an event (of either events API) was last seen.

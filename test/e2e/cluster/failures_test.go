@@ -3,11 +3,19 @@
 package cluster_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/proctor-dev/proctor/api/v1alpha1"
 )
 
 // failureNamespaces are the namespaces of TestFailuresAreVisible (deleted by
@@ -188,5 +196,65 @@ func TestFailuresAreVisible(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// testQuotaFreesUp: in a namespace whose ResourceQuota holds one runner pod
+// at a time (its memory limit, 1Gi, of 1536Mi), a run of 2 workers runs them
+// one after the other: the Job controller's second pod, refused while the
+// first runs, is made once it ends. Meanwhile the run is never Stalled (a
+// GitOps gate waiting for Ready or Stalled waits on, as it would on its
+// own), even while no pod runs; and it succeeds.
+func testQuotaFreesUp(t *testing.T) {
+	ns := namespace(t, "e2e-quota-wait")
+	applyYAML(t, ns, "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: one-runner}\nspec: {hard: {limits.memory: 1536Mi}}\n")
+	manifest := strings.Replace(failureEvaluation("quota", fmt.Sprintf(fakeModel, "openai", "api-key"), ""), "stallTimeout: 20s", "stallTimeout: 5m", 1)
+	applyYAML(t, ns, manifest)
+
+	// Every status write, as a watch sees it.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	watch := exec.CommandContext(ctx, kubectlBin, "-n", ns, "get", "evaluation", "quota", "-w", "-o", "json")
+	out, err := watch.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		_ = watch.Wait()
+	}()
+	var seen []string
+	var phase v1alpha1.Phase
+	stalled, refused := false, false
+	for dec := json.NewDecoder(out); ; {
+		var ev v1alpha1.Evaluation
+		if err := dec.Decode(&ev); err != nil {
+			t.Fatalf("the run did not succeed in 5 minutes (%v); status as watched:\n%s", err, strings.Join(seen, "\n"))
+		}
+		st := ev.Status
+		s := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionStalled)
+		stalled = stalled || (s != nil && s.Status == metav1.ConditionTrue)
+		refused = refused || st.Reason == "FailedCreate"
+		seen = append(seen, fmt.Sprintf("%s %s %s", st.Phase, st.Reason, st.Message))
+		if phase = st.Phase; phase == v1alpha1.PhaseSucceeded || phase == v1alpha1.PhaseFailed {
+			break
+		}
+	}
+	t.Logf("status as watched:\n%s", strings.Join(seen, "\n"))
+	if phase != v1alpha1.PhaseSucceeded {
+		t.Errorf("the run ended %s", phase)
+	}
+	if stalled {
+		t.Errorf("the run was Stalled while its pods waited for the quota")
+	}
+	if !refused {
+		t.Errorf("status never said the Job could not create a pod (did the quota refuse one?)")
+	}
+	events := mustKubectl(t, "get", "events", "-n", ns, "--field-selector", "reason=FailedCreate", "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
+	if !strings.Contains(events, "exceeded quota: one-runner") {
+		t.Errorf("no pod was refused by the quota; events: %q", events)
 	}
 }

@@ -63,6 +63,7 @@ func TestRunsSideBySide(t *testing.T) {
 		"DatasetEditedMidRun":           testDatasetEditedMidRun,
 		"ResultsStoreInACluster":        testResultsStoreInACluster,
 		"Observability":                 testObservability,
+		"QuotaFreesUp":                  testQuotaFreesUp,
 	})
 }
 
