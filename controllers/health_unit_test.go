@@ -483,6 +483,7 @@ func TestQuotaFreesUp(t *testing.T) {
 		{"exactly the limit", "exceeded quota: pods, requested: count/pods=1, used: count/pods=1, limited: count/pods=1", true},
 		{"larger than the limit", "exceeded quota: small, requested: limits.memory=1Gi, used: limits.memory=0, limited: limits.memory=512Mi", false},
 		{"one resource of several too large", "exceeded quota: compute, requested: limits.memory=1Gi,requests.cpu=3, used: limits.memory=0,requests.cpu=0, limited: limits.memory=2Gi,requests.cpu=2", false},
+		{"a quota not counted yet", "status unknown for quota: compute, resources: limits.memory", true},
 		{"a limit the pod lacks", "failed quota: q: must specify limits.memory for: runner", false},
 		{"words not understood", "exceeded quota: compute, requested: lots, used: some, limited: few", false},
 		{"no limit named", "exceeded quota: compute, requested: requests.cpu=1, used: requests.cpu=1, limited: ", false},

@@ -440,8 +440,12 @@ func (r *EvaluationReconciler) failedCreate(ctx context.Context, job *batchv1.Jo
 // The quota admission's words are "exceeded quota: NAME, requested: R, used:
 // U, limited: L", each list "resource=quantity,...". A pod larger than the
 // limit, a quota demanding limits the pod lacks ("failed quota"), or words
-// not understood need a fix.
+// not understood need a fix. A quota whose usage its controller has not
+// counted yet ("status unknown for quota", right after it is made) waits too.
 func quotaFreesUp(message string) bool {
+	if strings.Contains(message, "status unknown for quota: ") {
+		return true
+	}
 	_, rest, ok := strings.Cut(message, "exceeded quota: ")
 	if !ok {
 		return false

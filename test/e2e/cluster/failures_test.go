@@ -208,6 +208,13 @@ func TestFailuresAreVisible(t *testing.T) {
 func testQuotaFreesUp(t *testing.T) {
 	ns := namespace(t, "e2e-quota-wait")
 	applyYAML(t, ns, "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: one-runner}\nspec: {hard: {limits.memory: 1536Mi}}\n")
+	// Counted by its controller first: until then it refuses every pod.
+	eventually(t, time.Minute, 200*time.Millisecond, "the quota's usage", func() error {
+		if used := mustKubectl(t, "-n", ns, "get", "resourcequota", "one-runner", "-o", `jsonpath={.status.used.limits\.memory}`); used == "" {
+			return fmt.Errorf("no usage yet")
+		}
+		return nil
+	})
 	manifest := strings.Replace(failureEvaluation("quota", fmt.Sprintf(fakeModel, "openai", "api-key"), ""), "stallTimeout: 20s", "stallTimeout: 5m", 1)
 	applyYAML(t, ns, manifest)
 
