@@ -48,11 +48,10 @@ type problem struct {
 	fatal bool
 	// waitsForRoom: a stall that a busy cluster may end without a fix (no
 	// node has room now, or the namespace's ResourceQuota is used up: other
-	// pods ending or a node added make some). The
-	// run is not Stalled for it while stallTimeout runs (kstatus InProgress,
-	// as a Deployment's unschedulable pods are until its progress deadline):
-	// a GitOps gate waiting for Ready or Stalled must not fail on a busy
-	// cluster.
+	// pods ending or a node added make some). The run is not Stalled for it
+	// while stallTimeout runs (kstatus InProgress, as a Deployment's
+	// unschedulable pods are until its progress deadline): a GitOps gate
+	// waiting for Ready or Stalled must not fail on a busy cluster.
 	waitsForRoom bool
 }
 

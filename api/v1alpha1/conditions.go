@@ -9,9 +9,10 @@ const (
 	// the endpoints' below) are the conditions kstatus (Flux, Helm, kpt) and
 	// kubectl wait read. Reconciling is True while the run is under way or
 	// waits (planning, running, suspended, runner pods waiting for room on a
-	// node or in the namespace's quota); Stalled is True when it cannot go on without a change (a missing
-	// reference, pods that cannot start, a spent budget, a failure, a missed
-	// gate); Ready is True only when the run succeeded and met its gate.
+	// node or in the namespace's quota); Stalled is True when it cannot go on
+	// without a change (a missing reference, pods that cannot start, a spent
+	// budget, a failure, a missed gate); Ready is True only when the run
+	// succeeded and met its gate.
 	ConditionReconciling = "Reconciling"
 	ConditionStalled     = "Stalled"
 	ConditionProgressing = "Progressing"
