@@ -3,10 +3,8 @@
 package cluster_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -219,20 +217,8 @@ func testQuotaFreesUp(t *testing.T) {
 	applyYAML(t, ns, manifest)
 
 	// Every status write, as a watch sees it.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	watch := exec.CommandContext(ctx, kubectlBin, "-n", ns, "get", "evaluation", "quota", "-w", "-o", "json")
-	out, err := watch.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := watch.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		_ = watch.Wait()
-	}()
+	out, stop := kubectlWatch(t, 5*time.Minute, "-n", ns, "get", "evaluation", "quota", "-w", "-o", "json")
+	defer stop()
 	var seen []string
 	var phase v1alpha1.Phase
 	stalled, refused := false, false

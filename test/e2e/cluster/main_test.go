@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,6 +212,26 @@ func mustKubectl(t testing.TB, args ...string) string {
 }
 
 // applyYAML applies manifests given as text.
+// kubectlWatch starts kubectl with args (a watch, -w), ended after timeout,
+// and returns its output and stop, which ends it and waits for it.
+func kubectlWatch(t testing.TB, timeout time.Duration, args ...string) (io.Reader, func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	cmd := exec.CommandContext(ctx, kubectlBin, args...)
+	out, err := cmd.StdoutPipe()
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	return out, func() {
+		cancel()
+		_ = cmd.Wait()
+	}
+}
+
 func applyYAML(t testing.TB, ns, manifests string) {
 	t.Helper()
 	if _, err := runInput(time.Minute, manifests, kubectlBin, "apply", "-n", ns, "-f", "-"); err != nil {

@@ -4,12 +4,10 @@ package cluster_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -335,20 +333,8 @@ func runnerWindow(b *testing.B, ns string) (first, last time.Time, atOnce, runni
 // as long under it).
 func awaitEnd(b *testing.B, ns, name string, limit time.Duration) string {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, kubectlBin, "-n", ns, "get", "evaluation", name, "-w", "-o", `jsonpath={.status.phase}{"\n"}`)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		_ = cmd.Wait()
-	}()
+	out, stop := kubectlWatch(b, limit, "-n", ns, "get", "evaluation", name, "-w", "-o", `jsonpath={.status.phase}{"\n"}`)
+	defer stop()
 	phase := ""
 	for sc := bufio.NewScanner(out); sc.Scan(); {
 		if phase = strings.TrimSpace(sc.Text()); phase == "Succeeded" || phase == "Failed" {
