@@ -103,8 +103,8 @@ func TestPodProblemsAreVisible(t *testing.T) {
 		reason  string
 		message []string
 		stall   bool
-		// room: the stall waits for room on a node (not Stalled, kstatus
-		// InProgress, while stallTimeout runs).
+		// room: the stall waits for room on a node or in the namespace's
+		// quota (not Stalled, kstatus InProgress, while stallTimeout runs).
 		room    bool
 		pending int32
 	}{
@@ -236,7 +236,7 @@ func TestPodProblemsAreVisible(t *testing.T) {
 				t.Errorf("shard counts (-want +got):\n%s", diff)
 			}
 			// What kstatus and kubectl wait read: nothing runs, so the run
-			// is Stalled, unless its pods only wait for room on a node.
+			// is Stalled, unless its pods only wait for room.
 			checkStalled(t, st, !tc.room, tc.reason)
 			if tc.stall {
 				want := "; the run fails at " + t0.Add(2*time.Second+DefaultStallTimeout).Format(time.RFC3339) + " unless a runner pod starts (spec.runner.stallTimeout 5m0s)"

@@ -396,10 +396,10 @@ func (r *EvaluationReconciler) setPhase(p *pass) {
 // pass decided, for kstatus (Flux, Helm), Argo CD and kubectl wait: Ready is
 // True only for a run that succeeded (and met its gate); Stalled is True when
 // the run cannot go on without a change (a failure, a missing reference, pods
-// that cannot start), but not while pods only wait for room on a node (a busy
-// cluster makes some without a change; stallTimeout ends the wait); otherwise
-// Reconciling is True. Messages do not carry progress, which would rewrite
-// the status with every sample.
+// that cannot start), but not while pods only wait for room on a node or in
+// the namespace's quota (a busy cluster makes some without a change;
+// stallTimeout ends the wait); otherwise Reconciling is True. Messages do not
+// carry progress, which would rewrite the status with every sample.
 func setStandardConditions(p *pass, set func(t string, status metav1.ConditionStatus, reason, msg string)) {
 	st := p.status
 	reason, msg := st.Reason, st.Message
