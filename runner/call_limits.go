@@ -43,9 +43,9 @@ func (e *Engine) throughLimits(ctx context.Context, m *modelRun, rawIn int64) (r
 			return fail(err)
 		}
 	}
-	if m.pacer != nil {
+	if pacer := m.pacer.Load(); pacer != nil {
 		// Likewise the pacer's, which spaces it with the other pods' calls.
-		p, err := m.pacer.Pace(wctx, m.Name, cost)
+		p, err := pacer.Pace(wctx, m.Name, cost)
 		if err != nil {
 			res.cancel()
 			return fail(err)

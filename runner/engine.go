@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -144,8 +145,9 @@ type modelRun struct {
 	// from as well as from its own (then only a cap).
 	shared *ratelimit.Limiter
 	// pacer, for a model calling through a rate-limited key in a cluster,
-	// spaces its calls with every other runner pod's through the key.
-	pacer ratelimit.Pacer
+	// spaces its calls with every other runner pod's through the key. It
+	// changes while the model runs (a rateLimit added or removed mid-run).
+	pacer atomic.Pointer[pacerRef]
 	// inFlight bounds the model's calls in flight (its maxInFlight share);
 	// sharedInFlight, locally, its endpoint's together with its other callers.
 	inFlight, sharedInFlight *ratelimit.InFlight
@@ -370,14 +372,22 @@ func (e *Engine) SetLimits(model string, l ratelimit.Limits) error {
 
 // SetPacer has the calls of callers (models, and agents' callers) spaced by
 // p after their own limiter: a cluster's pacer, for the callers of
-// rate-limited keys. Call it before Run.
+// rate-limited keys; nil spaces them no more. It may be called while the
+// engine runs: the calls that ask for their places next go by it.
 func (e *Engine) SetPacer(p ratelimit.Pacer, callers ...string) {
 	for _, c := range callers {
 		if m := e.models[c]; m != nil {
-			m.pacer = p
+			if p == nil {
+				m.pacer.Store(nil)
+			} else {
+				m.pacer.Store(&pacerRef{p})
+			}
 		}
 	}
 }
+
+// pacerRef holds a Pacer for an atomic.Pointer.
+type pacerRef struct{ ratelimit.Pacer }
 
 // ShareInFlight makes models share one bound on calls in flight (a runner
 // pod's callers of one endpoint, whose places are pooled), set by SetLimits of
