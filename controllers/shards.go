@@ -253,20 +253,26 @@ func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool,
 		return true, nil
 	}
 	r.observeSpend(p)
-	if limits == nil && budget == nil {
-		return true, nil
-	}
 	cm := &metav1.PartialObjectMetadata{}
 	cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
 	if err := r.Get(ctx, client.ObjectKey{Namespace: p.ev.Namespace, Name: cluster.BudgetName(p.ev.Name)}, cm); err != nil {
+		if apierrors.IsNotFound(err) && limits == nil && budget == nil {
+			return true, nil // none is made before a model has a limit (ensureBudget)
+		}
 		return false, client.IgnoreNotFound(err)
 	}
 	prev, err := cluster.ParseBudget(cm.Annotations)
 	if err != nil {
 		return false, err
 	}
+	if limits == nil && budget == nil && len(prev.Models) == 0 && prev.Spend == nil {
+		// Nothing to divide, and nothing to take back: a limit removed
+		// mid-run is divided once more, without its model, so that its
+		// shards stop taking shares of it.
+		return true, nil
+	}
 	next, changed := prev, false
-	if limits != nil {
+	if limits != nil || len(prev.Models) > 0 {
 		key := client2key(p.ev)
 		judges := p.ev.Spec.JudgeModels()
 		users := map[string][]cluster.User{}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -495,6 +496,67 @@ func TestDivideBudgetOnlyOverTheVersionItRead(t *testing.T) {
 	}
 	if diff := cmp.Diff(before, budgetOf(t, h)); diff != "" {
 		t.Errorf("a division from a stale copy was written (-before +after):\n%s", diff)
+	}
+}
+
+// TestDivideBudgetAfterTheLimitIsRemoved: a rateLimit removed mid-run (the
+// run goes on: its hash leaves rateLimit out) is divided once more, without
+// its model, so that its shards stop taking shares of it; then, with nothing
+// left to take back, nothing more is written. The controller used to stop
+// dividing once no model had a limit, and the shards kept their last shares.
+func TestDivideBudgetAfterTheLimitIsRemoved(t *testing.T) {
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).
+		OpenAIModel("small", llmURL).RateLimit(60).Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Generation(1).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	run := cluster.RunID(ev)
+	h.mustReconcile(ev)
+	sh := cluster.Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 5}
+	h.create(headCM(t, "arith", run, sh, running(1, 0, 1), nil))
+	divide := func() {
+		t.Helper()
+		p := newPass(h.eval("arith"), h.clock.Now())
+		p.run, p.plan = run, &cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 10}}
+		p.shards = []shardState{{Shard: sh, active: true}}
+		if cont, err := h.r.divideBudget(h.ctx, p); err != nil || !cont {
+			t.Fatalf("divideBudget = %v, %v; want the pass to go on", cont, err)
+		}
+	}
+	divide()
+	limited := budgetOf(t, h)
+	if _, ok := limited.Models["small"].Grants[sh.Key()]; !ok {
+		t.Fatalf("budget %+v; want a grant of small for %s", limited, sh.Key())
+	}
+
+	h.editSpec("arith", func(s *v1alpha1.EvaluationSpec) { s.Models[0].RateLimit = nil })
+	divide()
+	lifted := budgetOf(t, h)
+	if lifted.Version != limited.Version+1 || len(lifted.Models) != 0 {
+		t.Errorf("after the limit was removed: version %d, models %v; want version %d and no model", lifted.Version, lifted.Models, limited.Version+1)
+	}
+	if _, limitedStill, _ := lifted.Lookup("small", sh.Key()); limitedStill {
+		t.Errorf("the shard still reads small as limited")
+	}
+	divide()
+	if again := budgetOf(t, h); again.Version != lifted.Version {
+		t.Errorf("divided again with nothing to take back: version %d, want %d", again.Version, lifted.Version)
+	}
+}
+
+// TestDivideBudgetOfAnUnlimitedRun: a run with no limit and no spend budget
+// has no budget ConfigMap (none is made before a limit comes), and its pass
+// goes on past the division.
+func TestDivideBudgetOfAnUnlimitedRun(t *testing.T) {
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).
+		OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Generation(1).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	p := newPass(h.eval("arith"), h.clock.Now())
+	p.run, p.plan = cluster.RunID(ev), &cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 10}}
+	if cont, err := h.r.divideBudget(h.ctx, p); err != nil || !cont {
+		t.Fatalf("divideBudget = %v, %v; want the pass to go on", cont, err)
+	}
+	var cm corev1.ConfigMap
+	if err := h.c.Get(h.ctx, client.ObjectKey{Namespace: testNS, Name: cluster.BudgetName("arith")}, &cm); !apierrors.IsNotFound(err) {
+		t.Errorf("budget ConfigMap: %v; want none", err)
 	}
 }
 
