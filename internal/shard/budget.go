@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,15 +29,33 @@ import (
 // ModelEndpoint, the endpoint's (its limits, divided among every shard of
 // every Evaluation calling through it). Each keeps its own sum within its
 // limit, so the engine applies the lesser of the two in each dimension.
+//
+// A rateLimit may be added to a model, or removed, while the run goes (the
+// run hash leaves it out): the Evaluation's budget then gains or loses the
+// model's entry, and the follower takes shares of it, or stops, from the
+// next version it reads. So it reads that budget (on its watch) even while
+// none of its models is limited.
 type budgetFollower struct {
-	c       client.Client
-	o       Options
-	ev      *v1alpha1.Evaluation
-	run     string
-	shard   cluster.Shard
-	eng     *runner.Engine
-	store   *kube.Store
+	c     client.Client
+	o     Options
+	ev    *v1alpha1.Evaluation
+	run   string
+	shard cluster.Shard
+	eng   *runner.Engine
+	store *kube.Store
+	// limited are the models whose calls take shares of the Evaluation's
+	// budget now: at first those the pod found limited, then those the
+	// budget has an entry for.
 	limited map[string]bool
+	// pacer, if the pod has one, spaces the calls of the limited models (and
+	// of the callers of endpoints, set by the worker) with other pods'.
+	pacer ratelimit.Pacer
+	// applies says whether the follower sets the engine's limits: a stream's
+	// engine runs two shards at a time, and follows the newer's shares (nil:
+	// always).
+	applies func() bool
+	// onLimited, if set, hears of the limited models each time they change.
+	onLimited func(map[string]bool)
 	// viaEndpoint maps the models calling through a ModelEndpoint to its name
 	// (and the callers that are agents' calls, MODEL/ENDPOINT).
 	viaEndpoint map[string]string
@@ -68,6 +88,9 @@ type budgetFollower struct {
 	versions string
 	// nudged says a budget changed (watchBudgets): it is read at once.
 	nudged chan struct{}
+	// watchFailed says a budget's watch failed: the budgets are read on the
+	// timer even while the follower follows none.
+	watchFailed atomic.Bool
 }
 
 // share is a model's part of one budget.
@@ -95,8 +118,7 @@ func (b *budgetFollower) loop(ctx context.Context) {
 	first := b.o.Clock.NewTicker(b.o.FirstGrantEvery)
 	defer first.Stop()
 	firstC := first.C()
-	polling := b.follows()
-	if !polling || !b.waitingForFirstShare() {
+	if !b.follows() || !b.waitingForFirstShare() {
 		first.Stop()
 		firstC = nil
 	}
@@ -113,11 +135,12 @@ func (b *budgetFollower) loop(ctx context.Context) {
 				firstC = nil
 			}
 		case <-poll.C():
-			if polling && b.poll(ctx) {
+			// Following nothing, the watch says when a limit comes.
+			if (b.follows() || b.watchFailed.Load()) && b.poll(ctx) {
 				b.flush(ctx)
 			}
 		case <-b.nudged:
-			if polling && b.poll(ctx) {
+			if b.poll(ctx) {
 				b.flush(ctx)
 			}
 		case <-flush.C():
@@ -206,9 +229,7 @@ func (b *budgetFollower) poll(ctx context.Context) bool {
 			b.endpoint[m] = share{paused: true}
 		}
 	}
-	if len(b.limited) > 0 || b.ledger != nil {
-		b.pollOwn(ctx)
-	}
+	b.pollOwn(ctx)
 	for _, ep := range sortedValues(b.viaEndpoint) {
 		b.pollEndpoint(ctx, ep)
 	}
@@ -221,14 +242,30 @@ func (b *budgetFollower) poll(ctx context.Context) bool {
 		}
 	}
 	endpoint := b.pooledEndpointShares()
+	applies := b.applies == nil || b.applies()
 	paused := map[string]bool{}
 	for _, m := range names {
+		if b.viaEndpoint[m] == "" && applies {
+			// Its own limit's calls are spaced by the pacer; a model whose
+			// limit was removed goes unlimited, unpaced and unheld.
+			var p ratelimit.Pacer
+			if b.limited[m] {
+				p = b.pacer
+			}
+			b.eng.SetPacer(p, m)
+		}
 		if !b.limited[m] && b.viaEndpoint[m] == "" {
+			if applies {
+				_ = b.eng.SetLimits(m, ratelimit.Limits{})
+			}
+			paused[m] = false
 			continue
 		}
 		sh := combine(b.own[m], endpoint[m])
 		if !sh.paused {
-			_ = b.eng.SetLimits(m, sh.limits)
+			if applies {
+				_ = b.eng.SetLimits(m, sh.limits)
+			}
 			b.granted[m] = true
 		}
 		paused[m] = sh.paused
@@ -242,8 +279,13 @@ func (b *budgetFollower) poll(ctx context.Context) bool {
 			paused[model] = false
 		}
 	}
-	for m, p := range paused {
-		_ = b.eng.Pause(m, p)
+	if applies {
+		for m, p := range paused {
+			_ = b.eng.Pause(m, p)
+		}
+		if b.onLimited != nil {
+			b.onLimited(maps.Clone(b.limited))
+		}
 	}
 	b.acknowledge(endpoint)
 	versions := fmt.Sprint(b.store.Progress().Budget, b.acks)
@@ -257,6 +299,10 @@ func (b *budgetFollower) poll(ctx context.Context) bool {
 func (b *budgetFollower) pollOwn(ctx context.Context) {
 	budget, err := kube.ReadBudget(ctx, b.c, b.ev)
 	now := b.o.Clock.Now()
+	if apierrors.IsNotFound(err) && len(b.limited) == 0 && b.ledger == nil {
+		// The controller makes it for the first limit: none yet.
+		return
+	}
 	if err != nil {
 		if b.lastRead.IsZero() {
 			b.lastRead = now
@@ -272,6 +318,7 @@ func (b *budgetFollower) pollOwn(ctx context.Context) {
 	}
 	b.lastRead, b.fenced = now, false
 	key := b.shard.Key()
+	b.followLimits(budget)
 	for m := range b.limited {
 		b.own[m] = shareIn(budget, m, key)
 	}
@@ -283,6 +330,29 @@ func (b *budgetFollower) pollOwn(ctx context.Context) {
 		b.allowed = b.allowed || ok
 	}
 	b.store.SetBudget(budget.Version)
+}
+
+// followLimits takes the models the divided budget has an entry for as the
+// limited ones: a limit added mid-run is followed from now on, and a removed
+// one no more. Until the first division (version 0), the models found limited
+// at the start wait for it.
+func (b *budgetFollower) followLimits(budget *cluster.Budget) {
+	if budget.Version == 0 {
+		return
+	}
+	for _, m := range b.models {
+		_, limited, _ := budget.Lookup(m, b.shard.Key())
+		switch {
+		case limited && !b.limited[m]:
+			b.limited[m] = true
+			b.log.Info("Began taking shares of a rate limit added to the spec", "model", m)
+		case !limited && b.limited[m]:
+			delete(b.limited, m)
+			delete(b.own, m)
+			delete(b.granted, m)
+			b.log.Info("Stopped taking shares of a rate limit removed from the spec", "model", m)
+		}
+	}
 }
 
 // allowanceLimit is the ledger limit of an allowance of budget: each bounded
@@ -506,12 +576,10 @@ func sortedValues(m map[string]string) []string {
 }
 
 // budgetNames are the ConfigMaps whose budgets the shard follows: its
-// Evaluation's (for its own rate limits and spend) and its endpoints'.
+// Evaluation's (for its own rate limits and spend, and for limits that may
+// be added) and its endpoints'.
 func (b *budgetFollower) budgetNames() []string {
-	var names []string
-	if len(b.limited) > 0 || b.ledger != nil {
-		names = append(names, cluster.BudgetName(b.ev.Name))
-	}
+	names := []string{cluster.BudgetName(b.ev.Name)}
 	for _, ep := range sortedValues(b.viaEndpoint) {
 		names = append(names, cluster.EndpointBudgetName(ep))
 	}

@@ -1,9 +1,13 @@
 package shard
 
 import (
+	"maps"
+	"slices"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/proctor-dev/proctor/internal/cluster"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
@@ -125,5 +129,52 @@ func TestShareInPlacesOnly(t *testing.T) {
 		if diff := cmp.Diff(want, shareIn(b, "ep", key), cmp.AllowUnexported(share{})); diff != "" {
 			t.Errorf("shareIn(%s) (-want +got):\n%s", key, diff)
 		}
+	}
+}
+
+// TestFollowLimits: the models a shard takes shares for are those the
+// divided budget has an entry for, as limits are added or removed mid-run;
+// until the first division, those limited at the start wait for it.
+func TestFollowLimits(t *testing.T) {
+	sh := cluster.Shard{Model: "m", Dataset: "d", Index: 0, Start: 0, End: 5}
+	rpm := ratelimit.Limits{RequestsPerMinute: 60}
+	budget := func(version int64, models ...string) *cluster.Budget {
+		b := &cluster.Budget{Version: version, Models: map[string]*cluster.ModelBudget{}}
+		for _, m := range models {
+			b.Models[m] = &cluster.ModelBudget{Limits: rpm, Grants: map[string]cluster.Grant{sh.Key(): {Share: rpm}}}
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name    string
+		limited []string
+		b       *cluster.Budget
+		want    []string
+	}{
+		{"not divided yet: those limited at the start wait", []string{"m"}, budget(0), []string{"m"}},
+		{"not divided yet, none limited", nil, budget(0), nil},
+		{"a limit added to the model", nil, budget(1, "m"), []string{"m"}},
+		{"a limit added to the judge", []string{"m"}, budget(4, "m", "judge"), []string{"judge", "m"}},
+		{"the model's limit removed", []string{"m"}, budget(5), nil},
+		{"the judge's limit removed", []string{"m", "judge"}, budget(5, "m"), []string{"m"}},
+		{"another model's limit: not this pod's", nil, budget(2, "other"), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &budgetFollower{shard: sh, models: []string{"m", "judge"}, limited: map[string]bool{},
+				own: map[string]share{}, granted: map[string]bool{}, log: logr.Discard()}
+			for _, m := range tc.limited {
+				b.limited[m], b.own[m], b.granted[m] = true, share{limits: rpm}, true
+			}
+			b.followLimits(tc.b)
+			got := slices.Sorted(maps.Keys(b.limited))
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("limited (-want +got):\n%s", diff)
+			}
+			for _, m := range []string{"m", "judge"} {
+				if _, owned := b.own[m]; !b.limited[m] && (owned || b.granted[m]) {
+					t.Errorf("model %s, not limited, keeps a share (%v) or a grant (%v)", m, owned, b.granted[m])
+				}
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -32,6 +33,7 @@ import (
 	"github.com/proctor-dev/proctor/internal/source"
 	"github.com/proctor-dev/proctor/internal/version"
 	"github.com/proctor-dev/proctor/runner"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
 	"github.com/proctor-dev/proctor/runner/spend"
 	"github.com/proctor-dev/proctor/runner/telemetry"
 )
@@ -159,8 +161,10 @@ type worker struct {
 	pacer  *pacer.Client
 	// models are the models the pod calls (its own and the judges); limited,
 	// viaEndpoint and agentOf, those whose calls take shares of a budget
-	// (see budgetFollower).
+	// (see budgetFollower). limited changes as rate limits are added or
+	// removed mid-run (limitedNow).
 	models      []string
+	limitedMu   sync.Mutex
 	limited     map[string]bool
 	viaEndpoint map[string]string
 	agentOf     map[string]string
@@ -298,13 +302,68 @@ func startWorker(ctx context.Context, c client.WithWatch, o Options) (_ *worker,
 			}
 		}
 	}
-	if o.PacerURL != "" && len(w.limited)+len(w.viaEndpoint) > 0 {
-		// Every pod's calls through a limited key, spaced together.
+	if o.PacerURL != "" {
+		// Every pod's calls through a limited key, spaced together; a model
+		// may be limited mid-run, so every pod has the pacer's client (it
+		// asks nothing of it until then).
 		w.pacer = pacer.NewClient(pacer.ClientOptions{URL: o.PacerURL, Namespace: ev.Namespace, Evaluation: ev.Name,
 			Token: o.PacerToken, Log: log.WithName("pacer")})
 		w.closers = append(w.closers, w.pacer.Close)
 	}
 	return w, nil
+}
+
+// limitedNow is a copy of the models limited now (budgetFollower.limited):
+// what the pod found at its start, then what the last follower to apply its
+// shares found in the budget.
+func (w *worker) limitedNow() map[string]bool {
+	w.limitedMu.Lock()
+	defer w.limitedMu.Unlock()
+	out := make(map[string]bool, len(w.limited))
+	maps.Copy(out, w.limited)
+	return out
+}
+
+func (w *worker) setLimited(m map[string]bool) {
+	w.limitedMu.Lock()
+	defer w.limitedMu.Unlock()
+	w.limited = m
+}
+
+// follower is a budgetFollower of shard sh's shares for eng.
+func (w *worker) follower(sh cluster.Shard, eng *runner.Engine, store *kube.Store, ledger *spend.Ledger, log logr.Logger) *budgetFollower {
+	b := &budgetFollower{c: w.c, o: w.o, ev: w.ev, run: w.o.Run, shard: sh, eng: eng, store: store, limited: w.limitedNow(),
+		viaEndpoint: w.viaEndpoint, agentOf: w.agentOf, models: w.models, log: log, ledger: ledger, nudged: make(chan struct{}, 1),
+		onLimited: w.setLimited}
+	if w.pacer != nil {
+		b.pacer = w.pacer
+	}
+	return b
+}
+
+// watch starts watching b's budgets until ctx ends.
+func (w *worker) watch(ctx context.Context, b *budgetFollower, log logr.Logger) {
+	watchBudgets(ctx, w.c, w.o.Clock, w.ev.Namespace, b.budgetNames(), b.nudged, func(name string, err error) {
+		b.watchFailed.Store(true)
+		log.Info("Failed to watch a budget; reading it on a timer meanwhile", "configMap", name, "every", w.o.BudgetEvery.String(), "error", err.Error())
+	})
+}
+
+// holdUntilGranted holds b's callers until the budgets grant them a share,
+// reads the budgets, and says the shard runs (the controllers grant shares
+// only to running shards, and would otherwise hear of it at the first flush).
+func (w *worker) holdUntilGranted(ctx context.Context, b *budgetFollower) error {
+	for m := range b.limited {
+		_ = b.eng.Pause(m, true)
+	}
+	for m := range w.viaEndpoint {
+		_ = b.eng.Pause(m, true)
+	}
+	for _, m := range w.agentOf {
+		_ = b.eng.Pause(m, true) // its agent would wait for its calls' share
+	}
+	b.poll(ctx)
+	return b.checkpoint(ctx)
 }
 
 // services is the pod's services watch as the engine takes it (nil: none).
@@ -318,7 +377,7 @@ func (w *worker) services() runner.Services {
 // runShard evaluates one of the worker's shards to the end, or until ctx
 // ends (then it checkpoints what finished and returns ctx's error).
 func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
-	o, ev, c := w.o, w.ev, w.c
+	o, ev := w.o, w.ev
 	log := w.shardLog(sh)
 	store, attempts, err := w.openShard(ctx, sh)
 	if err != nil || store == nil {
@@ -348,39 +407,29 @@ func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
 	for _, callers := range byEndpoint {
 		eng.ShareInFlight(callers...)
 	}
-	if w.pacer != nil {
-		eng.SetPacer(w.pacer, append(slices.Collect(maps.Keys(w.limited)), slices.Collect(maps.Keys(w.viaEndpoint))...)...)
+	if w.pacer != nil && len(w.viaEndpoint) > 0 {
+		// The limited models' pacing is the follower's to set.
+		eng.SetPacer(w.pacer, slices.Collect(maps.Keys(w.viaEndpoint))...)
 	}
-	b := &budgetFollower{c: c, o: o, ev: ev, run: o.Run, shard: sh, eng: eng, store: store, limited: w.limited, viaEndpoint: w.viaEndpoint,
-		agentOf: w.agentOf, models: w.models, log: log, ledger: engOpts.Ledger, nudged: make(chan struct{}, 1)}
+	b := w.follower(sh, eng, store, engOpts.Ledger, log)
+	for _, m := range w.models {
+		if !b.limited[m] && w.viaEndpoint[m] == "" {
+			// Its limit was removed since the pod compiled its plan.
+			_ = eng.SetLimits(m, ratelimit.Limits{})
+		}
+	}
 	// Watched as long as the loops read them (they outlive ctx, see below).
 	watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatching()
+	w.watch(watchCtx, b, log)
 	if !b.follows() {
-		if err := store.Flush(ctx, false); err != nil {
-			return fmt.Errorf("beginning shard %s: %w", sh.Key(), err)
-		}
+		err = store.Flush(ctx, false)
 	} else {
-		watchBudgets(watchCtx, c, o.Clock, ev.Namespace, b.budgetNames(), b.nudged, func(name string, err error) {
-			log.Info("Failed to watch a budget; reading it on a timer meanwhile", "configMap", name, "every", o.BudgetEvery.String(), "error", err.Error())
-		})
 		// Until the controllers grant a share, limited models send nothing.
-		for m := range w.limited {
-			_ = eng.Pause(m, true)
-		}
-		for m := range w.viaEndpoint {
-			_ = eng.Pause(m, true)
-		}
-		for _, m := range w.agentOf {
-			_ = eng.Pause(m, true) // its agent would wait for its calls' share
-		}
-		b.poll(ctx)
-		// Say at once that the shard runs, with what it read: the controllers
-		// grant shares only to running shards, and would otherwise hear of it
-		// at the first flush.
-		if err := b.checkpoint(ctx); err != nil {
-			return fmt.Errorf("beginning shard %s: %w", sh.Key(), err)
-		}
+		err = w.holdUntilGranted(ctx, b)
+	}
+	if err != nil {
+		return fmt.Errorf("beginning shard %s: %w", sh.Key(), err)
 	}
 	log.Info("Began a shard", "attempt", attempts+1)
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-logr/logr"
 
@@ -25,7 +26,7 @@ import (
 //   - a model or judge in batch mode sends a batch per shard, judged when
 //     all its answers are in.
 func (w *worker) streams() bool {
-	if len(w.shards) < 2 || len(w.limited)+len(w.viaEndpoint) > 0 || w.ev.Spec.Budget != nil {
+	if len(w.shards) < 2 || len(w.limitedNow())+len(w.viaEndpoint) > 0 || w.ev.Spec.Budget != nil {
 		return false
 	}
 	if c := w.ev.Spec.Cache; c != nil && c.Enabled {
@@ -103,6 +104,10 @@ type stream struct {
 	ctx context.Context // the pod's
 	eng *runner.Engine
 
+	// begun counts the shards begun: the newest's follower sets the
+	// engine's limits.
+	begun atomic.Int64
+
 	mu sync.Mutex
 	// opened are the shards begun, in order (the last ones still open).
 	opened []*streamShard
@@ -162,13 +167,26 @@ func (s *stream) begin(_ context.Context, t runner.Task) error {
 	if done := store.Progress().Done; done > 0 {
 		o.log.Info("Resumed a shard", "done", done)
 	}
-	if err := store.Flush(s.ctx, false); err != nil {
+	// A stream's shards have no shares at first (worker.streams), but a
+	// rate limit may come mid-run: then the newest open shard's shares are
+	// the engine's (the one before it, still open, sends only its last
+	// samples' retries, and its own share, unused, keeps the sum within the
+	// limit).
+	seq := s.begun.Add(1)
+	b := w.follower(sh, s.eng, store, nil, o.log)
+	b.applies = func() bool { return s.begun.Load() == seq }
+	loopCtx, stop := context.WithCancel(context.WithoutCancel(s.ctx))
+	w.watch(loopCtx, b, o.log)
+	if !b.follows() {
+		err = store.Flush(s.ctx, false)
+	} else {
+		err = w.holdUntilGranted(s.ctx, b)
+	}
+	if err != nil {
+		stop()
 		return fmt.Errorf("beginning shard %s: %w", sh.Key(), err)
 	}
 	o.log.Info("Began a shard", "attempt", attempts+1)
-	b := &budgetFollower{c: w.c, o: w.o, ev: w.ev, run: w.o.Run, shard: sh, eng: s.eng, store: store, models: w.models,
-		log: o.log, nudged: make(chan struct{}, 1)}
-	loopCtx, stop := context.WithCancel(context.WithoutCancel(s.ctx))
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)

@@ -167,17 +167,17 @@ func TestWorkerStreams(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		w    worker
+		w    *worker
 		want bool
 	}{
-		{"two shards", worker{shards: shards, p: plan()}, true},
-		{"one shard", worker{shards: shards[:1], p: plan()}, false},
-		{"a rate-limited model", worker{shards: shards, p: plan(), limited: map[string]bool{"judge": true}}, false},
-		{"a model calling through an endpoint", worker{shards: shards, p: plan(), viaEndpoint: map[string]string{"m": "ep"}}, false},
-		{"a spend budget", worker{shards: shards, p: plan(), ev: &v1alpha1.Evaluation{Spec: v1alpha1.EvaluationSpec{Budget: &v1alpha1.Budget{}}}}, false},
-		{"the response cache", worker{shards: shards, p: plan(), ev: &v1alpha1.Evaluation{Spec: v1alpha1.EvaluationSpec{Cache: &v1alpha1.Cache{Enabled: true}}}}, false},
-		{"a model in batch mode", worker{shards: shards, p: plan("m")}, false},
-		{"a judge in batch mode", worker{shards: shards, p: plan("judge")}, false},
+		{"two shards", &worker{shards: shards, p: plan()}, true},
+		{"one shard", &worker{shards: shards[:1], p: plan()}, false},
+		{"a rate-limited model", &worker{shards: shards, p: plan(), limited: map[string]bool{"judge": true}}, false},
+		{"a model calling through an endpoint", &worker{shards: shards, p: plan(), viaEndpoint: map[string]string{"m": "ep"}}, false},
+		{"a spend budget", &worker{shards: shards, p: plan(), ev: &v1alpha1.Evaluation{Spec: v1alpha1.EvaluationSpec{Budget: &v1alpha1.Budget{}}}}, false},
+		{"the response cache", &worker{shards: shards, p: plan(), ev: &v1alpha1.Evaluation{Spec: v1alpha1.EvaluationSpec{Cache: &v1alpha1.Cache{Enabled: true}}}}, false},
+		{"a model in batch mode", &worker{shards: shards, p: plan("m")}, false},
+		{"a judge in batch mode", &worker{shards: shards, p: plan("judge")}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := tc.w

@@ -113,6 +113,100 @@ func TestRateLimitEditAppliesWithinSeconds(t *testing.T) {
 	_ = k8sClient.Delete(context.Background(), suspend)
 }
 
+// TestRateLimitAddedMidRunApplies: a rateLimit added to a model that had
+// none, mid-run, paces its calls within seconds, whether the pod runs its
+// shards as one stream (the way an unlimited run's workers go; here a worker
+// of 8 shards of 8, so that the window crosses a shard's end: one begun after
+// the edit waits for its grant, and shares the limit with the one before
+// while that one's last minute of calls counts) or a shard at a time. Each pod had taken the set
+// of limited models at its start, and went on unpaced (548 calls in the 7 s,
+// at 60 a minute).
+func TestRateLimitAddedMidRunApplies(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		latency time.Duration
+		ev      func(ns, url string) *v1alpha1.Evaluation
+	}{
+		{"a stream of shards", 250 * time.Millisecond, func(ns, url string) *v1alpha1.Evaluation {
+			return testutil.MakeEvaluation("free", ns).InlineDataset("d", 64).OpenAIModel("m", url).
+				Scorer(v1alpha1.ScorerExactMatch).ShardSize(8).Parallelism(1).Concurrency(1).Obj()
+		}},
+		{"a shard a worker", 100 * time.Millisecond, func(ns, url string) *v1alpha1.Evaluation {
+			return testutil.MakeEvaluation("free", ns).InlineDataset("d", 2000).OpenAIModel("m", url).
+				Scorer(v1alpha1.ScorerExactMatch).ShardSize(1000).Concurrency(4).Obj()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNamespace(t)
+			var calls arrivals
+			_, url := fakeLLM(t, fakellm.Config{Responder: func(req fakellm.Request) fakellm.Reply {
+				calls.add()
+				time.Sleep(tc.latency)
+				return fakellm.DefaultReply(req)
+			}})
+			startManager(t, ns)
+			startKubelet(t, ns)
+			create(t, tc.ev(ns, url))
+			eventually(t, 30*time.Second, "unlimited calls", func() (bool, string) {
+				n := len(calls.since(time.Time{}))
+				return n >= 2, fmt.Sprintf("%d calls", n)
+			})
+			added := setRateLimit(t, ns, "free", 60)
+			time.Sleep(10 * time.Second)
+			// The edit takes a reconcile, a division and a watch to reach
+			// the pods; from 3 s after it, a call a second (unlimited: 28
+			// and 280), or less after a shard's end (see above).
+			n := len(calls.since(added.Add(3 * time.Second)))
+			t.Logf("%d calls in the 7 s from 3 s after adding 60/min (%d in all)", n, len(calls.since(time.Time{})))
+			if n > 10 {
+				t.Errorf("%d calls in the 7 s from 3 s after adding a rateLimit of 60/min, want about 7", n)
+			}
+			if n < 3 {
+				t.Errorf("%d calls in the 7 s from 3 s after adding a rateLimit of 60/min, want about 7: the model stopped", n)
+			}
+			_ = k8sClient.Delete(context.Background(), getEvaluation(t, ns, "free"))
+		})
+	}
+}
+
+// TestRateLimitRemovedMidRunLifts: a model's rateLimit removed mid-run no
+// longer paces its calls. The controller stopped dividing the budget once no
+// model had a limit, so the pods kept their last shares (6 calls in the 7 s,
+// at the removed 60 a minute).
+func TestRateLimitRemovedMidRunLifts(t *testing.T) {
+	ns := newNamespace(t)
+	var calls arrivals
+	_, url := fakeLLM(t, fakellm.Config{Responder: func(req fakellm.Request) fakellm.Reply {
+		calls.add()
+		time.Sleep(100 * time.Millisecond)
+		return fakellm.DefaultReply(req)
+	}})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	create(t, testutil.MakeEvaluation("lim", ns).InlineDataset("d", 2000).OpenAIModel("m", url).RateLimit(60).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(1000).Concurrency(4).Obj())
+	eventually(t, 30*time.Second, "calls at the limit", func() (bool, string) {
+		n := len(calls.since(time.Time{}))
+		return n >= 3, fmt.Sprintf("%d calls", n)
+	})
+	ev := getEvaluation(t, ns, "lim")
+	patch := client.MergeFrom(ev.DeepCopy())
+	ev.Spec.Models[0].RateLimit = nil
+	if err := k8sClient.Patch(context.Background(), ev, patch); err != nil {
+		t.Fatal(err)
+	}
+	removed := time.Now()
+	time.Sleep(10 * time.Second)
+	// Unlimited, the two pods' 8 calls in flight of 100 ms each: about 80 a
+	// second, far beyond the removed limit's one.
+	n := len(calls.since(removed.Add(3 * time.Second)))
+	t.Logf("%d calls in the 7 s from 3 s after removing 60/min (%d in all)", n, len(calls.since(time.Time{})))
+	if n < 50 {
+		t.Errorf("%d calls in the 7 s from 3 s after removing the rateLimit of 60/min, want the model unlimited", n)
+	}
+	_ = k8sClient.Delete(context.Background(), getEvaluation(t, ns, "lim"))
+}
+
 // TestThrottledRunSaysSoAndLosesNothing: a server answering 429 for a while
 // (another team on the key) makes the Evaluation say which model is rate
 // limited (REASON RateLimited, condition RateLimited) while it lasts; every
