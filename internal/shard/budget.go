@@ -520,9 +520,11 @@ func combine(a, b share) share {
 }
 
 // usage is what the shard sent to each caller of a limited key (a model
-// calling through an endpoint, or with a rateLimit) over the last minute.
+// calling through an endpoint, or with a rateLimit) over the last minute. Of
+// a stream's open shards only the newest says it: one engine sent for both,
+// and the controller sums the running shards' usage.
 func (b *budgetFollower) usage() map[string]cluster.Usage {
-	if len(b.viaEndpoint)+len(b.limited) == 0 {
+	if len(b.viaEndpoint)+len(b.limited) == 0 || b.applies != nil && !b.applies() {
 		return nil
 	}
 	out := map[string]cluster.Usage{}

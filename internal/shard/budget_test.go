@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/runner"
 	"github.com/proctor-dev/proctor/runner/ratelimit"
 )
 
@@ -176,5 +177,25 @@ func TestFollowLimits(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUsageOnceAStream: of a stream's open shards, only the newest (the one
+// whose follower applies its shares) reports the engine's usage, which the
+// controller sums over running shards: reported by both, it counted twice.
+func TestUsageOnceAStream(t *testing.T) {
+	eng, err := runner.New(&runner.Plan{Models: []*runner.Model{{Name: "m"}}}, runner.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, newest := range []bool{true, false} {
+		b := &budgetFollower{eng: eng, limited: map[string]bool{"m": true}, applies: func() bool { return newest }}
+		if _, reported := b.usage()["m"]; reported != newest {
+			t.Errorf("newest %v: usage reported %v, want %v", newest, reported, newest)
+		}
+	}
+	b := &budgetFollower{eng: eng, limited: map[string]bool{"m": true}}
+	if _, reported := b.usage()["m"]; !reported {
+		t.Errorf("a shard of its own engine reported no usage")
 	}
 }
