@@ -169,6 +169,42 @@ func TestRateLimitAddedMidRunApplies(t *testing.T) {
 	}
 }
 
+// TestRateLimitAddedMidRunIsPaced: a rateLimit added mid-run is paced by the
+// pacer too, so that the shards' calls together fit the provider's per-second
+// bucket. The server enforces 120 rpm as a bucket of 2 refilled at 2 a second
+// from the start: unlimited, the run draws 429s (waited out); once the limit
+// of 120 rpm applies, its three shards send no call the bucket refuses. Each
+// at its share of the minute alone, unpaced, about a quarter of their calls
+// were refused (TestShardsShareAPerSecondBucket).
+func TestRateLimitAddedMidRunIsPaced(t *testing.T) {
+	ns := newNamespace(t)
+	srv, url := fakeLLM(t, fakellm.Config{Latency: 50 * time.Millisecond, RequestsPerMinute: 120})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	create(t, testutil.MakeEvaluation("free", ns).InlineDataset("d", 600).OpenAIModel("m", url).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(200).Parallelism(3).Concurrency(4).Obj())
+	eventually(t, 30*time.Second, "unlimited calls refused by the bucket", func() (bool, string) {
+		st := srv.Stats()
+		return st.Succeeded >= 4 && st.RateLimited > 0, fmt.Sprintf("%+v", st)
+	})
+	setRateLimit(t, ns, "free", 120)
+	// The edit reaches the pods within a few seconds; a refused call's
+	// retry-after may still hold a pod's calls a second after that.
+	time.Sleep(4 * time.Second)
+	before := srv.Stats()
+	time.Sleep(8 * time.Second)
+	after := srv.Stats()
+	answered, refused := after.Succeeded-before.Succeeded, after.RateLimited-before.RateLimited
+	t.Logf("in the 8 s from 4 s after adding 120/min: %d answered, %d refused (before: %+v)", answered, refused, before)
+	if refused != 0 {
+		t.Errorf("%d calls refused by the server's bucket in the 8 s from 4 s after adding 120/min: the shards' calls were not paced together", refused)
+	}
+	if answered < 12 {
+		t.Errorf("%d calls answered in the 8 s from 4 s after adding 120/min, want about 16", answered)
+	}
+	_ = k8sClient.Delete(context.Background(), getEvaluation(t, ns, "free"))
+}
+
 // TestRateLimitRemovedMidRunLifts: a model's rateLimit removed mid-run no
 // longer paces its calls. The controller stopped dividing the budget once no
 // model had a limit, so the pods kept their last shares (6 calls in the 7 s,
