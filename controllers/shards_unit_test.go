@@ -452,17 +452,34 @@ func TestOnlyProgress(t *testing.T) {
 	}
 }
 
+// limitedArith is Evaluation arith (10 samples of d in shards of 5, model
+// small at 60 rpm) after its first pass, with the head of its shard 0 running.
+func limitedArith(t *testing.T) (h *harness, run string, sh cluster.Shard) {
+	t.Helper()
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).
+		OpenAIModel("small", llmURL).RateLimit(60).Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Generation(1).Obj())
+	h = newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	run = cluster.RunID(ev)
+	h.mustReconcile(ev)
+	sh = cluster.Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 5}
+	h.create(headCM(t, "arith", run, sh, running(1, 0, 1), nil))
+	return h, run, sh
+}
+
+// arithPass is a pass of run over Evaluation arith as planned (10 samples of
+// d in shards of 5), with the given shards.
+func arithPass(h *harness, run string, shards ...shardState) *pass {
+	p := newPass(h.eval("arith"), h.clock.Now())
+	p.run, p.plan, p.shards = run, &cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 10}}, shards
+	return p
+}
+
 // TestDivideBudgetOnlyOverTheVersionItRead: a division computed from a budget
 // the cache holds is written only over that version. One computed from a stale
 // copy would count grants that changed since at their old value; it is refused
 // (a conflict), and the pass goes on and divides again soon.
 func TestDivideBudgetOnlyOverTheVersionItRead(t *testing.T) {
-	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).
-		OpenAIModel("small", llmURL).RateLimit(60).Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Generation(1).Obj())
-	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
-	run := cluster.RunID(ev)
-	h.mustReconcile(ev)
-	h.create(headCM(t, "arith", run, cluster.Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 5}, running(1, 0, 1), nil))
+	h, run, sh := limitedArith(t)
 	before := budgetOf(t, h)
 
 	// The cache serves a copy older than the budget stored.
@@ -484,9 +501,7 @@ func TestDivideBudgetOnlyOverTheVersionItRead(t *testing.T) {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
-	p := newPass(h.eval("arith"), h.clock.Now())
-	p.run, p.plan = run, &cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 10}}
-	p.shards = []shardState{{Shard: cluster.Shard{Model: "small", Index: 0}, active: true}}
+	p := arithPass(h, run, shardState{Shard: sh, active: true})
 	cont, err := h.r.divideBudget(h.ctx, p)
 	if err != nil || !cont {
 		t.Fatalf("divideBudget = %v, %v; want the pass to go on", cont, err)
@@ -505,19 +520,10 @@ func TestDivideBudgetOnlyOverTheVersionItRead(t *testing.T) {
 // left to take back, nothing more is written. The controller used to stop
 // dividing once no model had a limit, and the shards kept their last shares.
 func TestDivideBudgetAfterTheLimitIsRemoved(t *testing.T) {
-	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).
-		OpenAIModel("small", llmURL).RateLimit(60).Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Generation(1).Obj())
-	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
-	run := cluster.RunID(ev)
-	h.mustReconcile(ev)
-	sh := cluster.Shard{Model: "small", Dataset: "d", Index: 0, Start: 0, End: 5}
-	h.create(headCM(t, "arith", run, sh, running(1, 0, 1), nil))
+	h, run, sh := limitedArith(t)
 	divide := func() {
 		t.Helper()
-		p := newPass(h.eval("arith"), h.clock.Now())
-		p.run, p.plan = run, &cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 10}}
-		p.shards = []shardState{{Shard: sh, active: true}}
-		if cont, err := h.r.divideBudget(h.ctx, p); err != nil || !cont {
+		if cont, err := h.r.divideBudget(h.ctx, arithPass(h, run, shardState{Shard: sh, active: true})); err != nil || !cont {
 			t.Fatalf("divideBudget = %v, %v; want the pass to go on", cont, err)
 		}
 	}
@@ -549,8 +555,7 @@ func TestDivideBudgetOfAnUnlimitedRun(t *testing.T) {
 	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).
 		OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Generation(1).Obj())
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
-	p := newPass(h.eval("arith"), h.clock.Now())
-	p.run, p.plan = cluster.RunID(ev), &cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 10}}
+	p := arithPass(h, cluster.RunID(ev))
 	if cont, err := h.r.divideBudget(h.ctx, p); err != nil || !cont {
 		t.Fatalf("divideBudget = %v, %v; want the pass to go on", cont, err)
 	}
@@ -567,8 +572,7 @@ func TestNoJobIsNotFinished(t *testing.T) {
 	ev := withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10).
 		OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Generation(1).Obj())
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
-	p := newPass(h.eval("arith"), h.clock.Now())
-	p.run, p.plan = cluster.RunID(ev), &cluster.Plan{ShardSize: 5, Totals: map[string]int{"d": 10}}
+	p := arithPass(h, cluster.RunID(ev))
 	cont, err := h.r.finish(h.ctx, p)
 	if err != nil || !cont {
 		t.Fatalf("finish = %v, %v", cont, err)
