@@ -42,11 +42,28 @@ func (a *arrivals) since(t time.Time) []time.Time {
 	return out
 }
 
+// countedLLM is a fake server answering after latency, with the arrivals of
+// the calls.
+func countedLLM(t *testing.T, latency time.Duration) (*arrivals, string) {
+	t.Helper()
+	calls := &arrivals{}
+	_, url := fakeLLM(t, fakellm.Config{Latency: latency, Responder: func(req fakellm.Request) fakellm.Reply {
+		calls.add()
+		return fakellm.DefaultReply(req)
+	}})
+	return calls, url
+}
+
+// setRateLimit sets the first model's rateLimit to rpm requests a minute (0:
+// none) and returns when.
 func setRateLimit(t *testing.T, ns, name string, rpm int64) time.Time {
 	t.Helper()
 	ev := getEvaluation(t, ns, name)
 	patch := client.MergeFrom(ev.DeepCopy())
-	ev.Spec.Models[0].RateLimit = &v1alpha1.RateLimit{RequestsPerMinute: rpm}
+	ev.Spec.Models[0].RateLimit = nil
+	if rpm > 0 {
+		ev.Spec.Models[0].RateLimit = &v1alpha1.RateLimit{RequestsPerMinute: rpm}
+	}
 	if err := k8sClient.Patch(context.Background(), ev, patch); err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +77,7 @@ func setRateLimit(t *testing.T, ns, name string, rpm int64) time.Time {
 // under the new limit (about 47 s).
 func TestRateLimitEditAppliesWithinSeconds(t *testing.T) {
 	ns := newNamespace(t)
-	var calls arrivals
-	_, url := fakeLLM(t, fakellm.Config{Responder: func(req fakellm.Request) fakellm.Reply {
-		calls.add()
-		return fakellm.DefaultReply(req)
-	}})
+	calls, url := countedLLM(t, 0)
 	startManager(t, ns)
 	startKubelet(t, ns)
 	create(t, testutil.MakeEvaluation("paced", ns).InlineDataset("d", 400).OpenAIModel("m", url).RateLimit(20).
@@ -118,9 +131,9 @@ func TestRateLimitEditAppliesWithinSeconds(t *testing.T) {
 // shards as one stream (the way an unlimited run's workers go; here a worker
 // of 8 shards of 8, so that the window crosses a shard's end: one begun after
 // the edit waits for its grant, and shares the limit with the one before
-// while that one's last minute of calls counts) or a shard at a time. Each pod had taken the set
-// of limited models at its start, and went on unpaced (548 calls in the 7 s,
-// at 60 a minute).
+// while that one's last minute of calls counts) or a shard at a time. Each
+// pod had taken the set of limited models at its start, and went on unpaced
+// (548 calls in the 7 s, at 60 a minute).
 func TestRateLimitAddedMidRunApplies(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -138,12 +151,7 @@ func TestRateLimitAddedMidRunApplies(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := newNamespace(t)
-			var calls arrivals
-			_, url := fakeLLM(t, fakellm.Config{Responder: func(req fakellm.Request) fakellm.Reply {
-				calls.add()
-				time.Sleep(tc.latency)
-				return fakellm.DefaultReply(req)
-			}})
+			calls, url := countedLLM(t, tc.latency)
 			startManager(t, ns)
 			startKubelet(t, ns)
 			create(t, tc.ev(ns, url))
@@ -211,12 +219,7 @@ func TestRateLimitAddedMidRunIsPaced(t *testing.T) {
 // at the removed 60 a minute).
 func TestRateLimitRemovedMidRunLifts(t *testing.T) {
 	ns := newNamespace(t)
-	var calls arrivals
-	_, url := fakeLLM(t, fakellm.Config{Responder: func(req fakellm.Request) fakellm.Reply {
-		calls.add()
-		time.Sleep(100 * time.Millisecond)
-		return fakellm.DefaultReply(req)
-	}})
+	calls, url := countedLLM(t, 100*time.Millisecond)
 	startManager(t, ns)
 	startKubelet(t, ns)
 	create(t, testutil.MakeEvaluation("lim", ns).InlineDataset("d", 2000).OpenAIModel("m", url).RateLimit(60).
@@ -225,13 +228,7 @@ func TestRateLimitRemovedMidRunLifts(t *testing.T) {
 		n := len(calls.since(time.Time{}))
 		return n >= 3, fmt.Sprintf("%d calls", n)
 	})
-	ev := getEvaluation(t, ns, "lim")
-	patch := client.MergeFrom(ev.DeepCopy())
-	ev.Spec.Models[0].RateLimit = nil
-	if err := k8sClient.Patch(context.Background(), ev, patch); err != nil {
-		t.Fatal(err)
-	}
-	removed := time.Now()
+	removed := setRateLimit(t, ns, "lim", 0)
 	time.Sleep(10 * time.Second)
 	// Unlimited, the two pods' 8 calls in flight of 100 ms each: about 80 a
 	// second, far beyond the removed limit's one.
