@@ -70,6 +70,14 @@ type Options struct {
 	// No task begins once the run is stopping. An error begins no further
 	// task of the model; its samples in flight finish, and Run returns it.
 	BeginTask func(ctx context.Context, t Task) error
+	// Limiters, when set, are models' rate limiters by name (a model, or an
+	// agent endpoint's caller) from an engine before (Engine.Limiters),
+	// taken as they are: a runner pod's worker runs its shards one after
+	// another, an engine each, with one limiter a model, so that each
+	// shard's calls are paced and counted with the last minute of the
+	// shard before's. A new limiter's full bucket and empty log would add to
+	// what the server still counts of the shard before.
+	Limiters map[string]*ratelimit.Limiter
 }
 
 // Observer hears of finished samples. It must be safe for concurrent use and quick.
@@ -221,7 +229,10 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 		}
 	}
 	newRun := func(m *Model) *modelRun {
-		own := ratelimit.New(m.Limits, opts.Slack, opts.Clock)
+		own := opts.Limiters[m.Name]
+		if own == nil {
+			own = ratelimit.New(m.Limits, opts.Slack, opts.Clock)
+		}
 		own.SetBurst(ratelimit.Burst{Tokens: m.Burst})
 		own.SetExact(opts.Shares)
 		return &modelRun{
@@ -289,6 +300,16 @@ func New(plan *Plan, opts Options) (*Engine, error) {
 		e.scorers = append(e.scorers, scorer{Scorer: sc, judge: judge, batchJudge: batchJudge})
 	}
 	return e, nil
+}
+
+// Limiters are the models' rate limiters by name, for an engine after this
+// one (Options.Limiters).
+func (e *Engine) Limiters() map[string]*ratelimit.Limiter {
+	out := make(map[string]*ratelimit.Limiter, len(e.models))
+	for name, m := range e.models {
+		out[name] = m.limiter
+	}
+	return out
 }
 
 // exhaust stops the run because the budget is exhausted: Run returns err.

@@ -241,6 +241,34 @@ func TestDeclaredLimitIsNotExceeded(t *testing.T) {
 	}
 }
 
+// TestLimitersGoOnFromEngineToEngine: an engine given the limiters of the
+// one before (a runner pod's worker, shard after shard) paces its calls
+// after that engine's: its first call waits its turn after the last one,
+// where a new limiter's full bucket would send it at once.
+func TestLimitersGoOnFromEngineToEngine(t *testing.T) {
+	var mu sync.Mutex
+	var times []time.Time
+	p := &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+		return echo(ctx, req, n)
+	}}
+	// 300/min: a call every 200 ms.
+	plan := testPlan(t).Model("m", p, 4).Limits(ratelimit.Limits{RequestsPerMinute: 300}).Dataset("d", 3).Obj()
+	first := run(t, plan, newMemSink(), Options{})
+	second := run(t, plan, newMemSink(), Options{Limiters: first.Limiters()})
+	if first.models["m"].limiter != second.models["m"].limiter {
+		t.Fatal("the second engine made a limiter of its own")
+	}
+	if len(times) != 6 {
+		t.Fatalf("%d calls, want 6", len(times))
+	}
+	if gap := times[3].Sub(times[2]); gap < 180*time.Millisecond {
+		t.Errorf("the second engine's first call came %v after the first engine's last, want its turn at 300/min (200ms)", gap)
+	}
+}
+
 func TestStopDrainsInFlightSamples(t *testing.T) {
 	started := make(chan struct{}, 100)
 	release := make(chan struct{})

@@ -168,7 +168,10 @@ type worker struct {
 	limited     map[string]bool
 	viaEndpoint map[string]string
 	agentOf     map[string]string
-	closers     []func()
+	// limiters are the models' rate limiters, kept from each shard's engine
+	// for the next (runner.Options.Limiters).
+	limiters map[string]*ratelimit.Limiter
+	closers  []func()
 }
 
 func (w *worker) close() {
@@ -385,7 +388,9 @@ func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
 	}
 	w.prev.cache.use(sh.Index)
 	tasks := []runner.Task{{Model: sh.Model, Dataset: sh.Dataset, Start: sh.Start, End: sh.End}}
-	engOpts := runner.Options{Log: log, Shares: true, Metrics: o.Metrics, Tracer: w.tracer, Services: w.services()}
+	// The worker's limiters go from shard to shard: the server still counts
+	// the last minute of the shard before.
+	engOpts := runner.Options{Log: log, Shares: true, Metrics: o.Metrics, Tracer: w.tracer, Services: w.services(), Limiters: w.limiters}
 	if ev.Spec.Budget != nil {
 		// Calls wait for an allowance of the budget (none yet); what the
 		// shard's earlier pods spent counts against it.
@@ -396,6 +401,7 @@ func (w *worker) runShard(ctx context.Context, sh cluster.Shard) error {
 	if err != nil {
 		return &InvalidError{err}
 	}
+	w.limiters = eng.Limiters()
 	if done := store.Progress().Done; done > 0 {
 		log.Info("Resumed a shard", "done", done)
 	}
