@@ -13,11 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 	"github.com/proctor-dev/proctor/internal/apiconv"
 	"github.com/proctor-dev/proctor/internal/cluster"
+	"github.com/proctor-dev/proctor/runner/ratelimit"
 	"github.com/proctor-dev/proctor/runner/results"
 	"github.com/proctor-dev/proctor/runner/spend"
 )
@@ -25,6 +27,9 @@ import (
 // shardState is what the controller knows of one shard.
 type shardState struct {
 	cluster.Shard
+	// workers is how many workers run its model's shards: the shards before
+	// and after it on its worker are Index ∓ workers (cluster.WorkerShards).
+	workers  int
 	head     string
 	progress cluster.ShardProgress
 	// batches are the shard's batches (its model in batch mode).
@@ -127,7 +132,7 @@ func (r *EvaluationReconciler) observeShards(ctx context.Context, p *pass) (bool
 		current := map[int]int{}
 		for i, s := range shards {
 			st := &states[i]
-			*st = shardState{Shard: s, head: cluster.HeadName(ev.Name, p.run, model, s.Index)}
+			*st = shardState{Shard: s, workers: workers, head: cluster.HeadName(ev.Name, p.run, model, s.Index)}
 			if h := byName[st.head]; h != nil {
 				st.hasHead = true
 				st.progress, _ = cluster.ParseProgress(h.Annotations)
@@ -274,43 +279,7 @@ func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool,
 	next, changed := prev, false
 	if limits != nil || len(prev.Models) > 0 {
 		key := client2key(p.ev)
-		judges := p.ev.Spec.JudgeModels()
-		users := map[string][]cluster.User{}
-		acked := map[string]int64{}
-		for _, s := range p.shards {
-			// A shard that stopped keeps a share that shrinks to nothing over
-			// a window: the server still counts the calls it sent within the
-			// last minute (paced, so no more than its share's worth of the
-			// part of the minute not yet past), which another shard's raise
-			// must not add to.
-			left := 1.0
-			if !s.active {
-				remaining := cluster.RateWindow - p.now.Sub(s.lastActive)
-				if s.lastActive.IsZero() || remaining <= 0 {
-					continue
-				}
-				left = float64(remaining) / float64(cluster.RateWindow)
-				p.requeueAfter(min(remaining, cluster.RateWindow/12))
-			}
-			for model := range limits {
-				// A model is called by its own shards, and a judge by every shard.
-				if model != s.Model && !judges[model] {
-					continue
-				}
-				u := cluster.User{Key: s.Key()}
-				if left < 1 {
-					if u.Cap = cluster.Lingering(r.heads.using(key, s.head, model), left); u.Cap.IsZero() {
-						continue
-					}
-				}
-				users[model] = append(users[model], u)
-			}
-			acked[s.Key()] = s.progress.Budget
-			if left < 1 {
-				// It sends nothing more: its lowered share applies at once.
-				acked[s.Key()] = math.MaxInt64
-			}
-		}
+		users, acked := r.budgetUsers(p, key, prev, limits)
 		next, changed = cluster.DivideWeighted(prev, limits, users, acked)
 		// What each running shard may use from now on: its share, should it
 		// stop before the next division.
@@ -362,6 +331,105 @@ func (r *EvaluationReconciler) divideBudget(ctx context.Context, p *pass) (bool,
 		return false, err
 	}
 	return true, nil
+}
+
+// budgetUsers are the shards that share each rate-limited model's limits, and
+// the budget version each acknowledged (cluster.DivideWeighted).
+//
+// A shard that stopped keeps a share that shrinks to nothing over a window:
+// the server still counts the calls it sent within the last minute (paced,
+// so no more than its share's worth of the part of the minute not yet past),
+// which another shard's raise must not add to. Once its worker has begun its
+// next shard, whose calls come after its own, only what it used beyond that
+// shard's share lingers (cluster.LingeringBehind); a next shard with no grant
+// yet takes over what that frees (cluster.TakeOver), so a worker going from
+// shard to shard keeps its pace.
+func (r *EvaluationReconciler) budgetUsers(p *pass, key types.NamespacedName, prev *cluster.Budget, limits map[string]ratelimit.Limits) (map[string][]cluster.User, map[string]int64) {
+	judges := p.ev.Spec.JudgeModels()
+	onWorker := workerNeighbors(p.shards)
+	users := map[string][]cluster.User{}
+	acked := map[string]int64{}
+	// starts are the shares next shards take over, by model and key.
+	starts := map[[2]string]ratelimit.Limits{}
+	for _, s := range p.shards {
+		left := 1.0
+		if !s.active {
+			remaining := cluster.RateWindow - p.now.Sub(s.lastActive)
+			if s.lastActive.IsZero() || remaining <= 0 {
+				continue
+			}
+			left = float64(remaining) / float64(cluster.RateWindow)
+			p.requeueAfter(min(remaining, cluster.RateWindow/12))
+		}
+		for model := range limits {
+			// A model is called by its own shards, and a judge by every shard.
+			if model != s.Model && !judges[model] {
+				continue
+			}
+			u := cluster.User{Key: s.Key(), Stopped: left < 1}
+			if left < 1 {
+				used := r.heads.using(key, s.head, model)
+				u.Cap = cluster.Lingering(used, left)
+				if n := onWorker(s, +1); n != nil && (n.active || !n.lastActive.IsZero()) {
+					var after ratelimit.Limits
+					switch {
+					case !n.active:
+						after = r.heads.using(key, n.head, model)
+					case hasGrant(prev, model, n.Key()):
+						// It may use no less than this until the next division.
+						after = prev.Models[model].Grants[n.Key()].Share
+					case hasGrant(prev, model, s.Key()):
+						after = cluster.TakeOver(used, prev.Models[model].Grants[s.Key()].Share, left)
+						starts[[2]string{model, n.Key()}] = after
+					}
+					u.Cap = cluster.LingeringBehind(used, after, left)
+				}
+				if u.Cap.IsZero() {
+					continue
+				}
+			}
+			users[model] = append(users[model], u)
+		}
+		acked[s.Key()] = s.progress.Budget
+		if left < 1 {
+			// It sends nothing more: its lowered share applies at once.
+			acked[s.Key()] = math.MaxInt64
+		}
+	}
+	for model, us := range users {
+		for i := range us {
+			us[i].Start = starts[[2]string{model, us[i].Key}]
+		}
+	}
+	return users, acked
+}
+
+// hasGrant reports whether key holds a grant of model in b.
+func hasGrant(b *cluster.Budget, model, key string) bool {
+	if b == nil || b.Models[model] == nil {
+		return false
+	}
+	_, ok := b.Models[model].Grants[key]
+	return ok
+}
+
+// workerNeighbors finds the shard before (-1) or after (+1) a shard on its
+// worker, nil if none.
+func workerNeighbors(shards []shardState) func(s shardState, dir int) *shardState {
+	type at struct {
+		model string
+		index int
+	}
+	byIndex := make(map[at]*shardState, len(shards))
+	for i := range shards {
+		byIndex[at{shards[i].Model, shards[i].Index}] = &shards[i]
+	}
+	return func(s shardState, dir int) *shardState {
+		if s.workers < 1 {
+			return nil
+		}
+		return byIndex[at{s.Model, s.Index + dir*s.workers}]
+	}
 }
 
 // spendShards is what the shards' heads say of their spending: a running

@@ -308,6 +308,142 @@ func TestDivideBudget(t *testing.T) {
 	}
 }
 
+// TestDivideBudgetAcrossAWorkersShards: a worker's next shard takes over
+// the share of the one before, whose calls its own follow, instead of
+// waiting a minute for that shard's lingering share (0.51 of the limit with
+// shards of 5 s). Only what the two together could send over a window is
+// counted, and never more than the limit.
+func TestDivideBudgetAcrossAWorkersShards(t *testing.T) {
+	// Shards of 5 at 60 rpm on w workers: with 2, worker 0 takes shards 0
+	// and 2, worker 1 shards 1 and 3. Shards 0 and 1 run, at 30 each.
+	setupOf := func(t *testing.T, w int32) (h *harness, ev *v1alpha1.Evaluation, head func(i int, prog cluster.ShardProgress)) {
+		ev = withUID(testutil.MakeEvaluation("arith", testNS).InlineDataset("d", 10*int(w)).
+			OpenAIModel("small", llmURL).RateLimit(60).Scorer(v1alpha1.ScorerExactMatch).ShardSize(5).Parallelism(w).Generation(1).Obj())
+		h = newHarness(t, harnessOpts{objs: []client.Object{ev}})
+		run := cluster.RunID(ev)
+		h.mustReconcile(ev)
+		head = func(i int, prog cluster.ShardProgress) {
+			h.create(headCM(t, "arith", run, shardOf("small", i), prog, nil))
+		}
+		acked := func(v int64) cluster.ShardProgress { p := running(1, 0, 1); p.Budget = v; return p }
+		head(0, acked(0))
+		head(1, acked(0))
+		h.clock.Step(time.Second)
+		h.mustReconcile(ev)
+		v := budgetOf(t, h).Version
+		head(0, acked(v))
+		head(1, acked(v))
+		h.clock.Step(time.Second)
+		h.mustReconcile(ev)
+		return h, ev, head
+	}
+	setup := func(t *testing.T) (*harness, *v1alpha1.Evaluation, func(int, cluster.ShardProgress)) {
+		return setupOf(t, 2)
+	}
+	done := cluster.ShardProgress{State: cluster.StateSucceeded, Total: 5, Done: 5}
+	share := func(b *cluster.Budget, i int) int64 {
+		return b.Models["small"].Grants[shardOf("small", i).Key()].Share.RequestsPerMinute
+	}
+	within := func(t *testing.T, b *cluster.Budget) {
+		t.Helper()
+		var use int64
+		for _, g := range b.Models["small"].Grants {
+			use += g.Use().RequestsPerMinute
+		}
+		if use > 60 {
+			t.Errorf("the grants use %d rpm of 60: %+v", use, b.Models["small"].Grants)
+		}
+	}
+
+	t.Run("seen together", func(t *testing.T) {
+		h, ev, head := setup(t)
+		head(0, done)
+		head(2, running(0, 0, 0))
+		h.clock.Step(time.Second)
+		h.mustReconcile(ev)
+		b := budgetOf(t, h)
+		within(t, b)
+		if diff := cmp.Diff([]string{"small/1", "small/2"}, grantKeys(b)["small"]); diff != "" || share(b, 2) != 30 {
+			t.Errorf("grants (-want +got):\n%s small/2: %d rpm; want it to take over small/0's 30 at once", diff, share(b, 2))
+		}
+	})
+	t.Run("the next shard a moment later", func(t *testing.T) {
+		h, ev, head := setup(t)
+		head(0, done)
+		h.clock.Step(time.Second)
+		h.mustReconcile(ev)
+		if b := budgetOf(t, h); share(b, 0) != 30 {
+			t.Fatalf("small/0 right after it stopped: %d rpm, want its 30 (the server still counts its calls)", share(b, 0))
+		}
+		head(2, running(0, 0, 0))
+		h.clock.Step(time.Second)
+		h.mustReconcile(ev)
+		b := budgetOf(t, h)
+		within(t, b)
+		if diff := cmp.Diff([]string{"small/1", "small/2"}, grantKeys(b)["small"]); diff != "" || share(b, 2) != 30 {
+			t.Errorf("grants (-want +got):\n%s small/2: %d rpm; want small/0's 30", diff, share(b, 2))
+		}
+	})
+	t.Run("the next shard after a pause", func(t *testing.T) {
+		// Its worker's pod was replaced: small/0's share shrank meanwhile,
+		// and small/1 took what it freed. small/2 takes over only what keeps
+		// the two within what small/0 still held.
+		h, ev, head := setup(t)
+		head(0, done)
+		for range 4 {
+			h.clock.Step(cluster.RateWindow / 12)
+			h.mustReconcile(ev)
+		}
+		before := budgetOf(t, h)
+		held := share(before, 0)
+		if held >= 30 || held < 15 {
+			t.Fatalf("small/0 a third of a window after it stopped: %d rpm, want between 15 and 30", held)
+		}
+		head(2, running(0, 0, 0))
+		h.clock.Step(time.Second)
+		h.mustReconcile(ev)
+		b := budgetOf(t, h)
+		within(t, b)
+		left := float64(cluster.RateWindow-(4*cluster.RateWindow/12+time.Second)) / float64(cluster.RateWindow)
+		took := cluster.TakeOver(ratelimit.Limits{RequestsPerMinute: 30}, ratelimit.Limits{RequestsPerMinute: held}, left).RequestsPerMinute
+		if took == 0 || took >= held || b.Models["small"].Grants["small/2"].Use().RequestsPerMinute < took {
+			t.Errorf("small/2 counted at %d rpm; want what it took over of small/0's %d, %d", b.Models["small"].Grants["small/2"].Use().RequestsPerMinute, held, took)
+		}
+		if got, want := share(b, 0), cluster.LingeringBehind(ratelimit.Limits{RequestsPerMinute: 30}, ratelimit.Limits{RequestsPerMinute: took}, left).RequestsPerMinute; got > want || got+took > held {
+			t.Errorf("small/0 lingers with %d rpm; want at most %d, what it used beyond small/2's share", got, want)
+		}
+	})
+	t.Run("a third worker's first shard starts too", func(t *testing.T) {
+		// Workers 0, 1, 2 take shards 0 and 3, 1 and 4, 2 and 5. small/3
+		// is counted at what it took over while the fair 20 waits for
+		// acknowledgements: small/0's calls are still in the window.
+		// Raised only from what was left, it had 10, and small/2 20.
+		h, ev, head := setupOf(t, 3)
+		head(0, done)
+		head(3, running(0, 0, 0))
+		head(2, running(0, 0, 0))
+		h.clock.Step(time.Second)
+		h.mustReconcile(ev)
+		b := budgetOf(t, h)
+		within(t, b)
+		if use := b.Models["small"].Grants["small/3"].Use().RequestsPerMinute; use != 30 || share(b, 3) != 20 || share(b, 2) != 0 {
+			t.Errorf("grants %+v; want small/3 at the fair 20, counted at the 30 it took over, and small/2 waiting", b.Models["small"].Grants)
+		}
+	})
+	t.Run("another worker's shard takes nothing over", func(t *testing.T) {
+		h, ev, head := setup(t)
+		head(0, done)
+		head(3, running(0, 0, 0)) // worker 1's, while its shard 1 still runs
+		h.clock.Step(time.Second)
+		h.mustReconcile(ev)
+		b := budgetOf(t, h)
+		within(t, b)
+		if share(b, 0) == 0 || share(b, 3) != 0 {
+			t.Errorf("grants %+v; want small/0 lingering and small/3 waiting for what is left", b.Models["small"].Grants)
+		}
+	})
+}
+
 func TestParseIndexes(t *testing.T) {
 	cases := []struct {
 		in   string

@@ -126,6 +126,56 @@ func Lingering(used ratelimit.Limits, left float64) ratelimit.Limits {
 	return undims(capped)
 }
 
+// LingeringBehind is Lingering for a shard that stopped and whose worker has
+// begun its next shard, which may use next (its Using, or what it used when
+// it last ran if it stopped too). The two never send at once (a worker runs
+// its shards in turn), so in any window the next shard's calls come after the
+// stopped one's: together at most next's share over the window, plus what the
+// stopped shard used beyond it over the part of the window its calls still
+// count in. Only that excess lingers: nothing when the next shard runs at the
+// same share, which is a worker's usual case.
+func LingeringBehind(used, next ratelimit.Limits, left float64) ratelimit.Limits {
+	u, n := dims(used), dims(next)
+	var beyond dimVec
+	for d := range u {
+		beyond[d] = max(0, u[d]-n[d])
+	}
+	return Lingering(undims(beyond), left)
+}
+
+// TakeOver is the share the next shard of a worker starts from, taken from
+// the grant (share) of the shard it ran before, which stopped (used: what
+// that shard may have used when it last ran; left, as for Lingering): the
+// most of share whose LingeringBehind leaves the two within share, so the
+// budget's account does not grow. A shard that stopped since the last
+// division still holds what it ran with, and hands all of it over.
+func TakeOver(used, share ratelimit.Limits, left float64) ratelimit.Limits {
+	u, g := dims(used), dims(share)
+	var start dimVec
+	for d := range g {
+		if u[d] <= g[d] {
+			start[d] = g[d]
+			continue
+		}
+		// s + ceil((u-s)·left) grows with s; the largest s within g.
+		fits := func(s int64) bool { return s+int64(math.Ceil(float64(u[d]-s)*left)) <= g[d] }
+		s := int64(0)
+		if left < 1 {
+			s = min(g[d], max(0, int64((float64(g[d])-float64(u[d])*left)/(1-left))))
+		}
+		for s > 0 && !fits(s) {
+			s--
+		}
+		for s < g[d] && fits(s+1) {
+			s++
+		}
+		if fits(s) {
+			start[d] = s
+		}
+	}
+	return undims(start)
+}
+
 // Divide computes the next budget from the previous one. limits are the models'
 // current limits (unlimited models omitted); users maps each limited model to the
 // keys of the running shards that call it, which share its limit equally; acked
@@ -151,6 +201,16 @@ type User struct {
 	// Evaluation's own rate limit inside a limit it shares with others. What a
 	// cap leaves unused is divided among the others.
 	Cap ratelimit.Limits
+	// Start is the share it starts from when it has no grant yet: what it
+	// takes over from the shard its worker ran before it, which stopped
+	// (TakeOver). It goes on at that pace at once, instead of waiting for
+	// what the others leave while the shard before it lingers.
+	Start ratelimit.Limits
+	// Stopped: the shard sends nothing more, and Cap is what its calls may
+	// still count in the server's window (Lingering). That is set aside
+	// before the others divide the rest: no division takes back calls
+	// already sent.
+	Stopped bool
 }
 
 // DivideWeighted is Divide with each user's share in proportion to its weight,
@@ -189,10 +249,17 @@ func DivideWeighted(prev *Budget, limits map[string]ratelimit.Limits, users map[
 func divideModel(old *ModelBudget, lim ratelimit.Limits, users []User, acked map[string]int64, version int64) (*ModelBudget, bool) {
 	byKey := map[string]User{}
 	var keys []string
+	var starts map[string]ratelimit.Limits
 	for _, u := range users {
 		if _, dup := byKey[u.Key]; !dup {
 			byKey[u.Key] = u
 			keys = append(keys, u.Key)
+			if !u.Start.IsZero() {
+				if starts == nil {
+					starts = map[string]ratelimit.Limits{}
+				}
+				starts[u.Key] = u.Start
+			}
 		}
 	}
 	slices.Sort(keys)
@@ -203,23 +270,42 @@ func divideModel(old *ModelBudget, lim ratelimit.Limits, users []User, acked map
 	}
 	fair := make(map[string]dimVec, len(keys))
 	for d := range limit {
-		caps := make([]int64, len(keys))
+		// The stopped shards' calls first, then the running ones' shares of
+		// what is left.
+		left := limit[d]
+		var running []int
+		var caps []int64
 		for i, k := range keys {
-			caps[i] = dims(byKey[k].Cap)[d]
+			u, f := byKey[k], fair[k]
+			if !u.Stopped {
+				running = append(running, i)
+				caps = append(caps, dims(u.Cap)[d])
+				continue
+			}
+			f[d] = min(dims(u.Cap)[d], left)
+			left -= f[d]
+			fair[k] = f
 		}
-		for i, share := range ratelimit.WaterFill(limit[d], weights, caps) {
-			f := fair[keys[i]]
+		ws := make([]int64, len(running))
+		for j, i := range running {
+			ws[j] = weights[i]
+		}
+		for j, share := range ratelimit.WaterFill(left, ws, caps) {
+			k := keys[running[j]]
+			f := fair[k]
 			f[d] = share
-			fair[keys[i]] = f
+			fair[k] = f
 		}
 	}
-	return divideFair(old, lim, keys, fair, acked, version)
+	return divideFair(old, lim, keys, fair, acked, version, starts)
 }
 
 // divideFair moves the grants of old towards the fair shares of keys (sorted,
 // unique): it lowers at once what is above, and raises the rest from what is
-// left, counting lowered grants at their old value until acknowledged.
-func divideFair(old *ModelBudget, lim ratelimit.Limits, keys []string, fair map[string]dimVec, acked map[string]int64, version int64) (*ModelBudget, bool) {
+// left, counting lowered grants at their old value until acknowledged. A key
+// with no grant in old starts from its share in starts (User.Start), which
+// the shard it takes over from gave up.
+func divideFair(old *ModelBudget, lim ratelimit.Limits, keys []string, fair map[string]dimVec, acked map[string]int64, version int64, starts map[string]ratelimit.Limits) (*ModelBudget, bool) {
 	changed := old.Limits != lim || len(old.Grants) != len(keys)
 
 	// What each running shard may be using now; shards no longer running use nothing.
@@ -229,6 +315,9 @@ func divideFair(old *ModelBudget, lim ratelimit.Limits, keys []string, fair map[
 		g, ok := old.Grants[k]
 		if !ok {
 			changed = true
+			if start, ok := starts[k]; ok {
+				g = Grant{Share: start, Since: version, Previous: start}
+			}
 		}
 		if g.Acked < g.Since && acked[k] >= g.Since {
 			// A lowered share took effect: rewrite, so the document's own account

@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -314,5 +315,138 @@ func TestDivideWeightedNeverOverCommits(t *testing.T) {
 				t.Fatalf("seed %d: after catching up %s has %d rpm, want %d (%v)", seed, k, share.RequestsPerMinute, want[i], want)
 			}
 		}
+	}
+}
+
+func TestLingeringBehind(t *testing.T) {
+	rpm := func(n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: n} }
+	cases := []struct {
+		name       string
+		used, next ratelimit.Limits
+		left       float64
+		want       ratelimit.Limits
+	}{
+		{"the next shard runs at the same share: nothing lingers", rpm(30), rpm(30), 0.9, ratelimit.Limits{}},
+		{"or at more", rpm(30), rpm(45), 0.9, ratelimit.Limits{}},
+		{"at less: the excess lingers, shrinking", rpm(30), rpm(10), 0.5, rpm(10)},
+		{"rounded up", rpm(30), rpm(10), 0.51, rpm(11)},
+		{"no share yet: all of it, as Lingering", rpm(30), ratelimit.Limits{}, 0.5, rpm(15)},
+		{"each dimension on its own",
+			ratelimit.Limits{RequestsPerMinute: 30, InputTokensPerMinute: 1000}, ratelimit.Limits{RequestsPerMinute: 40, InputTokensPerMinute: 400},
+			0.5, ratelimit.Limits{InputTokensPerMinute: 300}},
+	}
+	for _, tc := range cases {
+		if got := LingeringBehind(tc.used, tc.next, tc.left); got != tc.want {
+			t.Errorf("%s: LingeringBehind(%+v, %+v, %v) = %+v, want %+v", tc.name, tc.used, tc.next, tc.left, got, tc.want)
+		}
+	}
+}
+
+func TestTakeOver(t *testing.T) {
+	rpm := func(n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: n} }
+	cases := []struct {
+		name        string
+		used, share ratelimit.Limits
+		left        float64
+		want        ratelimit.Limits
+	}{
+		{"stopped since the last division: all of it", rpm(30), rpm(30), 0.99, rpm(30)},
+		{"a share raised since it was noted: all of it", rpm(30), rpm(40), 0.5, rpm(40)},
+		// s + ceil((30-s)·0.67) <= 21: s = 2 (2 + 19), not 3 (3 + 19).
+		{"its share shrank while lingering: the part that frees enough", rpm(30), rpm(21), 0.67, rpm(2)},
+		{"nothing to take over without growing the account", rpm(30), rpm(20), 0.67, ratelimit.Limits{}},
+		{"each dimension on its own",
+			ratelimit.Limits{RequestsPerMinute: 30, InputTokensPerMinute: 1000}, ratelimit.Limits{RequestsPerMinute: 30, InputTokensPerMinute: 600},
+			0.5, ratelimit.Limits{RequestsPerMinute: 30, InputTokensPerMinute: 200}},
+	}
+	for _, tc := range cases {
+		if got := TakeOver(tc.used, tc.share, tc.left); got != tc.want {
+			t.Errorf("%s: TakeOver(%+v, %+v, %v) = %+v, want %+v", tc.name, tc.used, tc.share, tc.left, got, tc.want)
+		}
+	}
+	// Whatever the numbers: what the next shard takes and what the stopped
+	// one still lingers with fit in the share it held, and taking one more
+	// would not.
+	rng := rand.New(rand.NewPCG(3, 5))
+	for range 20000 {
+		used, share := rng.Int64N(2000), rng.Int64N(2000)
+		left := rng.Float64()
+		got := TakeOver(rpm(used), rpm(share), left).RequestsPerMinute
+		rest := LingeringBehind(rpm(used), rpm(got), left).RequestsPerMinute
+		if got < 0 || got > max(share, 0) || got+rest > share && got > 0 {
+			t.Fatalf("TakeOver(%d, %d, %v) = %d, lingering %d: over the share", used, share, left, got, rest)
+		}
+		if more := got + 1; got < share && more+LingeringBehind(rpm(used), rpm(more), left).RequestsPerMinute <= share {
+			t.Fatalf("TakeOver(%d, %d, %v) = %d, but %d fits too", used, share, left, got, more)
+		}
+	}
+}
+
+// TestDivideStartsFromATakenOverShare: a shard with no grant yet starts from
+// the share it took over (User.Start) at once, counted like any grant; one
+// that has a grant keeps it.
+func TestDivideStartsFromATakenOverShare(t *testing.T) {
+	lim := ratelimit.Limits{RequestsPerMinute: 60}
+	limits := map[string]ratelimit.Limits{"m": lim}
+	b, _ := Divide(nil, limits, map[string][]string{"m": {"m/0", "m/1"}}, nil)
+	acked := map[string]int64{"m/0": b.Version, "m/1": b.Version}
+	b, _ = Divide(b, limits, map[string][]string{"m": {"m/0", "m/1"}}, acked)
+
+	// m/0 stopped; m/2, after it on its worker, takes over all of its 30.
+	b, changed := DivideWeighted(b, limits, map[string][]User{"m": {{Key: "m/1"}, {Key: "m/2", Start: ratelimit.Limits{RequestsPerMinute: 30}}}}, acked)
+	if !changed {
+		t.Fatal("the division changed nothing")
+	}
+	for _, k := range []string{"m/1", "m/2"} {
+		if share, _, paused := b.Lookup("m", k); paused || share.RequestsPerMinute != 30 {
+			t.Errorf("%s: %+v paused=%v, want 30 at once", k, share, paused)
+		}
+	}
+	if _, ok := b.Models["m"].Grants["m/0"]; ok {
+		t.Error("the stopped shard kept its grant")
+	}
+
+	// m/2 stops too, and m/3 takes over its 30 while m/4 of a third worker
+	// starts: m/3's share is lowered to the fair 20 but counted at 30 until
+	// acknowledged, so m/4 waits for what is left.
+	b2, _ := DivideWeighted(b, limits, map[string][]User{"m": {{Key: "m/1"}, {Key: "m/3", Start: ratelimit.Limits{RequestsPerMinute: 30}}, {Key: "m/4"}}}, acked)
+	var use int64
+	for _, g := range b2.Models["m"].Grants {
+		use += g.Use().RequestsPerMinute
+	}
+	share3, _, _ := b2.Lookup("m", "m/3")
+	if _, _, paused := b2.Lookup("m", "m/4"); use > 60 || share3.RequestsPerMinute != 20 || b2.Models["m"].Grants["m/3"].Use().RequestsPerMinute != 30 || !paused {
+		t.Errorf("grants %+v (use %d); want m/3 at 20, counted at 30 until acknowledged, and m/4 waiting", b2.Models["m"].Grants, use)
+	}
+
+	// A shard with a grant keeps it: Start is only where it begins.
+	b3, _ := DivideWeighted(b, limits, map[string][]User{"m": {{Key: "m/1"}, {Key: "m/2", Start: ratelimit.Limits{RequestsPerMinute: 50}}}}, acked)
+	if share, _, _ := b3.Lookup("m", "m/2"); share.RequestsPerMinute != 30 {
+		t.Errorf("m/2 with a grant of 30 and a Start of 50: %d rpm, want 30", share.RequestsPerMinute)
+	}
+}
+
+// TestDivideSetsAsideStoppedShards: a stopped shard's lingering cap is what
+// its calls may still count, set aside before the running shards divide the
+// rest; water-filled with them, it was lowered to a third of 60 when two
+// shards started, and the new ones were granted calls the server still
+// counted.
+func TestDivideSetsAsideStoppedShards(t *testing.T) {
+	limits := map[string]ratelimit.Limits{"m": {RequestsPerMinute: 60}}
+	rpm := func(n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: n} }
+	b, _ := Divide(nil, limits, map[string][]string{"m": {"m/0"}}, nil)
+	acked := map[string]int64{"m/0": math.MaxInt64}
+	b, _ = DivideWeighted(b, limits, map[string][]User{"m": {{Key: "m/0", Cap: rpm(50), Stopped: true}, {Key: "m/1"}, {Key: "m/2"}}}, acked)
+	got := map[string]int64{}
+	for k, g := range b.Models["m"].Grants {
+		got[k] = g.Share.RequestsPerMinute
+	}
+	if diff := cmp.Diff(map[string]int64{"m/0": 50, "m/1": 5, "m/2": 5}, got); diff != "" {
+		t.Errorf("shares (-want +got):\n%s", diff)
+	}
+	// A cap above the limit (the limit was lowered) sets aside all of it.
+	b, _ = DivideWeighted(b, map[string]ratelimit.Limits{"m": {RequestsPerMinute: 40}}, map[string][]User{"m": {{Key: "m/0", Cap: rpm(50), Stopped: true}, {Key: "m/1"}}}, acked)
+	if s0, s1 := b.Models["m"].Grants["m/0"].Share.RequestsPerMinute, b.Models["m"].Grants["m/1"].Share.RequestsPerMinute; s0 != 40 || s1 != 0 {
+		t.Errorf("under a limit of 40: m/0 %d, m/1 %d; want 40 and 0", s0, s1)
 	}
 }

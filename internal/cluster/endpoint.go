@@ -111,7 +111,7 @@ func divideGroups(prev *Budget, endpoint string, lim ratelimit.Limits, groups []
 		if held {
 			fair = map[string]dimVec{}
 		}
-		mb, c := divideFair(old, lim, keys, fair, acked, next.Version)
+		mb, c := divideFair(old, lim, keys, fair, acked, next.Version, nil)
 		next.Models[endpoint] = mb
 		changed = changed || c
 	}

@@ -114,7 +114,7 @@ func DivideQuota(prev *Budget, quota string, lim ratelimit.Limits, users []Quota
 	if old == nil {
 		old = &ModelBudget{}
 	}
-	mb, changed := divideFair(old, lim, keys, fair, acked, next.Version)
+	mb, changed := divideFair(old, lim, keys, fair, acked, next.Version, nil)
 	next.Models[quota] = mb
 	if !changed && prev.Version != 0 {
 		return prev, false

@@ -213,6 +213,44 @@ func TestRateLimitAddedMidRunIsPaced(t *testing.T) {
 	_ = k8sClient.Delete(context.Background(), getEvaluation(t, ns, "free"))
 }
 
+// TestRateLimitKeptAcrossAWorkersShards: a rate-limited run whose workers
+// take many shards in turn runs at its limit, against a server enforcing it
+// as a per-second bucket. A shard that ended kept its share for a minute,
+// shrinking (the server still counts its calls), and its worker's next shard
+// got only what was left: with shards of a few seconds, 0.51 of the limit.
+// The next shard's calls come after the ended one's, so it takes over that
+// shard's share instead.
+func TestRateLimitKeptAcrossAWorkersShards(t *testing.T) {
+	ns := newNamespace(t)
+	const rpm, samples = 600, 400
+	calls := &arrivals{}
+	srv, url := fakeLLM(t, fakellm.Config{Latency: 50 * time.Millisecond, RequestsPerMinute: rpm, Responder: func(req fakellm.Request) fakellm.Reply {
+		calls.add()
+		return fakellm.DefaultReply(req)
+	}})
+	startManager(t, ns)
+	startKubelet(t, ns)
+	// 16 shards of 25, 8 for each of the 2 workers: at the limit, a shard
+	// lasts 5 s.
+	create(t, testutil.MakeEvaluation("lim", ns).InlineDataset("d", samples).OpenAIModel("m", url).RateLimit(rpm).
+		Scorer(v1alpha1.ScorerExactMatch).ShardSize(25).Parallelism(2).Concurrency(4).Obj())
+	waitPhase(t, ns, "lim", v1alpha1.PhaseSucceeded, 3*time.Minute)
+	at := calls.since(time.Time{})
+	if len(at) != samples {
+		t.Fatalf("%d calls answered, want one a sample (%d); server: %+v", len(at), samples, srv.Stats())
+	}
+	// From the first call to the last, against the limit's pace.
+	took := at[len(at)-1].Sub(at[0])
+	pace := float64(len(at)-1) / took.Minutes()
+	t.Logf("%d calls in %v: %.0f a minute, %.2f of the limit; server: %+v", len(at), took.Round(time.Millisecond), pace, pace/rpm, srv.Stats())
+	if pace < 0.9*rpm {
+		t.Errorf("the calls went at %.0f a minute, %.2f of the rateLimit of %d: the workers' shards waited for shares their earlier shards kept", pace, pace/rpm, rpm)
+	}
+	if st := srv.Stats(); st.RateLimited != 0 {
+		t.Errorf("%d calls refused by the server's bucket of %d a minute", st.RateLimited, rpm)
+	}
+}
+
 // TestRateLimitRemovedMidRunLifts: a model's rateLimit removed mid-run no
 // longer paces its calls. The controller stopped dividing the budget once no
 // model had a limit, so the pods kept their last shares (6 calls in the 7 s,
