@@ -354,6 +354,15 @@ func TestDivideBudgetAcrossAWorkersShards(t *testing.T) {
 			t.Errorf("the grants use %d rpm of 60: %+v", use, b.Models["small"].Grants)
 		}
 	}
+	// tookOverAll checks that small/2 took over all of small/0's 30, which
+	// left the budget.
+	tookOverAll := func(t *testing.T, b *cluster.Budget) {
+		t.Helper()
+		within(t, b)
+		if diff := cmp.Diff([]string{"small/1", "small/2"}, grantKeys(b)["small"]); diff != "" || share(b, 2) != 30 {
+			t.Errorf("grants (-want +got):\n%s small/2: %d rpm; want it to take over small/0's 30 at once", diff, share(b, 2))
+		}
+	}
 
 	t.Run("seen together", func(t *testing.T) {
 		h, ev, head := setup(t)
@@ -361,11 +370,7 @@ func TestDivideBudgetAcrossAWorkersShards(t *testing.T) {
 		head(2, running(0, 0, 0))
 		h.clock.Step(time.Second)
 		h.mustReconcile(ev)
-		b := budgetOf(t, h)
-		within(t, b)
-		if diff := cmp.Diff([]string{"small/1", "small/2"}, grantKeys(b)["small"]); diff != "" || share(b, 2) != 30 {
-			t.Errorf("grants (-want +got):\n%s small/2: %d rpm; want it to take over small/0's 30 at once", diff, share(b, 2))
-		}
+		tookOverAll(t, budgetOf(t, h))
 	})
 	t.Run("the next shard a moment later", func(t *testing.T) {
 		h, ev, head := setup(t)
@@ -378,11 +383,7 @@ func TestDivideBudgetAcrossAWorkersShards(t *testing.T) {
 		head(2, running(0, 0, 0))
 		h.clock.Step(time.Second)
 		h.mustReconcile(ev)
-		b := budgetOf(t, h)
-		within(t, b)
-		if diff := cmp.Diff([]string{"small/1", "small/2"}, grantKeys(b)["small"]); diff != "" || share(b, 2) != 30 {
-			t.Errorf("grants (-want +got):\n%s small/2: %d rpm; want small/0's 30", diff, share(b, 2))
-		}
+		tookOverAll(t, budgetOf(t, h))
 	})
 	t.Run("the next shard after a pause", func(t *testing.T) {
 		// Its worker's pod was replaced: small/0's share shrank meanwhile,

@@ -225,17 +225,11 @@ func TestUndeclaredLimitAdaptsInsteadOfFailing(t *testing.T) {
 }
 
 func TestDeclaredLimitIsNotExceeded(t *testing.T) {
-	var mu sync.Mutex
-	var times []time.Time
-	p := &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
-		mu.Lock()
-		times = append(times, time.Now())
-		mu.Unlock()
-		return echo(ctx, req, n)
-	}}
+	p, calls := timedEcho()
 	// 1200/min paces one call every ~50ms: 20 calls take about a second.
 	plan := testPlan(t).Model("m", p, 10).Limits(ratelimit.Limits{RequestsPerMinute: 1200}).Dataset("d", 21).Obj()
 	run(t, plan, newMemSink(), Options{})
+	times := calls()
 	if d := times[len(times)-1].Sub(times[0]); d < 950*time.Millisecond {
 		t.Errorf("21 calls at 1200/min took %v, want about 1s", d)
 	}
@@ -246,14 +240,7 @@ func TestDeclaredLimitIsNotExceeded(t *testing.T) {
 // after that engine's: its first call waits its turn after the last one,
 // where a new limiter's full bucket would send it at once.
 func TestLimitersGoOnFromEngineToEngine(t *testing.T) {
-	var mu sync.Mutex
-	var times []time.Time
-	p := &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
-		mu.Lock()
-		times = append(times, time.Now())
-		mu.Unlock()
-		return echo(ctx, req, n)
-	}}
+	p, calls := timedEcho()
 	// 300/min: a call every 200 ms.
 	plan := testPlan(t).Model("m", p, 4).Limits(ratelimit.Limits{RequestsPerMinute: 300}).Dataset("d", 3).Obj()
 	first := run(t, plan, newMemSink(), Options{})
@@ -261,6 +248,7 @@ func TestLimitersGoOnFromEngineToEngine(t *testing.T) {
 	if first.models["m"].limiter != second.models["m"].limiter {
 		t.Fatal("the second engine made a limiter of its own")
 	}
+	times := calls()
 	if len(times) != 6 {
 		t.Fatalf("%d calls, want 6", len(times))
 	}

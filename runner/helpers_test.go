@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,24 @@ func (p *fakeProvider) Complete(ctx context.Context, req *provider.Request) (*pr
 // echo answers with the prompt.
 func echo(_ context.Context, req *provider.Request, _ int64) (*provider.Response, error) {
 	return &provider.Response{Text: req.Prompt, Usage: provider.Usage{InputTokens: 10, OutputTokens: 2}}, nil
+}
+
+// timedEcho is a fakeProvider that answers with the prompt and records when
+// each call came (times).
+func timedEcho() (*fakeProvider, func() []time.Time) {
+	var mu sync.Mutex
+	var times []time.Time
+	p := &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+		return echo(ctx, req, n)
+	}}
+	return p, func() []time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(times)
+	}
 }
 
 // memSink keeps records in memory.

@@ -18,18 +18,12 @@ import (
 // endpoint share its limit, each otherwise unlimited: together they are paced
 // as one.
 func TestSharedEndpointLimitsItsModelsTogether(t *testing.T) {
-	var mu sync.Mutex
-	var times []time.Time
-	p := &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
-		mu.Lock()
-		times = append(times, time.Now())
-		mu.Unlock()
-		return echo(ctx, req, n)
-	}}
+	p, calls := timedEcho()
 	// 1200/min paces one call every ~50ms: 22 calls of the two models take about a second.
 	lim := ratelimit.Limits{RequestsPerMinute: 1200}
 	plan := testPlan(t).Model("a", p, 10).Endpoint("key", lim).Model("b", p, 10).Endpoint("key", lim).Dataset("d", 11).Obj()
 	e := run(t, plan, newMemSink(), Options{})
+	times := calls()
 	if d := times[len(times)-1].Sub(times[0]); d < 950*time.Millisecond {
 		t.Errorf("22 calls of two models at a shared 1200/min took %v, want about 1s", d)
 	}

@@ -318,8 +318,10 @@ func TestDivideWeightedNeverOverCommits(t *testing.T) {
 	}
 }
 
+// rpm is a limit of n requests a minute.
+func rpm(n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: n} }
+
 func TestLingeringBehind(t *testing.T) {
-	rpm := func(n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: n} }
 	cases := []struct {
 		name       string
 		used, next ratelimit.Limits
@@ -343,7 +345,6 @@ func TestLingeringBehind(t *testing.T) {
 }
 
 func TestTakeOver(t *testing.T) {
-	rpm := func(n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: n} }
 	cases := []struct {
 		name        string
 		used, share ratelimit.Limits
@@ -433,7 +434,6 @@ func TestDivideStartsFromATakenOverShare(t *testing.T) {
 // counted.
 func TestDivideSetsAsideStoppedShards(t *testing.T) {
 	limits := map[string]ratelimit.Limits{"m": {RequestsPerMinute: 60}}
-	rpm := func(n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: n} }
 	b, _ := Divide(nil, limits, map[string][]string{"m": {"m/0"}}, nil)
 	acked := map[string]int64{"m/0": math.MaxInt64}
 	b, _ = DivideWeighted(b, limits, map[string][]User{"m": {{Key: "m/0", Cap: rpm(50), Stopped: true}, {Key: "m/1"}, {Key: "m/2"}}}, acked)

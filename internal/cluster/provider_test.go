@@ -15,7 +15,6 @@ func TestLimitsMismatch(t *testing.T) {
 	seen := func(limit, remaining int64, ago time.Duration) ProviderSeen {
 		return ProviderSeen{RateLimits: provider.RateLimits{Requests: provider.RateLimit{Limit: limit, Remaining: remaining}}, At: metav1.NewTime(now.Add(-ago))}
 	}
-	rpm := func(n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: n} }
 	for _, tc := range []struct {
 		name     string
 		declared ratelimit.Limits

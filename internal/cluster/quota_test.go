@@ -209,7 +209,6 @@ func TestDivideQuotaKeepsIdleEndpointsUntilTheyStop(t *testing.T) {
 // shared by its endpoints, within their caps, what a cap leaves going to its
 // other endpoints and then to the other namespaces.
 func TestDivideQuotaWeighsNamespaces(t *testing.T) {
-	rpm := func(n int64) ratelimit.Limits { return ratelimit.Limits{RequestsPerMinute: n} }
 	for _, tc := range []struct {
 		name  string
 		users []QuotaUser

@@ -46,12 +46,21 @@ func (a *arrivals) since(t time.Time) []time.Time {
 // the calls.
 func countedLLM(t *testing.T, latency time.Duration) (*arrivals, string) {
 	t.Helper()
+	calls, _, url := countedServer(t, fakellm.Config{Latency: latency})
+	return calls, url
+}
+
+// countedServer is a fake server of cfg (its Responder the default), with
+// the arrivals of the calls it answered.
+func countedServer(t *testing.T, cfg fakellm.Config) (*arrivals, *fakellm.Server, string) {
+	t.Helper()
 	calls := &arrivals{}
-	_, url := fakeLLM(t, fakellm.Config{Latency: latency, Responder: func(req fakellm.Request) fakellm.Reply {
+	cfg.Responder = func(req fakellm.Request) fakellm.Reply {
 		calls.add()
 		return fakellm.DefaultReply(req)
-	}})
-	return calls, url
+	}
+	srv, url := fakeLLM(t, cfg)
+	return calls, srv, url
 }
 
 // setRateLimit sets the first model's rateLimit to rpm requests a minute (0:
@@ -223,11 +232,7 @@ func TestRateLimitAddedMidRunIsPaced(t *testing.T) {
 func TestRateLimitKeptAcrossAWorkersShards(t *testing.T) {
 	ns := newNamespace(t)
 	const rpm, samples = 600, 400
-	calls := &arrivals{}
-	srv, url := fakeLLM(t, fakellm.Config{Latency: 50 * time.Millisecond, RequestsPerMinute: rpm, Responder: func(req fakellm.Request) fakellm.Reply {
-		calls.add()
-		return fakellm.DefaultReply(req)
-	}})
+	calls, srv, url := countedServer(t, fakellm.Config{Latency: 50 * time.Millisecond, RequestsPerMinute: rpm})
 	startManager(t, ns)
 	startKubelet(t, ns)
 	// 16 shards of 25, 8 for each of the 2 workers: at the limit, a shard
@@ -335,11 +340,7 @@ func TestThrottledRunSaysSoAndLosesNothing(t *testing.T) {
 func TestShardsShareAPerSecondBucket(t *testing.T) {
 	ns := newNamespace(t)
 	const rpm, samples = 120, 60
-	var arr arrivals // of the calls the server accepted
-	srv, url := fakeLLM(t, fakellm.Config{Latency: 50 * time.Millisecond, RequestsPerMinute: rpm, Responder: func(req fakellm.Request) fakellm.Reply {
-		arr.add()
-		return fakellm.DefaultReply(req)
-	}})
+	arr, srv, url := countedServer(t, fakellm.Config{Latency: 50 * time.Millisecond, RequestsPerMinute: rpm}) // arr: the calls the server accepted
 	startManager(t, ns)
 	startKubelet(t, ns)
 	create(t, testutil.MakeEvaluation("paced", ns).InlineDataset("d", samples).OpenAIModel("m", url).RateLimit(rpm).
