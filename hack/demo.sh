@@ -25,7 +25,7 @@ kubectl get nodes
 step "A results store: SeaweedFS's S3 gateway as Service seaweedfs.proctor-system.svc (config/seaweedfs)"
 kubectl create namespace proctor-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl apply -k config/seaweedfs
-kubectl rollout status -n proctor-system deployment/seaweedfs --timeout=2m
+kubectl rollout status -n proctor-system deployment/seaweedfs --timeout=3m
 
 step "helm install proctor charts/proctor, committing each run's records to that store"
 "$HELM" upgrade --install proctor charts/proctor --namespace proctor-system --create-namespace --wait --timeout 3m \

@@ -101,7 +101,9 @@ func setUp() error {
 	if _, err := kubectl("apply", "-k", filepath.Join(repo, "config", "seaweedfs")); err != nil {
 		return err
 	}
-	if _, err := run(3*time.Minute, kubectlBin, "-n", releaseNamespace, "rollout", "status", "deployment/seaweedfs", "--timeout=2m"); err != nil {
+	// 3 minutes: time for the kubelet to start a store that did not open its
+	// port within a minute once again (config/seaweedfs's startupProbe).
+	if _, err := run(4*time.Minute, kubectlBin, "-n", releaseNamespace, "rollout", "status", "deployment/seaweedfs", "--timeout=3m"); err != nil {
 		return fmt.Errorf("%w\n%s", err, diagnose("app.kubernetes.io/name=seaweedfs"))
 	}
 	record("the results store (config/seaweedfs) ready", time.Since(start))
@@ -138,7 +140,17 @@ func setUp() error {
 // artifacts, so a failed set-up must say itself why a pod never became ready.
 func diagnose(selector string) string {
 	var b strings.Builder
-	// The most telling last: CI shows the end of the output.
+	// CI shows the beginning and the end of the output: the pods' events
+	// (probes that failed, and why) first, their own logs last.
+	for _, args := range [][]string{
+		{"-n", releaseNamespace, "get", "events", "--sort-by=.lastTimestamp"},
+		{"-n", releaseNamespace, "get", "pods", "-o", "wide"},
+		{"-n", releaseNamespace, "describe", "pods", "-l", selector},
+		{"get", "nodes", "-o", "wide"},
+		{"describe", "nodes"},
+	} {
+		diagnoseKubectl(&b, args...)
+	}
 	for _, component := range []string{"kubelet", "containerd"} {
 		if clusterDir == "" {
 			break
@@ -151,21 +163,17 @@ func diagnose(selector string) string {
 		lines = lines[max(0, len(lines)-60):]
 		fmt.Fprintf(&b, "$ tail -60 %s.log\n%s\n", component, strings.Join(lines, "\n"))
 	}
-	for _, args := range [][]string{
-		{"get", "nodes", "-o", "wide"},
-		{"describe", "nodes"},
-		{"-n", releaseNamespace, "get", "events", "--sort-by=.lastTimestamp"},
-		{"-n", releaseNamespace, "get", "pods", "-o", "wide"},
-		{"-n", releaseNamespace, "describe", "pods", "-l", selector},
-		{"-n", releaseNamespace, "logs", "-l", selector, "--all-containers", "--tail=60", "--prefix"},
-	} {
-		out, err := kubectl(args...)
-		fmt.Fprintf(&b, "$ kubectl %s\n%s\n", strings.Join(args, " "), out)
-		if err != nil {
-			fmt.Fprintln(&b, err)
-		}
-	}
+	diagnoseKubectl(&b, "-n", releaseNamespace, "logs", "-l", selector, "--all-containers", "--tail=60", "--prefix")
 	return b.String()
+}
+
+// diagnoseKubectl writes a kubectl command and what it printed to b.
+func diagnoseKubectl(b *strings.Builder, args ...string) {
+	out, err := kubectl(args...)
+	fmt.Fprintf(b, "$ kubectl %s\n%s\n", strings.Join(args, " "), out)
+	if err != nil {
+		fmt.Fprintln(b, err)
+	}
 }
 
 // run runs a command and returns its standard output; the error carries its
