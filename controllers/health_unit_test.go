@@ -236,8 +236,9 @@ func TestPodProblemsAreVisible(t *testing.T) {
 				t.Errorf("shard counts (-want +got):\n%s", diff)
 			}
 			// What kstatus and kubectl wait read: nothing runs, so the run
-			// is Stalled, unless its pods only wait for room.
-			checkStalled(t, st, !tc.room, tc.reason)
+			// is Stalled, unless its pods only wait for room, or its failed
+			// pod is retried by the Job.
+			checkStalled(t, st, tc.stall && !tc.room, tc.reason)
 			if tc.stall {
 				want := "; the run fails at " + t0.Add(2*time.Second+DefaultStallTimeout).Format(time.RFC3339) + " unless a runner pod starts (spec.runner.stallTimeout 5m0s)"
 				if !strings.HasSuffix(st.Message, want) {
@@ -615,6 +616,24 @@ func TestPlannerStall(t *testing.T) {
 	if j := h.jobs()[cluster.PlannerJobName("arith", run)]; !ptr.Deref(j.Spec.Suspend, false) {
 		t.Errorf("the stalled planner Job was not stopped")
 	}
+}
+
+// A planner pod that failed is retried by its Job: the run says why, and is
+// not Stalled meanwhile (kstatus would call it Failed).
+func TestPlannerRetryIsNotStalled(t *testing.T) {
+	ev := withUID(testutil.MakeEvaluation("arith", testNS).
+		Dataset(v1alpha1.Dataset{Name: "web", Source: v1alpha1.DatasetSource{URL: "https://example.org/qa.jsonl"}}).
+		OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj())
+	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
+	run := cluster.RunID(ev)
+	h.mustReconcile(ev)
+	h.runnerPod(cluster.PlannerJobName("arith", run), 0, "a", failedPod("OOMKilled", 137, ""))
+	h.mustReconcile(ev)
+	st := h.eval("arith").Status
+	if st.Phase != v1alpha1.PhasePending || st.Reason != "OOMKilled" {
+		t.Errorf("phase %s reason %q message %q; want Pending, OOMKilled", st.Phase, st.Reason, st.Message)
+	}
+	checkStalled(t, st, false, "OOMKilled")
 }
 
 // Event notes past the events API's 1 KiB limit would be refused: they are cut.

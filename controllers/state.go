@@ -421,8 +421,9 @@ func setStandardConditions(p *pass, set func(t string, status metav1.ConditionSt
 	case v1alpha1.PhasePending:
 		switch {
 		case p.degraded != nil:
-			// The planner's pod cannot start.
-			stalled, reason = !p.degraded.waitsForRoom, p.degraded.reason
+			// The planner's pod cannot start (stalled), or failed and is
+			// retried by its Job (not).
+			stalled, reason = p.degraded.stall && !p.degraded.waitsForRoom, p.degraded.reason
 		case reason == v1alpha1.ReasonNameConflict:
 			stalled = true
 		case p.pendingReason != "" && p.pendingReason != v1alpha1.ReasonPlanning:
@@ -431,8 +432,11 @@ func setStandardConditions(p *pass, set func(t string, status metav1.ConditionSt
 		}
 	case v1alpha1.PhaseRunning:
 		// Nothing runs, and nothing will until the pods' problem is fixed
-		// (spec.runner.stallTimeout ends the run if it is not).
-		stalled = p.degraded != nil && !p.anyRunning && !p.degraded.waitsForRoom
+		// (spec.runner.stallTimeout ends the run if it is not). A pod that
+		// failed is not that: the Job runs its shard again by itself
+		// (OOMKilled, Evicted, preempted), or its retries run out and the run
+		// ends; kstatus would take the moment between two pods for a failure.
+		stalled = p.degraded != nil && p.degraded.stall && !p.anyRunning && !p.degraded.waitsForRoom
 	}
 	if reason == "" {
 		reason, msg = v1alpha1.ReasonPlanning, "planning shards"
