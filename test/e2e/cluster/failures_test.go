@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	"github.com/proctor-dev/proctor/api/v1alpha1"
 )
@@ -136,6 +137,15 @@ func TestFailuresAreVisible(t *testing.T) {
 			}
 			if row := printed(t, ns); !strings.Contains(row, reason) {
 				t.Errorf("kubectl get evaluations does not show %s:\n%s", reason, row)
+			}
+			if !tc.stall {
+				// A pod that failed and that its Job retries: a GitOps tool
+				// waiting on the run waits on (it read Failed between the
+				// OOMKilled pod and its retry before).
+				res := kstatusOfEvaluation(t, ns, tc.name)
+				if ev := getEvaluation(t, ns, tc.name); ev.Status.Phase == "Running" && res.Status != kstatus.InProgressStatus {
+					t.Errorf("a retried failure: kstatus %s (%s), want InProgress", res.Status, res.Message)
+				}
 			}
 			if tc.stall {
 				ev := getEvaluation(t, ns, tc.name)
