@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -163,17 +164,32 @@ func diagnose(selector string) string {
 		lines = lines[max(0, len(lines)-60):]
 		fmt.Fprintf(&b, "$ tail -60 %s.log\n%s\n", component, strings.Join(lines, "\n"))
 	}
-	diagnoseKubectl(&b, "-n", releaseNamespace, "logs", "-l", selector, "--all-containers", "--tail=60", "--prefix")
+	logs := diagnoseKubectl(&b, "-n", releaseNamespace, "logs", "-l", selector, "--all-containers", "--tail=60", "--prefix")
+	// Last, the lines of those logs that say something went wrong: a
+	// banner after them (weed mini's) pushed them out of CI's excerpt.
+	var worrying []string
+	for _, line := range strings.Split(logs, "\n") {
+		if worryingLine.MatchString(line) {
+			worrying = append(worrying, line)
+		}
+	}
+	fmt.Fprintf(&b, "$ # the lines of those logs that say fail, error or warn (the last 20)\n%s\n", strings.Join(worrying[max(0, len(worrying)-20):], "\n"))
 	return b.String()
 }
 
-// diagnoseKubectl writes a kubectl command and what it printed to b.
-func diagnoseKubectl(b *strings.Builder, args ...string) {
+// worryingLine matches a log line that says something failed: words, or a
+// klog/glog warning, error or fatal line (W1130 12:00:00...).
+var worryingLine = regexp.MustCompile(`(?i)fail|error|warn|panic|\] [WEF]\d{4} `)
+
+// diagnoseKubectl writes a kubectl command and what it printed to b, and
+// returns that.
+func diagnoseKubectl(b *strings.Builder, args ...string) string {
 	out, err := kubectl(args...)
 	fmt.Fprintf(b, "$ kubectl %s\n%s\n", strings.Join(args, " "), out)
 	if err != nil {
 		fmt.Fprintln(b, err)
 	}
+	return out
 }
 
 // run runs a command and returns its standard output; the error carries its
