@@ -591,16 +591,23 @@ func TestShardCountsFollowPods(t *testing.T) {
 	}
 }
 
-// The planner's pod is watched the same way: a planner that cannot start
-// shows why while the Evaluation is Pending, and ends the run after the stall
-// timeout.
-func TestPlannerStall(t *testing.T) {
+// planningRun is an Evaluation of a url dataset whose planner Job was made
+// (the pass that counts its samples), with its harness and run.
+func planningRun(t *testing.T) (*harness, *v1alpha1.Evaluation, string) {
+	t.Helper()
 	ev := withUID(testutil.MakeEvaluation("arith", testNS).
 		Dataset(v1alpha1.Dataset{Name: "web", Source: v1alpha1.DatasetSource{URL: "https://example.org/qa.jsonl"}}).
 		OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj())
 	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
-	run := cluster.RunID(ev)
 	h.mustReconcile(ev)
+	return h, ev, cluster.RunID(ev)
+}
+
+// The planner's pod is watched the same way: a planner that cannot start
+// shows why while the Evaluation is Pending, and ends the run after the stall
+// timeout.
+func TestPlannerStall(t *testing.T) {
+	h, ev, run := planningRun(t)
 	h.runnerPod(cluster.PlannerJobName("arith", run), 0, "a", waitingPod("ImagePullBackOff", "Back-off pulling image \"registry.example/proctor:nope\""))
 	h.mustReconcile(ev)
 	st := h.eval("arith").Status
@@ -621,12 +628,7 @@ func TestPlannerStall(t *testing.T) {
 // A planner pod that failed is retried by its Job: the run says why, and is
 // not Stalled meanwhile (kstatus would call it Failed).
 func TestPlannerRetryIsNotStalled(t *testing.T) {
-	ev := withUID(testutil.MakeEvaluation("arith", testNS).
-		Dataset(v1alpha1.Dataset{Name: "web", Source: v1alpha1.DatasetSource{URL: "https://example.org/qa.jsonl"}}).
-		OpenAIModel("small", llmURL).Scorer(v1alpha1.ScorerExactMatch).Generation(1).Obj())
-	h := newHarness(t, harnessOpts{objs: []client.Object{ev}})
-	run := cluster.RunID(ev)
-	h.mustReconcile(ev)
+	h, ev, run := planningRun(t)
 	h.runnerPod(cluster.PlannerJobName("arith", run), 0, "a", failedPod("OOMKilled", 137, ""))
 	h.mustReconcile(ev)
 	st := h.eval("arith").Status

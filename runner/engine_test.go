@@ -149,19 +149,15 @@ func TestRetriesTransientFailures(t *testing.T) {
 func errUnexpectedEOF() error { return fmt.Errorf("reading the answer: %w", io.ErrUnexpectedEOF) }
 
 func TestRetryAfterIsHonoured(t *testing.T) {
-	var mu sync.Mutex
-	var times []time.Time
-	p := &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
-		mu.Lock()
-		times = append(times, time.Now())
-		mu.Unlock()
+	p, calls := timed(func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
 		if n == 1 {
 			return nil, &provider.HTTPError{StatusCode: 503, RetryAfter: 150 * time.Millisecond}
 		}
 		return echo(ctx, req, n)
-	}}
+	})
 	plan := testPlan(t).Model("m", p, 1).Dataset("d", 1).Obj()
 	run(t, plan, newMemSink(), Options{})
+	times := calls()
 	if len(times) != 2 || times[1].Sub(times[0]) < 150*time.Millisecond {
 		t.Errorf("second attempt after %v, want >= 150ms (retry-after)", times[1].Sub(times[0]))
 	}

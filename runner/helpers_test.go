@@ -49,14 +49,18 @@ func echo(_ context.Context, req *provider.Request, _ int64) (*provider.Response
 
 // timedEcho is a fakeProvider that answers with the prompt and records when
 // each call came (times).
-func timedEcho() (*fakeProvider, func() []time.Time) {
+func timedEcho() (*fakeProvider, func() []time.Time) { return timed(echo) }
+
+// timed is a fakeProvider that answers as fn does and records when each call
+// came (times).
+func timed(fn func(context.Context, *provider.Request, int64) (*provider.Response, error)) (*fakeProvider, func() []time.Time) {
 	var mu sync.Mutex
 	var times []time.Time
 	p := &fakeProvider{fn: func(ctx context.Context, req *provider.Request, n int64) (*provider.Response, error) {
 		mu.Lock()
 		times = append(times, time.Now())
 		mu.Unlock()
-		return echo(ctx, req, n)
+		return fn(ctx, req, n)
 	}}
 	return p, func() []time.Time {
 		mu.Lock()
