@@ -30,8 +30,8 @@ func gatedEvaluation(ns, name string, port, n int, gate string) string {
 }
 
 // kstatusOfEvaluation is kstatus's view of an Evaluation read with kubectl, as
-// Flux and Helm compute it.
-func kstatusOfEvaluation(t *testing.T, ns, name string) *kstatus.Result {
+// Flux and Helm compute it, and the phase of the same read.
+func kstatusOfEvaluation(t *testing.T, ns, name string) (*kstatus.Result, string) {
 	t.Helper()
 	// As a client-go reader decodes it: integers as int64, as kstatus expects.
 	u := &unstructured.Unstructured{}
@@ -42,7 +42,8 @@ func kstatusOfEvaluation(t *testing.T, ns, name string) *kstatus.Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res
+	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	return res, phase
 }
 
 // waitKstatus polls until kstatus says the Evaluation is Current or Failed,
@@ -51,7 +52,7 @@ func waitKstatus(t *testing.T, ns, name string, timeout time.Duration) *kstatus.
 	t.Helper()
 	var res *kstatus.Result
 	eventually(t, timeout, time.Second, "kstatus of evaluation/"+name+" Current or Failed", func() error {
-		res = kstatusOfEvaluation(t, ns, name)
+		res, _ = kstatusOfEvaluation(t, ns, name)
 		if res.Status == kstatus.CurrentStatus || res.Status == kstatus.FailedStatus {
 			return nil
 		}
@@ -78,11 +79,11 @@ func testGateInACluster(t *testing.T) {
 `
 	start := time.Now()
 	applyYAML(t, ns, gatedEvaluation(ns, "nightly", 8081, n, ""))
-	if res := kstatusOfEvaluation(t, ns, "nightly"); res.Status != kstatus.InProgressStatus {
+	if res, _ := kstatusOfEvaluation(t, ns, "nightly"); res.Status != kstatus.InProgressStatus {
 		t.Errorf("right after kubectl apply: kstatus %s (%s), want InProgress", res.Status, res.Message)
 	}
 	mustKubectl(t, "wait", "-n", ns, "--for=condition=Ready", "evaluation/nightly", "--timeout=5m")
-	if res := kstatusOfEvaluation(t, ns, "nightly"); res.Status != kstatus.CurrentStatus {
+	if res, _ := kstatusOfEvaluation(t, ns, "nightly"); res.Status != kstatus.CurrentStatus {
 		t.Errorf("nightly Ready: kstatus %s (%s), want Current", res.Status, res.Message)
 	}
 
